@@ -1,0 +1,93 @@
+// Command rejoin is the one binary of the project: it runs a node, the demo,
+// the benchmarks and the simulator, and inspects a running cluster. Each
+// subcommand only binds flags; the work lives in the packages.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand: its name, a one-line summary, and the function
+// that parses its own flags from args and runs it.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands = []command{
+	{"demo", "start a local cluster, kill a node, watch it rejoin, check digests", runDemo},
+	{"version", "print the version", runVersion},
+}
+
+// errUsage marks an error whose message is already a usage text; main exits 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		default:
+			fmt.Fprintf(stderr, "rejoin %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "rejoin: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: rejoin <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'rejoin <command> -h' for the flags of one command.")
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting, so
+// run stays testable.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("rejoin "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// version is set at link time (-ldflags "-X main.version=...").
+var version = "dev"
+
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", stderr)
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	fmt.Fprintf(stdout, "rejoin %s\n", version)
+	return nil
+}
