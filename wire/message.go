@@ -1,0 +1,307 @@
+package wire
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/rejoin-db/rejoin/txnid"
+)
+
+// MsgType names the message a frame carries. The numbers are part of the
+// wire format; never renumber.
+type MsgType uint8
+
+// The messages of the rejoin protocol, in the order a rejoin uses them
+// (DESIGN.md steps 3-8).
+const (
+	MsgPropose   MsgType = 1 // destination -> source: proposed txn ID P
+	MsgAnswer    MsgType = 2 // source -> destination: start txn ID S
+	MsgBlock     MsgType = 3 // source -> destination: snapshot or catch-up rows
+	MsgAck       MsgType = 4 // destination -> source: blocks applied up to Seq
+	MsgHandoff   MsgType = 5 // source -> destination: txn ID E and digest
+	MsgAbort     MsgType = 6 // either way: the rejoin is over, why
+	MsgHeartbeat MsgType = 7 // either way: keepalive while nothing else flows
+)
+
+func (t MsgType) String() string {
+	switch t {
+	case MsgPropose:
+		return "Propose"
+	case MsgAnswer:
+		return "Answer"
+	case MsgBlock:
+		return "Block"
+	case MsgAck:
+		return "Ack"
+	case MsgHandoff:
+		return "Handoff"
+	case MsgAbort:
+		return "Abort"
+	case MsgHeartbeat:
+		return "Heartbeat"
+	}
+	return "MsgType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Valid reports whether t is a known message type.
+func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgHeartbeat }
+
+// MsgHeader is what every message of a rejoin carries, so that a receiver
+// can drop a message of a superseded attempt (DESIGN.md step 1) before
+// looking at anything else. It is encoded as the first two fields of every
+// message.
+type MsgHeader struct {
+	// Epoch is the fencing epoch of the rejoin's claim. Receivers reject
+	// an epoch lower than the highest they have seen; wire does not look.
+	Epoch uint64
+	// Partition is the partition being rejoined.
+	Partition uint32
+}
+
+// Header returns h; every message embeds MsgHeader and so has this method.
+func (h MsgHeader) Header() MsgHeader { return h }
+
+// Message is one message of the rejoin protocol. The implementations are
+// the pointer types *Propose, *Answer, *Block, *Ack, *Handoff, *Abort and
+// *Heartbeat; DecodeMessage returns one of them and AppendMessage takes one.
+type Message interface {
+	Type() MsgType
+	Header() MsgHeader
+}
+
+// Field counts of each message's msgpack array, header fields included.
+// Part of the format: a message with another count is ErrMalformed.
+const (
+	headerFields    = 2
+	proposeFields   = headerFields + 1
+	answerFields    = headerFields + 1
+	blockFields     = headerFields + 4
+	ackFields       = headerFields + 1
+	handoffFields   = headerFields + 4
+	abortFields     = headerFields + 2
+	heartbeatFields = headerFields + 1
+)
+
+// AppendMessage appends the encoding of m to dst: a msgpack array of the
+// message's fields in declaration order, header first, each in its
+// shortest form. The message type is not in these bytes; the frame carries
+// it. AppendMessage panics if m is not one of this package's messages or is
+// a Block whose Tuples and Count disagree: both are bugs in the caller.
+func AppendMessage(dst []byte, m Message) []byte {
+	switch m := m.(type) {
+	case *Propose:
+		dst = appendMsgHeader(dst, proposeFields, m.MsgHeader)
+		return appendUint(dst, uint64(m.TxnID))
+	case *Answer:
+		dst = appendMsgHeader(dst, answerFields, m.MsgHeader)
+		return appendUint(dst, uint64(m.TxnID))
+	case *Block:
+		return m.appendTo(dst)
+	case *Ack:
+		dst = appendMsgHeader(dst, ackFields, m.MsgHeader)
+		return appendUint(dst, m.Seq)
+	case *Handoff:
+		dst = appendMsgHeader(dst, handoffFields, m.MsgHeader)
+		dst = appendUint(dst, uint64(m.TxnID))
+		dst = appendUint(dst, m.Digest)
+		dst = appendUint(dst, m.LastSeq)
+		return appendUint(dst, m.Rows)
+	case *Abort:
+		dst = appendMsgHeader(dst, abortFields, m.MsgHeader)
+		dst = appendUint(dst, uint64(m.Reason))
+		text := truncateText(m.Text, AbortTextBytesMax)
+		return append(appendStrHeader(dst, len(text)), text...)
+	case *Heartbeat:
+		dst = appendMsgHeader(dst, heartbeatFields, m.MsgHeader)
+		return appendUint(dst, m.Tick)
+	}
+	panic(fmt.Sprintf("wire: AppendMessage of %T", m))
+}
+
+func appendMsgHeader(dst []byte, fields int, h MsgHeader) []byte {
+	dst = AppendArrayHeader(dst, fields)
+	dst = appendUint(dst, h.Epoch)
+	return appendUint(dst, uint64(h.Partition))
+}
+
+// DecodeMessage decodes the payload of a message of type t. It accepts
+// exactly the bytes AppendMessage writes: the right field count, every
+// field in its shortest form, nothing after the last field, so that
+// AppendMessage of the result gives payload back byte for byte. It never
+// panics and allocates only the message itself and an Abort's text, which
+// is at most AbortTextBytesMax. A decoded Block's Tuples aliases payload.
+func DecodeMessage(t MsgType, payload []byte) (Message, error) {
+	r := msgReader{b: payload}
+	var m Message
+	switch t {
+	case MsgPropose:
+		var p Propose
+		r.header(proposeFields, &p.MsgHeader)
+		p.TxnID = r.txnID()
+		m = &p
+	case MsgAnswer:
+		var a Answer
+		r.header(answerFields, &a.MsgHeader)
+		a.TxnID = r.txnID()
+		m = &a
+	case MsgBlock:
+		var b Block
+		r.header(blockFields, &b.MsgHeader)
+		b.Kind = BlockKind(r.uint(math.MaxUint8))
+		if r.err == nil && !b.Kind.Valid() {
+			r.fail(fmt.Errorf("%w: block kind %d", ErrMalformed, b.Kind))
+		}
+		b.Table = uint32(r.uint(math.MaxUint32))
+		b.Seq = r.uint(math.MaxUint64)
+		b.Count, b.Tuples = r.tuples()
+		m = &b
+	case MsgAck:
+		var a Ack
+		r.header(ackFields, &a.MsgHeader)
+		a.Seq = r.uint(math.MaxUint64)
+		m = &a
+	case MsgHandoff:
+		var h Handoff
+		r.header(handoffFields, &h.MsgHeader)
+		h.TxnID = r.txnID()
+		h.Digest = r.uint(math.MaxUint64)
+		h.LastSeq = r.uint(math.MaxUint64)
+		h.Rows = r.uint(math.MaxUint64)
+		m = &h
+	case MsgAbort:
+		var a Abort
+		r.header(abortFields, &a.MsgHeader)
+		a.Reason = AbortReason(r.uint(math.MaxUint8))
+		a.Text = r.str(AbortTextBytesMax)
+		m = &a
+	case MsgHeartbeat:
+		var h Heartbeat
+		r.header(heartbeatFields, &h.MsgHeader)
+		h.Tick = r.uint(math.MaxUint64)
+		m = &h
+	default:
+		return nil, fmt.Errorf("%w: %d", ErrUnknownType, uint8(t))
+	}
+	if r.err == nil && r.pos != len(r.b) {
+		r.fail(fmt.Errorf("%w: %d bytes after the last field", ErrMalformed, len(r.b)-r.pos))
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("%w (%v, field %d, byte %d)", r.err, t, r.field, r.pos)
+	}
+	return m, nil
+}
+
+// msgReader reads the fields of one message. The first error sticks and
+// turns every later read into a no-op returning zero, so DecodeMessage
+// reads a message straight through and checks once.
+type msgReader struct {
+	b     []byte
+	pos   int
+	field int // index of the field being read, for error text
+	err   error
+}
+
+func (r *msgReader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// header reads the array header, which must announce exactly fields
+// elements, and the MsgHeader fields.
+func (r *msgReader) header(fields int, h *MsgHeader) {
+	n, size, err := ReadArrayHeader(r.b)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if n != fields {
+		r.fail(fmt.Errorf("%w: %d fields, want %d", ErrMalformed, n, fields))
+		return
+	}
+	r.pos = size
+	h.Epoch = r.uint(math.MaxUint64)
+	h.Partition = uint32(r.uint(math.MaxUint32))
+}
+
+// uint reads an unsigned field no larger than limit.
+func (r *msgReader) uint(limit uint64) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n, err := readUint(r.b[r.pos:])
+	if err != nil {
+		r.fail(err)
+		return 0
+	}
+	if v > limit {
+		r.fail(fmt.Errorf("%w: %d over %d", ErrMalformed, v, limit))
+		return 0
+	}
+	r.pos += n
+	r.field++
+	return v
+}
+
+func (r *msgReader) txnID() txnid.ID { return txnid.ID(r.uint(math.MaxUint64)) }
+
+// str reads a str field of at most limit bytes; the length is checked
+// before the string is allocated.
+func (r *msgReader) str(limit int) string {
+	if r.err != nil {
+		return ""
+	}
+	if len(r.b) == r.pos {
+		r.fail(ErrTruncated)
+		return ""
+	}
+	hdr, n, err := strLen(r.b[r.pos:])
+	if err != nil {
+		r.fail(err)
+		return ""
+	}
+	if n > limit {
+		r.fail(fmt.Errorf("%w: string of %d bytes, limit %d", ErrTooLarge, n, limit))
+		return ""
+	}
+	s := string(r.b[r.pos+hdr : r.pos+hdr+n])
+	r.pos += hdr + n
+	r.field++
+	return s
+}
+
+// tuples reads a block's array of tuples, checking its structure (see
+// ScanTuples), and returns its count and its bytes, header included,
+// aliasing the input. The slice's capacity ends with it, so a caller's
+// append cannot overwrite what follows.
+func (r *msgReader) tuples() (uint32, []byte) {
+	if r.err != nil {
+		return 0, nil
+	}
+	n, size, err := scanTupleArray(r.b[r.pos:])
+	if err != nil {
+		r.fail(err)
+		return 0, nil
+	}
+	end := r.pos + size
+	t := r.b[r.pos:end:end]
+	r.pos = end
+	r.field++
+	// ReadArrayHeader reads at most a uint32 count.
+	return uint32(n), t
+}
+
+// truncateText cuts s to at most limit bytes without splitting a UTF-8
+// sequence, so that a long error text still fits an Abort.
+func truncateText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && cut > limit-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
