@@ -13,8 +13,11 @@ const (
 	// enough that evacuating one during compaction is a short copy.
 	ChunkBytesMax = 1 << 20
 	// TupleBytesMax bounds one stored tuple. A tuple larger than
-	// ChunkBytesMax/4 gets a chunk of its own.
-	TupleBytesMax = 16 << 20
+	// ChunkBytesMax/4 gets a chunk of its own. It stays well below one wire
+	// frame (wire.FramePayloadRawBytesMax), so every row the partition
+	// accepts can be shipped by a rejoin in a block of its own; cow checks
+	// this at compile time.
+	TupleBytesMax = 4 << 20
 	// compactGarbageBytesMin is the dead space below which a table does not
 	// bother to compact, whatever the ratio.
 	compactGarbageBytesMin = 256 << 10
