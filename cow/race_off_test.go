@@ -1,0 +1,5 @@
+//go:build !race
+
+package cow
+
+const raceEnabled = false
