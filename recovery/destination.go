@@ -1,0 +1,322 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rejoin-db/rejoin/cow"
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// DestinationConfig sets one destination attempt's identity and limits.
+type DestinationConfig struct {
+	// Header is the attempt's fencing epoch and partition.
+	Header wire.MsgHeader
+	// Initiators are the partition's initiators: the destination proposes
+	// once it has heard from every one of them.
+	Initiators []txnid.Initiator
+	// StallTicksMax: an attempt that makes no progress for this long aborts.
+	StallTicksMax int
+	// HeartbeatTicks: send a heartbeat when nothing else was sent for this
+	// long.
+	HeartbeatTicks int
+}
+
+// Validate checks every limit.
+func (c DestinationConfig) Validate() error {
+	switch {
+	case len(c.Initiators) == 0:
+		return fmt.Errorf("%w: no initiators", ErrConfig)
+	case c.StallTicksMax < 1:
+		return fmt.Errorf("%w: StallTicksMax %d, want >= 1", ErrConfig, c.StallTicksMax)
+	case c.HeartbeatTicks < 1 || c.HeartbeatTicks >= c.StallTicksMax:
+		return fmt.Errorf("%w: HeartbeatTicks %d, want 1..%d (below StallTicksMax)", ErrConfig, c.HeartbeatTicks, c.StallTicksMax-1)
+	}
+	return nil
+}
+
+// holdAll is the destination executor's gate until it goes live: it
+// buffers, it does not execute.
+type holdAll struct{}
+
+func (holdAll) BeforeTxn(txnid.ID) bool { return false }
+
+// Destination is the RecoveryDestinationProcessor: the side of one rejoin
+// attempt that rebuilds a partition replica. It buffers the partition's
+// transaction feed from the start, proposes P, applies the snapshot and
+// catch-up blocks in order, checks the digest at the handoff txn E, drops
+// its buffered txns below E and lets its executor run from E on.
+//
+// Like Source it has no I/O and no clock. The driver feeds it the
+// initiators' traffic (OnTxn, OnHeartbeat), the source's messages
+// (OnMessage) and ticks, and sends what Outbox returns.
+//
+// Invariants: the partition is empty when the attempt starts and is
+// emptied again if it aborts, so a failed attempt leaves nothing half
+// built; the executor runs nothing before the replica is live; blocks are
+// applied exactly once, in Seq order; the replica goes live only with the
+// source's digest at E.
+type Destination struct {
+	cfg     DestinationConfig
+	state   State
+	exec    *partition.Executor
+	cov     *Coverage
+	applier cow.Applier
+
+	p, s    txnid.ID // proposed P and answered S
+	applied uint64   // Seq of the last block applied
+
+	tick      uint64
+	idleTicks int
+	quietTick int
+
+	out []wire.Message
+	err *AbortError
+	m   Metrics
+}
+
+// NewDestination starts a destination attempt on exec's partition: it
+// empties the partition and holds the executor, which buffers from now on.
+// The driver must already have added cfg.Initiators to exec.
+func NewDestination(exec *partition.Executor, cfg DestinationConfig) (*Destination, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	exec.Partition().Clear()
+	exec.SetGate(holdAll{})
+	return &Destination{
+		cfg:   cfg,
+		state: StateBuffering,
+		exec:  exec,
+		cov:   NewCoverage(cfg.Initiators),
+	}, nil
+}
+
+// State returns the attempt's state.
+func (d *Destination) State() State { return d.state }
+
+// Err returns why the attempt aborted, or nil.
+func (d *Destination) Err() error {
+	if d.err == nil {
+		return nil
+	}
+	return d.err
+}
+
+// Proposal returns P (Zero before the proposal).
+func (d *Destination) Proposal() txnid.ID { return d.p }
+
+// Metrics returns what the attempt did so far.
+func (d *Destination) Metrics() Metrics { return d.m }
+
+// Outbox returns the messages to send, in order, and forgets them.
+func (d *Destination) Outbox() []wire.Message {
+	out := d.out
+	d.out = nil
+	return out
+}
+
+func (d *Destination) send(m wire.Message) {
+	d.out = append(d.out, m)
+	d.quietTick = 0
+}
+
+func (d *Destination) move(to State) { destinationMoves.move(&d.state, to, "destination") }
+
+// OnTxn buffers a transaction of the partition's feed. While the attempt
+// runs, the executor only queues it; after the handoff it runs in order.
+// A full buffer aborts the attempt: the rejoin outran the buffer.
+func (d *Destination) OnTxn(inv partition.Invocation) error {
+	if err := d.exec.Offer(inv); err != nil {
+		if errors.Is(err, partition.ErrQueueFull) && !d.state.Final() {
+			d.abort(wire.AbortOverload, "transaction buffer full: "+err.Error(), false)
+		}
+		return err
+	}
+	d.observe(inv.ID)
+	return nil
+}
+
+// OnHeartbeat records an initiator's heartbeat.
+func (d *Destination) OnHeartbeat(id txnid.ID) error {
+	if err := d.exec.Heartbeat(id); err != nil {
+		return err
+	}
+	d.observe(id)
+	return nil
+}
+
+func (d *Destination) observe(id txnid.ID) {
+	d.cov.Observe(id)
+	if d.state == StateBuffering {
+		d.idleTicks = 0
+		d.maybePropose()
+	}
+}
+
+func (d *Destination) maybePropose() {
+	p, err := d.cov.Proposal()
+	if err != nil {
+		return // not every initiator heard yet
+	}
+	d.p = p
+	d.move(StateProposing)
+	d.send(&wire.Propose{MsgHeader: d.cfg.Header, TxnID: p})
+}
+
+// OnMessage handles one message from the source.
+func (d *Destination) OnMessage(m wire.Message) error {
+	if d.state.Final() {
+		if d.state == StateAborted {
+			return ErrAborted
+		}
+		return nil
+	}
+	superseded, err := checkHeader(d.cfg.Header, m)
+	if err != nil {
+		if errors.Is(err, ErrStaleEpoch) {
+			d.m.StaleRejected++
+		}
+		return err
+	}
+	if superseded {
+		d.abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", m.Header().Epoch), false)
+		return d.err
+	}
+	switch m := m.(type) {
+	case *wire.Answer:
+		return d.onAnswer(m)
+	case *wire.Block:
+		return d.onBlock(m)
+	case *wire.Handoff:
+		return d.onHandoff(m)
+	case *wire.Abort:
+		d.abort(m.Reason, m.Text, true)
+		return d.err
+	case *wire.Heartbeat:
+		if d.state != StateBuffering {
+			d.idleTicks = 0
+		}
+		return nil
+	}
+	return d.protocol("unexpected %s in state %s", m.Type(), d.state)
+}
+
+func (d *Destination) protocol(format string, args ...any) error {
+	d.abort(wire.AbortProtocol, fmt.Sprintf(format, args...), false)
+	return d.err
+}
+
+func (d *Destination) onAnswer(m *wire.Answer) error {
+	if d.state != StateProposing {
+		return d.protocol("answer in state %s", d.state)
+	}
+	if m.TxnID < d.p {
+		return d.protocol("answer %v below proposal %v", m.TxnID, d.p)
+	}
+	d.s = m.TxnID
+	d.idleTicks = 0
+	d.move(StateStreaming)
+	return nil
+}
+
+func (d *Destination) onBlock(m *wire.Block) error {
+	if d.state != StateStreaming && d.state != StateCatchingUp {
+		return d.protocol("block %d in state %s", m.Seq, d.state)
+	}
+	switch {
+	case m.Seq <= d.applied:
+		// A resent block is already applied: acknowledge again, change
+		// nothing.
+		d.send(&wire.Ack{MsgHeader: d.cfg.Header, Seq: d.applied})
+		return nil
+	case m.Seq != d.applied+1:
+		return d.protocol("block %d after block %d", m.Seq, d.applied)
+	}
+	if m.Kind == wire.BlockSnapshot && d.state == StateCatchingUp {
+		return d.protocol("snapshot block %d during catch-up", m.Seq)
+	}
+	if m.Kind != wire.BlockSnapshot && d.state == StateStreaming {
+		d.move(StateCatchingUp)
+	}
+	b := cow.Block{Kind: m.Kind, Table: partition.TableID(m.Table), Count: m.Count, Tuples: m.Tuples}
+	if err := d.applier.Apply(d.exec.Partition(), b); err != nil {
+		d.abort(wire.AbortDecodeError, fmt.Sprintf("block %d: %v", m.Seq, err), false)
+		return d.err
+	}
+	d.applied = m.Seq
+	d.idleTicks = 0
+	d.m.addBlock(m.Kind, m.Count, len(m.Tuples))
+	d.send(&wire.Ack{MsgHeader: d.cfg.Header, Seq: m.Seq})
+	return nil
+}
+
+func (d *Destination) onHandoff(m *wire.Handoff) error {
+	if d.state != StateStreaming && d.state != StateCatchingUp {
+		return d.protocol("handoff in state %s", d.state)
+	}
+	if m.LastSeq != d.applied {
+		return d.protocol("handoff after block %d, applied %d", m.LastSeq, d.applied)
+	}
+	if m.TxnID < d.s {
+		return d.protocol("handoff at %v below the boundary %v", m.TxnID, d.s)
+	}
+	d.move(StateHandingOff)
+	p := d.exec.Partition()
+	var rows uint64
+	for _, t := range p.Tables() {
+		rows += uint64(t.Len())
+	}
+	if got := p.Digest(); got != m.Digest || rows != m.Rows {
+		d.abort(wire.AbortDigestMismatch, fmt.Sprintf("at %v: digest %016x with %d rows, source has %016x with %d rows", m.TxnID, got, rows, m.Digest, m.Rows), false)
+		return d.err
+	}
+	d.m.TxnsDropped = d.exec.ResetTo(m.TxnID)
+	d.exec.SetGate(nil)
+	d.move(StateLive)
+	return nil
+}
+
+// Tick advances the attempt's clock: the heartbeat and stall detection.
+// Progress is initiator traffic while buffering, and any message from the
+// source after the proposal (the source heartbeats while it executes up to
+// S; a block or an answer moves things on).
+func (d *Destination) Tick() {
+	if d.state.Final() {
+		return
+	}
+	d.tick++
+	d.idleTicks++
+	if d.idleTicks > d.cfg.StallTicksMax {
+		d.abort(wire.AbortTimeout, fmt.Sprintf("no progress for %d ticks in state %s", d.idleTicks-1, d.state), false)
+		return
+	}
+	d.quietTick++
+	if d.quietTick >= d.cfg.HeartbeatTicks {
+		d.send(&wire.Heartbeat{MsgHeader: d.cfg.Header, Tick: d.tick})
+	}
+}
+
+// Abort ends the attempt from outside. With wire.AbortNodeFailed it is the
+// "hara kiri" of DESIGN.md step 8: a node of the partition failed while the
+// rejoin ran, so the destination drops what it built and lets the failure
+// handling start afresh.
+func (d *Destination) Abort(reason wire.AbortReason, text string) {
+	d.abort(reason, text, false)
+}
+
+func (d *Destination) abort(reason wire.AbortReason, text string, remote bool) {
+	if d.state.Final() {
+		return
+	}
+	d.err = &AbortError{Reason: reason, Text: text, Remote: remote}
+	if !remote {
+		d.send(&wire.Abort{MsgHeader: d.cfg.Header, Reason: reason, Text: text})
+	}
+	// Drop the partial replica; the executor stays held, so nothing runs
+	// on it. A new attempt starts from a new processor.
+	d.exec.Partition().Clear()
+	d.move(StateAborted)
+}

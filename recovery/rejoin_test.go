@@ -1,0 +1,374 @@
+package recovery
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+var kvSchema = partition.Schema{
+	Name:    "kv",
+	Columns: []partition.Column{{Name: "k", Type: wire.TypeBytes}, {Name: "v", Type: wire.TypeBytes}, {Name: "n", Type: wire.TypeInt64}},
+	Key:     []int{0},
+}
+
+func kvKey(i int) []byte {
+	var k [16]byte
+	binary.BigEndian.PutUint64(k[:], uint64(i))
+	binary.BigEndian.PutUint64(k[8:], uint64(i)*0x9e3779b97f4a7c15)
+	return k[:]
+}
+
+func newReplica(t testing.TB, initiators []txnid.Initiator) *partition.Executor {
+	t.Helper()
+	p := partition.New()
+	if _, err := p.CreateTable(kvSchema); err != nil {
+		t.Fatal(err)
+	}
+	e := partition.NewExecutor(p, partition.NewBuiltinRegistry(), partition.ExecutorConfig{QueueTxnsMax: 1 << 20})
+	for _, in := range initiators {
+		e.AddInitiator(in)
+	}
+	return e
+}
+
+// inProcess is the smallest driver: the two processors in one loop, each
+// message delivered at once and in order.
+type inProcess struct {
+	t        *testing.T
+	rng      *rand.Rand
+	now      int64
+	gens     []*txnid.Generator
+	src, dst *partition.Executor
+	source   *Source
+	dest     *Destination
+	keys     int
+	enc      wire.TupleEncoder
+	// toDest and toSource are the two directions of the link, FIFO.
+	toDest, toSource []wire.Message
+}
+
+func newInProcess(t *testing.T, seed uint64, rows int, scfg SourceConfig) *inProcess {
+	ins := []txnid.Initiator{1, 2}
+	r := &inProcess{t: t, rng: rand.New(rand.NewPCG(seed, 9)), now: txnid.EpochUnixMillis + 5000, keys: rows * 2}
+	for _, in := range ins {
+		g, err := txnid.NewGenerator(in, func() int64 { return r.now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.gens = append(r.gens, g)
+	}
+	r.src = newReplica(t, ins)
+	tbl := r.src.Partition().TableByName("kv")
+	for i := 0; i < rows; i++ {
+		if _, err := tbl.Insert([]wire.Value{wire.Bytes(kvKey(i)), wire.Bytes([]byte("initial value")), wire.Int64(int64(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.dst = newReplica(t, ins)
+	h := wire.MsgHeader{Epoch: 7, Partition: 3}
+	scfg.Header = h
+	var err error
+	if r.source, err = NewSource(r.src, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if r.dest, err = NewDestination(r.dst, DestinationConfig{Header: h, Initiators: ins, StallTicksMax: 50, HeartbeatTicks: 5}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// feed sends one random txn or heartbeat from a random initiator to both
+// replicas, as an initiator does.
+func (r *inProcess) feed(destToo bool) {
+	r.now += int64(r.rng.IntN(2))
+	g := r.gens[r.rng.IntN(len(r.gens))]
+	id := g.Next()
+	if r.rng.IntN(4) == 0 {
+		if err := r.src.Heartbeat(id); err != nil {
+			r.t.Fatal(err)
+		}
+		if destToo {
+			if err := r.dest.OnHeartbeat(id); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+		return
+	}
+	k := wire.Bytes(kvKey(r.rng.IntN(r.keys)))
+	var vals []wire.Value
+	proc := partition.ProcUpsert
+	// Increments are not idempotent, so a txn executed twice (or not at
+	// all) shows in the digest.
+	switch r.rng.IntN(5) {
+	case 0:
+		proc, vals = partition.ProcDelete, []wire.Value{wire.String("kv"), k}
+	case 1, 2:
+		proc, vals = partition.ProcIncrement, []wire.Value{wire.String("kv"), wire.String("n"), wire.Int64(1 + r.rng.Int64N(9)), k}
+	default:
+		v := make([]byte, r.rng.IntN(40))
+		vals = []wire.Value{wire.String("kv"), k, wire.Bytes(v), wire.Int64(int64(id))}
+	}
+	params, err := r.enc.AppendTuple(nil, vals)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	inv := partition.Invocation{ID: id, Proc: proc, Params: params}
+	if err := r.src.Offer(inv); err != nil {
+		r.t.Fatal(err)
+	}
+	if destToo {
+		if err := r.dest.OnTxn(inv); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// exchange delivers a few messages each way, in order; the rest wait in
+// the links for the next call, so transactions interleave with the stream.
+func (r *inProcess) exchange() { r.exchangeUntil(func() bool { return false }) }
+
+// exchangeUntil delivers up to a few messages each way, one at a time,
+// stopping early once stop holds.
+func (r *inProcess) exchangeUntil(stop func() bool) {
+	r.toDest = append(r.toDest, r.source.Outbox()...)
+	r.toSource = append(r.toSource, r.dest.Outbox()...)
+	for n := 1 + r.rng.IntN(3); n > 0 && !stop(); n-- {
+		if len(r.toDest) > 0 {
+			m := r.toDest[0]
+			r.toDest = r.toDest[1:]
+			_ = r.dest.OnMessage(m)
+		}
+		if stop() {
+			return
+		}
+		if len(r.toSource) > 0 {
+			m := r.toSource[0]
+			r.toSource = r.toSource[1:]
+			_ = r.source.OnMessage(m)
+		}
+		r.toDest = append(r.toDest, r.source.Outbox()...)
+		r.toSource = append(r.toSource, r.dest.Outbox()...)
+	}
+}
+
+// stepSource runs up to n ready txns on the source, pumping between them.
+func (r *inProcess) stepSource(n int) {
+	for ; n > 0; n-- {
+		if _, ok := r.src.Step(); !ok {
+			break
+		}
+		r.source.Pump()
+	}
+	r.source.Pump()
+}
+
+func drainExec(e *partition.Executor) {
+	for {
+		if _, ok := e.Step(); !ok {
+			return
+		}
+	}
+}
+
+func TestRejoinInProcess(t *testing.T) {
+	var multiRound, withDeltas, withDropped int
+	for seed := uint64(1); seed <= 40; seed++ {
+		cfg := DefaultSourceConfig(wire.MsgHeader{})
+		cfg.Stream.BlockBytesMax = 1 << (6 + seed%8) // 64 B .. 8 KiB: many blocks and rounds
+		cfg.WindowBlocksMax = 1 + int(seed%4)
+		cfg.HandoffLogBytesMax = int(seed%3) * 32 // 0: rounds go on until the log is empty or RoundsMax
+		r := newInProcess(t, seed, 300, cfg)
+		for i := 0; i < 5000 && !r.dest.State().Final(); i++ {
+			r.feed(true)
+			r.stepSource(r.rng.IntN(3))
+			if i%3 == 0 {
+				r.source.Tick()
+				r.dest.Tick()
+			}
+			r.exchange()
+		}
+		if r.dest.State() != StateLive || r.source.State() != StateDone {
+			t.Fatalf("seed %d: destination %s (%v), source %s (%v)", seed, r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
+		}
+		// Live: both replicas execute the same feed and stay equal.
+		for i := 0; i < 200; i++ {
+			r.feed(true)
+			if i%20 == 19 {
+				drainExec(r.src)
+				drainExec(r.dst)
+				if r.src.LastExecuted() != r.dst.LastExecuted() {
+					t.Fatalf("seed %d: source at %v, destination at %v", seed, r.src.LastExecuted(), r.dst.LastExecuted())
+				}
+				if a, b := r.src.Partition().Digest(), r.dst.Partition().Digest(); a != b {
+					t.Fatalf("seed %d: after handoff, digests differ at %v: %x vs %x", seed, r.src.LastExecuted(), a, b)
+				}
+			}
+		}
+		m := r.source.Metrics()
+		if m.Snapshot.Rows == 0 {
+			t.Fatalf("seed %d: no snapshot rows streamed", seed)
+		}
+		if m.Rounds > 1 {
+			multiRound++
+		}
+		if m.Deletes.Rows > 0 && m.Upserts.Rows > 0 {
+			withDeltas++
+		}
+		if r.dest.Metrics().TxnsDropped > 0 {
+			withDropped++
+		}
+	}
+	// The runs must cover what they claim to: writes behind the cursor
+	// shipped in several catch-up rounds, and buffered txns below E
+	// dropped at handoff.
+	if multiRound < 10 || withDeltas < 10 || withDropped < 10 {
+		t.Fatalf("of 40 seeds: %d with several rounds, %d with deletes and upserts, %d dropping buffered txns; want >= 10 each", multiRound, withDeltas, withDropped)
+	}
+}
+
+// TestRejoinHeartbeatsOnly: with no client traffic at all, the handshake
+// still completes and the rejoin ends live.
+func TestRejoinHeartbeatsOnly(t *testing.T) {
+	cfg := DefaultSourceConfig(wire.MsgHeader{})
+	cfg.Stream.BlockBytesMax = 1024
+	r := newInProcess(t, 1, 200, cfg)
+	for i := 0; i < 2000 && !r.dest.State().Final(); i++ {
+		g := r.gens[i%2]
+		r.now++
+		id := g.Next()
+		if err := r.src.Heartbeat(id); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.dest.OnHeartbeat(id); err != nil {
+			t.Fatal(err)
+		}
+		r.stepSource(1)
+		r.source.Tick()
+		r.dest.Tick()
+		r.exchange()
+	}
+	if r.dest.State() != StateLive {
+		t.Fatalf("destination %s: %v", r.dest.State(), r.dest.Err())
+	}
+	if r.src.Partition().Digest() != r.dst.Partition().Digest() {
+		t.Fatal("digests differ")
+	}
+}
+
+// TestRejoinAbortsCleanly aborts at each phase and checks both sides: the
+// destination empty and held, the source with no stream or gate left
+// (its later writes are not logged and not held).
+func TestRejoinAbortsCleanly(t *testing.T) {
+	for _, at := range []State{StateBuffering, StateProposing, StateStreaming, StateCatchingUp} {
+		cfg := DefaultSourceConfig(wire.MsgHeader{})
+		cfg.Stream.BlockBytesMax = 128
+		cfg.WindowBlocksMax = 1
+		r := newInProcess(t, 5, 300, cfg)
+		reached := func() bool { return r.dest.State() == at }
+		for i := 0; i < 5000 && !reached(); i++ {
+			r.feed(true)
+			r.stepSource(1)
+			r.exchangeUntil(reached)
+		}
+		if r.dest.State() != at {
+			t.Fatalf("never reached %s (at %s)", at, r.dest.State())
+		}
+		r.dest.Abort(wire.AbortNodeFailed, "a node of the partition failed")
+		r.exchange()
+		if r.dest.State() != StateAborted || r.source.State() != StateAborted {
+			t.Fatalf("abort at %s: destination %s, source %s", at, r.dest.State(), r.source.State())
+		}
+		if n := r.dst.Partition().Tables()[0].Len(); n != 0 {
+			t.Fatalf("abort at %s: destination keeps %d rows", at, n)
+		}
+		if _, ok := r.dst.Step(); ok {
+			t.Fatalf("abort at %s: the aborted destination executed a txn", at)
+		}
+		// The source runs freely again.
+		for i := 0; i < 50; i++ {
+			r.feed(false)
+		}
+		r.now += 100
+		for _, g := range r.gens {
+			if err := r.src.Heartbeat(g.Next()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.stepSource(1000)
+		if r.src.Queued() != 0 {
+			t.Fatalf("abort at %s: source still holds %d txns", at, r.src.Queued())
+		}
+	}
+}
+
+// TestRejoinDigestMismatchFails corrupts one row in transit, keeping the
+// block valid: the destination must refuse to go live.
+func TestRejoinDigestMismatchFails(t *testing.T) {
+	cfg := DefaultSourceConfig(wire.MsgHeader{})
+	cfg.Stream.BlockBytesMax = 512
+	r := newInProcess(t, 3, 100, cfg)
+	corrupted := false
+	for i := 0; i < 5000 && !r.dest.State().Final(); i++ {
+		r.feed(true)
+		r.stepSource(1)
+		if !corrupted {
+			for _, m := range r.source.Outbox() {
+				if b, ok := m.(*wire.Block); ok && b.Kind == wire.BlockSnapshot && !corrupted {
+					// A kv tuple ends with its int64 column n, here a
+					// positive fixint below 100: flipping its low bit keeps
+					// the tuple valid and changes the row.
+					b.Tuples[len(b.Tuples)-1] ^= 0x01
+					corrupted = true
+				}
+				r.toDest = append(r.toDest, m)
+			}
+		}
+		r.exchange()
+		r.source.Tick()
+		r.dest.Tick()
+	}
+	if !corrupted {
+		t.Fatal("no snapshot block to corrupt")
+	}
+	var ae *AbortError
+	if r.dest.State() != StateAborted || !errors.As(r.dest.Err(), &ae) || ae.Reason != wire.AbortDigestMismatch {
+		t.Fatalf("destination %s with %v; want aborted for a digest mismatch", r.dest.State(), r.dest.Err())
+	}
+	if r.dst.Partition().Tables()[0].Len() != 0 {
+		t.Fatal("destination kept rows after a digest mismatch")
+	}
+}
+
+// TestEpochFencing: a message of a lower epoch is rejected and counted and
+// changes nothing; a higher one means this attempt is superseded.
+func TestEpochFencing(t *testing.T) {
+	cfg := DefaultSourceConfig(wire.MsgHeader{})
+	r := newInProcess(t, 4, 10, cfg)
+	stale := &wire.Propose{MsgHeader: wire.MsgHeader{Epoch: 6, Partition: 3}, TxnID: 1}
+	if err := r.source.OnMessage(stale); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("stale proposal: %v, want ErrStaleEpoch", err)
+	}
+	if r.source.State() != StateAnswering || r.source.Metrics().StaleRejected != 1 || len(r.source.Outbox()) != 0 {
+		t.Fatalf("stale proposal changed the source: %s, %+v", r.source.State(), r.source.Metrics())
+	}
+	if err := r.dest.OnMessage(&wire.Answer{MsgHeader: wire.MsgHeader{Epoch: 1, Partition: 3}, TxnID: 5}); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("stale answer: %v, want ErrStaleEpoch", err)
+	}
+	if err := r.dest.OnMessage(&wire.Heartbeat{MsgHeader: wire.MsgHeader{Epoch: 7, Partition: 4}}); !errors.Is(err, ErrWrongPartition) {
+		t.Fatalf("other partition: %v, want ErrWrongPartition", err)
+	}
+	if r.dest.State() != StateBuffering || r.dest.Metrics().StaleRejected != 1 {
+		t.Fatalf("stale answer changed the destination: %s", r.dest.State())
+	}
+	_ = r.source.OnMessage(&wire.Heartbeat{MsgHeader: wire.MsgHeader{Epoch: 8, Partition: 3}})
+	var ae *AbortError
+	if r.source.State() != StateAborted || !errors.As(r.source.Err(), &ae) || ae.Reason != wire.AbortStaleEpoch {
+		t.Fatalf("newer epoch: source %s, %v; want aborted as superseded", r.source.State(), r.source.Err())
+	}
+}

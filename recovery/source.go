@@ -1,0 +1,417 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rejoin-db/rejoin/cow"
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// SourceConfig sets one source attempt's identity and limits. Times are in
+// ticks, which the driver maps to wall time.
+type SourceConfig struct {
+	// Header is the attempt's fencing epoch and partition; every message
+	// sent carries it.
+	Header wire.MsgHeader
+	// WindowBlocksMax bounds the blocks sent and not yet acknowledged.
+	WindowBlocksMax int
+	// StallTicksMax: an attempt that makes no progress for this long aborts
+	// (DESIGN.md step 8). What counts as progress depends on the state; see
+	// Source.Tick.
+	StallTicksMax int
+	// HeartbeatTicks: send a heartbeat when nothing else was sent for this
+	// long, so the peer's stall detection hears that we are alive.
+	HeartbeatTicks int
+	// HandoffLogBytesMax: a catch-up round that ends with the change log at
+	// or below this size is followed by the handoff. It bounds the final
+	// delta, and so the moment the source holds execution.
+	HandoffLogBytesMax int
+	// RoundsMax bounds the catch-up rounds: after this many the handoff
+	// comes whatever the log's size, so a rejoin never loops in catch-up.
+	// The final delta is then bounded by the change log's own bound.
+	RoundsMax int
+	// Stream configures the table stream and its change log.
+	Stream cow.Config
+}
+
+// DefaultSourceConfig returns limits that suit a node: windows of 16
+// blocks of 256 KiB, a stall window of 100 ticks, handoff under 256 KiB of
+// log or after 16 rounds.
+func DefaultSourceConfig(h wire.MsgHeader) SourceConfig {
+	return SourceConfig{
+		Header:             h,
+		WindowBlocksMax:    16,
+		StallTicksMax:      100,
+		HeartbeatTicks:     10,
+		HandoffLogBytesMax: 256 << 10,
+		RoundsMax:          16,
+		Stream:             cow.DefaultConfig(),
+	}
+}
+
+// Validate checks every limit.
+func (c SourceConfig) Validate() error {
+	switch {
+	case c.WindowBlocksMax < 1:
+		return fmt.Errorf("%w: WindowBlocksMax %d, want >= 1", ErrConfig, c.WindowBlocksMax)
+	case c.StallTicksMax < 1:
+		return fmt.Errorf("%w: StallTicksMax %d, want >= 1", ErrConfig, c.StallTicksMax)
+	case c.HeartbeatTicks < 1 || c.HeartbeatTicks >= c.StallTicksMax:
+		return fmt.Errorf("%w: HeartbeatTicks %d, want 1..%d (below StallTicksMax)", ErrConfig, c.HeartbeatTicks, c.StallTicksMax-1)
+	case c.HandoffLogBytesMax < 0:
+		return fmt.Errorf("%w: HandoffLogBytesMax %d, want >= 0", ErrConfig, c.HandoffLogBytesMax)
+	case c.RoundsMax < 1:
+		return fmt.Errorf("%w: RoundsMax %d, want >= 1", ErrConfig, c.RoundsMax)
+	}
+	if err := c.Stream.Validate(); err != nil {
+		return fmt.Errorf("%w: stream: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// Source is the RecoverySourceProcessor: the source side of one rejoin
+// attempt, on the live replica the partition is copied from. It answers
+// the destination's proposal, activates the table stream at the boundary
+// S, ships the snapshot and the catch-up rounds under the window, and
+// hands off at E.
+//
+// It is a state machine with no I/O and no clock: the driver feeds it the
+// peer's messages (OnMessage) and ticks (Tick), calls Pump between two
+// transactions of the partition's executor, and sends what Outbox returns,
+// in order. It is also the executor's Gate while the attempt runs, which is
+// how it activates exactly at S, throttles, and holds the partition for the
+// handoff. Like the executor, it belongs to the executor's goroutine.
+//
+// Invariants: at most WindowBlocksMax blocks are unacknowledged; blocks
+// carry consecutive sequence numbers from 1; when the attempt ends, by
+// handoff or abort, the stream is deactivated and the gate removed, so the
+// source partition is as it would be without the attempt.
+type Source struct {
+	cfg    SourceConfig
+	state  State
+	exec   *partition.Executor
+	stream *cow.Stream
+	// s is the agreed boundary S; valid from StateAwaitingBoundary.
+	s txnid.ID
+	// sent is the Seq of the last block sent, acked the highest Seq
+	// acknowledged. Invariant: acked <= sent <= acked + WindowBlocksMax.
+	sent, acked uint64
+
+	tick      uint64
+	idleTicks int      // ticks without progress; see Tick
+	quietTick int      // ticks since anything was sent
+	lastSafe  txnid.ID // while awaiting S: the safe txn ID last seen
+	holdTick  uint64   // when the handoff hold began
+
+	out []wire.Message
+	err *AbortError
+	m   Metrics
+}
+
+// NewSource starts a source attempt on exec's partition and installs itself
+// as exec's gate. One attempt per source executor at a time.
+func NewSource(exec *partition.Executor, cfg SourceConfig) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Source{cfg: cfg, state: StateAnswering, exec: exec}
+	exec.SetGate(s)
+	return s, nil
+}
+
+// State returns the attempt's state.
+func (s *Source) State() State { return s.state }
+
+// Err returns why the attempt aborted, or nil.
+func (s *Source) Err() error {
+	if s.err == nil {
+		return nil
+	}
+	return s.err
+}
+
+// Boundary returns the agreed S (Zero before the answer).
+func (s *Source) Boundary() txnid.ID { return s.s }
+
+// Metrics returns what the attempt did so far.
+func (s *Source) Metrics() Metrics {
+	m := s.m
+	if s.stream != nil {
+		sm := s.stream.Metrics()
+		m.Rounds = sm.Rounds
+		m.LogBytesPeak = sm.LogBytesPeak
+		m.ThrottledTicks = sm.ThrottledTicks
+	}
+	return m
+}
+
+// Outbox returns the messages to send, in order, and forgets them.
+func (s *Source) Outbox() []wire.Message {
+	out := s.out
+	s.out = nil
+	return out
+}
+
+func (s *Source) send(m wire.Message) {
+	s.out = append(s.out, m)
+	s.quietTick = 0
+}
+
+func (s *Source) move(to State) { sourceMoves.move(&s.state, to, "source") }
+
+// BeforeTxn implements partition.Gate. Before S it lets everything run; the
+// txn at S activates the stream first (every txn below S has run, so the
+// partition is at the boundary); from then on the stream's throttle
+// decides, and it holds everything during the handoff.
+func (s *Source) BeforeTxn(next txnid.ID) bool {
+	switch s.state {
+	case StateAwaitingBoundary:
+		if next < s.s {
+			return true
+		}
+		s.activate()
+		if s.state != StateStreaming {
+			return false
+		}
+		return s.stream.BeforeTxn(next)
+	case StateStreaming, StateCatchingUp, StateHandingOff:
+		return s.stream.BeforeTxn(next)
+	}
+	return true
+}
+
+// OnMessage handles one message from the destination. The error says why
+// a message was refused; an error that ends the attempt also shows in
+// State and Err.
+func (s *Source) OnMessage(m wire.Message) error {
+	if s.state.Final() {
+		if s.state == StateAborted {
+			return ErrAborted
+		}
+		return nil // done: late acks and heartbeats are harmless
+	}
+	superseded, err := checkHeader(s.cfg.Header, m)
+	if err != nil {
+		if errors.Is(err, ErrStaleEpoch) {
+			s.m.StaleRejected++
+		}
+		return err
+	}
+	if superseded {
+		s.abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", m.Header().Epoch), false)
+		return s.err
+	}
+	switch m := m.(type) {
+	case *wire.Propose:
+		return s.onPropose(m)
+	case *wire.Ack:
+		return s.onAck(m)
+	case *wire.Abort:
+		s.abort(m.Reason, m.Text, true)
+		return s.err
+	case *wire.Heartbeat:
+		if s.sent == s.acked && s.state != StateAwaitingBoundary {
+			s.idleTicks = 0
+		}
+		return nil
+	}
+	s.abort(wire.AbortProtocol, fmt.Sprintf("unexpected %s in state %s", m.Type(), s.state), false)
+	return s.err
+}
+
+func (s *Source) onPropose(m *wire.Propose) error {
+	if s.state != StateAnswering {
+		s.abort(wire.AbortProtocol, fmt.Sprintf("proposal in state %s", s.state), false)
+		return s.err
+	}
+	s.s = Answer(s.exec, m.TxnID)
+	s.move(StateAwaitingBoundary)
+	s.idleTicks = 0
+	s.lastSafe, _ = s.exec.Safe()
+	s.send(&wire.Answer{MsgHeader: s.cfg.Header, TxnID: s.s})
+	s.Pump()
+	return nil
+}
+
+func (s *Source) onAck(m *wire.Ack) error {
+	if m.Seq > s.sent {
+		s.abort(wire.AbortProtocol, fmt.Sprintf("ack of block %d, only %d sent", m.Seq, s.sent), false)
+		return s.err
+	}
+	if m.Seq > s.acked {
+		s.acked = m.Seq
+		s.idleTicks = 0
+	}
+	s.Pump()
+	return nil
+}
+
+// activate starts the table stream at the boundary S.
+func (s *Source) activate() {
+	if !AtBoundary(s.exec, s.s) {
+		// The executor asked about a txn >= S while a txn < S may still
+		// come: it cannot, the txn asked about is ready, so the safe txn
+		// ID is past S. Reaching here is a bug.
+		panic(fmt.Sprintf("recovery: source asked to run %v before reaching the boundary", s.s))
+	}
+	st, err := cow.Activate(s.exec.Partition(), s.cfg.Stream)
+	if err != nil {
+		s.abort(wire.AbortInternal, "activate table stream: "+err.Error(), false)
+		return
+	}
+	s.stream = st
+	s.move(StateStreaming)
+	s.idleTicks = 0
+}
+
+// Pump does what the source can do now, between two transactions: reach
+// the boundary when only heartbeats flow, ship blocks while the window has
+// room, start catch-up rounds, and hand off. The driver calls it after
+// every executor step and message, and when idle.
+func (s *Source) Pump() {
+	if s.state == StateAwaitingBoundary && AtBoundary(s.exec, s.s) {
+		s.activate()
+	}
+	for !s.state.Final() && s.state != StateAnswering && s.state != StateAwaitingBoundary {
+		if s.sent-s.acked >= uint64(s.cfg.WindowBlocksMax) {
+			return
+		}
+		b, ok := s.stream.NextBlock(nil)
+		if ok {
+			s.sendBlock(b)
+			continue
+		}
+		if !s.advance() {
+			return
+		}
+	}
+}
+
+// advance moves the stream on when it has no block to give: from the
+// snapshot to catch-up, from one round to the next, into the handoff, and
+// out of it. It reports whether there may be more to do at once.
+func (s *Source) advance() bool {
+	switch s.stream.Phase() {
+	case cow.PhaseSnapshot, cow.PhaseRound, cow.PhaseFinal:
+		return false // a block will come once the window or the stream allows
+	case cow.PhaseBetweenRounds:
+		if s.state == StateStreaming {
+			s.move(StateCatchingUp)
+		}
+		// Rounds repeat while the log is above the handoff size; the
+		// stream's throttle makes it shrink when writes outpace shipping,
+		// and RoundsMax ends the loop whatever happens.
+		if s.stream.LogBytes() <= s.cfg.HandoffLogBytesMax || s.stream.Metrics().Rounds >= s.cfg.RoundsMax {
+			return s.beginHandoff()
+		}
+		if err := s.stream.StartRound(); err != nil {
+			s.abort(wire.AbortInternal, "start round: "+err.Error(), false)
+			return false
+		}
+		return true
+	case cow.PhaseDone:
+		s.finishHandoff()
+		return false
+	}
+	s.abort(wire.AbortInternal, fmt.Sprintf("table stream in phase %s", s.stream.Phase()), false)
+	return false
+}
+
+func (s *Source) beginHandoff() bool {
+	if err := s.stream.FinalDelta(); err != nil {
+		s.abort(wire.AbortInternal, "final delta: "+err.Error(), false)
+		return false
+	}
+	s.move(StateHandingOff)
+	s.holdTick = s.tick
+	return true
+}
+
+// finishHandoff ends the attempt at E: every txn < E has executed at the
+// source and none >= E (it holds execution), and every block that brings
+// the destination there is sent.
+func (s *Source) finishHandoff() {
+	p := s.exec.Partition()
+	e := max(s.s, s.exec.LastExecuted()+1)
+	var rows uint64
+	for _, t := range p.Tables() {
+		rows += uint64(t.Len())
+	}
+	s.send(&wire.Handoff{MsgHeader: s.cfg.Header, TxnID: e, Digest: p.Digest(), LastSeq: s.sent, Rows: rows})
+	s.m.HandoffPauseTicks = s.tick - s.holdTick
+	s.release()
+	s.move(StateDone)
+}
+
+func (s *Source) sendBlock(b cow.Block) {
+	s.sent++
+	s.m.addBlock(b.Kind, b.Count, len(b.Tuples))
+	s.send(&wire.Block{
+		MsgHeader: s.cfg.Header,
+		Kind:      b.Kind,
+		Table:     uint32(b.Table),
+		Seq:       s.sent,
+		Count:     b.Count,
+		Tuples:    b.Tuples,
+	})
+}
+
+// Tick advances the attempt's clock by one tick: throttle windows, the
+// heartbeat, and stall detection. Progress, which resets the stall count,
+// is: any message from the peer while waiting for its proposal, the safe
+// txn ID moving while executing up to S, and an acknowledgement (or the
+// peer's heartbeat with nothing outstanding) while streaming.
+func (s *Source) Tick() {
+	if s.state.Final() {
+		return
+	}
+	s.tick++
+	if s.stream != nil {
+		s.stream.Tick()
+	}
+	s.idleTicks++
+	if s.state == StateAwaitingBoundary {
+		if safe, ok := s.exec.Safe(); ok && safe != s.lastSafe {
+			s.lastSafe, s.idleTicks = safe, 0
+		}
+	}
+	if s.idleTicks > s.cfg.StallTicksMax {
+		s.abort(wire.AbortTimeout, fmt.Sprintf("no progress for %d ticks in state %s", s.idleTicks-1, s.state), false)
+		return
+	}
+	s.quietTick++
+	if s.quietTick >= s.cfg.HeartbeatTicks {
+		s.send(&wire.Heartbeat{MsgHeader: s.cfg.Header, Tick: s.tick})
+	}
+	s.Pump()
+}
+
+// Abort ends the attempt from outside: a node of the partition failed, the
+// claim was lost, the node shuts down.
+func (s *Source) Abort(reason wire.AbortReason, text string) {
+	s.abort(reason, text, false)
+}
+
+func (s *Source) abort(reason wire.AbortReason, text string, remote bool) {
+	if s.state.Final() {
+		return
+	}
+	s.err = &AbortError{Reason: reason, Text: text, Remote: remote}
+	if !remote {
+		s.send(&wire.Abort{MsgHeader: s.cfg.Header, Reason: reason, Text: text})
+	}
+	s.release()
+	s.move(StateAborted)
+}
+
+// release gives the partition back: no stream, no gate. The deactivated
+// stream stays referenced for its metrics.
+func (s *Source) release() {
+	if s.stream != nil {
+		s.stream.Deactivate()
+	}
+	s.exec.SetGate(nil)
+}
