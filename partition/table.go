@@ -275,10 +275,11 @@ func (t *Table) Upsert(tuple []byte) (Slot, error) {
 		return 0, err
 	}
 	fields := t.scannedKeyFields(tuple)
-	if s, ok := t.index.lookup(keyHash(fields), fields, t); ok {
+	h := keyHash(fields)
+	if s, ok := t.index.lookup(h, fields, t); ok {
 		return s, t.update(s, tuple)
 	}
-	return t.insert(tuple, 0, false)
+	return t.insertAbsent(tuple, h, 0, false)
 }
 
 // Delete removes the row in slot s and frees the slot.
@@ -391,6 +392,13 @@ func (t *Table) insert(tuple []byte, at Slot, useAt bool) (Slot, error) {
 	if _, dup := t.index.lookup(h, fields, t); dup {
 		return 0, t.errDuplicate(fields)
 	}
+	return t.insertAbsent(tuple, h, at, useAt)
+}
+
+// insertAbsent inserts a scanned tuple whose key, hashing to h, the caller
+// has just looked up and not found; Upsert, the rejoin's apply path,
+// saves the second lookup this way.
+func (t *Table) insertAbsent(tuple []byte, h uint32, at Slot, useAt bool) (Slot, error) {
 	var s Slot
 	switch {
 	case useAt:
