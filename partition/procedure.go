@@ -198,16 +198,27 @@ func procInsert(tx *Txn, params []wire.Value) ([]wire.Value, error) {
 	return nil, err
 }
 
-func procUpsert(tx *Txn, params []wire.Value) ([]wire.Value, error) {
-	t, row, err := tableParam(tx, params)
+// rowParams reads a table name and a whole row, and finds the live row
+// with the same primary key, if any.
+func rowParams(tx *Txn, params []wire.Value) (t *Table, row []wire.Value, slot Slot, found bool, err error) {
+	t, row, err = tableParam(tx, params)
 	if err != nil {
-		return nil, err
+		return nil, nil, 0, false, err
 	}
 	key, err := keyOf(t, row)
 	if err != nil {
-		return nil, err
+		return nil, nil, 0, false, err
 	}
-	if slot, ok := t.LookupValues(key); ok {
+	slot, found = t.LookupValues(key)
+	return t, row, slot, found, nil
+}
+
+func procUpsert(tx *Txn, params []wire.Value) ([]wire.Value, error) {
+	t, row, slot, found, err := rowParams(tx, params)
+	switch {
+	case err != nil:
+		return nil, err
+	case found:
 		return nil, tx.Update(t, slot, row)
 	}
 	_, err = tx.Insert(t, row)
@@ -215,16 +226,12 @@ func procUpsert(tx *Txn, params []wire.Value) ([]wire.Value, error) {
 }
 
 func procUpdate(tx *Txn, params []wire.Value) ([]wire.Value, error) {
-	t, row, err := tableParam(tx, params)
-	if err != nil {
+	t, row, slot, found, err := rowParams(tx, params)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	key, err := keyOf(t, row)
-	if err != nil {
-		return nil, err
-	}
-	slot, ok := t.LookupValues(key)
-	if !ok {
+	case !found:
+		key, _ := keyOf(t, row)
 		return nil, fmt.Errorf("%w: table %q key %v", ErrNoRow, t.Schema().Name, key)
 	}
 	return nil, tx.Update(t, slot, row)

@@ -59,22 +59,14 @@ func (holdAll) BeforeTxn(txnid.ID) bool { return false }
 // applied exactly once, in Seq order; the replica goes live only with the
 // source's digest at E.
 type Destination struct {
+	side
 	cfg     DestinationConfig
-	state   State
 	exec    *partition.Executor
 	cov     *Coverage
 	applier cow.Applier
 
 	p, s    txnid.ID // proposed P and answered S
 	applied uint64   // Seq of the last block applied
-
-	tick      uint64
-	idleTicks int
-	quietTick int
-
-	out []wire.Message
-	err *AbortError
-	m   Metrics
 }
 
 // NewDestination starts a destination attempt on exec's partition: it
@@ -87,22 +79,11 @@ func NewDestination(exec *partition.Executor, cfg DestinationConfig) (*Destinati
 	exec.Partition().Clear()
 	exec.SetGate(holdAll{})
 	return &Destination{
-		cfg:   cfg,
-		state: StateBuffering,
-		exec:  exec,
-		cov:   NewCoverage(cfg.Initiators),
+		side: side{name: "destination", header: cfg.Header, moves: destinationMoves, state: StateBuffering},
+		cfg:  cfg,
+		exec: exec,
+		cov:  NewCoverage(cfg.Initiators),
 	}, nil
-}
-
-// State returns the attempt's state.
-func (d *Destination) State() State { return d.state }
-
-// Err returns why the attempt aborted, or nil.
-func (d *Destination) Err() error {
-	if d.err == nil {
-		return nil
-	}
-	return d.err
 }
 
 // Proposal returns P (Zero before the proposal).
@@ -110,20 +91,6 @@ func (d *Destination) Proposal() txnid.ID { return d.p }
 
 // Metrics returns what the attempt did so far.
 func (d *Destination) Metrics() Metrics { return d.m }
-
-// Outbox returns the messages to send, in order, and forgets them.
-func (d *Destination) Outbox() []wire.Message {
-	out := d.out
-	d.out = nil
-	return out
-}
-
-func (d *Destination) send(m wire.Message) {
-	d.out = append(d.out, m)
-	d.quietTick = 0
-}
-
-func (d *Destination) move(to State) { destinationMoves.move(&d.state, to, "destination") }
 
 // OnTxn buffers a transaction of the partition's feed. While the attempt
 // runs, the executor only queues it; after the handoff it runs in order.
@@ -163,27 +130,13 @@ func (d *Destination) maybePropose() {
 	}
 	d.p = p
 	d.move(StateProposing)
-	d.send(&wire.Propose{MsgHeader: d.cfg.Header, TxnID: p})
+	d.send(&wire.Propose{MsgHeader: d.header, TxnID: p})
 }
 
 // OnMessage handles one message from the source.
 func (d *Destination) OnMessage(m wire.Message) error {
-	if d.state.Final() {
-		if d.state == StateAborted {
-			return ErrAborted
-		}
-		return nil
-	}
-	superseded, err := checkHeader(d.cfg.Header, m)
-	if err != nil {
-		if errors.Is(err, ErrStaleEpoch) {
-			d.m.StaleRejected++
-		}
+	if ok, err := d.admit(m, d.abort); !ok {
 		return err
-	}
-	if superseded {
-		d.abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", m.Header().Epoch), false)
-		return d.err
 	}
 	switch m := m.(type) {
 	case *wire.Answer:
@@ -194,7 +147,7 @@ func (d *Destination) OnMessage(m wire.Message) error {
 		return d.onHandoff(m)
 	case *wire.Abort:
 		d.abort(m.Reason, m.Text, true)
-		return d.err
+		return d.Err()
 	case *wire.Heartbeat:
 		if d.state != StateBuffering {
 			d.idleTicks = 0
@@ -206,7 +159,7 @@ func (d *Destination) OnMessage(m wire.Message) error {
 
 func (d *Destination) protocol(format string, args ...any) error {
 	d.abort(wire.AbortProtocol, fmt.Sprintf(format, args...), false)
-	return d.err
+	return d.Err()
 }
 
 func (d *Destination) onAnswer(m *wire.Answer) error {
@@ -230,7 +183,7 @@ func (d *Destination) onBlock(m *wire.Block) error {
 	case m.Seq <= d.applied:
 		// A resent block is already applied: acknowledge again, change
 		// nothing.
-		d.send(&wire.Ack{MsgHeader: d.cfg.Header, Seq: d.applied})
+		d.send(&wire.Ack{MsgHeader: d.header, Seq: d.applied})
 		return nil
 	case m.Seq != d.applied+1:
 		return d.protocol("block %d after block %d", m.Seq, d.applied)
@@ -244,12 +197,12 @@ func (d *Destination) onBlock(m *wire.Block) error {
 	b := cow.Block{Kind: m.Kind, Table: partition.TableID(m.Table), Count: m.Count, Tuples: m.Tuples}
 	if err := d.applier.Apply(d.exec.Partition(), b); err != nil {
 		d.abort(wire.AbortDecodeError, fmt.Sprintf("block %d: %v", m.Seq, err), false)
-		return d.err
+		return d.Err()
 	}
 	d.applied = m.Seq
 	d.idleTicks = 0
 	d.m.addBlock(m.Kind, m.Count, len(m.Tuples))
-	d.send(&wire.Ack{MsgHeader: d.cfg.Header, Seq: m.Seq})
+	d.send(&wire.Ack{MsgHeader: d.header, Seq: m.Seq})
 	return nil
 }
 
@@ -271,7 +224,7 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 	}
 	if got := p.Digest(); got != m.Digest || rows != m.Rows {
 		d.abort(wire.AbortDigestMismatch, fmt.Sprintf("at %v: digest %016x with %d rows, source has %016x with %d rows", m.TxnID, got, rows, m.Digest, m.Rows), false)
-		return d.err
+		return d.Err()
 	}
 	d.m.TxnsDropped = d.exec.ResetTo(m.TxnID)
 	d.exec.SetGate(nil)
@@ -287,15 +240,8 @@ func (d *Destination) Tick() {
 	if d.state.Final() {
 		return
 	}
-	d.tick++
-	d.idleTicks++
-	if d.idleTicks > d.cfg.StallTicksMax {
-		d.abort(wire.AbortTimeout, fmt.Sprintf("no progress for %d ticks in state %s", d.idleTicks-1, d.state), false)
-		return
-	}
-	d.quietTick++
-	if d.quietTick >= d.cfg.HeartbeatTicks {
-		d.send(&wire.Heartbeat{MsgHeader: d.cfg.Header, Tick: d.tick})
+	if d.countTick(d.cfg.StallTicksMax, d.cfg.HeartbeatTicks) {
+		d.abort(wire.AbortTimeout, d.stallText(), false)
 	}
 }
 
@@ -308,12 +254,8 @@ func (d *Destination) Abort(reason wire.AbortReason, text string) {
 }
 
 func (d *Destination) abort(reason wire.AbortReason, text string, remote bool) {
-	if d.state.Final() {
+	if !d.recordAbort(reason, text, remote) {
 		return
-	}
-	d.err = &AbortError{Reason: reason, Text: text, Remote: remote}
-	if !remote {
-		d.send(&wire.Abort{MsgHeader: d.cfg.Header, Reason: reason, Text: text})
 	}
 	// Drop the partial replica; the executor stays held, so nothing runs
 	// on it. A new attempt starts from a new processor.

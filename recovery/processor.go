@@ -91,3 +91,105 @@ func (m *Metrics) addBlock(kind wire.BlockKind, rows uint32, bytes int) {
 	c.Rows += int64(rows)
 	c.Bytes += int64(bytes)
 }
+
+// side is what the two processors share: the attempt's identity and state,
+// the outbox, why it aborted, its metrics and tick counters, and the checks
+// every incoming message meets before its handler.
+type side struct {
+	name   string
+	header wire.MsgHeader
+	moves  moves
+	state  State
+	out    []wire.Message
+	err    *AbortError
+	m      Metrics
+
+	tick      uint64
+	idleTicks int // ticks without progress; what counts as progress is each side's
+	quietTick int // ticks since anything was sent
+}
+
+// State returns the attempt's state.
+func (c *side) State() State { return c.state }
+
+// Err returns why the attempt aborted, or nil.
+func (c *side) Err() error {
+	if c.err == nil {
+		return nil
+	}
+	return c.err
+}
+
+// Outbox returns the messages to send, in order, and forgets them.
+func (c *side) Outbox() []wire.Message {
+	out := c.out
+	c.out = nil
+	return out
+}
+
+func (c *side) send(m wire.Message) {
+	c.out = append(c.out, m)
+	c.quietTick = 0
+}
+
+func (c *side) move(to State) { c.moves.move(&c.state, to, c.name) }
+
+// admit runs the checks every message meets before its handler and reports
+// whether to handle it; if not, the error is what to tell the driver. An
+// ended attempt takes nothing; a lower epoch is dropped and counted; a
+// higher one means this attempt is superseded, and abort ends it.
+func (c *side) admit(m wire.Message, abort func(wire.AbortReason, string, bool)) (bool, error) {
+	if c.state.Final() {
+		if c.state == StateAborted {
+			return false, ErrAborted
+		}
+		return false, nil // done: late acks and heartbeats are harmless
+	}
+	superseded, err := checkHeader(c.header, m)
+	if err != nil {
+		if errors.Is(err, ErrStaleEpoch) {
+			c.m.StaleRejected++
+		}
+		return false, err
+	}
+	if superseded {
+		abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", m.Header().Epoch), false)
+		return false, c.Err()
+	}
+	return true, nil
+}
+
+// recordAbort records why the attempt ends and tells the peer, unless the
+// abort came from the peer. It reports false if the attempt had already
+// ended, and the caller then does nothing more.
+func (c *side) recordAbort(reason wire.AbortReason, text string, remote bool) bool {
+	if c.state.Final() {
+		return false
+	}
+	c.err = &AbortError{Reason: reason, Text: text, Remote: remote}
+	if !remote {
+		c.send(&wire.Abort{MsgHeader: c.header, Reason: reason, Text: text})
+	}
+	return true
+}
+
+// countTick counts one tick, sends a heartbeat when nothing was sent for
+// heartbeatTicks, and reports whether the attempt went more than
+// stallTicksMax ticks without progress.
+func (c *side) countTick(stallTicksMax, heartbeatTicks int) (stalled bool) {
+	c.tick++
+	c.idleTicks++
+	if c.idleTicks > stallTicksMax {
+		return true
+	}
+	c.quietTick++
+	if c.quietTick >= heartbeatTicks {
+		c.send(&wire.Heartbeat{MsgHeader: c.header, Tick: c.tick})
+	}
+	return false
+}
+
+// stallText says why a stalled attempt aborts.
+func (c *side) stallText() string {
+	return fmt.Sprintf("no progress for %d ticks in state %s", c.idleTicks-1, c.state)
+}

@@ -1,7 +1,6 @@
 package recovery
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/rejoin-db/rejoin/cow"
@@ -90,8 +89,8 @@ func (c SourceConfig) Validate() error {
 // handoff or abort, the stream is deactivated and the gate removed, so the
 // source partition is as it would be without the attempt.
 type Source struct {
+	side
 	cfg    SourceConfig
-	state  State
 	exec   *partition.Executor
 	stream *cow.Stream
 	// s is the agreed boundary S; valid from StateAwaitingBoundary.
@@ -100,15 +99,8 @@ type Source struct {
 	// acknowledged. Invariant: acked <= sent <= acked + WindowBlocksMax.
 	sent, acked uint64
 
-	tick      uint64
-	idleTicks int      // ticks without progress; see Tick
-	quietTick int      // ticks since anything was sent
-	lastSafe  txnid.ID // while awaiting S: the safe txn ID last seen
-	holdTick  uint64   // when the handoff hold began
-
-	out []wire.Message
-	err *AbortError
-	m   Metrics
+	lastSafe txnid.ID // while awaiting S: the safe txn ID last seen
+	holdTick uint64   // when the handoff hold began
 }
 
 // NewSource starts a source attempt on exec's partition and installs itself
@@ -117,20 +109,13 @@ func NewSource(exec *partition.Executor, cfg SourceConfig) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, state: StateAnswering, exec: exec}
+	s := &Source{
+		side: side{name: "source", header: cfg.Header, moves: sourceMoves, state: StateAnswering},
+		cfg:  cfg,
+		exec: exec,
+	}
 	exec.SetGate(s)
 	return s, nil
-}
-
-// State returns the attempt's state.
-func (s *Source) State() State { return s.state }
-
-// Err returns why the attempt aborted, or nil.
-func (s *Source) Err() error {
-	if s.err == nil {
-		return nil
-	}
-	return s.err
 }
 
 // Boundary returns the agreed S (Zero before the answer).
@@ -147,20 +132,6 @@ func (s *Source) Metrics() Metrics {
 	}
 	return m
 }
-
-// Outbox returns the messages to send, in order, and forgets them.
-func (s *Source) Outbox() []wire.Message {
-	out := s.out
-	s.out = nil
-	return out
-}
-
-func (s *Source) send(m wire.Message) {
-	s.out = append(s.out, m)
-	s.quietTick = 0
-}
-
-func (s *Source) move(to State) { sourceMoves.move(&s.state, to, "source") }
 
 // BeforeTxn implements partition.Gate. Before S it lets everything run; the
 // txn at S activates the stream first (every txn below S has run, so the
@@ -187,22 +158,8 @@ func (s *Source) BeforeTxn(next txnid.ID) bool {
 // a message was refused; an error that ends the attempt also shows in
 // State and Err.
 func (s *Source) OnMessage(m wire.Message) error {
-	if s.state.Final() {
-		if s.state == StateAborted {
-			return ErrAborted
-		}
-		return nil // done: late acks and heartbeats are harmless
-	}
-	superseded, err := checkHeader(s.cfg.Header, m)
-	if err != nil {
-		if errors.Is(err, ErrStaleEpoch) {
-			s.m.StaleRejected++
-		}
+	if ok, err := s.admit(m, s.abort); !ok {
 		return err
-	}
-	if superseded {
-		s.abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", m.Header().Epoch), false)
-		return s.err
 	}
 	switch m := m.(type) {
 	case *wire.Propose:
@@ -211,35 +168,37 @@ func (s *Source) OnMessage(m wire.Message) error {
 		return s.onAck(m)
 	case *wire.Abort:
 		s.abort(m.Reason, m.Text, true)
-		return s.err
+		return s.Err()
 	case *wire.Heartbeat:
 		if s.sent == s.acked && s.state != StateAwaitingBoundary {
 			s.idleTicks = 0
 		}
 		return nil
 	}
-	s.abort(wire.AbortProtocol, fmt.Sprintf("unexpected %s in state %s", m.Type(), s.state), false)
-	return s.err
+	return s.protocol("unexpected %s in state %s", m.Type(), s.state)
+}
+
+func (s *Source) protocol(format string, args ...any) error {
+	s.abort(wire.AbortProtocol, fmt.Sprintf(format, args...), false)
+	return s.Err()
 }
 
 func (s *Source) onPropose(m *wire.Propose) error {
 	if s.state != StateAnswering {
-		s.abort(wire.AbortProtocol, fmt.Sprintf("proposal in state %s", s.state), false)
-		return s.err
+		return s.protocol("proposal in state %s", s.state)
 	}
 	s.s = Answer(s.exec, m.TxnID)
 	s.move(StateAwaitingBoundary)
 	s.idleTicks = 0
 	s.lastSafe, _ = s.exec.Safe()
-	s.send(&wire.Answer{MsgHeader: s.cfg.Header, TxnID: s.s})
+	s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s})
 	s.Pump()
 	return nil
 }
 
 func (s *Source) onAck(m *wire.Ack) error {
 	if m.Seq > s.sent {
-		s.abort(wire.AbortProtocol, fmt.Sprintf("ack of block %d, only %d sent", m.Seq, s.sent), false)
-		return s.err
+		return s.protocol("ack of block %d, only %d sent", m.Seq, s.sent)
 	}
 	if m.Seq > s.acked {
 		s.acked = m.Seq
@@ -340,7 +299,7 @@ func (s *Source) finishHandoff() {
 	for _, t := range p.Tables() {
 		rows += uint64(t.Len())
 	}
-	s.send(&wire.Handoff{MsgHeader: s.cfg.Header, TxnID: e, Digest: p.Digest(), LastSeq: s.sent, Rows: rows})
+	s.send(&wire.Handoff{MsgHeader: s.header, TxnID: e, Digest: p.Digest(), LastSeq: s.sent, Rows: rows})
 	s.m.HandoffPauseTicks = s.tick - s.holdTick
 	s.release()
 	s.move(StateDone)
@@ -350,7 +309,7 @@ func (s *Source) sendBlock(b cow.Block) {
 	s.sent++
 	s.m.addBlock(b.Kind, b.Count, len(b.Tuples))
 	s.send(&wire.Block{
-		MsgHeader: s.cfg.Header,
+		MsgHeader: s.header,
 		Kind:      b.Kind,
 		Table:     uint32(b.Table),
 		Seq:       s.sent,
@@ -368,23 +327,17 @@ func (s *Source) Tick() {
 	if s.state.Final() {
 		return
 	}
-	s.tick++
 	if s.stream != nil {
 		s.stream.Tick()
 	}
-	s.idleTicks++
 	if s.state == StateAwaitingBoundary {
 		if safe, ok := s.exec.Safe(); ok && safe != s.lastSafe {
 			s.lastSafe, s.idleTicks = safe, 0
 		}
 	}
-	if s.idleTicks > s.cfg.StallTicksMax {
-		s.abort(wire.AbortTimeout, fmt.Sprintf("no progress for %d ticks in state %s", s.idleTicks-1, s.state), false)
+	if s.countTick(s.cfg.StallTicksMax, s.cfg.HeartbeatTicks) {
+		s.abort(wire.AbortTimeout, s.stallText(), false)
 		return
-	}
-	s.quietTick++
-	if s.quietTick >= s.cfg.HeartbeatTicks {
-		s.send(&wire.Heartbeat{MsgHeader: s.cfg.Header, Tick: s.tick})
 	}
 	s.Pump()
 }
@@ -396,12 +349,8 @@ func (s *Source) Abort(reason wire.AbortReason, text string) {
 }
 
 func (s *Source) abort(reason wire.AbortReason, text string, remote bool) {
-	if s.state.Final() {
+	if !s.recordAbort(reason, text, remote) {
 		return
-	}
-	s.err = &AbortError{Reason: reason, Text: text, Remote: remote}
-	if !remote {
-		s.send(&wire.Abort{MsgHeader: s.cfg.Header, Reason: reason, Text: text})
 	}
 	s.release()
 	s.move(StateAborted)
