@@ -1,0 +1,313 @@
+// Package nodestate is a node's small durable record (DESIGN.md step 10,
+// seed 004): who the node is, when it last started, whether it shut down
+// cleanly, and the state of each partition replica it hosts. It lives in a
+// pebble database in the node's data directory.
+//
+// Who calls it: the node process, once at start (Open) and at clean
+// shutdown (Close), and whenever a replica changes state (SetReplica). The
+// supervisor learns from the report of Open which replicas need a rejoin.
+//
+// At start, a record without the clean-shutdown marker is an unexpected
+// shutdown and is reported as one. Every replica is then put back to
+// needs-rejoin, in one synced batch, before anything else happens: a
+// partition replica is in memory, so whatever it held died with the process,
+// and a rejoin that was under way (an interim state) is never half resumed.
+// The report names the replicas that were in an interim state.
+//
+// Invariants: the clean marker exists only between a Close and the next
+// Open; every write is synced before it returns, so a record read after a
+// crash holds everything acknowledged before it; a data directory belongs
+// to one node id for life.
+package nodestate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Errors of the record, classified with errors.Is.
+var (
+	// ErrOtherNode: the data directory holds another node's record.
+	ErrOtherNode = errors.New("nodestate: data directory belongs to another node")
+	// ErrCorrupt: a stored value does not decode.
+	ErrCorrupt = errors.New("nodestate: corrupt record")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("nodestate: closed")
+)
+
+// ReplicaState is the durable state of one partition replica.
+type ReplicaState uint8
+
+// The numbers are stored; never renumber.
+const (
+	// NeedsRejoin: the replica holds nothing and must be rebuilt.
+	NeedsRejoin ReplicaState = 1
+	// Rejoining: a rejoin attempt is under way (an interim state).
+	Rejoining ReplicaState = 2
+	// Live: the replica executes the partition's transactions.
+	Live ReplicaState = 3
+)
+
+func (s ReplicaState) String() string {
+	switch s {
+	case NeedsRejoin:
+		return "needs-rejoin"
+	case Rejoining:
+		return "rejoining"
+	case Live:
+		return "live"
+	}
+	return fmt.Sprintf("replica-state(%d)", uint8(s))
+}
+
+// Replica is the durable record of one partition replica on this node.
+type Replica struct {
+	Partition uint32
+	State     ReplicaState
+	// Epoch is the fencing epoch of the rejoin attempt while Rejoining.
+	Epoch uint64
+}
+
+// StartReport is what Open found.
+type StartReport struct {
+	// First is true when the directory held no record: a new node.
+	First bool
+	// Unexpected is true when the last run ended without Close.
+	Unexpected bool
+	// LastStart is when the previous run started (zero if First).
+	LastStart time.Time
+	// Interrupted lists the replicas that were in an interim state
+	// (rejoining) and were put back to needs-rejoin.
+	Interrupted []Replica
+	// Reset counts every replica put back to needs-rejoin, the live ones
+	// included: their content died with the process.
+	Reset int
+}
+
+// Keys of the record. Replica keys sort by partition.
+var (
+	keyIdentity  = []byte("node/identity")
+	keyStart     = []byte("node/start")
+	keyClean     = []byte("node/clean")
+	replicaLower = []byte("replica/")
+	replicaUpper = []byte("replica0") // '0' follows '/'
+)
+
+func replicaKey(partition uint32) []byte {
+	return binary.BigEndian.AppendUint32(append([]byte(nil), replicaLower...), partition)
+}
+
+// Store is an open node record. Its methods are safe for concurrent use
+// (pebble's are).
+type Store struct {
+	db     *pebble.DB
+	nodeID string
+	log    *slog.Logger
+}
+
+// Open opens (or creates) the record of node nodeID in dir, checks it is
+// this node's, reports how the last run ended, puts every replica back to
+// needs-rejoin, records the start time now, and removes the clean marker,
+// all before it returns. log receives the unexpected-shutdown report and
+// pebble's errors; nil means slog.Default().
+func Open(dir, nodeID string, now time.Time, log *slog.Logger) (*Store, StartReport, error) {
+	if nodeID == "" {
+		return nil, StartReport{}, errors.New("nodestate: empty node id")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{log}})
+	if err != nil {
+		return nil, StartReport{}, fmt.Errorf("nodestate: open %s: %w", dir, err)
+	}
+	s := &Store{db: db, nodeID: nodeID, log: log}
+	rep, err := s.start(now)
+	if err != nil {
+		_ = db.Close()
+		return nil, StartReport{}, err
+	}
+	return s, rep, nil
+}
+
+func (s *Store) start(now time.Time) (StartReport, error) {
+	var rep StartReport
+	id, found, err := s.get(keyIdentity)
+	if err != nil {
+		return rep, err
+	}
+	switch {
+	case !found:
+		rep.First = true
+	case string(id) != s.nodeID:
+		return rep, fmt.Errorf("%w: it is node %q's, this is node %q", ErrOtherNode, id, s.nodeID)
+	default:
+		_, clean, err := s.get(keyClean)
+		if err != nil {
+			return rep, err
+		}
+		rep.Unexpected = !clean
+		if v, ok, err := s.get(keyStart); err != nil {
+			return rep, err
+		} else if ok {
+			if len(v) != 8 {
+				return rep, fmt.Errorf("%w: start time of %d bytes", ErrCorrupt, len(v))
+			}
+			rep.LastStart = time.UnixMilli(int64(binary.BigEndian.Uint64(v))).UTC()
+		}
+	}
+	replicas, err := s.Replicas()
+	if err != nil {
+		return rep, err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, r := range replicas {
+		if r.State == Rejoining {
+			rep.Interrupted = append(rep.Interrupted, r)
+		}
+		if r.State != NeedsRejoin {
+			rep.Reset++
+			if err := b.Set(replicaKey(r.Partition), encodeReplica(Replica{Partition: r.Partition, State: NeedsRejoin}), nil); err != nil {
+				return rep, err
+			}
+		}
+	}
+	if err := b.Set(keyIdentity, []byte(s.nodeID), nil); err != nil {
+		return rep, err
+	}
+	if err := b.Set(keyStart, binary.BigEndian.AppendUint64(nil, uint64(now.UnixMilli())), nil); err != nil {
+		return rep, err
+	}
+	if err := b.Delete(keyClean, nil); err != nil {
+		return rep, err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return rep, fmt.Errorf("nodestate: record start: %w", err)
+	}
+	if rep.Unexpected {
+		s.log.Warn("unexpected shutdown: the last run ended without a clean stop",
+			"node", s.nodeID, "last_start", rep.LastStart, "interrupted_rejoins", len(rep.Interrupted), "replicas_reset", rep.Reset)
+	}
+	for _, r := range rep.Interrupted {
+		s.log.Info("interrupted rejoin put back to needs-rejoin", "node", s.nodeID, "partition", r.Partition, "epoch", r.Epoch)
+	}
+	return rep, nil
+}
+
+func (s *Store) get(key []byte) ([]byte, bool, error) {
+	if s.db == nil {
+		return nil, false, ErrClosed
+	}
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("nodestate: get %s: %w", key, err)
+	}
+	out := append([]byte(nil), v...)
+	return out, true, closer.Close()
+}
+
+// NodeID returns the node the record belongs to.
+func (s *Store) NodeID() string { return s.nodeID }
+
+// SetReplica records r, synced.
+func (s *Store) SetReplica(r Replica) error {
+	if s.db == nil {
+		return ErrClosed
+	}
+	if r.State < NeedsRejoin || r.State > Live {
+		return fmt.Errorf("nodestate: replica %d: invalid state %v", r.Partition, r.State)
+	}
+	if err := s.db.Set(replicaKey(r.Partition), encodeReplica(r), pebble.Sync); err != nil {
+		return fmt.Errorf("nodestate: set replica %d: %w", r.Partition, err)
+	}
+	return nil
+}
+
+// Replicas returns every replica's record, by partition.
+func (s *Store) Replicas() ([]Replica, error) {
+	if s.db == nil {
+		return nil, ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replicaLower, UpperBound: replicaUpper})
+	if err != nil {
+		return nil, fmt.Errorf("nodestate: list replicas: %w", err)
+	}
+	var out []Replica
+	for it.First(); it.Valid(); it.Next() {
+		r, err := decodeReplica(it.Key(), it.Value())
+		if err != nil {
+			_ = it.Close()
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("nodestate: list replicas: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out, nil
+}
+
+// Close writes the clean-shutdown marker, synced, and closes the record.
+// Closing twice is an error-free no-op.
+func (s *Store) Close() error {
+	if s.db == nil {
+		return nil
+	}
+	err := s.db.Set(keyClean, []byte{1}, pebble.Sync)
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	s.db = nil
+	if err != nil {
+		return fmt.Errorf("nodestate: close: %w", err)
+	}
+	return nil
+}
+
+// A replica's value: state (1 byte), epoch (8 bytes, big-endian).
+func encodeReplica(r Replica) []byte {
+	return binary.BigEndian.AppendUint64([]byte{byte(r.State)}, r.Epoch)
+}
+
+func decodeReplica(key, v []byte) (Replica, error) {
+	if len(key) != len(replicaLower)+4 || len(v) != 9 {
+		return Replica{}, fmt.Errorf("%w: replica key %x value %x", ErrCorrupt, key, v)
+	}
+	r := Replica{
+		Partition: binary.BigEndian.Uint32(key[len(replicaLower):]),
+		State:     ReplicaState(v[0]),
+		Epoch:     binary.BigEndian.Uint64(v[1:]),
+	}
+	if r.State < NeedsRejoin || r.State > Live {
+		return Replica{}, fmt.Errorf("%w: replica %d in state %d", ErrCorrupt, r.Partition, v[0])
+	}
+	return r, nil
+}
+
+// pebbleLogger sends pebble's errors to slog and drops its chatter.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(string, ...any) {}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf is pebble's report of a state it cannot continue from; pebble
+// expects it not to return.
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	l.log.Error(msg)
+	panic(msg)
+}

@@ -1,0 +1,170 @@
+package nodestate
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// childDirEnv makes the test binary act as a node process that writes its
+// record and waits to be killed (TestSIGKILLIsUnexpectedShutdown).
+const childDirEnv = "REJOIN_NODESTATE_CHILD_DIR"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(childDirEnv); dir != "" {
+		os.Exit(runChild(dir))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func runChild(dir string) int {
+	s, _, err := Open(dir, "n1", time.Now(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	for _, r := range []Replica{{Partition: 1, State: Live}, {Partition: 2, State: Rejoining, Epoch: 42}, {Partition: 3, State: NeedsRejoin}} {
+		if err := s.SetReplica(r); err != nil {
+			fmt.Println("set:", err)
+			return 1
+		}
+	}
+	fmt.Println("ready")
+	// The parent kills this process; the sleep only bounds it if the
+	// parent died first.
+	time.Sleep(30 * time.Second)
+	return 3
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func TestSIGKILLIsUnexpectedShutdown(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childDirEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		ready <- strings.TrimSpace(line)
+	}()
+	select {
+	case line := <-ready:
+		if line != "ready" {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("child said %q", line)
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("child not ready within 20 s")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child ended with %v, want killed by SIGKILL", err)
+	}
+
+	s, rep, err := Open(dir, "n1", t0, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.First || !rep.Unexpected || rep.LastStart.IsZero() {
+		t.Fatalf("report %+v: want an unexpected shutdown of a known node", rep)
+	}
+	if want := []Replica{{Partition: 2, State: Rejoining, Epoch: 42}}; !reflect.DeepEqual(rep.Interrupted, want) {
+		t.Fatalf("interrupted %v, want %v", rep.Interrupted, want)
+	}
+	if rep.Reset != 2 {
+		t.Fatalf("reset %d replicas, want 2 (the live one and the rejoining one)", rep.Reset)
+	}
+	got, err := s.Replicas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Replica{{Partition: 1, State: NeedsRejoin}, {Partition: 2, State: NeedsRejoin}, {Partition: 3, State: NeedsRejoin}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("replicas after restart %v, want every one needs-rejoin", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A clean stop is not reported as unexpected.
+	s, rep, err = Open(dir, "n1", t0.Add(time.Minute), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if rep.Unexpected || rep.First || !rep.LastStart.Equal(t0) || rep.Reset != 0 || len(rep.Interrupted) != 0 {
+		t.Fatalf("report after a clean stop %+v", rep)
+	}
+}
+
+func TestRecordLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	s, rep, err := Open(dir, "n7", t0, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.First || rep.Unexpected {
+		t.Fatalf("new record: %+v", rep)
+	}
+	if err := s.SetReplica(Replica{Partition: 9, State: 0}); err == nil {
+		t.Fatal("invalid state accepted")
+	}
+	if err := s.SetReplica(Replica{Partition: 300, State: Live}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetReplica(Replica{Partition: 2, State: Rejoining, Epoch: 5}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.Replicas()
+	if want := []Replica{{Partition: 2, State: Rejoining, Epoch: 5}, {Partition: 300, State: Live}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("replicas %v, want %v", got, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if err := s.SetReplica(Replica{Partition: 1, State: Live}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("write after close: %v, want ErrClosed", err)
+	}
+	// Another node may not take this directory over.
+	if _, _, err := Open(dir, "n8", t0, quiet()); !errors.Is(err, ErrOtherNode) {
+		t.Fatalf("other node: %v, want ErrOtherNode", err)
+	}
+	// Even after a clean stop, an in-memory replica holds nothing at start.
+	s, rep, err = Open(dir, "n7", t0, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if rep.Unexpected || rep.Reset != 2 || len(rep.Interrupted) != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+}
