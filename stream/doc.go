@@ -5,12 +5,22 @@
 // Who calls it: the recovery drivers on the source and destination nodes. The
 // protocol logic stays in package recovery; this package only carries frames.
 //
+// A Conn carries one frame per Send and reads one per Recv: no queue of
+// its own. The window of unacknowledged blocks is the recovery source's
+// (recovery.SourceConfig.WindowBlocksMax), so flow control is decided in
+// one place, by the state machine that knows what a block is.
+//
 // Invariants:
-//   - No unbounded buffer: at most WindowBlocksMax blocks are unacknowledged,
-//     and a frame is never larger than wire.FrameBytesMax.
-//   - A stream that makes no progress for its stall window is aborted with a
-//     clear error, never left hanging.
+//   - No unbounded buffer: Send writes its frame before returning, Recv
+//     reads exactly one frame of at most wire.FrameBytesMax.
+//   - A link on which no frame arrives for the stall window fails Recv with
+//     ErrStalled, never leaves it hanging; the processors' heartbeats keep a
+//     quiet but healthy link well inside the window.
+//   - A frame that does not decode is wire's error, distinct from a broken
+//     link (an EOF or reset) and from this side's own Close (ErrClosed).
 //   - Listens on loopback unless told otherwise.
 //
-// Status: specified here, built by the cluster issue.
+// Status: frames over TCP, stall detection, rate limit and keepalive are
+// built; resuming a rejoin on a new connection from the last acknowledged
+// block comes with the cluster issue.
 package stream

@@ -1,0 +1,187 @@
+package stream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// Errors of a stream, classified with errors.Is.
+var (
+	// ErrStalled: no frame arrived within the stall window.
+	ErrStalled = errors.New("stream: stalled: no frame within the stall window")
+	// ErrClosed: the connection was closed by this side.
+	ErrClosed = errors.New("stream: closed")
+)
+
+// Config sets a connection's limits.
+type Config struct {
+	// Codec compresses outgoing frames (each frame says which it used).
+	Codec wire.Codec
+	// StallWindow: Recv fails with ErrStalled when no frame arrives for this
+	// long. The rejoin processors send heartbeats well inside it, so a quiet
+	// but healthy peer never trips it. Zero means no stall detection.
+	StallWindow time.Duration
+	// RateBytesPerSec limits what Send writes; zero means unlimited.
+	RateBytesPerSec int64
+	// KeepAlive is the TCP keepalive period, so a peer that vanished
+	// without a FIN is noticed by the kernel too; zero keeps the system's.
+	KeepAlive time.Duration
+}
+
+// DefaultConfig: s2 frames, a 10 s stall window, no rate limit, 5 s TCP
+// keepalive.
+func DefaultConfig() Config {
+	return Config{Codec: wire.CodecS2, StallWindow: 10 * time.Second, KeepAlive: 5 * time.Second}
+}
+
+// Conn carries wire frames over one net.Conn. Send and Recv may be called
+// from two goroutines (one sender, one receiver); each alone is not safe
+// for concurrent use. Nothing is buffered without bound: Send writes the
+// frame before it returns, and Recv reads exactly one frame.
+type Conn struct {
+	nc  net.Conn
+	cfg Config
+
+	sendMu  sync.Mutex
+	enc     wire.FrameEncoder
+	w       *bufio.Writer
+	frame   []byte
+	limiter *limiter
+
+	dec     wire.FrameDecoder
+	r       *bufio.Reader
+	hdr     [wire.FrameHeaderBytes]byte
+	payload []byte
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// NewConn wraps nc.
+func NewConn(nc net.Conn, cfg Config) *Conn {
+	if tc, ok := nc.(*net.TCPConn); ok && cfg.KeepAlive > 0 {
+		_ = tc.SetKeepAlive(true)
+		_ = tc.SetKeepAlivePeriod(cfg.KeepAlive)
+	}
+	c := &Conn{
+		nc:     nc,
+		cfg:    cfg,
+		w:      bufio.NewWriterSize(nc, 64<<10),
+		r:      bufio.NewReaderSize(nc, 64<<10),
+		closed: make(chan struct{}),
+	}
+	if cfg.RateBytesPerSec > 0 {
+		c.limiter = newLimiter(cfg.RateBytesPerSec, time.Now)
+	}
+	return c
+}
+
+// Dial connects to addr and wraps the connection.
+func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("stream: dial %s: %w", addr, err)
+	}
+	return NewConn(nc, cfg), nil
+}
+
+// Send encodes m in one frame and writes it, waiting for the rate limit
+// first. A Block's tuples are not retained after Send returns.
+func (c *Conn) Send(ctx context.Context, m wire.Message) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	frame, err := c.enc.AppendFrame(c.frame[:0], m, c.cfg.Codec)
+	if err != nil {
+		return err
+	}
+	c.frame = frame
+	if c.limiter != nil {
+		if err := c.limiter.wait(ctx, len(frame), c.closed); err != nil {
+			return err
+		}
+	}
+	if _, err := c.w.Write(frame); err != nil {
+		return c.ioErr("send", err)
+	}
+	if err := c.w.Flush(); err != nil {
+		return c.ioErr("send", err)
+	}
+	return nil
+}
+
+// Recv reads one frame and decodes it. The message, a Block's tuples
+// included, is valid until the next Recv. A frame that does not decode
+// is an error of its own kind (wire's), distinct from a broken link.
+func (c *Conn) Recv() (wire.Message, error) {
+	if c.cfg.StallWindow > 0 {
+		if err := c.nc.SetReadDeadline(time.Now().Add(c.cfg.StallWindow)); err != nil {
+			return nil, c.ioErr("recv", err)
+		}
+	}
+	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {
+		return nil, c.ioErr("recv", err)
+	}
+	h, err := wire.ParseFrameHeader(c.hdr[:])
+	if err != nil {
+		return nil, err
+	}
+	if cap(c.payload) < h.PayloadBytes {
+		c.payload = make([]byte, h.PayloadBytes)
+	}
+	c.payload = c.payload[:h.PayloadBytes]
+	if _, err := io.ReadFull(c.r, c.payload); err != nil {
+		return nil, c.ioErr("recv", err)
+	}
+	return c.dec.DecodePayload(h, c.payload)
+}
+
+// ioErr classifies an I/O error: our own close, the stall deadline, or the
+// link itself.
+func (c *Conn) ioErr(op string, err error) error {
+	select {
+	case <-c.closed:
+		return fmt.Errorf("%w (%s)", ErrClosed, op)
+	default:
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: %s after %v", ErrStalled, op, c.cfg.StallWindow)
+	}
+	return fmt.Errorf("stream: %s: %w", op, err)
+}
+
+// Close closes the connection; a blocked Send or Recv returns ErrClosed.
+func (c *Conn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		err = c.nc.Close()
+	})
+	return err
+}
+
+// LocalAddr and RemoteAddr are the connection's ends.
+func (c *Conn) LocalAddr() net.Addr  { return c.nc.LocalAddr() }
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Listen listens for stream connections on addr; an empty addr means
+// loopback on a free port.
+func Listen(addr string) (net.Listener, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("stream: listen %s: %w", addr, err)
+	}
+	return ln, nil
+}

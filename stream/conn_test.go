@@ -1,0 +1,174 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/wire"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// pair returns two Conns joined over a loopback TCP connection.
+func pair(t *testing.T, cfg Config) (client, server *Conn) {
+	t.Helper()
+	ln, err := Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		accepted <- nc
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	client, err = Dial(ctx, ln.Addr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := <-accepted
+	if nc == nil {
+		t.Fatal("accept failed")
+	}
+	server = NewConn(nc, cfg)
+	t.Cleanup(func() {
+		client.Close()
+		server.Close()
+	})
+	return client, server
+}
+
+func sampleMessages() []wire.Message {
+	h := wire.MsgHeader{Epoch: 9, Partition: 2}
+	tuples := wire.AppendArrayHeader(nil, 300)
+	enc := wire.TupleEncoder{}
+	for i := 0; i < 300; i++ {
+		tuples, _ = enc.AppendTuple(tuples, []wire.Value{wire.Int64(int64(i)), wire.String("some repeated text, some repeated text")})
+	}
+	return []wire.Message{
+		&wire.Propose{MsgHeader: h, TxnID: 11},
+		&wire.Answer{MsgHeader: h, TxnID: 12},
+		&wire.Block{MsgHeader: h, Kind: wire.BlockSnapshot, Table: 1, Seq: 1, Count: 300, Tuples: tuples},
+		&wire.Ack{MsgHeader: h, Seq: 1},
+		&wire.Handoff{MsgHeader: h, TxnID: 20, Digest: 0xfeed, LastSeq: 1, Rows: 300},
+		&wire.Abort{MsgHeader: h, Reason: wire.AbortTimeout, Text: "no progress"},
+		&wire.Heartbeat{MsgHeader: h, Tick: 3},
+	}
+}
+
+func TestRoundTripEveryMessageAndCodec(t *testing.T) {
+	for _, codec := range []wire.Codec{wire.CodecNone, wire.CodecS2, wire.CodecZstd} {
+		client, server := pair(t, Config{Codec: codec, StallWindow: 5 * time.Second})
+		msgs := sampleMessages()
+		errc := make(chan error, 1)
+		go func() {
+			for _, m := range msgs {
+				if err := client.Send(context.Background(), m); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+		for _, want := range msgs {
+			got, err := server.Recv()
+			if err != nil {
+				t.Fatalf("codec %v: recv: %v", codec, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("codec %v: got %#v, want %#v", codec, got, want)
+			}
+		}
+		if err := <-errc; err != nil {
+			t.Fatalf("codec %v: send: %v", codec, err)
+		}
+	}
+}
+
+func TestStallWindow(t *testing.T) {
+	_, server := pair(t, Config{StallWindow: 100 * time.Millisecond})
+	_, err := server.Recv()
+	if !errors.Is(err, ErrStalled) {
+		t.Fatalf("recv on a silent link: %v, want ErrStalled", err)
+	}
+}
+
+func TestCloseUnblocksRecv(t *testing.T) {
+	_, server := pair(t, Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := server.Recv()
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	server.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("recv after close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Recv still blocked 5 s after Close")
+	}
+}
+
+func TestPeerGoneAndCorruptFrame(t *testing.T) {
+	client, server := pair(t, Config{StallWindow: 5 * time.Second})
+	frame, err := wire.AppendFrame(nil, &wire.Ack{MsgHeader: wire.MsgHeader{Epoch: 1}, Seq: 5}, wire.CodecNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame[len(frame)-1] ^= 0xff
+	if _, err := client.nc.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Recv(); !errors.Is(err, wire.ErrChecksum) {
+		t.Fatalf("corrupt frame: %v, want wire.ErrChecksum", err)
+	}
+	client.Close()
+	_, err = server.Recv()
+	if !errors.Is(err, io.EOF) || errors.Is(err, ErrStalled) || errors.Is(err, ErrClosed) {
+		t.Fatalf("peer closed: %v, want an EOF link error", err)
+	}
+}
+
+func TestLimiterPacesToRate(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := newLimiter(1000, func() time.Time { return now }) // 1000 B/s, burst 100 B
+	if d := l.reserve(100); d != 0 {
+		t.Fatalf("first 100 B within the burst waited %v", d)
+	}
+	if d := l.reserve(500); d != 500*time.Millisecond {
+		t.Fatalf("500 B past an empty bucket: wait %v, want 500ms", d)
+	}
+	now = now.Add(500 * time.Millisecond) // the debt is paid
+	if d := l.reserve(100); d != 100*time.Millisecond {
+		t.Fatalf("100 B on an empty bucket: wait %v, want 100ms", d)
+	}
+	now = now.Add(10 * time.Second) // idle: credit caps at the burst
+	if d := l.reserve(200); d != 100*time.Millisecond {
+		t.Fatalf("200 B after a long idle: wait %v, want 100ms (burst is 100 B)", d)
+	}
+}
+
+func TestRateLimitedSendHonoursContext(t *testing.T) {
+	client, _ := pair(t, Config{RateBytesPerSec: 1000})
+	big := sampleMessages()[2] // ~12 KB: 12 s at 1000 B/s
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := client.Send(ctx, big); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+}
