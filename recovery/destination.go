@@ -65,7 +65,7 @@ type Destination struct {
 	cov     *Coverage
 	applier cow.Applier
 
-	p, s    txnid.ID // proposed P and answered S
+	p, s, e txnid.ID // proposed P, answered S, handoff E
 	applied uint64   // Seq of the last block applied
 }
 
@@ -96,6 +96,12 @@ func (d *Destination) Metrics() Metrics { return d.m }
 // runs, the executor only queues it; after the handoff it runs in order.
 // A full buffer aborts the attempt: the rejoin outran the buffer.
 func (d *Destination) OnTxn(inv partition.Invocation) error {
+	if d.state == StateLive && inv.ID < d.e {
+		// The feed lags the stream: this txn's effect came with the
+		// snapshot. It still tells the safe point its initiator passed it.
+		d.m.TxnsLate++
+		return d.exec.Heartbeat(inv.ID)
+	}
 	if err := d.exec.Offer(inv); err != nil {
 		if errors.Is(err, partition.ErrQueueFull) && !d.state.Final() {
 			d.abort(wire.AbortOverload, "transaction buffer full: "+err.Error(), false)
@@ -226,6 +232,7 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 		d.abort(wire.AbortDigestMismatch, fmt.Sprintf("at %v: digest %016x with %d rows, source has %016x with %d rows", m.TxnID, got, rows, m.Digest, m.Rows), false)
 		return d.Err()
 	}
+	d.e = m.TxnID
 	d.m.TxnsDropped = d.exec.ResetTo(m.TxnID)
 	d.exec.SetGate(nil)
 	d.move(StateLive)

@@ -60,6 +60,10 @@ type Metrics struct {
 	// TxnsDropped counts the destination's buffered txns below E, dropped at
 	// handoff because the snapshot already holds their effect.
 	TxnsDropped int
+	// TxnsLate counts feed txns below E that reached the destination after
+	// it went live: their effect came with the snapshot, so they are taken
+	// as heartbeats.
+	TxnsLate int
 }
 
 // checkHeader applies the fencing rule to an incoming message: a lower

@@ -86,6 +86,12 @@ func newInProcess(t *testing.T, seed uint64, rows int, scfg SourceConfig) *inPro
 // feed sends one random txn or heartbeat from a random initiator to both
 // replicas, as an initiator does.
 func (r *inProcess) feed(destToo bool) {
+	r.feedOne(destToo)
+}
+
+// feedOne sends one random txn or heartbeat to the source, and to the
+// destination if destToo, and returns it; a heartbeat has no Proc.
+func (r *inProcess) feedOne(destToo bool) partition.Invocation {
 	r.now += int64(r.rng.IntN(2))
 	g := r.gens[r.rng.IntN(len(r.gens))]
 	id := g.Next()
@@ -98,7 +104,7 @@ func (r *inProcess) feed(destToo bool) {
 				r.t.Fatal(err)
 			}
 		}
-		return
+		return partition.Invocation{ID: id}
 	}
 	k := wire.Bytes(kvKey(r.rng.IntN(r.keys)))
 	var vals []wire.Value
@@ -127,6 +133,7 @@ func (r *inProcess) feed(destToo bool) {
 			r.t.Fatal(err)
 		}
 	}
+	return inv
 }
 
 // exchange delivers a few messages each way, in order; the rest wait in
@@ -370,5 +377,66 @@ func TestEpochFencing(t *testing.T) {
 	var ae *AbortError
 	if r.source.State() != StateAborted || !errors.As(r.source.Err(), &ae) || ae.Reason != wire.AbortStaleEpoch {
 		t.Fatalf("newer epoch: source %s, %v; want aborted as superseded", r.source.State(), r.source.Err())
+	}
+}
+
+// TestRejoinFeedLagsTheStream: the destination's copy of the feed arrives
+// late, so txns below E reach it after it went live. Their effect came
+// with the snapshot: they are taken as heartbeats, and the replicas stay
+// equal.
+func TestRejoinFeedLagsTheStream(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		cfg := DefaultSourceConfig(wire.MsgHeader{})
+		cfg.Stream.BlockBytesMax = 256
+		r := newInProcess(t, seed, 200, cfg)
+		var lagged []partition.Invocation
+		for i := 0; i < 5000 && !r.dest.State().Final(); i++ {
+			// Once streaming, the destination's feed falls behind.
+			if r.dest.State() == StateStreaming || r.dest.State() == StateCatchingUp || len(lagged) > 0 {
+				lagged = append(lagged, r.feedOne(false))
+			} else {
+				r.feed(true)
+			}
+			r.stepSource(r.rng.IntN(3))
+			r.source.Tick()
+			r.dest.Tick()
+			r.exchange()
+		}
+		if r.dest.State() != StateLive {
+			t.Fatalf("seed %d: destination %s: %v", seed, r.dest.State(), r.dest.Err())
+		}
+		for _, inv := range lagged {
+			var err error
+			if inv.Proc == "" {
+				err = r.dest.OnHeartbeat(inv.ID)
+			} else {
+				err = r.dest.OnTxn(inv)
+			}
+			if err != nil {
+				t.Fatalf("seed %d: lagged %v: %v", seed, inv.ID, err)
+			}
+		}
+		if r.dest.Metrics().TxnsLate == 0 {
+			t.Fatalf("seed %d: no txn arrived late; the test lost its point", seed)
+		}
+		for i := 0; i < 50; i++ {
+			r.feed(true)
+		}
+		r.now += 100
+		for _, g := range r.gens {
+			id := g.Next()
+			if err := r.src.Heartbeat(id); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.dest.OnHeartbeat(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		drainExec(r.src)
+		drainExec(r.dst)
+		if r.src.LastExecuted() != r.dst.LastExecuted() || r.src.Partition().Digest() != r.dst.Partition().Digest() {
+			t.Fatalf("seed %d: source at %v digest %x, destination at %v digest %x", seed,
+				r.src.LastExecuted(), r.src.Partition().Digest(), r.dst.LastExecuted(), r.dst.Partition().Digest())
+		}
 	}
 }

@@ -37,15 +37,17 @@ type SourceConfig struct {
 }
 
 // DefaultSourceConfig returns limits that suit a node: windows of 16
-// blocks of 256 KiB, a stall window of 100 ticks, handoff under 256 KiB of
-// log or after 16 rounds.
+// blocks of 256 KiB, a stall window of 100 ticks, handoff under 16 KiB of
+// log or after 16 rounds. The log counts 4 bytes per dirty slot, so 16 KiB
+// is a final delta of up to about 4k rows: a pause of a few milliseconds
+// (256 KiB let it reach 64k rows and tens of milliseconds).
 func DefaultSourceConfig(h wire.MsgHeader) SourceConfig {
 	return SourceConfig{
 		Header:             h,
 		WindowBlocksMax:    16,
 		StallTicksMax:      100,
 		HeartbeatTicks:     10,
-		HandoffLogBytesMax: 256 << 10,
+		HandoffLogBytesMax: 16 << 10,
 		RoundsMax:          16,
 		Stream:             cow.DefaultConfig(),
 	}
@@ -80,7 +82,8 @@ func (c SourceConfig) Validate() error {
 // It is a state machine with no I/O and no clock: the driver feeds it the
 // peer's messages (OnMessage) and ticks (Tick), calls Pump between two
 // transactions of the partition's executor, and sends what Outbox returns,
-// in order. It is also the executor's Gate while the attempt runs, which is
+// in order. A Block's Tuples stay valid until the block is acknowledged;
+// the driver must have sent (or copied) it by then. It is also the executor's Gate while the attempt runs, which is
 // how it activates exactly at S, throttles, and holds the partition for the
 // handoff. Like the executor, it belongs to the executor's goroutine.
 //
@@ -101,6 +104,25 @@ type Source struct {
 
 	lastSafe txnid.ID // while awaiting S: the safe txn ID last seen
 	holdTick uint64   // when the handoff hold began
+
+	// bufs are WindowBlocksMax+1 block buffers, used in turn by Seq. Block
+	// Seq n reuses the buffer of block n-WindowBlocksMax-1, which the
+	// window guarantees is acknowledged, so the driver has long sent it.
+	// Growing a fresh buffer per block cost more than cutting the block.
+	bufs [][]byte
+}
+
+// blockBuf returns the empty buffer for block seq.
+func (s *Source) blockBuf(seq uint64) []byte {
+	if s.bufs == nil {
+		s.bufs = make([][]byte, s.cfg.WindowBlocksMax+1)
+	}
+	i := seq % uint64(len(s.bufs))
+	if s.bufs[i] == nil {
+		// Room for a full block plus its header and one tuple of slack.
+		s.bufs[i] = make([]byte, 0, s.cfg.Stream.BlockBytesMax+4096)
+	}
+	return s.bufs[i][:0]
 }
 
 // NewSource starts a source attempt on exec's partition and installs itself
@@ -238,7 +260,7 @@ func (s *Source) Pump() {
 		if s.sent-s.acked >= uint64(s.cfg.WindowBlocksMax) {
 			return
 		}
-		b, ok := s.stream.NextBlock(nil)
+		b, ok := s.stream.NextBlock(s.blockBuf(s.sent + 1))
 		if ok {
 			s.sendBlock(b)
 			continue
@@ -307,6 +329,7 @@ func (s *Source) finishHandoff() {
 
 func (s *Source) sendBlock(b cow.Block) {
 	s.sent++
+	s.bufs[s.sent%uint64(len(s.bufs))] = b.Tuples[:0] // keep what the block grew to
 	s.m.addBlock(b.Kind, b.Count, len(b.Tuples))
 	s.send(&wire.Block{
 		MsgHeader: s.header,
