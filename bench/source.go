@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// sourceDriver is the thin driver of the source replica: it executes the
+// feed from the start, and from the start signal runs a
+// recovery.Source on the same goroutine, calling Pump between txns, Tick
+// on every tick, and OnMessage for the destination's frames.
+type sourceDriver struct {
+	replica
+	cfg recovery.SourceConfig
+	// start is closed by Run to begin the rejoin; nil once begun.
+	start <-chan struct{}
+	proc  *recovery.Source
+
+	// Written before done is closed, read by Run after.
+	//
+	// holdAt is when the source began holding execution for the handoff:
+	// the start of the call in which its state became handing-off (or
+	// done, when both happened in one call), so the pause is never under-
+	// reported. doneAt is when it was first seen done.
+	holdAt, doneAt time.Time
+	executedAtDone int64
+	metrics        recovery.Metrics
+	// queuePeak is the most txns queued at the source while the rejoin ran:
+	// how far execution fell behind the feed.
+	queuePeak int
+	done      chan struct{}
+}
+
+func (s *sourceDriver) run(ctx context.Context) error { return s.loop(ctx, s) }
+
+func (s *sourceDriver) onBatch(b *batch) error {
+	for _, inv := range b.txns {
+		if err := s.exec.Offer(inv); err != nil {
+			return fmt.Errorf("bench: source: %w", err)
+		}
+	}
+	if b.heartbeat != 0 {
+		if err := s.exec.Heartbeat(b.heartbeat); err != nil {
+			return fmt.Errorf("bench: source: %w", err)
+		}
+	}
+	if b.end {
+		s.takeEnd(b)
+	}
+	if s.proc != nil && !s.proc.State().Final() {
+		s.queuePeak = max(s.queuePeak, s.exec.Queued())
+	}
+	return nil
+}
+
+func (s *sourceDriver) onMessage(m wire.Message) error {
+	var err error
+	if cerr := s.call(func() { err = s.proc.OnMessage(m) }); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		// Nothing is refused in an in-process run: no stale epochs, no
+		// other partitions. A refusal is a bug worth failing on.
+		return fmt.Errorf("bench: source: %v: %w", m.Type(), err)
+	}
+	return nil
+}
+
+func (s *sourceDriver) onTick() error {
+	if s.proc == nil {
+		return nil
+	}
+	return s.call(s.proc.Tick)
+}
+
+func (s *sourceDriver) control() <-chan struct{} { return s.start }
+
+func (s *sourceDriver) onControl() error {
+	s.start = nil
+	proc, err := recovery.NewSource(s.exec, s.cfg)
+	if err != nil {
+		return fmt.Errorf("bench: source: %w", err)
+	}
+	s.proc = proc
+	return nil
+}
+
+func (s *sourceDriver) work() (bool, error) {
+	if s.proc == nil || s.proc.State().Final() {
+		return s.step(nil)
+	}
+	did, err := s.step(func() error { return s.call(s.proc.Pump) })
+	if err != nil {
+		return did, err
+	}
+	return did, s.call(s.proc.Pump)
+}
+
+func (s *sourceDriver) outbox() []wire.Message {
+	if s.proc == nil {
+		return nil
+	}
+	return s.proc.Outbox()
+}
+
+func (s *sourceDriver) linkOpen() bool { return s.proc != nil }
+
+func (s *sourceDriver) finished() (bool, error) {
+	if s.ending && (s.proc == nil || s.proc.State() != recovery.StateDone) {
+		return false, fmt.Errorf("bench: source: the feed ended before the rejoin was done")
+	}
+	return s.maybeFinish()
+}
+
+// call runs one call into the processor and looks at its state after:
+// the handoff's start and end times, and an abort.
+func (s *sourceDriver) call(f func()) error {
+	if s.proc.State().Final() {
+		f()
+		return nil
+	}
+	before := time.Now()
+	f()
+	switch s.proc.State() {
+	case recovery.StateHandingOff:
+		if s.holdAt.IsZero() {
+			s.holdAt = before
+		}
+	case recovery.StateDone:
+		if s.holdAt.IsZero() {
+			s.holdAt = before
+		}
+		s.doneAt = time.Now()
+		s.executedAtDone = s.executed.Load()
+		s.metrics = s.proc.Metrics()
+		close(s.done)
+	case recovery.StateAborted:
+		return fmt.Errorf("bench: source: %w", s.proc.Err())
+	}
+	return nil
+}
