@@ -104,6 +104,10 @@ func (e *Executor) Partition() *Partition { return e.p }
 // SetGate installs g (nil removes it).
 func (e *Executor) SetGate(g Gate) { e.gate = g }
 
+// Gate returns the installed gate, or nil: a check that a finished rejoin
+// left the executor free.
+func (e *Executor) Gate() Gate { return e.gate }
+
 // AddInitiator starts tracking an initiator. Until it sends something, the
 // safe txn ID stays at Zero and nothing executes: its first txn could be
 // smaller than anything queued.

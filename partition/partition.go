@@ -72,6 +72,10 @@ func (p *Partition) Tables() []*Table { return append([]*Table(nil), p.tables...
 // replacing any previous one; nil removes it.
 func (p *Partition) SetObserver(o Observer) { p.observer = o }
 
+// Observer returns the installed observer, or nil: a check that a finished
+// table stream left the partition alone.
+func (p *Partition) Observer() Observer { return p.observer }
+
 // Clear drops every row of every table, as a rejoin destination does
 // before a new attempt; tables, their IDs and schemas stay. It is a reset,
 // not a change: the observer is not called. Slots start again from 0 and

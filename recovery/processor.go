@@ -60,6 +60,9 @@ type Metrics struct {
 	// TxnsDropped counts the destination's buffered txns below E, dropped at
 	// handoff because the snapshot already holds their effect.
 	TxnsDropped int
+	// Stream is the source's table stream's own account: the throttle's
+	// holds and paces, txns over the per-txn reserve, deletes dropped.
+	Stream cow.Metrics
 	// TxnsLate counts feed txns below E that reached the destination after
 	// it went live: their effect came with the snapshot, so they are taken
 	// as heartbeats.

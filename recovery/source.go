@@ -148,6 +148,7 @@ func (s *Source) Metrics() Metrics {
 	m := s.m
 	if s.stream != nil {
 		sm := s.stream.Metrics()
+		m.Stream = sm
 		m.Rounds = sm.Rounds
 		m.LogBytesPeak = sm.LogBytesPeak
 		m.ThrottledTicks = sm.ThrottledTicks

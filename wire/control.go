@@ -83,6 +83,7 @@ const (
 	AbortProtocol       AbortReason = 9  // a message out of order for the current state
 	AbortOverload       AbortReason = 10 // change log over its bound despite throttling
 	AbortInternal       AbortReason = 11 // a bug or an unexpected local error
+	AbortConnLost       AbortReason = 12 // the connection to the peer broke
 )
 
 var abortReasonNames = [...]string{
@@ -98,6 +99,7 @@ var abortReasonNames = [...]string{
 	AbortProtocol:       "protocol",
 	AbortOverload:       "overload",
 	AbortInternal:       "internal",
+	AbortConnLost:       "conn-lost",
 }
 
 func (r AbortReason) String() string {
