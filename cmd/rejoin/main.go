@@ -21,6 +21,7 @@ type command struct {
 
 var commands = []command{
 	{"demo", "start a local cluster, kill a node, watch it rejoin, check digests", runDemo},
+	{"sim", "run the seeded rejoin simulator; replay a failing seed", runSim},
 	{"version", "print the version", runVersion},
 }
 

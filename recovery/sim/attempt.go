@@ -1,0 +1,486 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// attempt is one attempt of the rejoin, with its own fencing epoch: a
+// destination processor on a fresh replica that joined the feed when the
+// attempt started, a source processor on the source node's executor
+// (started when the supervisor's word reaches the source node), and the
+// connection between them.
+type attempt struct {
+	epoch uint64
+	hdr   wire.MsgHeader
+
+	exec *partition.Executor // the destination replica
+	dst  *recovery.Destination
+	src  *recovery.Source // nil until the source side is up
+	// srcUpAt is when the source side starts.
+	srcUpAt uint64
+	feed    []*feedLink // one per initiator, to exec
+	s2d     *pipe
+	d2s     *pipe
+
+	// srcState and dstState are the states last seen, to trace moves and
+	// run the checks that go with them once.
+	srcState, dstState recovery.State
+
+	// cut: the connection is gone. A side learns of it at srcLearnAt or
+	// dstLearnAt (0: it never is told and must find out by its stall
+	// timeout). ghost: until then its messages travel a late route that
+	// may bring them to a newer attempt.
+	cut                    bool
+	srcLearnAt, dstLearnAt uint64
+	ghost                  bool
+	// dstGone: the destination node restarted; its processor and replica
+	// are gone.
+	dstGone bool
+	// fault is the fault that hit this attempt; superseded says the
+	// supervisor ended its source for a newer attempt.
+	fault      *fault
+	superseded bool
+	// early: the source node takes this attempt's first message as the
+	// supervisor's word, if it arrives before the word does. A source
+	// processor of an older attempt still running there sees the newer
+	// epoch first and must end itself.
+	early bool
+
+	// handoff is the simulator's own record of the source at the moment
+	// it sent Handoff; e is E once known.
+	handoff *handoffRecord
+	e       txnid.ID
+
+	throttled      bool
+	throttledTicks int64
+}
+
+// handoffRecord is what the source held when it sent Handoff, read by the
+// simulator rather than taken from the message.
+type handoffRecord struct {
+	e          txnid.ID
+	digest     uint64 // the source partition's running digest then
+	recomputed uint64 // and the digest recomputed from every row
+	rows       []int
+}
+
+func (a *attempt) srcStateString() string {
+	if a.src == nil {
+		return "not started"
+	}
+	return a.src.State().String()
+}
+
+func (a *attempt) dstStateString() string {
+	if a.dstGone {
+		return "gone (node restarted)"
+	}
+	return a.dst.State().String()
+}
+
+// dstEnded reports whether the attempt's destination side is over without
+// going live: what the supervisor watches.
+func (a *attempt) dstEnded() bool {
+	return a.dstGone || a.dst.State() == recovery.StateAborted
+}
+
+// sideName names a side of the rejoin in the trace.
+func sideName(src bool) string {
+	if src {
+		return "src"
+	}
+	return "dst"
+}
+
+// cur is the newest attempt.
+func (w *world) cur() *attempt {
+	if len(w.atts) == 0 {
+		return nil
+	}
+	return w.atts[len(w.atts)-1]
+}
+
+// srcAttempt is the attempt whose source processor the source node runs
+// now: the newest one that started its source side.
+func (w *world) srcAttempt() *attempt {
+	for i := len(w.atts) - 1; i >= 0; i-- {
+		if w.atts[i].src != nil {
+			return w.atts[i]
+		}
+	}
+	return nil
+}
+
+// dstAttempt is the attempt whose destination processor the destination
+// node runs now.
+func (w *world) dstAttempt() *attempt {
+	for i := len(w.atts) - 1; i >= 0; i-- {
+		if a := w.atts[i]; !a.dstGone {
+			return a
+		}
+	}
+	return nil
+}
+
+// supervise plays the supervisor (DESIGN.md step 9): it starts the first
+// attempt, and after an attempt's destination side ended without going
+// live, a new attempt with the next epoch, after a delay.
+func (w *world) supervise() {
+	if w.scripted || w.live != nil {
+		return
+	}
+	if !w.planned {
+		if a := w.cur(); a == nil && w.tick >= uint64(w.k.StartTick) {
+			w.planned, w.planAt = true, w.tick
+		} else if a != nil && a.dstEnded() {
+			w.planned, w.planAt = true, w.tick+1+uint64(w.net.IntN(30))
+			w.tracef("supervisor: attempt %d over, next at tick %d", a.epoch, w.planAt)
+		}
+	}
+	if w.planned && w.tick >= w.planAt {
+		w.planned = false
+		w.startAttempt(uint64(w.net.IntN(w.ctrlDelayMax() + 1)))
+	}
+	for _, a := range w.atts {
+		if a.src == nil && w.tick >= a.srcUpAt {
+			w.startSource(a)
+		}
+	}
+}
+
+// ctrlDelayMax bounds how long the supervisor's word takes to reach the
+// source node: well inside the destination's stall window, which runs
+// while it waits for the answer.
+func (w *world) ctrlDelayMax() int { return min(20, w.k.StallTicksMax/3) }
+
+// startAttempt starts attempt epoch+1 on the destination node: a fresh
+// replica joins the feed now, and the source side starts srcDelay ticks
+// later.
+func (w *world) startAttempt(srcDelay uint64) *attempt {
+	if bound := w.k.Faults + 1; !w.scripted && len(w.atts) >= bound {
+		w.violate("c", "attempt %d needed, but %d faults allow at most %d: %s", len(w.atts)+1, w.k.Faults, bound, w.where())
+	}
+	w.epoch++
+	a := &attempt{epoch: w.epoch, hdr: wire.MsgHeader{Epoch: w.epoch, Partition: partitionID}, srcUpAt: w.tick + srcDelay}
+	a.early = !w.scripted && w.net.IntN(2) == 0
+	a.exec = w.newReplica()
+	ins := make([]txnid.Initiator, len(w.inits))
+	for i, in := range w.inits {
+		ins[i] = in.id
+	}
+	d, err := recovery.NewDestination(a.exec, w.k.destinationConfig(a.hdr, ins))
+	if err != nil {
+		w.violate("config", "destination: %v", err)
+	}
+	a.dst, a.dstState = d, d.State()
+	for range w.inits {
+		a.feed = append(a.feed, &feedLink{to: a})
+	}
+	a.s2d = &pipe{name: fmt.Sprintf("e%d src>dst", a.epoch), a: a, codec: w.k.Codec}
+	a.d2s = &pipe{name: fmt.Sprintf("e%d dst>src", a.epoch), a: a, toSrc: true, codec: w.k.Codec}
+	w.atts = append(w.atts, a)
+	w.tracef("attempt %d: destination replica up, joins the feed; source side at tick %d", a.epoch, a.srcUpAt)
+	if a.srcUpAt <= w.tick {
+		w.startSource(a)
+	}
+	return a
+}
+
+// startSource starts the source side of a on the source node's executor.
+// One source processor runs there at a time: an older one still running
+// (it has not learned that its attempt is over) is superseded first, and
+// must then have released the executor.
+func (w *world) startSource(a *attempt) {
+	if prev := w.srcAttempt(); prev != nil && !prev.src.State().Final() {
+		prev.superseded = true
+		w.tracef("source node: attempt %d superseded by %d", prev.epoch, a.epoch)
+		prev.src.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by attempt %d", a.epoch))
+		w.afterCall(prev)
+	}
+	w.checkReleased(fmt.Sprintf("before attempt %d's source starts", a.epoch))
+	s, err := recovery.NewSource(w.srcExec, w.k.sourceConfig(a.hdr))
+	if err != nil {
+		w.violate("config", "source: %v", err)
+	}
+	a.src, a.srcState = s, s.State()
+	w.tracef("attempt %d: source up (%s)", a.epoch, s.State())
+	w.afterCall(a)
+}
+
+// startSourceEarly starts a's source side on the source node when a's
+// first message gets there before the supervisor's word. If an older
+// source processor still runs there, the message reaches it first: seeing
+// a newer epoch, it must end itself, and release the executor.
+func (w *world) startSourceEarly(a *attempt, m wire.Message) {
+	if prev := w.srcAttempt(); prev != nil && !prev.src.State().Final() {
+		prev.superseded = true
+		w.stats.SupersededByMessage++
+		err := prev.src.OnMessage(m)
+		w.tracef("source node: %s reaches the running attempt %d: %v", w.describe(m), prev.epoch, err)
+		w.afterCall(prev)
+		if st := prev.src.State(); st != recovery.StateAborted {
+			w.violate("d", "source of attempt %d took %s of the newer epoch %d and went on (%s)", prev.epoch, m.Type(), m.Header().Epoch, st)
+		}
+	}
+	w.startSource(a)
+}
+
+// afterCall follows every call into a's processors: it sends what they
+// put in their outboxes and runs the checks that go with a change of
+// state.
+func (w *world) afterCall(a *attempt) {
+	if a.src != nil {
+		for _, m := range a.src.Outbox() {
+			w.route(a, true, m)
+		}
+		if st := a.src.State(); st != a.srcState {
+			from := a.srcState
+			a.srcState = st
+			w.onSourceState(a, from, st)
+		}
+	}
+	if a.dst != nil && !a.dstGone {
+		for _, m := range a.dst.Outbox() {
+			w.route(a, false, m)
+		}
+		if st := a.dst.State(); st != a.dstState {
+			from := a.dstState
+			a.dstState = st
+			w.onDestinationState(a, from, st)
+		}
+	}
+}
+
+// route sends a message a processor put in its outbox: over the
+// attempt's connection, or, once that is cut, over the late route or
+// nowhere.
+func (w *world) route(a *attempt, fromSrc bool, m wire.Message) {
+	if h, ok := m.(*wire.Handoff); ok && fromSrc {
+		w.recordHandoff(a, h)
+	}
+	if _, hb := m.(*wire.Heartbeat); !hb && w.tr.on {
+		w.tracef("%s > %s", sideName(fromSrc), w.describe(m))
+	}
+	switch {
+	case !a.cut:
+		p := a.d2s
+		if fromSrc {
+			p = a.s2d
+		}
+		p.send(w, m, w.k.ConnDelayMax, 1)
+	case a.ghost:
+		p := w.ghostSrc
+		if fromSrc {
+			p = w.ghostDst
+		}
+		p.send(w, m, w.k.GhostDelayMax, 1)
+	}
+}
+
+// onConn delivers a message from a's connection to a's processor on the
+// receiving side (which may have ended: it then refuses it).
+func (w *world) onConn(p *pipe, m wire.Message) {
+	a := p.a
+	if p.toSrc && a.src == nil {
+		w.startSourceEarly(a, m)
+	}
+	var err error
+	side := sideName(p.toSrc)
+	if p.toSrc {
+		err = a.src.OnMessage(m)
+	} else {
+		err = a.dst.OnMessage(m)
+	}
+	if _, hb := m.(*wire.Heartbeat); w.tr.on && (!hb || err != nil) {
+		if err != nil {
+			w.tracef("%s < %s: %v", side, w.describe(m), err)
+		} else {
+			w.tracef("%s < %s", side, w.describe(m))
+		}
+	}
+	w.afterCall(a)
+}
+
+// onGhost delivers a late message of a cut attempt to the processor the
+// receiving node runs now. Only a newer attempt's processor gets it (the
+// same attempt's connection is gone), and it must reject it by its epoch:
+// a message of a superseded epoch that a running processor does not
+// reject breaks invariant (d).
+func (w *world) onGhost(p *pipe, m wire.Message) {
+	e := m.Header().Epoch
+	var a *attempt
+	if p.toSrc {
+		a = w.srcAttempt()
+	} else {
+		a = w.dstAttempt()
+	}
+	if a == nil || a.epoch <= e {
+		// Its own attempt's connection is gone, and no newer attempt runs.
+		w.stats.GhostDropped++
+		if w.tr.on {
+			w.tracef("late %s < %s: dropped, no newer attempt", sideName(p.toSrc), w.describe(m))
+		}
+		return
+	}
+	w.stats.StaleDelivered++
+	var err error
+	var st recovery.State
+	side := sideName(p.toSrc)
+	if p.toSrc {
+		st = a.src.State()
+		err = a.src.OnMessage(m)
+	} else {
+		st = a.dst.State()
+		err = a.dst.OnMessage(m)
+	}
+	if !st.Final() {
+		w.stats.StaleToRunning++
+	}
+	w.tracef("late %s < %s to attempt %d (%s): %v", side, w.describe(m), a.epoch, st, err)
+	if !st.Final() && !errors.Is(err, recovery.ErrStaleEpoch) {
+		w.stats.StaleAccepted++
+		w.violate("d", "%s of attempt %d (%s) accepted %s of superseded epoch %d: err=%v", side, a.epoch, st, m.Type(), e, err)
+	}
+	w.afterCall(a)
+}
+
+// learnCuts tells each side of a cut connection, at its tick, that the
+// connection is gone: it aborts its attempt.
+func (w *world) learnCuts() {
+	for _, a := range w.atts {
+		if !a.cut {
+			continue
+		}
+		if a.srcLearnAt != 0 && w.tick >= a.srcLearnAt {
+			a.srcLearnAt = 0
+			if a.src != nil && !a.src.State().Final() {
+				w.tracef("src e%d learns the connection is cut", a.epoch)
+				a.src.Abort(wire.AbortConnLost, "connection lost")
+				w.afterCall(a)
+			}
+		}
+		if a.dstLearnAt != 0 && w.tick >= a.dstLearnAt {
+			a.dstLearnAt = 0
+			if !a.dstGone && !a.dst.State().Final() {
+				w.tracef("dst e%d learns the connection is cut", a.epoch)
+				a.dst.Abort(wire.AbortConnLost, "connection lost")
+				w.afterCall(a)
+			}
+		}
+	}
+}
+
+// cut cuts a's connection: everything in flight is lost, and each side
+// learns of it after its delay (0: never told).
+func (w *world) cut(a *attempt, srcLearn, dstLearn int, ghost bool) {
+	a.cut, a.ghost = true, ghost
+	lost := a.s2d.lose() + a.d2s.lose()
+	if srcLearn > 0 {
+		a.srcLearnAt = w.tick + uint64(srcLearn)
+	} else {
+		w.stats.CutsUnnoticed++
+	}
+	if !a.dstGone {
+		if dstLearn > 0 {
+			a.dstLearnAt = w.tick + uint64(dstLearn)
+		} else {
+			w.stats.CutsUnnoticed++
+		}
+	}
+	w.tracef("attempt %d: connection cut, %d packets lost; source learns in %d, destination in %d (0: never), late route %v", a.epoch, lost, srcLearn, dstLearn, ghost)
+}
+
+// onSourceState runs on every move of a source processor.
+func (w *world) onSourceState(a *attempt, from, to recovery.State) {
+	switch to {
+	case recovery.StateAborted:
+		w.tracef("src e%d %s -> aborted: %v", a.epoch, from, a.src.Err())
+		w.checkAbort(a, "source", a.src.Err())
+	default:
+		if from == recovery.StateAnswering {
+			w.tracef("src e%d %s -> %s (S=%v)", a.epoch, from, to, a.src.Boundary())
+		} else {
+			w.tracef("src e%d %s -> %s", a.epoch, from, to)
+		}
+	}
+	if to.Final() {
+		w.checkLogBound(a)
+		w.checkReleased(fmt.Sprintf("after attempt %d's source ended %s", a.epoch, to))
+	}
+}
+
+// onDestinationState runs on every move of a destination processor.
+func (w *world) onDestinationState(a *attempt, from, to recovery.State) {
+	switch to {
+	case recovery.StateAborted:
+		w.tracef("dst e%d %s -> aborted: %v", a.epoch, from, a.dst.Err())
+		w.checkAbort(a, "destination", a.dst.Err())
+		w.checkEmpty(a)
+		a.feed = nil // the replica leaves the feed
+	case recovery.StateLive:
+		w.tracef("dst e%d %s -> live at E=%v", a.epoch, from, a.e)
+		w.checkLive(a)
+	default:
+		w.tracef("dst e%d %s -> %s", a.epoch, from, to)
+	}
+}
+
+// checkAbort fails the run if an attempt aborted for a reason nothing in
+// the run explains. The faults explain their own reasons (and a cut or a
+// restart a timeout, when a side is left to notice by itself); the
+// supervisor explains a superseded source. Anything else (a digest
+// mismatch, a protocol or decode error, an internal error, an overload, or
+// a timeout with no fault) is a bug.
+func (w *world) checkAbort(a *attempt, side string, err error) {
+	var ae *recovery.AbortError
+	if !errors.As(err, &ae) {
+		w.violate("c", "%s of attempt %d aborted without an AbortError: %v", side, a.epoch, err)
+	}
+	ok := false
+	switch ae.Reason {
+	case wire.AbortStaleEpoch:
+		ok = a.superseded
+	case wire.AbortShutdown, wire.AbortClaimLost, wire.AbortNodeFailed:
+		ok = a.fault != nil && a.fault.reason == ae.Reason
+	case wire.AbortConnLost:
+		// A destination restart drops the connection as a cut does.
+		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart)
+	case wire.AbortTimeout:
+		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart)
+	}
+	// A script aborts attempts as it pleases and reads the reasons in
+	// its output.
+	if !ok && !w.scripted {
+		w.violate("c", "%s of attempt %d aborted with no fault to explain it: %v", side, a.epoch, err)
+	}
+}
+
+// recordHandoff records, independently of the message, the source's
+// content at the moment it sends Handoff, and checks that E is a txn
+// boundary there: every txn below E executed, none at or above it, and
+// nothing below it still to come.
+func (w *world) recordHandoff(a *attempt, h *wire.Handoff) {
+	p := w.srcExec.Partition()
+	a.e = h.TxnID
+	a.handoff = &handoffRecord{e: h.TxnID, digest: p.Digest(), recomputed: recompute(p), rows: rowCounts(p)}
+	last := w.srcExec.LastExecuted()
+	if last >= h.TxnID {
+		w.violate("a", "source sent handoff at E=%v having executed %v", h.TxnID, last)
+	}
+	if q, ok := w.srcExec.QueuedFrom(0); ok && q < h.TxnID {
+		w.violate("a", "source sent handoff at E=%v with txn %v below it still queued", h.TxnID, q)
+	}
+	if safe, ok := w.srcExec.Safe(); !ok || safe+1 < h.TxnID {
+		w.violate("a", "source sent handoff at E=%v with the safe txn ID at %v: a txn below E may still come", h.TxnID, safe)
+	}
+	if h.Digest != a.handoff.digest || a.handoff.digest != a.handoff.recomputed {
+		w.violate("a", "handoff at E=%v: message digest %016x, source partition %016x, recomputed %016x", h.TxnID, h.Digest, a.handoff.digest, a.handoff.recomputed)
+	}
+	w.tracef("src e%d handoff at E=%v: %s", a.epoch, h.TxnID, w.describeReplica(w.srcExec))
+}

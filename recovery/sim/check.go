@@ -1,0 +1,199 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// The invariants, checked as the run goes (each names itself in a
+// Violation):
+//
+//	(a) at the handoff the destination holds the source's content at E, as
+//	    the simulator recorded it when the source sent Handoff (not as the
+//	    message says), and the two stay equal at every common txn after it;
+//	    the source stays equal to the oracle, which never took part;
+//	(b) a source's change log never exceeded its bound;
+//	(c) the run ends live within Faults+1 attempts, every abort has a
+//	    fault (or the supervisor) to explain it, after every ended source
+//	    the source executor has no gate or stream left and runs everything
+//	    its safe point allows, and every aborted destination replica is
+//	    empty and runs nothing;
+//	(d) no running processor accepts a message of a superseded epoch.
+
+// recompute sums partition.RowHash over every row, from scratch: the
+// digest as the simulator sees it, independent of the running digest the
+// partition keeps.
+func recompute(p *partition.Partition) uint64 {
+	var d uint64
+	for _, t := range p.Tables() {
+		for s := partition.Slot(0); s < t.SlotsLen(); s++ {
+			if tu := t.Tuple(s); tu != nil {
+				d += partition.RowHash(t.ID(), tu)
+			}
+		}
+	}
+	return d
+}
+
+func rowCounts(p *partition.Partition) []int {
+	var n []int
+	for _, t := range p.Tables() {
+		n = append(n, t.Len())
+	}
+	return n
+}
+
+func (w *world) describeReplica(e *partition.Executor) string {
+	p := e.Partition()
+	if w.scripted {
+		// Scripts compare digests rather than print them, so their golden
+		// output does not change with the hash.
+		return fmt.Sprintf("rows=%v last=%v", rowCounts(p), e.LastExecuted())
+	}
+	return fmt.Sprintf("rows=%v digest=%016x last=%v", rowCounts(p), p.Digest(), e.LastExecuted())
+}
+
+// hasGate and hasObserver: an ended source must leave neither behind
+// (invariant c); behaviour alone shows only the gate.
+func hasGate(e *partition.Executor) bool { return e.Gate() != nil }
+
+func hasObserver(p *partition.Partition) bool { return p.Observer() != nil }
+
+// checkReleased checks that no source processor holds the source
+// executor: no gate, no observer (so no table stream), and every txn the
+// safe point allows runs.
+func (w *world) checkReleased(when string) {
+	if hasGate(w.srcExec) {
+		w.violate("c", "%s: the source executor still has a gate", when)
+	}
+	if hasObserver(w.srcExec.Partition()) {
+		w.violate("c", "%s: the source partition still has an observer (a table stream)", when)
+	}
+	if w.scripted {
+		return // a script runs the source itself, and shows what runs
+	}
+	for {
+		if _, ok := w.srcExec.Step(); !ok {
+			break
+		}
+	}
+	if id, ok := w.srcExec.Ready(); ok {
+		w.violate("c", "%s: the source executor holds txn %v, which its safe point allows", when, id)
+	}
+}
+
+// checkLogBound checks invariant (b) for a's source. The workload keeps
+// every txn within the stream's per-txn reserve (txnLogBytesMax), so no
+// txn may have gone over it and the log must never have passed
+// ChangeLogBytesMax.
+func (w *world) checkLogBound(a *attempt) {
+	m := a.src.Metrics()
+	if m.LogBytesPeak > w.k.ChangeLogBytesMax {
+		w.violate("b", "source of attempt %d: change log peaked at %d bytes, bound %d", a.epoch, m.LogBytesPeak, w.k.ChangeLogBytesMax)
+	}
+	if m.Stream.TxnsOverReserve != 0 {
+		w.violate("b", "source of attempt %d: %d txns added more than the per-txn reserve (largest %d bytes)", a.epoch, m.Stream.TxnsOverReserve, m.Stream.TxnBytesPeak)
+	}
+}
+
+// checkEmpty checks that an aborted destination replica holds nothing and
+// runs nothing.
+func (w *world) checkEmpty(a *attempt) {
+	p := a.exec.Partition()
+	for _, t := range p.Tables() {
+		if t.Len() != 0 {
+			w.violate("c", "aborted destination replica of attempt %d keeps %d rows in %s", a.epoch, t.Len(), t.Schema().Name)
+		}
+	}
+	if p.Digest() != 0 || recompute(p) != 0 {
+		w.violate("c", "aborted destination replica of attempt %d: digest %016x, want 0", a.epoch, p.Digest())
+	}
+	if res, ok := a.exec.Step(); ok {
+		w.violate("c", "aborted destination replica of attempt %d executed txn %v", a.epoch, res.ID)
+	}
+}
+
+// checkLive checks invariant (a) at the moment the destination goes live.
+func (w *world) checkLive(a *attempt) {
+	h := a.handoff
+	if h == nil {
+		w.violate("a", "destination of attempt %d live with no Handoff sent by its source", a.epoch)
+	}
+	p := a.exec.Partition()
+	if d, r, rows := p.Digest(), recompute(p), rowCounts(p); d != h.digest || r != h.recomputed || !slices.Equal(rows, h.rows) {
+		w.violate("a", "destination of attempt %d live at E=%v with digest %016x (recomputed %016x, rows %v); the source had %016x (%016x, rows %v) when it sent Handoff",
+			a.epoch, h.e, d, r, rows, h.digest, h.recomputed, h.rows)
+	}
+	if want := h.e - 1; a.exec.LastExecuted() != want {
+		w.violate("a", "destination of attempt %d live at E=%v with last executed %v, want %v", a.epoch, h.e, a.exec.LastExecuted(), want)
+	}
+	w.live, w.liveTick = a, w.tick
+	w.tracef("dst e%d live: %s (equal to the source at E)", a.epoch, w.describeReplica(a.exec))
+	if w.opts.Sabotage == SabotageDestinationWrite {
+		w.sabotage(a)
+	}
+}
+
+// sabotage changes one row of the live destination replica behind the
+// protocol's back: an increment of one row's n that no txn made.
+func (w *world) sabotage(a *attempt) {
+	for _, t := range a.exec.Partition().Tables() {
+		for s := partition.Slot(0); s < t.SlotsLen(); s++ {
+			if !t.Live(s) {
+				continue
+			}
+			row, err := t.Row(s, nil)
+			if err != nil {
+				panic(err)
+			}
+			n := slices.IndexFunc(t.Schema().Columns, func(c partition.Column) bool { return c.Name == "n" })
+			row[n] = wire.Int64(row[n].Int + 1)
+			if err := t.Update(s, row); err != nil {
+				panic(err)
+			}
+			w.tracef("SABOTAGE: row in slot %d of %s changed on the destination only", s, t.Schema().Name)
+			return
+		}
+	}
+}
+
+// compare checks invariant (a) after the handoff whenever the live
+// destination and the source have executed the same txns, and the source
+// against the oracle likewise.
+func (w *world) compare() {
+	src := w.srcExec
+	if w.live != nil && w.live.exec.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastCmp {
+		w.lastCmp = src.LastExecuted()
+		w.stats.DigestChecks++
+		if a, b := src.Partition().Digest(), w.live.exec.Partition().Digest(); a != b {
+			w.violate("a", "after the handoff at E=%v, at txn %v: source digest %016x, destination %016x", w.live.e, src.LastExecuted(), a, b)
+		}
+	}
+	if w.ref.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastRefCmp {
+		w.lastRefCmp = src.LastExecuted()
+		if a, b := src.Partition().Digest(), w.ref.Partition().Digest(); a != b {
+			w.violate("a", "at txn %v: source digest %016x, oracle %016x: the rejoin changed the source", src.LastExecuted(), a, b)
+		}
+	}
+}
+
+// finalCheck runs once every replica has executed the whole feed.
+func (w *world) finalCheck() {
+	src, dst, ref := w.srcExec, w.live.exec, w.ref
+	if src.LastExecuted() != dst.LastExecuted() || src.LastExecuted() != ref.LastExecuted() {
+		w.violate("a", "at the end: source at %v, destination at %v, oracle at %v", src.LastExecuted(), dst.LastExecuted(), ref.LastExecuted())
+	}
+	for _, e := range []*partition.Executor{dst, ref} {
+		if d, r := e.Partition().Digest(), recompute(e.Partition()); d != src.Partition().Digest() || r != d {
+			w.violate("a", "at the end, txn %v: source %s, %s (recomputed %016x)", src.LastExecuted(), w.describeReplica(src), w.describeReplica(e), r)
+		}
+	}
+	w.checkReleased("at the end")
+	for _, a := range w.atts {
+		w.checkLogBound(a)
+	}
+	w.tracef("end: %d attempts, all replicas at %v: %s", len(w.atts), src.LastExecuted(), w.describeReplica(src))
+}

@@ -1,0 +1,173 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// faultKind is what a fault does to an attempt.
+type faultKind uint8
+
+const (
+	// faultAbortSource: the source side aborts (it shuts down, or loses
+	// its claim) and tells the destination.
+	faultAbortSource faultKind = iota
+	// faultAbortDest: the destination side aborts likewise.
+	faultAbortDest
+	// faultNodeFailed: a node of the partition failed, and the destination
+	// terminates its rejoin (DESIGN.md step 8, "hara kiri").
+	faultNodeFailed
+	// faultCut: the connection is cut; what is in flight is lost and each
+	// side learns of it after a delay, or never and times out.
+	faultCut
+	// faultRestart: the destination node restarts: its processor and its
+	// replica vanish, the connection with them; the next attempt starts on
+	// a fresh empty replica.
+	faultRestart
+	faultKinds
+)
+
+var faultNames = [...]string{"abort-source", "abort-destination", "node-failed", "cut", "restart-destination"}
+
+func (k faultKind) String() string { return faultNames[k] }
+
+// FaultKindNames names the fault kinds in the order of Stats.Kinds.
+func FaultKindNames() []string { return append([]string(nil), faultNames[:]...) }
+
+// phase is the part of an attempt a fault waits for.
+type phase uint8
+
+const (
+	phaseHandshake phase = iota // proposing, answering, executing up to S
+	phaseSnapshot               // the source is streaming the snapshot
+	phaseCatchUp                // catch-up rounds
+	phaseHandoff                // the final delta is shipping, or the Handoff is on its way
+	phases
+)
+
+var phaseNames = [...]string{"handshake", "snapshot", "catch-up", "handoff"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// PhaseNames names the phases in the order of Stats.Phases.
+func PhaseNames() []string { return append([]string(nil), phaseNames[:]...) }
+
+// fault is one planned fault: it fires on the first attempt that spends
+// wait+1 ticks in its phase, one fault per attempt at most.
+type fault struct {
+	kind   faultKind
+	phase  phase
+	wait   int
+	reason wire.AbortReason // for the abort kinds
+	// learn delays for a cut or restart, 0 for never; ghost: the cut
+	// sides' late messages travel on.
+	srcLearn, dstLearn int
+	ghost              bool
+	fired              bool
+}
+
+// planFaults draws the run's faults from the fault stream, all at once, so
+// the plan does not depend on how the run unfolds.
+func (w *world) planFaults() {
+	r := w.faultRng
+	for i := 0; i < w.k.Faults; i++ {
+		f := &fault{kind: faultKind(r.IntN(int(faultKinds))), phase: phase(r.IntN(int(phases)))}
+		waits := [phases]int{phaseHandshake: 10, phaseSnapshot: 80, phaseCatchUp: 20, phaseHandoff: 3}
+		f.wait = r.IntN(waits[f.phase])
+		f.reason = [...]wire.AbortReason{wire.AbortShutdown, wire.AbortClaimLost}[r.IntN(2)]
+		if f.kind == faultNodeFailed {
+			f.reason = wire.AbortNodeFailed
+		}
+		learn := func() int {
+			if r.IntN(5) == 0 {
+				return 0
+			}
+			return 1 + r.IntN(30)
+		}
+		f.srcLearn, f.dstLearn = learn(), learn()
+		f.ghost = r.IntN(3) != 0
+		w.faults = append(w.faults, f)
+	}
+}
+
+// phaseOf reports which phase a running attempt is in.
+func phaseOf(a *attempt) (phase, bool) {
+	switch a.src.State() {
+	case recovery.StateAnswering, recovery.StateAwaitingBoundary:
+		return phaseHandshake, true
+	case recovery.StateStreaming:
+		return phaseSnapshot, true
+	case recovery.StateCatchingUp:
+		return phaseCatchUp, true
+	case recovery.StateHandingOff, recovery.StateDone:
+		return phaseHandoff, true
+	}
+	return 0, false
+}
+
+// maybeFault fires the next planned fault if the current attempt is where
+// it waits.
+func (w *world) maybeFault() {
+	if w.scripted || w.live != nil {
+		return
+	}
+	var f *fault
+	for _, g := range w.faults {
+		if !g.fired {
+			f = g
+			break
+		}
+	}
+	a := w.cur()
+	if f == nil || a == nil || a.src == nil || a.dstGone || a.fault != nil || a.dst.State().Final() {
+		return
+	}
+	ph, ok := phaseOf(a)
+	if !ok || ph != f.phase {
+		return
+	}
+	if f.kind == faultAbortSource && a.src.State().Final() {
+		return // a source that has handed off has nothing left to abort
+	}
+	if f.wait > 0 {
+		f.wait--
+		return
+	}
+	w.fire(f, a)
+}
+
+func (w *world) fire(f *fault, a *attempt) {
+	f.fired = true
+	a.fault = f
+	w.stats.FaultsFired++
+	w.stats.Kinds[f.kind]++
+	w.stats.Phases[f.phase]++
+	w.tracef("FAULT %s in %s of attempt %d (source %s, destination %s)", f.kind, f.phase, a.epoch, a.src.State(), a.dst.State())
+	switch f.kind {
+	case faultAbortSource:
+		a.src.Abort(f.reason, fmt.Sprintf("injected %s", f.reason))
+		w.afterCall(a)
+	case faultAbortDest:
+		a.dst.Abort(f.reason, fmt.Sprintf("injected %s", f.reason))
+		w.afterCall(a)
+	case faultNodeFailed:
+		a.dst.Abort(wire.AbortNodeFailed, "a node of the partition failed")
+		w.afterCall(a)
+	case faultCut:
+		w.cut(a, f.srcLearn, f.dstLearn, f.ghost)
+	case faultRestart:
+		w.restartDestination(a, f.srcLearn, f.ghost)
+	}
+}
+
+// restartDestination makes a's destination node restart: the processor and
+// its replica are gone, and the connection with them.
+func (w *world) restartDestination(a *attempt, srcLearn int, ghost bool) {
+	a.dstGone = true
+	a.feed = nil
+	a.exec = nil
+	w.tracef("attempt %d: destination node restarts; its replica is gone", a.epoch)
+	w.cut(a, srcLearn, 0, ghost)
+}

@@ -1,0 +1,188 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/rejoin-db/rejoin/cow"
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// Knobs are one run's parameters. Run draws every one of them from the
+// seed, always the same number of draws in the same order, so that
+// Options.Tweak can pin some of them without moving the others (or the
+// workload, the network and the faults, which have streams of their own).
+// Times are ticks; the simulated clock reads one millisecond per tick.
+type Knobs struct {
+	// Tables is 1 (kv, bytes key) or 2 (kv and acct, a two-column key).
+	Tables int
+	// Rows is how many rows each table is loaded with before the feed starts.
+	Rows int
+	// Initiators is how many initiators send txns and heartbeats (1-4).
+	Initiators int
+	// SkewMillisMax bounds each initiator's clock offset from the simulated
+	// clock, in either direction; offsets also step now and then.
+	SkewMillisMax int
+	// TxnPct is the chance, per tick and initiator, of sending a txn.
+	TxnPct int
+	// HeartbeatTicks: an initiator that sent nothing for this long
+	// heartbeats.
+	HeartbeatTicks int
+	// FeedDelayMax, ConnDelayMax and GhostDelayMax bound the delays of the
+	// initiators' links, of a rejoin connection (at least 1), and of the
+	// route that brings a cut attempt's late messages to a newer attempt.
+	FeedDelayMax, ConnDelayMax, GhostDelayMax int
+	// SplitPct is the chance that a frame reaches the receiver in two
+	// pieces, so the decoder meets truncated input.
+	SplitPct int
+	// StepsMax bounds the txns the source executor runs per tick.
+	StepsMax int
+	// Codec compresses the frames of every rejoin connection.
+	Codec wire.Codec
+	// The source processor's and its stream's limits (see
+	// recovery.SourceConfig and cow.Config).
+	BlockBytesMax        int
+	WindowBlocksMax      int
+	ChangeLogBytesMax    int
+	ChangeLogTxnBytesMax int
+	PaceLowWaterBytes    int
+	PaceTxnsPerTick      int
+	ThrottleWindowTicks  int
+	HandoffLogBytesMax   int
+	RoundsMax            int
+	// StallTicksMax and ProcHeartbeatTicks are both processors' stall
+	// window and heartbeat interval.
+	StallTicksMax, ProcHeartbeatTicks int
+	// Faults is how many faults are planned; each can end one attempt, so
+	// a run takes at most Faults+1 attempts.
+	Faults int
+	// StartTick is when the supervisor starts the first attempt.
+	StartTick int
+	// WorkloadTicks and LiveTicks: txns flow until both WorkloadTicks have
+	// passed and the destination has been live for LiveTicks.
+	WorkloadTicks, LiveTicks int
+	// TicksMax: a run not finished by then fails.
+	TicksMax int
+}
+
+// txnLogBytesMax is the most change-log bytes one txn of the workload can
+// add: a primary key change logs the old key (a kv key tuple is 19 bytes,
+// acct's at most 14) with its 4-byte offset, and dirties the slot (4
+// bytes); every other procedure adds less. ChangeLogTxnBytesMax is kept at
+// or above it, so no txn goes over the stream's reserve and the log must
+// stay within ChangeLogBytesMax (invariant b).
+const txnLogBytesMax = 19 + 4 + 4
+
+// drawKnobs draws a run's knobs from r. Every draw happens whatever the
+// earlier ones gave, so the sequence is fixed.
+func drawKnobs(r *rand.Rand) Knobs {
+	var k Knobs
+	k.Tables = 1 + r.IntN(2)
+	k.Rows = 40 + r.IntN(220)
+	k.Initiators = 1 + r.IntN(4)
+	k.SkewMillisMax = r.IntN(40)
+	// 0.1 to 1.1 txns per tick from all initiators together: enough to
+	// keep writes landing behind and ahead of the cursor, not so many that
+	// one-row blocks can never catch up.
+	k.TxnPct = (10 + r.IntN(100)) / k.Initiators
+	k.HeartbeatTicks = 1 + r.IntN(8)
+	k.FeedDelayMax = r.IntN(6)
+	k.ConnDelayMax = 1 + r.IntN(4)
+	k.GhostDelayMax = 10 + r.IntN(80)
+	k.SplitPct = r.IntN(30)
+	k.StepsMax = 2 + r.IntN(8)
+	k.Codec = wire.Codec(r.IntN(3))
+	// Small blocks most of the time, so snapshots take many blocks and
+	// writes land both behind and ahead of the cursor.
+	blocks := [...]int{1, 1, 64, 128, 256, 512, 1024, 4096, 64 << 10}
+	k.BlockBytesMax = blocks[r.IntN(len(blocks))]
+	k.WindowBlocksMax = 1 + r.IntN(8)
+	if k.BlockBytesMax < 128 {
+		// Blocks of a row or two: fewer rows, so the run stays within a few
+		// thousand ticks (no draw, so the sequence stays fixed).
+		k.Rows = 40 + k.Rows%80
+	}
+	// A quarter of the runs get a change log small enough that the
+	// throttle engages; the others one that never fills.
+	small := r.IntN(4) == 0
+	smallLog := 2*txnLogBytesMax + 8 + r.IntN(400)
+	if small {
+		k.ChangeLogBytesMax = smallLog
+	} else {
+		k.ChangeLogBytesMax = 1 << 20
+	}
+	k.ChangeLogTxnBytesMax = txnLogBytesMax + r.IntN(16)
+	hold := k.ChangeLogBytesMax - k.ChangeLogTxnBytesMax
+	// Pacing starts above a few hundred bytes at most, so that writes that
+	// outpace shipping are slowed even when the log has room.
+	k.PaceLowWaterBytes = r.IntN(min(hold, 1024) + 1)
+	k.PaceTxnsPerTick = 1 + r.IntN(4)
+	k.ThrottleWindowTicks = 1 + r.IntN(10)
+	k.HandoffLogBytesMax = [...]int{0, 16, 64, 256}[r.IntN(4)]
+	k.RoundsMax = 1 + r.IntN(8)
+	k.StallTicksMax = 60 + r.IntN(90)
+	k.ProcHeartbeatTicks = 2 + r.IntN(12)
+	k.Faults = [...]int{0, 1, 1, 2, 2, 3}[r.IntN(6)]
+	k.StartTick = 1 + r.IntN(40)
+	k.WorkloadTicks = 200 + r.IntN(400)
+	k.LiveTicks = 50 + r.IntN(150)
+	k.TicksMax = 30000
+	return k
+}
+
+// validate checks what the simulator itself relies on; the processors
+// check their own configs.
+func (k Knobs) validate() error {
+	switch {
+	case k.Tables < 1 || k.Tables > 2:
+		return fmt.Errorf("sim: Tables %d, want 1 or 2", k.Tables)
+	case k.Initiators < 1 || k.Initiators > 4:
+		return fmt.Errorf("sim: Initiators %d, want 1..4", k.Initiators)
+	case k.ConnDelayMax < 1:
+		return fmt.Errorf("sim: ConnDelayMax %d, want >= 1", k.ConnDelayMax)
+	case k.ChangeLogTxnBytesMax < txnLogBytesMax:
+		return fmt.Errorf("sim: ChangeLogTxnBytesMax %d below the workload's %d bytes per txn", k.ChangeLogTxnBytesMax, txnLogBytesMax)
+	case k.StepsMax < 1 || k.TicksMax < 1:
+		return fmt.Errorf("sim: StepsMax %d, TicksMax %d, want >= 1", k.StepsMax, k.TicksMax)
+	}
+	return nil
+}
+
+func (k Knobs) sourceConfig(h wire.MsgHeader) recovery.SourceConfig {
+	return recovery.SourceConfig{
+		Header:             h,
+		WindowBlocksMax:    k.WindowBlocksMax,
+		StallTicksMax:      k.StallTicksMax,
+		HeartbeatTicks:     k.ProcHeartbeatTicks,
+		HandoffLogBytesMax: k.HandoffLogBytesMax,
+		RoundsMax:          k.RoundsMax,
+		Stream: cow.Config{
+			BlockBytesMax:        k.BlockBytesMax,
+			ChangeLogBytesMax:    k.ChangeLogBytesMax,
+			ChangeLogTxnBytesMax: k.ChangeLogTxnBytesMax,
+			PaceLowWaterBytes:    k.PaceLowWaterBytes,
+			ThrottleWindowTicks:  k.ThrottleWindowTicks,
+			PaceTxnsPerTick:      k.PaceTxnsPerTick,
+		},
+	}
+}
+
+func (k Knobs) destinationConfig(h wire.MsgHeader, ins []txnid.Initiator) recovery.DestinationConfig {
+	return recovery.DestinationConfig{
+		Header:         h,
+		Initiators:     ins,
+		StallTicksMax:  k.StallTicksMax,
+		HeartbeatTicks: k.ProcHeartbeatTicks,
+	}
+}
+
+// String renders the knobs that shape a run, for the trace's first line.
+func (k Knobs) String() string {
+	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d",
+		k.Tables, k.Rows, k.Initiators, k.SkewMillisMax, k.TxnPct, k.Codec, k.BlockBytesMax, k.WindowBlocksMax,
+		k.ChangeLogBytesMax, k.ChangeLogTxnBytesMax, k.PaceLowWaterBytes, k.PaceTxnsPerTick, k.ThrottleWindowTicks,
+		k.HandoffLogBytesMax, k.RoundsMax, k.StallTicksMax, k.ProcHeartbeatTicks, k.Faults,
+		k.FeedDelayMax, k.ConnDelayMax, k.GhostDelayMax, k.SplitPct, k.StepsMax)
+}

@@ -1,0 +1,314 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// The simulated network. Every link is a FIFO with a delivery tick per
+// item: an item is due at max(the previous item's tick, send tick +
+// delay), so a link delivers in order, like a TCP connection, however the
+// delays fall. Each tick the world delivers due items one at a time from
+// a link drawn at random among those with one due, so links interleave
+// differently on every seed while each keeps its order.
+
+// link is one direction of delivery the world can pick from.
+type link interface {
+	// due reports whether the head item may be delivered at tick.
+	due(tick uint64) bool
+	// deliver delivers the head item.
+	deliver(w *world)
+}
+
+// feedItem is a txn or a heartbeat on its way from an initiator to one
+// replica.
+type feedItem struct {
+	at  uint64
+	inv partition.Invocation // Proc == "" for a heartbeat
+}
+
+// feedLink carries one initiator's txns and heartbeats to one replica: the
+// source (to == nil) or an attempt's destination replica. Bound: the items
+// sent and not delivered, at most FeedDelayMax ticks' worth.
+type feedLink struct {
+	to   *attempt
+	q    []feedItem
+	last uint64
+}
+
+func (l *feedLink) send(w *world, inv partition.Invocation) {
+	at := max(l.last, w.tick+uint64(w.delay(w.k.FeedDelayMax)))
+	l.last = at
+	l.q = append(l.q, feedItem{at: at, inv: inv})
+}
+
+func (l *feedLink) due(tick uint64) bool { return len(l.q) > 0 && l.q[0].at <= tick }
+
+func (l *feedLink) deliver(w *world) {
+	it := l.q[0]
+	l.q[0] = feedItem{}
+	l.q = l.q[1:]
+	if l.to == nil {
+		w.feedSource(it.inv)
+		return
+	}
+	w.feedDestination(l.to, it.inv)
+}
+
+// packet is some bytes of a frame stream in flight.
+type packet struct {
+	at uint64
+	b  []byte
+}
+
+// pipe is one direction of a rejoin connection: messages go in as wire
+// frames (a FrameEncoder with the run's codec) and come out through a
+// FrameDecoder, so the encode, compress, checksum and decode paths all
+// run. A frame may arrive in two packets; the receiver decodes whole
+// frames only and keeps the rest.
+//
+// A pipe of an attempt (a != nil) delivers to that attempt's processor on
+// the receiving side, once it is up. A ghost pipe (a == nil) models a late
+// route of a cut attempt (its side keeps sending for a while before it
+// learns of the cut): it delivers to whatever processor the receiving node
+// runs when the message lands, and only if that processor belongs to a
+// newer attempt, which must then reject it by its epoch.
+type pipe struct {
+	name   string
+	a      *attempt
+	toSrc  bool
+	codec  wire.Codec
+	enc    wire.FrameEncoder
+	dec    wire.FrameDecoder
+	q      []packet
+	rx     []byte
+	last   uint64
+	frames int
+}
+
+func (p *pipe) send(w *world, m wire.Message, delayMax, minDelay int) {
+	frame, err := p.enc.AppendFrame(nil, m, p.codec)
+	if err != nil {
+		w.violate("wire", "encode %s on %s: %v", m.Type(), p.name, err)
+	}
+	d := minDelay + w.delay(delayMax-minDelay)
+	at := max(p.last, w.tick+uint64(d))
+	p.last = at
+	p.frames++
+	w.stats.Frames++
+	w.stats.FrameBytes += int64(len(frame))
+	if len(frame) > 1 && w.net.IntN(100) < w.k.SplitPct {
+		cut := 1 + w.net.IntN(len(frame)-1)
+		p.q = append(p.q, packet{at: at, b: frame[:cut]}, packet{at: at, b: frame[cut:]})
+		return
+	}
+	p.q = append(p.q, packet{at: at, b: frame})
+}
+
+// lose drops everything in flight, the half-received frame included: a cut
+// connection delivers nothing more.
+func (p *pipe) lose() int {
+	n := len(p.q)
+	p.q, p.rx = nil, nil
+	return n
+}
+
+func (p *pipe) up() bool {
+	if p.a == nil {
+		return true
+	}
+	if p.toSrc {
+		return p.a.src != nil || p.a.early
+	}
+	return p.a.dst != nil && !p.a.dstGone
+}
+
+func (p *pipe) due(tick uint64) bool { return len(p.q) > 0 && p.q[0].at <= tick && p.up() }
+
+func (p *pipe) deliver(w *world) {
+	pk := p.q[0]
+	p.q[0] = packet{}
+	p.q = p.q[1:]
+	p.rx = append(p.rx, pk.b...)
+	for len(p.rx) > 0 {
+		m, n, err := p.dec.DecodeFrame(p.rx)
+		if errors.Is(err, wire.ErrTruncated) {
+			return // the rest of the frame is in the next packet
+		}
+		if err != nil {
+			w.violate("wire", "decode on %s: %v", p.name, err)
+		}
+		// The message may alias rx or the decoder's buffer: it is handled
+		// before either is touched again.
+		if p.a == nil {
+			w.onGhost(p, m)
+		} else {
+			w.onConn(p, m)
+		}
+		if p.rx == nil {
+			return // the handler cut this connection
+		}
+		p.rx = p.rx[n:]
+	}
+	p.rx = p.rx[:0]
+}
+
+// delay draws a delay of 0..n ticks.
+func (w *world) delay(n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return w.net.IntN(n + 1)
+}
+
+// describe renders a message for the trace.
+func (w *world) describe(m wire.Message) string {
+	h := m.Header()
+	switch m := m.(type) {
+	case *wire.Propose:
+		return fmt.Sprintf("propose e%d P=%v", h.Epoch, m.TxnID)
+	case *wire.Answer:
+		return fmt.Sprintf("answer e%d S=%v", h.Epoch, m.TxnID)
+	case *wire.Block:
+		if w.scripted {
+			return fmt.Sprintf("block e%d #%d %s %s %v", h.Epoch, m.Seq, m.Kind, w.tableName(m.Table), w.blockKeys(m))
+		}
+		return fmt.Sprintf("block e%d #%d %s %s rows=%d bytes=%d", h.Epoch, m.Seq, m.Kind, w.tableName(m.Table), m.Count, len(m.Tuples))
+	case *wire.Ack:
+		return fmt.Sprintf("ack e%d #%d", h.Epoch, m.Seq)
+	case *wire.Handoff:
+		return fmt.Sprintf("handoff e%d E=%v rows=%d last=#%d", h.Epoch, m.TxnID, m.Rows, m.LastSeq)
+	case *wire.Abort:
+		return fmt.Sprintf("abort e%d %s: %s", h.Epoch, m.Reason, m.Text)
+	case *wire.Heartbeat:
+		return fmt.Sprintf("heartbeat e%d", h.Epoch)
+	}
+	return fmt.Sprintf("%s e%d", m.Type(), h.Epoch)
+}
+
+func (w *world) tableName(id uint32) string {
+	if id >= 1 && int(id) <= len(w.schemas) {
+		return w.schemas[id-1].Name
+	}
+	return fmt.Sprintf("table%d", id)
+}
+
+// feedSource delivers a txn or heartbeat to the source replica, and to
+// nothing else: the oracle got it when it was sent.
+func (w *world) feedSource(inv partition.Invocation) {
+	var err error
+	if inv.Proc == "" {
+		err = w.srcExec.Heartbeat(inv.ID)
+	} else {
+		err = w.srcExec.Offer(inv)
+	}
+	if err != nil {
+		w.violate("feed", "source refused %v: %v", inv.ID, err)
+	}
+}
+
+// feedDestination delivers a txn or heartbeat to an attempt's destination
+// replica, through its processor (which buffers until it goes live). Only
+// after the handoff may a txn be refused, and only as too late: one below
+// E still on its way when the snapshot already held its effect.
+func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
+	if a.dst == nil || a.dstGone || a.dst.State() == recovery.StateAborted {
+		return // the replica is gone; its link is dropped with it
+	}
+	var err error
+	if inv.Proc == "" {
+		err = a.dst.OnHeartbeat(inv.ID)
+	} else {
+		err = a.dst.OnTxn(inv)
+	}
+	if err != nil {
+		if a.dst.State() == recovery.StateLive && errors.Is(err, partition.ErrTooLate) && inv.ID < a.e {
+			w.stats.TooLate++
+			return
+		}
+		w.violate("feed", "destination e%d (%s) refused %v: %v", a.epoch, a.dst.State(), inv.ID, err)
+	}
+	w.afterCall(a)
+}
+
+// sendFeed sends a txn (or, with proc "", a heartbeat) from an initiator
+// to every replica of the partition: the oracle at once, the source and
+// the current destination replica over their links.
+func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
+	var err error
+	if inv.Proc == "" {
+		err = w.ref.Heartbeat(inv.ID)
+	} else {
+		err = w.ref.Offer(inv)
+	}
+	if err != nil {
+		w.violate("feed", "oracle refused %v: %v", inv.ID, err)
+	}
+	in.toSrc.send(w, inv)
+	if a := w.feedTarget(); a != nil {
+		a.feed[in.idx].send(w, inv)
+	}
+}
+
+// feedTarget is the attempt whose destination replica is in the feed: the
+// newest one, from its start on, unless it aborted or its node restarted.
+func (w *world) feedTarget() *attempt {
+	a := w.cur()
+	if a == nil || a.dst == nil || a.dstGone || a.dst.State() == recovery.StateAborted {
+		return nil
+	}
+	return a
+}
+
+// blockKeys lists the keys a block carries, for a script's output.
+func (w *world) blockKeys(m *wire.Block) []string {
+	if m.Table < 1 || int(m.Table) > len(w.schemas) {
+		return nil
+	}
+	s := w.schemas[m.Table-1]
+	types := s.Types()
+	if m.Kind == wire.BlockDeletes {
+		types = types[:0:0]
+		for _, c := range s.Key {
+			types = append(types, s.Columns[c].Type)
+		}
+	}
+	b := m.Tuples
+	n, hdr := arrayHeader(b)
+	b = b[hdr:]
+	var keys []string
+	for i := 0; i < n; i++ {
+		vals, used, err := wire.DecodeTuple(b, types, nil)
+		if err != nil {
+			return append(keys, "?"+err.Error())
+		}
+		b = b[used:]
+		if m.Kind != wire.BlockDeletes {
+			key := make([]wire.Value, len(s.Key))
+			for j, c := range s.Key {
+				key[j] = vals[c]
+			}
+			vals = key
+		}
+		keys = append(keys, keyName(vals))
+	}
+	return keys
+}
+
+// arrayHeader reads a msgpack array header: the element count and the
+// header's length (0, 0 if b holds none).
+func arrayHeader(b []byte) (n, size int) {
+	switch {
+	case len(b) >= 1 && b[0]&0xf0 == 0x90:
+		return int(b[0] & 0x0f), 1
+	case len(b) >= 3 && b[0] == 0xdc:
+		return int(b[1])<<8 | int(b[2]), 3
+	case len(b) >= 5 && b[0] == 0xdd:
+		return int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4]), 5
+	}
+	return 0, 0
+}

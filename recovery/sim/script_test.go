@@ -1,0 +1,538 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+	"go.uber.org/goleak"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// TestScenarios runs the scripts in testdata/scenarios: the simulator's
+// world driven one step at a time, with nothing happening on its own (no
+// workload, no supervisor, no faults, no random delays). Rewrite the
+// golden output with -rewrite.
+func TestScenarios(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	datadriven.Walk(t, filepath.Join("testdata", "scenarios"), func(t *testing.T, path string) {
+		s := &script{}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return s.run(t, d)
+		})
+	})
+}
+
+// script is the state of one scenario file: the world its last setup
+// built.
+type script struct {
+	w *world
+}
+
+// scriptCommands maps each command to its handler. A handler acts on the
+// world; what it traced is the command's output, with its own lines
+// after.
+var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.TestData) string{
+	"setup":        (*script).setup,
+	"start":        (*script).start,
+	"retry":        (*script).start,
+	"write":        (*script).write,
+	"heartbeat":    (*script).heartbeat,
+	"step-source":  (*script).stepSource,
+	"deliver":      (*script).deliver,
+	"tick":         (*script).tick,
+	"run":          (*script).runUntil,
+	"cut":          (*script).cut,
+	"abort":        (*script).abort,
+	"restart-dest": (*script).restartDest,
+	"state":        (*script).state,
+	"check":        (*script).check,
+}
+
+func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
+	h, ok := scriptCommands[d.Cmd]
+	if !ok {
+		d.Fatalf(t, "unknown command %q", d.Cmd)
+	}
+	if d.Cmd != "setup" && s.w == nil {
+		d.Fatalf(t, "%s before setup", d.Cmd)
+	}
+	from := 0
+	if s.w != nil {
+		from = len(s.w.tr.lines)
+	}
+	var own string
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				v, ok := r.(*Violation)
+				if !ok {
+					panic(r)
+				}
+				own = "VIOLATION " + v.Error() + "\n"
+			}
+		}()
+		own = h(s, t, d)
+	}()
+	var b strings.Builder
+	if d.Cmd != "setup" {
+		for _, l := range s.w.tr.lines[from:] {
+			if keepLine(d.Cmd, l) {
+				b.WriteString(strings.TrimLeft(l[7:], " "))
+				b.WriteByte('\n')
+			}
+		}
+	}
+	b.WriteString(own)
+	if b.Len() == 0 {
+		return "ok\n"
+	}
+	return b.String()
+}
+
+// keepLine leaves acks out of a run's output: they are many and say
+// little.
+func keepLine(cmd, l string) bool {
+	if cmd != "run" {
+		return true
+	}
+	return !strings.Contains(l, " ack e")
+}
+
+// scriptKnobs are a script's defaults: one table of 10 rows, one
+// initiator, no clock skew, feed delivered at once, connection delivered
+// only when the script says, blocks as large as they come, a window of
+// one, a log that never fills, processors that do not heartbeat or stall
+// within a script's few ticks.
+func scriptKnobs() Knobs {
+	return Knobs{
+		Tables: 1, Rows: 10, Initiators: 1, HeartbeatTicks: 1,
+		ConnDelayMax: 1, GhostDelayMax: 1, StepsMax: 1000, Codec: wire.CodecNone,
+		BlockBytesMax: 1 << 20, WindowBlocksMax: 1,
+		ChangeLogBytesMax: 1 << 20, ChangeLogTxnBytesMax: txnLogBytesMax, PaceTxnsPerTick: 1, ThrottleWindowTicks: 1,
+		RoundsMax: 4, StallTicksMax: 100, ProcHeartbeatTicks: 50, TicksMax: 1 << 30,
+	}
+}
+
+func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
+	k := scriptKnobs()
+	ints := map[string]*int{
+		"rows": &k.Rows, "tables": &k.Tables, "initiators": &k.Initiators, "block-bytes": &k.BlockBytesMax,
+		"window": &k.WindowBlocksMax, "log-bytes": &k.ChangeLogBytesMax, "pace-low": &k.PaceLowWaterBytes,
+		"pace": &k.PaceTxnsPerTick, "handoff-bytes": &k.HandoffLogBytesMax, "rounds": &k.RoundsMax,
+		"stall": &k.StallTicksMax, "heartbeat": &k.ProcHeartbeatTicks,
+	}
+	for _, a := range d.CmdArgs {
+		switch a.Key {
+		case "block-rows":
+			var n int
+			a.Scan(t, 0, &n)
+			if n != 1 {
+				d.Fatalf(t, "block-rows: only 1 is supported")
+			}
+			k.BlockBytesMax = 1 // at least one tuple each: one row per block
+		case "codec":
+			var c string
+			a.Scan(t, 0, &c)
+			k.Codec = map[string]wire.Codec{"none": wire.CodecNone, "s2": wire.CodecS2, "zstd": wire.CodecZstd}[c]
+		default:
+			p, ok := ints[a.Key]
+			if !ok {
+				d.Fatalf(t, "setup: unknown argument %q", a.Key)
+			}
+			a.Scan(t, 0, p)
+		}
+	}
+	if !d.HasArg("pace-low") {
+		// No pacing unless the script asks: the log's hold mark alone.
+		k.PaceLowWaterBytes = k.ChangeLogBytesMax - k.ChangeLogTxnBytesMax
+	}
+	w := &world{reg: newRegistry(), scripted: true, k: k}
+	w.tr.on = true
+	w.work = rand.New(rand.NewPCG(1, 1))
+	w.net = rand.New(rand.NewPCG(2, 2))
+	w.faultRng = rand.New(rand.NewPCG(3, 3))
+	w.setup()
+	w.tr.lines = nil
+	s.w = w
+	var b strings.Builder
+	for _, tbl := range w.srcExec.Partition().Tables() {
+		var keys []string
+		for sl := partition.Slot(0); sl < tbl.SlotsLen(); sl++ {
+			keys = append(keys, s.slotKey(tbl, sl))
+		}
+		fmt.Fprintf(&b, "source %s: %d rows, slot i holds %s\n", tbl.Schema().Name, tbl.Len(), strings.Join(keys, " "))
+	}
+	fmt.Fprintf(&b, "initiators: %d; block %d B, window %d, change log %d B (reserve %d B), handoff at <= %d B, rounds <= %d, codec %s\n",
+		k.Initiators, k.BlockBytesMax, k.WindowBlocksMax, k.ChangeLogBytesMax, k.ChangeLogTxnBytesMax, k.HandoffLogBytesMax, k.RoundsMax, k.Codec)
+	return b.String()
+}
+
+// slotKey names the key in a slot, or "-" for a free one.
+func (s *script) slotKey(tbl *partition.Table, sl partition.Slot) string {
+	if !tbl.Live(sl) {
+		return "-"
+	}
+	row, err := tbl.Row(sl, nil)
+	if err != nil {
+		panic(err)
+	}
+	key := make([]wire.Value, len(tbl.Schema().Key))
+	for i, c := range tbl.Schema().Key {
+		key[i] = row[c]
+	}
+	return keyName(key)
+}
+
+// start starts an attempt (the first, or a retry with the next epoch); its
+// source side starts source-delay ticks later, at the next tick or run.
+func (s *script) start(t *testing.T, d *datadriven.TestData) string {
+	delay := 0
+	d.MaybeScanArgs(t, "source-delay", &delay)
+	s.w.startAttempt(uint64(delay))
+	return ""
+}
+
+func (s *script) initiator(t *testing.T, d *datadriven.TestData) *initiator {
+	n := 1
+	d.MaybeScanArgs(t, "initiator", &n)
+	if n < 1 || n > len(s.w.inits) {
+		d.Fatalf(t, "no initiator %d", n)
+	}
+	return s.w.inits[n-1]
+}
+
+// write sends a txn from an initiator to every replica: write op=upsert
+// key=3 [table=kv|acct] [to=5] [by=2] [initiator=1].
+func (s *script) write(t *testing.T, d *datadriven.TestData) string {
+	var opName string
+	d.ScanArgs(t, "op", &opName)
+	o, ok := parseOp(opName)
+	if !ok {
+		d.Fatalf(t, "unknown op %q", opName)
+	}
+	sp := txnSpec{op: o, amount: 1}
+	d.ScanArgs(t, "key", &sp.key)
+	d.MaybeScanArgs(t, "to", &sp.to)
+	d.MaybeScanArgs(t, "by", &sp.amount)
+	if d.HasArg("table") {
+		var name string
+		d.ScanArgs(t, "table", &name)
+		sp.table = slices.IndexFunc(s.w.schemas, func(sc partition.Schema) bool { return sc.Name == name })
+		if sp.table < 0 {
+			d.Fatalf(t, "no table %q", name)
+		}
+	}
+	s.w.sendTxn(s.initiator(t, d), sp)
+	s.deliverFeed()
+	return ""
+}
+
+// heartbeat: every initiator (or one) sends a heartbeat.
+func (s *script) heartbeat(t *testing.T, d *datadriven.TestData) string {
+	ins := s.w.inits
+	if d.HasArg("initiator") {
+		ins = []*initiator{s.initiator(t, d)}
+	}
+	var b strings.Builder
+	for _, in := range ins {
+		s.w.sendHeartbeat(in)
+		fmt.Fprintf(&b, "i%d heartbeat %v\n", in.id, in.gen.Last())
+	}
+	s.w.tracef("%s", strings.TrimSuffix(b.String(), "\n"))
+	s.deliverFeed()
+	return ""
+}
+
+// deliverFeed delivers the initiators' links at once: a script's feed
+// has no delay.
+func (s *script) deliverFeed() {
+	w := s.w
+	for _, in := range w.inits {
+		for len(in.toSrc.q) > 0 {
+			in.toSrc.deliver(w)
+		}
+	}
+	for _, a := range w.atts {
+		for _, l := range a.feed {
+			for len(l.q) > 0 {
+				l.deliver(w)
+			}
+		}
+	}
+}
+
+// stepSource runs up to n ready txns on the source (all by default) and
+// says whether its gate holds the next.
+func (s *script) stepSource(t *testing.T, d *datadriven.TestData) string {
+	n := 1 << 30
+	d.MaybeScanArgs(t, "n", &n)
+	w := s.w
+	ran := w.stepSource(n)
+	out := fmt.Sprintf("source ran %d txns, last %v\n", ran, w.srcExec.LastExecuted())
+	if id, ok := w.srcExec.Ready(); ok && ran < n {
+		state := "no attempt"
+		if a := w.srcAttempt(); a != nil {
+			state = a.src.State().String()
+		}
+		out += fmt.Sprintf("source gate holds %v (source %s)\n", id, state)
+	}
+	return out
+}
+
+// deliver delivers up to n packets in flight (all, and the answers they
+// cause, by default) to=dest, to=source, or both, alternating; the
+// script's deliveries ignore delays.
+func (s *script) deliver(t *testing.T, d *datadriven.TestData) string {
+	n := 1 << 30
+	d.MaybeScanArgs(t, "n", &n)
+	to := "both"
+	d.MaybeScanArgs(t, "to", &to)
+	if to != "both" && to != "dest" && to != "source" {
+		d.Fatalf(t, "deliver to=%s: want dest, source or both", to)
+	}
+	w := s.w
+	next := func(toSrc bool) *pipe {
+		for _, a := range w.atts {
+			p := a.s2d
+			if toSrc {
+				p = a.d2s
+			}
+			if len(p.q) > 0 && p.up() {
+				return p
+			}
+		}
+		if g := map[bool]*pipe{true: w.ghostSrc, false: w.ghostDst}[toSrc]; len(g.q) > 0 {
+			return g
+		}
+		return nil
+	}
+	done := 0
+	for toSrc := to == "source"; done < n; {
+		p := next(toSrc)
+		if p == nil && to == "both" {
+			toSrc = !toSrc
+			p = next(toSrc)
+		}
+		if p == nil {
+			break
+		}
+		p.deliver(w)
+		done++
+		if to == "both" {
+			toSrc = !toSrc
+		}
+	}
+	if done == 0 {
+		return "nothing in flight\n"
+	}
+	return ""
+}
+
+// tick advances the clock n ticks: cuts are learnt, processors tick
+// (heartbeats, stall windows, the throttle). Nothing is delivered or run.
+func (s *script) tick(t *testing.T, d *datadriven.TestData) string {
+	n := 1
+	d.MaybeScanArgs(t, "n", &n)
+	w := s.w
+	for range n {
+		w.tick++
+		for _, a := range w.atts {
+			if a.src == nil && w.tick >= a.srcUpAt {
+				w.startSource(a)
+			}
+		}
+		w.learnCuts()
+		w.tickProcessors()
+	}
+	return ""
+}
+
+// runUntil runs the world tick by tick (initiators heartbeat every tick,
+// everything due is delivered, executors run) until=live, aborted, or
+// src:<state> / dst:<state>, for at most max ticks.
+func (s *script) runUntil(t *testing.T, d *datadriven.TestData) string {
+	until := "live"
+	limit := 5000
+	d.MaybeScanArgs(t, "until", &until)
+	d.MaybeScanArgs(t, "max", &limit)
+	w := s.w
+	reached := func() bool {
+		a := w.cur()
+		if a == nil {
+			return false
+		}
+		switch {
+		case until == "live":
+			return !a.dstGone && a.dst.State() == recovery.StateLive
+		case until == "aborted":
+			return a.dstEnded() && (a.src == nil || a.src.State().Final())
+		case strings.HasPrefix(until, "src:"):
+			return a.src != nil && a.src.State().String() == until[4:]
+		case strings.HasPrefix(until, "dst:"):
+			return !a.dstGone && a.dst.State().String() == until[4:]
+		}
+		d.Fatalf(t, "run until=%s: want live, aborted, src:<state> or dst:<state>", until)
+		return false
+	}
+	start := w.tick
+	for !reached() {
+		if w.tick-start >= uint64(limit) {
+			return fmt.Sprintf("not %s after %d ticks: %s\n", until, limit, w.where())
+		}
+		for _, a := range w.atts {
+			if a.src == nil && w.tick >= a.srcUpAt {
+				w.startSource(a)
+			}
+		}
+		w.step()
+	}
+	return fmt.Sprintf("%s after %d ticks\n", until, w.tick-start)
+}
+
+// cut cuts the current attempt's connection: cut [source-learns=N]
+// [dest-learns=N] [late] (0: never told; late: messages sent after the
+// cut take the late route to a newer attempt).
+func (s *script) cut(t *testing.T, d *datadriven.TestData) string {
+	src, dst := 1, 1
+	d.MaybeScanArgs(t, "source-learns", &src)
+	d.MaybeScanArgs(t, "dest-learns", &dst)
+	s.w.cut(s.w.cur(), src, dst, d.HasArg("late"))
+	return ""
+}
+
+// abort aborts one side of the current attempt: abort side=source|dest
+// [reason=shutdown|claim-lost|node-failed].
+func (s *script) abort(t *testing.T, d *datadriven.TestData) string {
+	var side string
+	d.ScanArgs(t, "side", &side)
+	reason := "shutdown"
+	d.MaybeScanArgs(t, "reason", &reason)
+	r, ok := map[string]wire.AbortReason{"shutdown": wire.AbortShutdown, "claim-lost": wire.AbortClaimLost, "node-failed": wire.AbortNodeFailed}[reason]
+	if !ok {
+		d.Fatalf(t, "unknown reason %q", reason)
+	}
+	a := s.w.cur()
+	switch side {
+	case "source":
+		a.src.Abort(r, "script")
+	case "dest":
+		a.dst.Abort(r, "script")
+	default:
+		d.Fatalf(t, "abort side=%s: want source or dest", side)
+	}
+	s.w.afterCall(a)
+	return ""
+}
+
+// restartDest restarts the destination node: restart-dest
+// [source-learns=N] [late].
+func (s *script) restartDest(t *testing.T, d *datadriven.TestData) string {
+	src := 1
+	d.MaybeScanArgs(t, "source-learns", &src)
+	s.w.restartDestination(s.w.cur(), src, d.HasArg("late"))
+	return ""
+}
+
+// state prints where the current attempt and the replicas stand.
+func (s *script) state(t *testing.T, d *datadriven.TestData) string {
+	w := s.w
+	var b strings.Builder
+	a := w.cur()
+	if a == nil {
+		b.WriteString("no attempt\n")
+	} else {
+		fmt.Fprintf(&b, "attempt %d: source %s, destination %s\n", a.epoch, a.srcStateString(), a.dstStateString())
+		if a.src != nil {
+			m := a.src.Metrics()
+			fmt.Fprintf(&b, "  source: S=%v sent %s; rounds %d; log peak %d B; throttled ticks %d; stale rejected %d\n",
+				a.src.Boundary(), counts(m), m.Rounds, m.LogBytesPeak, m.ThrottledTicks, m.StaleRejected)
+			if err := a.src.Err(); err != nil {
+				fmt.Fprintf(&b, "  source: %v\n", err)
+			}
+		}
+		if !a.dstGone {
+			m := a.dst.Metrics()
+			fmt.Fprintf(&b, "  destination: P=%v applied %s; dropped %d buffered txns; stale rejected %d\n",
+				a.dst.Proposal(), counts(m), m.TxnsDropped, m.StaleRejected)
+			if err := a.dst.Err(); err != nil {
+				fmt.Fprintf(&b, "  destination: %v\n", err)
+			}
+		}
+		fmt.Fprintf(&b, "  in flight: %d to destination, %d to source, %d late\n", len(a.s2d.q), len(a.d2s.q), len(w.ghostSrc.q)+len(w.ghostDst.q))
+	}
+	fmt.Fprintf(&b, "source replica: %s, %d queued; slots %s\n", w.describeReplica(w.srcExec), w.srcExec.Queued(), s.slots(w.srcExec))
+	if a != nil && !a.dstGone {
+		fmt.Fprintf(&b, "destination replica: %s, %d queued; slots %s\n", w.describeReplica(a.exec), a.exec.Queued(), s.slots(a.exec))
+	}
+	return b.String()
+}
+
+func counts(m recovery.Metrics) string {
+	return fmt.Sprintf("snapshot %d blocks/%d rows, deletes %d/%d, upserts %d/%d",
+		m.Snapshot.Blocks, m.Snapshot.Rows, m.Deletes.Blocks, m.Deletes.Rows, m.Upserts.Blocks, m.Upserts.Rows)
+}
+
+// slots lists the keys in the first table's slots.
+func (s *script) slots(e *partition.Executor) string {
+	tbl := e.Partition().Tables()[0]
+	var keys []string
+	for sl := partition.Slot(0); sl < tbl.SlotsLen(); sl++ {
+		keys = append(keys, s.slotKey(tbl, sl))
+	}
+	return "[" + strings.Join(keys, " ") + "]"
+}
+
+// check brings every replica to the end of what it has received and
+// compares them: the live destination with the source at a common txn,
+// the source with the oracle; with no live destination, it checks that
+// the source is released and an aborted destination replica empty.
+func (s *script) check(t *testing.T, d *datadriven.TestData) string {
+	w := s.w
+	// Every initiator heartbeats so everything queued may run.
+	for _, in := range w.inits {
+		w.sendHeartbeat(in)
+	}
+	s.deliverFeed()
+	w.stepSource(1 << 30)
+	for {
+		if _, ok := w.ref.Step(); !ok {
+			break
+		}
+	}
+	var b strings.Builder
+	a := w.cur()
+	if w.live != nil {
+		for {
+			if _, ok := w.live.exec.Step(); !ok {
+				break
+			}
+		}
+		src, dst := w.srcExec, w.live.exec
+		eq := "equal"
+		if src.Partition().Digest() != dst.Partition().Digest() || recompute(dst.Partition()) != src.Partition().Digest() {
+			eq = "DIFFER"
+		}
+		fmt.Fprintf(&b, "destination live since E=%v; source at %v, destination at %v: digests %s\n", w.live.e, src.LastExecuted(), dst.LastExecuted(), eq)
+	} else if a != nil && !a.dstGone && a.dst.State() == recovery.StateAborted {
+		fmt.Fprintf(&b, "destination aborted; its replica holds %v rows, digest zero: %v\n", rowCounts(a.exec.Partition()), a.exec.Partition().Digest() == 0)
+	} else {
+		b.WriteString("destination not live\n")
+	}
+	eq := "equal"
+	if w.srcExec.Partition().Digest() != w.ref.Partition().Digest() || w.srcExec.LastExecuted() != w.ref.LastExecuted() {
+		eq = "DIFFER"
+	}
+	fmt.Fprintf(&b, "source and oracle at %v: digests %s\n", w.srcExec.LastExecuted(), eq)
+	if sa := w.srcAttempt(); sa == nil || sa.src.State().Final() {
+		fmt.Fprintf(&b, "source executor: gate %v, stream %v\n", hasGate(w.srcExec), hasObserver(w.srcExec.Partition()))
+	}
+	return b.String()
+}

@@ -1,0 +1,548 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// Options change how Run runs a seed; the zero value runs it as drawn.
+type Options struct {
+	// Trace collects a line per event in Result.Trace. It changes nothing
+	// else: a run draws the same numbers with or without it.
+	Trace bool
+	// Tweak, if set, may change the knobs drawn from the seed before the
+	// run starts (the equivalence test pins the block size and the codec).
+	// The workload, network and fault streams do not move with them.
+	Tweak func(*Knobs)
+	// Sabotage breaks the system under test on purpose, to show that the
+	// invariants catch it.
+	Sabotage Sabotage
+}
+
+// Sabotage is a deliberate bug the simulator can inject.
+type Sabotage uint8
+
+const (
+	// SabotageNone injects nothing.
+	SabotageNone Sabotage = iota
+	// SabotageDestinationWrite changes a row of the destination replica
+	// behind the protocol's back right after it goes live, so invariant (a)
+	// must fail.
+	SabotageDestinationWrite
+)
+
+// Result is what one seed did.
+type Result struct {
+	Seed  uint64
+	Knobs Knobs
+	// Err is the first invariant violated (a *Violation), or nil.
+	Err error
+	// Trace holds a line per event when Options.Trace is set.
+	Trace []string
+	// Ticks is how long the run took; Attempts how many attempts it
+	// started (the last one went live unless Err is set).
+	Ticks    uint64
+	Attempts int
+	// LiveTick is when the destination went live (0 if it did not).
+	LiveTick uint64
+	// FinalTxn and FinalDigest are the last txn every replica executed and
+	// the digest they agree on after it.
+	FinalTxn    txnid.ID
+	FinalDigest uint64
+	Stats       Stats
+}
+
+// Stats counts what a run exercised, so tests can check the seeds cover
+// what they claim to.
+type Stats struct {
+	Txns, Heartbeats   int
+	Frames, FrameBytes int64
+	// Snapshot, Deletes, Upserts: rows the destinations applied, by kind.
+	Snapshot, Deletes, Upserts int64
+	// Rounds and LogBytesPeak are the largest of any source attempt;
+	// ThrottledTicks the sum.
+	Rounds, LogBytesPeak int
+	ThrottledTicks       int64
+	// TxnsDropped: buffered txns below E the live destination dropped.
+	TxnsDropped int
+	// TooLate: txns below E that reached the live destination after the
+	// handoff and were refused as too late, as they must be.
+	TooLate int
+	// StaleDelivered counts messages of a superseded attempt delivered to
+	// a newer attempt's processor; StaleRejected what the processors
+	// counted as rejected; StaleAccepted those not rejected (invariant d:
+	// must stay 0). GhostDropped counts late messages that found no newer
+	// attempt.
+	// StaleToRunning counts those that reached a processor still running
+	// (an ended one refuses everything without looking at the epoch).
+	StaleDelivered, StaleToRunning, StaleRejected, StaleAccepted, GhostDropped int64
+	// SupersededByMessage counts source processors that learned from a
+	// newer attempt's message that they were superseded.
+	SupersededByMessage int
+	// FaultsFired counts faults injected, by kind in Kinds (named by
+	// FaultKindNames).
+	FaultsFired int
+	Kinds       [faultKinds]int
+	// Phases counts the faults fired by the phase they hit.
+	Phases [phases]int
+	// CutsUnnoticed counts sides of a cut connection left to find out by
+	// their stall timeout.
+	CutsUnnoticed int
+	// DigestChecks counts comparisons of the live replicas at a common txn.
+	DigestChecks int
+}
+
+// Violation is a broken invariant: the check that failed and why.
+type Violation struct {
+	Tick  uint64
+	Check string
+	Msg   string
+}
+
+func (v *Violation) Error() string {
+	return fmt.Sprintf("tick %d: invariant %s: %s", v.Tick, v.Check, v.Msg)
+}
+
+// partitionID is the simulated partition's ID in every message.
+const partitionID = 7
+
+// baseMillis is the simulated clock's reading at tick 0.
+const baseMillis = txnid.EpochUnixMillis + 1000
+
+// Run runs one seed to its end and reports what happened. It starts no
+// goroutine and reads no clock; every random choice comes from one PCG
+// seeded by seed, so the same seed and options give the same Result, trace
+// included, byte for byte.
+func Run(seed uint64, opts Options) (res Result) {
+	w := newWorld(seed, opts)
+	defer func() {
+		if r := recover(); r != nil {
+			v, ok := r.(*Violation)
+			if !ok {
+				// A panic in the code under test is a failure of the seed,
+				// with the stack to find it.
+				v = &Violation{Tick: w.tick, Check: "panic", Msg: fmt.Sprintf("%v\n%s", r, debug.Stack())}
+			}
+			w.err = v
+			w.tracef("FAIL %v", v)
+		}
+		res = w.result()
+	}()
+	w.setup()
+	for !w.done {
+		w.step()
+	}
+	return res
+}
+
+// world is one simulated run: the clock, the initiators, the source node
+// and its replica, the destination node with one replica per attempt, the
+// network, the faults, and an oracle replica that receives the whole feed
+// at once and never takes part in a rejoin.
+type world struct {
+	seed uint64
+	k    Knobs
+	opts Options
+	// Three streams from the one seeded PCG: the workload's (so it does
+	// not depend on knobs or timing), the network's and scheduler's, and
+	// the faults'.
+	work, net, faultRng *rand.Rand
+
+	tick uint64
+	tr   tracer
+	err  error
+	done bool
+
+	reg     *partition.Registry
+	enc     wire.TupleEncoder
+	schemas []partition.Schema
+
+	inits   []*initiator
+	srcExec *partition.Executor
+	ref     *partition.Executor
+
+	atts     []*attempt
+	epoch    uint64
+	planned  bool
+	planAt   uint64
+	faults   []*fault
+	ghostSrc *pipe // late messages to the source node
+	ghostDst *pipe // late messages to the destination node
+
+	live       *attempt
+	liveTick   uint64
+	quiescing  bool
+	quietTick  uint64
+	lastTxn    txnid.ID // the highest txn ID sent
+	lastCmp    txnid.ID
+	lastRefCmp txnid.ID
+
+	// scripted: a scenario script drives the world; nothing happens on its
+	// own (no workload, no supervisor, no faults).
+	scripted bool
+
+	stats Stats
+}
+
+// initiator sends txns and heartbeats, stamped by a generator on its own
+// skewed view of the simulated clock.
+type initiator struct {
+	idx   int
+	id    txnid.Initiator
+	gen   *txnid.Generator
+	skew  int64
+	idle  int
+	toSrc *feedLink
+}
+
+func newWorld(seed uint64, opts Options) *world {
+	root := rand.New(rand.NewPCG(seed, 0x5e1f5eed))
+	k := drawKnobs(root)
+	w := &world{seed: seed, opts: opts, reg: newRegistry()}
+	w.tr.on = opts.Trace
+	w.work = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
+	w.net = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
+	w.faultRng = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
+	if opts.Tweak != nil {
+		opts.Tweak(&k)
+	}
+	w.k = k
+	return w
+}
+
+// setup builds the partition: tables, initiators, the loaded source, the
+// oracle with the same rows, and the fault plan.
+func (w *world) setup() {
+	if err := w.k.validate(); err != nil {
+		w.violate("knobs", "%v", err)
+	}
+	w.schemas = []partition.Schema{kvSchema, acctSchema}[:w.k.Tables]
+	for i := 0; i < w.k.Initiators; i++ {
+		in := &initiator{idx: i, id: txnid.Initiator(i + 1)}
+		if w.k.SkewMillisMax > 0 {
+			in.skew = w.work.Int64N(int64(2*w.k.SkewMillisMax+1)) - int64(w.k.SkewMillisMax)
+		}
+		g, err := txnid.NewGenerator(in.id, func() int64 { return baseMillis + int64(w.tick) + in.skew })
+		if err != nil {
+			panic(err)
+		}
+		in.gen = g
+		in.toSrc = &feedLink{}
+		w.inits = append(w.inits, in)
+	}
+	w.srcExec = w.newReplica()
+	w.ref = w.newReplica()
+	// The same rows from the same numbers: two generators on one seed.
+	loadSeed := w.work.Uint64()
+	w.load(w.srcExec.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
+	w.load(w.ref.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
+	w.ghostSrc = &pipe{name: "ghost>src", toSrc: true, codec: w.k.Codec}
+	w.ghostDst = &pipe{name: "ghost>dst", codec: w.k.Codec}
+	if !w.scripted {
+		w.planFaults()
+	}
+	w.tracef("setup seed=%d %s", w.seed, w.k)
+	w.tracef("source loaded: %s", w.describeReplica(w.srcExec))
+}
+
+// step is one tick of the world, in a fixed order of phases; within a
+// phase the network decides the interleaving.
+func (w *world) step() {
+	w.tick++
+	if w.tick > uint64(w.k.TicksMax) {
+		w.violate("c", "not finished after %d ticks: %s", w.k.TicksMax, w.where())
+	}
+	w.supervise()
+	w.maybeFault()
+	w.learnCuts()
+	if w.scripted {
+		// A script's run: idle initiators heartbeat every tick, and it
+		// stops when the script says.
+		for _, in := range w.inits {
+			w.sendHeartbeat(in)
+		}
+	} else {
+		w.sendWorkload()
+	}
+	w.deliverDue()
+	w.stepExecutors()
+	w.tickProcessors()
+	w.compare()
+	if !w.scripted {
+		w.maybeFinish()
+	}
+}
+
+// sendWorkload lets every initiator send a txn or a heartbeat. Its draws
+// come from the workload stream alone and do not depend on the rejoin's
+// progress (only on whether txns still flow), so the same seed sends the
+// same txns at the same ticks whatever the knobs.
+func (w *world) sendWorkload() {
+	sending := !w.quiescing && (w.tick < uint64(w.k.WorkloadTicks) || w.live == nil || w.tick < w.liveTick+uint64(w.k.LiveTicks))
+	final := false
+	if !sending && !w.quiescing {
+		// The feed ends with one more txn from each initiator, so every
+		// replica has a txn to end on after E.
+		w.quiescing, w.quietTick, final = true, w.tick, true
+		w.tracef("workload ends: quiescing")
+	}
+	for _, in := range w.inits {
+		r := w.work
+		if r.IntN(100) == 0 {
+			// The initiator's clock steps, back or forward; its generator
+			// keeps its IDs growing.
+			in.skew = max(-100, min(100, in.skew+r.Int64N(21)-10))
+		}
+		txn := r.IntN(100) < w.k.TxnPct
+		switch {
+		case (sending && txn) || final:
+			w.sendTxn(in, w.drawTxn(r))
+		case w.quiescing || in.idle+1 >= w.k.HeartbeatTicks:
+			w.sendHeartbeat(in)
+		default:
+			in.idle++
+		}
+	}
+}
+
+func (w *world) sendTxn(in *initiator, sp txnSpec) {
+	proc, vals, text := w.invocation(sp)
+	params, err := w.enc.AppendTuple(nil, vals)
+	if err != nil {
+		panic(err)
+	}
+	inv := partition.Invocation{ID: in.gen.Next(), Proc: proc, Params: params}
+	w.lastTxn = max(w.lastTxn, inv.ID)
+	in.idle = 0
+	w.stats.Txns++
+	if w.tr.on {
+		w.tracef("i%d txn %v %s", in.id, inv.ID, text)
+	}
+	w.sendFeed(in, inv)
+}
+
+func (w *world) sendHeartbeat(in *initiator) {
+	in.idle = 0
+	w.stats.Heartbeats++
+	w.sendFeed(in, partition.Invocation{ID: in.gen.Next()})
+}
+
+// deliverDue delivers everything due this tick, one item at a time from a
+// link drawn among those with something due.
+func (w *world) deliverDue() {
+	var due []link
+	for {
+		due = w.dueLinks(due[:0])
+		if len(due) == 0 {
+			return
+		}
+		due[w.net.IntN(len(due))].deliver(w)
+	}
+}
+
+func (w *world) dueLinks(dst []link) []link {
+	for _, in := range w.inits {
+		if in.toSrc.due(w.tick) {
+			dst = append(dst, in.toSrc)
+		}
+	}
+	for _, a := range w.atts {
+		for _, l := range a.feed {
+			if l.due(w.tick) {
+				dst = append(dst, l)
+			}
+		}
+		if a.s2d.due(w.tick) {
+			dst = append(dst, a.s2d)
+		}
+		if a.d2s.due(w.tick) {
+			dst = append(dst, a.d2s)
+		}
+	}
+	if w.ghostSrc.due(w.tick) {
+		dst = append(dst, w.ghostSrc)
+	}
+	if w.ghostDst.due(w.tick) {
+		dst = append(dst, w.ghostDst)
+	}
+	return dst
+}
+
+// stepExecutors runs txns: on the source up to StepsMax, pumping its
+// processor between every two as the executor's driver must; on the
+// oracle everything ready; on the live destination a random number, so it
+// lags and catches up.
+func (w *world) stepExecutors() {
+	n := 1 + w.net.IntN(w.k.StepsMax)
+	w.stepSource(n)
+	for {
+		if _, ok := w.ref.Step(); !ok {
+			break
+		}
+	}
+	if w.live != nil {
+		for n := w.net.IntN(w.k.StepsMax + 1); n > 0; n-- {
+			if _, ok := w.live.exec.Step(); !ok {
+				break
+			}
+		}
+	}
+}
+
+// stepSource runs up to n txns on the source and reports how many ran.
+func (w *world) stepSource(n int) int {
+	ran := 0
+	for ; ran < n; ran++ {
+		if _, ok := w.srcExec.Step(); !ok {
+			break
+		}
+		w.pumpSource()
+	}
+	w.pumpSource()
+	return ran
+}
+
+// pumpSource lets the source processor holding the executor's gate do
+// what it can between two txns.
+func (w *world) pumpSource() {
+	if a := w.srcAttempt(); a != nil && !a.src.State().Final() {
+		a.src.Pump()
+		w.afterCall(a)
+	}
+}
+
+// tickProcessors advances every running processor's clock, old attempts'
+// included: a side that has not learned its connection is cut goes on
+// running, and its messages may still reach a newer attempt.
+func (w *world) tickProcessors() {
+	for _, a := range w.atts {
+		if a.src != nil && !a.src.State().Final() {
+			a.src.Tick()
+			w.afterCall(a)
+			w.watchThrottle(a)
+		}
+		if a.dst != nil && !a.dstGone && !a.dst.State().Final() {
+			a.dst.Tick()
+			w.afterCall(a)
+		}
+	}
+}
+
+// watchThrottle traces when the source's throttle starts and stops
+// holding back its execution.
+func (w *world) watchThrottle(a *attempt) {
+	t := a.src.Metrics().ThrottledTicks
+	on := t > a.throttledTicks
+	if on != a.throttled {
+		if on {
+			w.tracef("src e%d throttle engaged", a.epoch)
+		} else {
+			w.tracef("src e%d throttle released", a.epoch)
+		}
+		a.throttled = on
+	}
+	a.throttledTicks = t
+}
+
+// maybeFinish ends the run once the feed has stopped and every replica has
+// executed all of it, every link is empty and every processor has ended;
+// then the final checks run.
+func (w *world) maybeFinish() {
+	if !w.quiescing || w.tick < w.quietTick+2 {
+		return
+	}
+	if !w.quiet() {
+		return
+	}
+	w.finalCheck()
+	w.done = true
+}
+
+func (w *world) quiet() bool {
+	// A replica that executed the last txn sent has executed every txn:
+	// it ran it only once nothing below it could still arrive. Heartbeats
+	// keep flowing, so the feed links never empty.
+	for _, e := range []*partition.Executor{w.srcExec, w.ref, w.live.exec} {
+		if e.LastExecuted() != w.lastTxn || e.Queued() > 0 {
+			return false
+		}
+	}
+	for _, a := range w.atts {
+		if len(a.s2d.q)+len(a.d2s.q) > 0 {
+			return false
+		}
+		if a.src == nil || !a.src.State().Final() {
+			return false
+		}
+		if a.dst != nil && !a.dstGone && !a.dst.State().Final() {
+			return false
+		}
+	}
+	return len(w.ghostSrc.q)+len(w.ghostDst.q) == 0
+}
+
+func (w *world) result() Result {
+	r := Result{Seed: w.seed, Knobs: w.k, Err: w.err, Trace: w.tr.lines, Ticks: w.tick, Attempts: len(w.atts), LiveTick: w.liveTick, Stats: w.stats}
+	if w.srcExec != nil {
+		r.FinalTxn = w.srcExec.LastExecuted()
+		r.FinalDigest = w.srcExec.Partition().Digest()
+	}
+	for _, a := range w.atts {
+		if a.src != nil {
+			m := a.src.Metrics()
+			r.Stats.StaleRejected += m.StaleRejected
+			r.Stats.Rounds = max(r.Stats.Rounds, m.Rounds)
+			r.Stats.LogBytesPeak = max(r.Stats.LogBytesPeak, m.LogBytesPeak)
+			r.Stats.ThrottledTicks += m.ThrottledTicks
+		}
+		if a.dst != nil {
+			m := a.dst.Metrics()
+			r.Stats.StaleRejected += m.StaleRejected
+			r.Stats.Snapshot += m.Snapshot.Rows
+			r.Stats.Deletes += m.Deletes.Rows
+			r.Stats.Upserts += m.Upserts.Rows
+			r.Stats.TxnsDropped += m.TxnsDropped
+		}
+	}
+	return r
+}
+
+// where says where the run stands, for a failure message.
+func (w *world) where() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d attempts", len(w.atts))
+	if a := w.cur(); a != nil {
+		fmt.Fprintf(&b, "; attempt %d: source %s, destination %s", a.epoch, a.srcStateString(), a.dstStateString())
+		if a.src != nil && a.src.Err() != nil {
+			fmt.Fprintf(&b, " (source: %v)", a.src.Err())
+		}
+		if a.dst != nil && a.dst.Err() != nil {
+			fmt.Fprintf(&b, " (destination: %v)", a.dst.Err())
+		}
+	}
+	return b.String()
+}
+
+// violate fails the run: it unwinds to Run, which records the violation.
+func (w *world) violate(check, format string, args ...any) {
+	panic(&Violation{Tick: w.tick, Check: check, Msg: fmt.Sprintf(format, args...)})
+}
+
+// tracer collects the trace: one line per event, the tick first.
+type tracer struct {
+	on    bool
+	lines []string
+}
+
+func (w *world) tracef(format string, args ...any) {
+	if !w.tr.on {
+		return
+	}
+	w.tr.lines = append(w.tr.lines, fmt.Sprintf("%6d ", w.tick)+fmt.Sprintf(format, args...))
+}

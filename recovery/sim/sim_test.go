@@ -1,0 +1,214 @@
+package sim
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// seedsInTest is how many seeds plain `go test` runs; -short runs fewer.
+const seedsInTest = 300
+
+// replay is the command that replays one seed, for failure messages.
+func replay(seed uint64) string { return fmt.Sprintf("go run ./cmd/rejoin sim --seed %d -v", seed) }
+
+// TestSeeds runs seeds 1..300 across the CPUs and checks, beyond every
+// seed passing, that together they exercise what the simulator claims to:
+// every fault kind, throttling, late messages of superseded attempts,
+// several catch-up rounds, cuts left to the stall timeout.
+func TestSeeds(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	n := uint64(seedsInTest)
+	if testing.Short() {
+		n = 60
+	}
+	workers := uint64(max(1, runtime.GOMAXPROCS(0)))
+	var mu sync.Mutex
+	var results []Result
+	t.Run("group", func(t *testing.T) {
+		for wk := uint64(0); wk < workers; wk++ {
+			t.Run(fmt.Sprintf("worker=%d", wk), func(t *testing.T) {
+				t.Parallel()
+				for seed := 1 + wk; seed <= n; seed += workers {
+					r := Run(seed, Options{})
+					if r.Err != nil {
+						t.Errorf("seed %d: %v\nreplay: %s", seed, r.Err, replay(seed))
+					}
+					mu.Lock()
+					results = append(results, r)
+					mu.Unlock()
+				}
+			})
+		}
+	})
+	if t.Failed() || testing.Short() {
+		return
+	}
+	var c struct {
+		throttled, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd, superseded int
+		kinds                                                                                            [faultKinds]int
+		phases                                                                                           [phases]int
+	}
+	for _, r := range results {
+		s := r.Stats
+		count := func(p *int, ok bool) {
+			if ok {
+				*p++
+			}
+		}
+		count(&c.throttled, s.ThrottledTicks > 0)
+		count(&c.stale, s.StaleDelivered > 0)
+		count(&c.rounds, s.Rounds > 1)
+		count(&c.unnoticed, s.CutsUnnoticed > 0)
+		count(&c.dropped, s.TxnsDropped > 0)
+		count(&c.multiAttempt, r.Attempts > 1)
+		count(&c.deletes, s.Deletes > 0)
+		count(&c.twoTables, r.Knobs.Tables == 2)
+		count(&c.zstd, r.Knobs.Codec == wire.CodecZstd)
+		count(&c.superseded, s.SupersededByMessage > 0)
+		for k, v := range s.Kinds {
+			count(&c.kinds[k], v > 0)
+		}
+		for p, v := range s.Phases {
+			count(&c.phases[p], v > 0)
+		}
+		// Each stale message a running processor got, it must have counted
+		// as rejected.
+		if s.StaleRejected < s.StaleToRunning {
+			t.Errorf("seed %d: %d stale messages reached running processors, %d counted as rejected", r.Seed, s.StaleToRunning, s.StaleRejected)
+		}
+	}
+	t.Logf("of %d seeds: %+v", n, c)
+	want := func(what string, got, min int) {
+		if got < min {
+			t.Errorf("only %d of %d seeds with %s, want >= %d", got, n, what, min)
+		}
+	}
+	want("the throttle engaged", c.throttled, 10)
+	want("a superseded attempt's message delivered to a newer one", c.stale, 10)
+	want("several catch-up rounds", c.rounds, 60)
+	want("a cut side left to time out", c.unnoticed, 5)
+	want("buffered txns dropped at handoff", c.dropped, 150)
+	want("several attempts", c.multiAttempt, 60)
+	want("deletes shipped in catch-up", c.deletes, 60)
+	want("two tables", c.twoTables, 60)
+	want("zstd frames", c.zstd, 30)
+	want("a source superseded by a newer epoch's message", c.superseded, 3)
+	for k, got := range c.kinds {
+		want("fault "+faultKind(k).String(), got, 10)
+	}
+	for p, got := range c.phases {
+		want("a fault in the "+phase(p).String(), got, 10)
+	}
+}
+
+// TestReplay: a seed run twice gives the same trace, byte for byte, and
+// the trace does not change the run.
+func TestReplay(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, seed := range []uint64{1, 9, 13, 19, 4711} {
+		a := Run(seed, Options{Trace: true})
+		b := Run(seed, Options{Trace: true})
+		c := Run(seed, Options{})
+		if a.Err != nil {
+			t.Fatalf("seed %d: %v\nreplay: %s", seed, a.Err, replay(seed))
+		}
+		if len(a.Trace) < 50 {
+			t.Fatalf("seed %d: a trace of %d lines", seed, len(a.Trace))
+		}
+		if ta, tb := strings.Join(a.Trace, "\n"), strings.Join(b.Trace, "\n"); ta != tb {
+			i := 0
+			for i < min(len(a.Trace), len(b.Trace)) && a.Trace[i] == b.Trace[i] {
+				i++
+			}
+			t.Fatalf("seed %d: traces differ at line %d:\n%s\n%s", seed, i, at(a.Trace, i), at(b.Trace, i))
+		}
+		for _, r := range []Result{b, c} {
+			if r.Ticks != a.Ticks || r.FinalTxn != a.FinalTxn || r.FinalDigest != a.FinalDigest || r.Stats != a.Stats || r.Knobs != a.Knobs {
+				t.Fatalf("seed %d: runs differ: %+v\nvs %+v", seed, a, r)
+			}
+		}
+	}
+}
+
+func at(lines []string, i int) string {
+	if i < len(lines) {
+		return lines[i]
+	}
+	return "(end)"
+}
+
+// TestEquivalence (STYLE.md rule 15): the same seeded workload, rejoined
+// with blocks of one row, 64 KiB and 4 MiB, with and without compression,
+// ends with every replica at the same final txn with the same digest.
+// Faults and network timing differ between the variants (they follow the
+// number of frames), the outcome must not.
+func TestEquivalence(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	type variant struct {
+		block int
+		codec wire.Codec
+	}
+	variants := []variant{
+		{1, wire.CodecNone}, {1, wire.CodecS2},
+		{64 << 10, wire.CodecNone}, {64 << 10, wire.CodecS2},
+		{4 << 20, wire.CodecNone}, {4 << 20, wire.CodecS2},
+		{64 << 10, wire.CodecZstd},
+	}
+	seeds := []uint64{2, 3, 4, 5}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	const workloadTicks = 3000
+	for _, seed := range seeds {
+		var first Result
+		var blocks []int64
+		for i, v := range variants {
+			r := Run(seed, Options{Tweak: func(k *Knobs) {
+				k.BlockBytesMax, k.Codec = v.block, v.codec
+				k.WorkloadTicks, k.LiveTicks = workloadTicks, 0
+			}})
+			if r.Err != nil {
+				t.Fatalf("seed %d, block %d B, codec %s: %v", seed, v.block, v.codec, r.Err)
+			}
+			if r.LiveTick >= workloadTicks {
+				t.Fatalf("seed %d, block %d B, codec %s: live at tick %d, after the workload ended at %d: the final txn would differ", seed, v.block, v.codec, r.LiveTick, workloadTicks)
+			}
+			blocks = append(blocks, r.Stats.Snapshot)
+			if i == 0 {
+				first = r
+				continue
+			}
+			if r.FinalTxn != first.FinalTxn || r.FinalDigest != first.FinalDigest {
+				t.Fatalf("seed %d: block %d B, codec %s ends at %v with digest %016x; block %d B, codec %s at %v with %016x",
+					seed, v.block, v.codec, r.FinalTxn, r.FinalDigest, variants[0].block, variants[0].codec, first.FinalTxn, first.FinalDigest)
+			}
+		}
+		if first.FinalDigest == 0 || slices.Contains(blocks, 0) {
+			t.Fatalf("seed %d: nothing was streamed (%v snapshot rows per variant)", seed, blocks)
+		}
+		t.Logf("seed %d: %d variants end at %v with digest %016x", seed, len(variants), first.FinalTxn, first.FinalDigest)
+	}
+}
+
+// TestSabotageIsCaught: a destination changed behind the protocol's back
+// fails invariant (a). The check that the checks work.
+func TestSabotageIsCaught(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for seed := uint64(1); seed <= 5; seed++ {
+		r := Run(seed, Options{Sabotage: SabotageDestinationWrite})
+		v, ok := r.Err.(*Violation)
+		if !ok || v.Check != "a" {
+			t.Fatalf("seed %d: sabotaged run ended with %v, want a violation of invariant a", seed, r.Err)
+		}
+	}
+}
