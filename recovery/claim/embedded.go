@@ -1,0 +1,333 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Limits of the embedded server's start-up.
+const (
+	// embedStartAttemptsMax bounds how often StartEmbedded picks fresh ports
+	// after losing a port race: a free port found by listening on port 0 and
+	// closing can be taken by another process before etcd binds it.
+	embedStartAttemptsMax = 5
+	// embedRestartAttemptsMax bounds how often Restart retries binding the
+	// same ports. They were ours a moment ago; a retry covers a socket still
+	// closing, not a port taken for good, which is an error.
+	embedRestartAttemptsMax = 10
+	// embedRestartRetryDelay is the pause between those retries.
+	embedRestartRetryDelay = 100 * time.Millisecond
+	// embedReadyTimeoutDefault is how long a start waits for the server to
+	// become ready (elected itself and applied its log) before giving up.
+	embedReadyTimeoutDefault = 30 * time.Second
+)
+
+// EmbeddedOptions configure StartEmbedded. The zero value is the default
+// single-machine setup.
+type EmbeddedOptions struct {
+	// Name is the member name, stored in the data dir: a Restart must use
+	// the same. Default "rejoin".
+	Name string
+	// ClientPort and PeerPort are the loopback ports to listen on; 0 picks
+	// free ones. The chosen ports are kept across Restart so that clients
+	// made before the stop reconnect by themselves.
+	ClientPort, PeerPort int
+	// Logger receives the server's logs. Default: zap at error level on
+	// stderr; etcd logs at info every few hundred milliseconds otherwise.
+	Logger *zap.Logger
+	// ReadyTimeout bounds each start and restart. Default 30 s.
+	ReadyTimeout time.Duration
+	// UnsafeNoFsync skips fsync: for tests only, a crash loses writes.
+	UnsafeNoFsync bool
+}
+
+// Embedded is an etcd server running in this process, listening only on
+// 127.0.0.1: the coordinator of the default single-machine setup, and the
+// real etcd every test of this package runs against.
+//
+// Invariant: at most one server runs per Embedded; between Stop and
+// Restart none does and no goroutine of it is left.
+type Embedded struct {
+	dir  string
+	opts EmbeddedOptions
+	log  *zap.Logger
+	// level is the level of the default logger (nil with a caller's
+	// logger): raised while stopping, because a normal Close logs each
+	// closed listener as an error ("use of closed network connection").
+	level *zap.AtomicLevel
+
+	mu         sync.Mutex
+	etcd       *embed.Etcd // nil while stopped
+	streams    *streamStopper
+	clientPort int
+	peerPort   int
+}
+
+// StartEmbedded starts a single-member etcd whose data lives in dir (created
+// if absent; an existing one is reopened), listening on 127.0.0.1 only.
+// It returns once the server is ready to serve linearizable requests.
+func StartEmbedded(dir string, opts EmbeddedOptions) (*Embedded, error) {
+	if dir == "" {
+		return nil, errors.New("claim: embedded etcd needs a data dir")
+	}
+	if opts.Name == "" {
+		opts.Name = "rejoin"
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = embedReadyTimeoutDefault
+	}
+	e := &Embedded{dir: dir, opts: opts, log: opts.Logger}
+	if e.log == nil {
+		level := zap.NewAtomicLevelAt(zapcore.ErrorLevel)
+		e.log, e.level = quietLogger(level), &level
+	}
+	picked := opts.ClientPort == 0 || opts.PeerPort == 0
+	var err error
+	for range embedStartAttemptsMax {
+		e.clientPort, e.peerPort = opts.ClientPort, opts.PeerPort
+		if e.clientPort, err = pickPort(e.clientPort); err != nil {
+			return nil, err
+		}
+		if e.peerPort, err = pickPort(e.peerPort); err != nil {
+			return nil, err
+		}
+		if err = e.start(); err == nil {
+			return e, nil
+		}
+		if !picked || !errors.Is(err, syscall.EADDRINUSE) {
+			break // a fixed port in use, or not a port race at all
+		}
+	}
+	return nil, err
+}
+
+// Endpoints returns the client URLs to give clientv3.
+func (e *Embedded) Endpoints() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return []string{loopbackURL(e.clientPort)}
+}
+
+// Client returns a new client of the server, logging at error level only.
+// The caller closes it.
+func (e *Embedded) Client() (*clientv3.Client, error) {
+	return clientv3.New(loopbackClientConfig(e.Endpoints(), e.log))
+}
+
+// loopbackClientConfig is a client of a server on this machine: it
+// reconnects within a second after the server comes back (gRPC's default
+// backoff grows to two minutes, meant for remote servers), so a claim can
+// be released soon after a restart.
+func loopbackClientConfig(endpoints []string, log *zap.Logger) clientv3.Config {
+	return clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      log,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		})},
+	}
+}
+
+// Stop stops the server and returns once it and every goroutine it started
+// are gone. Clients stay open and fail (or wait) until a Restart. Stopping
+// a stopped server does nothing.
+func (e *Embedded) Stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stopLocked()
+}
+
+// Restart starts the server again on the same data dir and ports, after a
+// Stop (or stops it first). Everything committed before survives, the
+// revision counter included, so fencing epochs keep growing.
+func (e *Embedded) Restart() error {
+	e.mu.Lock()
+	e.stopLocked()
+	e.mu.Unlock()
+	var err error
+	for range embedRestartAttemptsMax {
+		if err = e.start(); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return err
+		}
+		time.Sleep(embedRestartRetryDelay)
+	}
+	return err
+}
+
+func (e *Embedded) stopLocked() {
+	if e.etcd == nil {
+		return
+	}
+	if e.level != nil {
+		e.level.SetLevel(zapcore.FatalLevel)
+		defer e.level.SetLevel(zapcore.ErrorLevel)
+	}
+	// End the open streams first. Close drains gRPC gracefully, and a
+	// client's lease keepalive stream or a watch never ends by itself: the
+	// drain would wait out etcd's request timeout, 7 s, serving keepalives
+	// meanwhile.
+	e.streams.stopAll()
+	// Close stops the gRPC servers, the raft loop and the peer handlers and
+	// waits for each; Err is closed once the last serving goroutine ended.
+	e.etcd.Close()
+	for range e.etcd.Err() {
+	}
+	e.etcd = nil
+}
+
+// start runs one server on the current ports and waits until it is ready.
+func (e *Embedded) start() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.etcd != nil {
+		return errors.New("claim: embedded etcd already running")
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = e.opts.Name
+	cfg.Dir = e.dir
+	curl, purl := mustURL(loopbackURL(e.clientPort)), mustURL(loopbackURL(e.peerPort))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{curl}, []url.URL{curl}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{purl}, []url.URL{purl}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(e.log)
+	// The gateway is an HTTP/JSON front that dials the server's own gRPC
+	// port; nothing here uses it and it only adds connections.
+	cfg.EnableGRPCGateway = false
+	// Claims and task records churn revisions; keep one hour of history.
+	// Compaction never lowers the revision counter, so epochs still grow.
+	cfg.AutoCompactionMode = embed.CompactorModePeriodic
+	cfg.AutoCompactionRetention = "1h"
+	cfg.UnsafeNoFsync = e.opts.UnsafeNoFsync
+	streams := &streamStopper{cancels: map[uint64]context.CancelFunc{}}
+	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{grpc.ChainStreamInterceptor(streams.intercept)}
+
+	srv, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("claim: start embedded etcd on %s: %w", curl.Host, err)
+	}
+	timer := time.NewTimer(e.opts.ReadyTimeout)
+	defer timer.Stop()
+	select {
+	case <-srv.Server.ReadyNotify():
+	case err := <-srv.Err():
+		srv.Close()
+		for range srv.Err() {
+		}
+		return fmt.Errorf("claim: embedded etcd failed while starting: %w", err)
+	case <-timer.C:
+		srv.Close()
+		for range srv.Err() {
+		}
+		return fmt.Errorf("claim: embedded etcd not ready after %s", e.opts.ReadyTimeout)
+	}
+	e.etcd, e.streams = srv, streams
+	return nil
+}
+
+// streamStopper is a gRPC stream interceptor that can end every open
+// stream of the server at once, so that a stop does not wait for them.
+type streamStopper struct {
+	mu       sync.Mutex
+	stopping bool
+	next     uint64
+	cancels  map[uint64]context.CancelFunc // of the open streams
+}
+
+func (s *streamStopper) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return status.Error(codes.Unavailable, "claim: embedded etcd stopping")
+	}
+	id := s.next
+	s.next++
+	s.cancels[id] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.cancels, id)
+		s.mu.Unlock()
+	}()
+	// etcd's stream handlers (watch, lease keepalive) return when their
+	// stream's context is done.
+	return handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+}
+
+// stopAll ends every open stream and refuses new ones.
+func (s *streamStopper) stopAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopping = true
+	for _, cancel := range s.cancels {
+		cancel()
+	}
+}
+
+// ctxStream is a server stream with a context of ours.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (c *ctxStream) Context() context.Context { return c.ctx }
+
+// pickPort returns port, or a free loopback port when port is 0. The port
+// is free when picked and may be taken before etcd binds it; the caller
+// retries on EADDRINUSE.
+func pickPort(port int) (int, error) {
+	if port != 0 {
+		return port, nil
+	}
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("claim: pick a loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func loopbackURL(port int) string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+func mustURL(s string) url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(fmt.Sprintf("claim: bad loopback URL %q: %v", s, err))
+	}
+	return *u
+}
+
+// quietLogger logs at level (errors and worse) to stderr: etcd's info logs
+// are a line per lease, election and snapshot.
+func quietLogger(level zap.AtomicLevel) *zap.Logger {
+	cfg := zap.NewProductionConfig()
+	cfg.Level = level
+	cfg.Sampling = nil
+	lg, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return lg
+}
