@@ -35,7 +35,11 @@ directory:
   5. check that every replica of every partition has the same digest at a
      common txn ID, and print a summary.
 
-Built so far: txn IDs and safe points (txnid), the in-memory partition with
-its digest, procedures and ordered executor (partition), and the tuple,
-message and frame formats (wire). Run the tests with: go test -race ./...
+Built so far: the in-memory partition and its executor, the tuple, message
+and frame formats, the table stream and change log, the rejoin processors,
+claims with fencing epochs in etcd, the node's durable record, and frames
+over TCP. What runs today:
+  go run ./cmd/rejoin sim --seeds 1000    the seeded rejoin simulator
+  go test -race ./...                      the tests
+  go test -run='^$' -bench=RejoinInProcess -benchtime=1x ./bench/
 `
