@@ -170,6 +170,9 @@ func (d *Destination) protocol(format string, args ...any) error {
 
 func (d *Destination) onAnswer(m *wire.Answer) error {
 	if d.state != StateProposing {
+		if m.TxnID == d.s && (d.state == StateStreaming || d.state == StateCatchingUp) {
+			return nil // resent on a new connection: already agreed
+		}
 		return d.protocol("answer in state %s", d.state)
 	}
 	if m.TxnID < d.p {
@@ -237,6 +240,21 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 	d.exec.SetGate(nil)
 	d.move(StateLive)
 	return nil
+}
+
+// Resume sends again, for a new connection after the old one broke, what
+// the source may have lost with it: the proposal, or the last
+// acknowledgement so the source learns at once how far it got.
+func (d *Destination) Resume() {
+	switch d.state {
+	case StateProposing:
+		d.send(&wire.Propose{MsgHeader: d.header, TxnID: d.p})
+	case StateStreaming, StateCatchingUp:
+		d.send(&wire.Ack{MsgHeader: d.header, Seq: d.applied})
+	default:
+		return
+	}
+	d.idleTicks = 0
 }
 
 // Tick advances the attempt's clock: the heartbeat and stall detection.

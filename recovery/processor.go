@@ -55,6 +55,9 @@ type Metrics struct {
 	// HandoffPauseTicks is how long the source held execution for the
 	// handoff, in ticks (the driver measures wall time around it as well).
 	HandoffPauseTicks uint64
+	// BlocksResent counts blocks sent again by Resume after a connection
+	// broke.
+	BlocksResent int64
 	// StaleRejected counts messages dropped for a superseded epoch.
 	StaleRejected int64
 	// TxnsDropped counts the destination's buffered txns below E, dropped at

@@ -105,6 +105,13 @@ type Source struct {
 	lastSafe txnid.ID // while awaiting S: the safe txn ID last seen
 	holdTick uint64   // when the handoff hold began
 
+	p txnid.ID // the proposal answered, to recognise it resent
+	// blocks holds the last WindowBlocksMax+1 blocks sent, by Seq like
+	// bufs, so every unacknowledged block can be sent again on a new
+	// connection (Resume).
+	blocks  []*wire.Block
+	handoff *wire.Handoff // once sent, for Resume
+
 	// bufs are WindowBlocksMax+1 block buffers, used in turn by Seq. Block
 	// Seq n reuses the buffer of block n-WindowBlocksMax-1, which the
 	// window guarantees is acknowledged, so the driver has long sent it.
@@ -116,6 +123,7 @@ type Source struct {
 func (s *Source) blockBuf(seq uint64) []byte {
 	if s.bufs == nil {
 		s.bufs = make([][]byte, s.cfg.WindowBlocksMax+1)
+		s.blocks = make([]*wire.Block, s.cfg.WindowBlocksMax+1)
 	}
 	i := seq % uint64(len(s.bufs))
 	if s.bufs[i] == nil {
@@ -208,8 +216,15 @@ func (s *Source) protocol(format string, args ...any) error {
 
 func (s *Source) onPropose(m *wire.Propose) error {
 	if s.state != StateAnswering {
+		if m.TxnID == s.p {
+			// The destination resent its proposal on a new connection:
+			// the answer stands.
+			s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s})
+			return nil
+		}
 		return s.protocol("proposal in state %s", s.state)
 	}
+	s.p = m.TxnID
 	s.s = Answer(s.exec, m.TxnID)
 	s.move(StateAwaitingBoundary)
 	s.idleTicks = 0
@@ -322,7 +337,8 @@ func (s *Source) finishHandoff() {
 	for _, t := range p.Tables() {
 		rows += uint64(t.Len())
 	}
-	s.send(&wire.Handoff{MsgHeader: s.header, TxnID: e, Digest: p.Digest(), LastSeq: s.sent, Rows: rows})
+	s.handoff = &wire.Handoff{MsgHeader: s.header, TxnID: e, Digest: p.Digest(), LastSeq: s.sent, Rows: rows}
+	s.send(s.handoff)
 	s.m.HandoffPauseTicks = s.tick - s.holdTick
 	s.release()
 	s.move(StateDone)
@@ -332,14 +348,37 @@ func (s *Source) sendBlock(b cow.Block) {
 	s.sent++
 	s.bufs[s.sent%uint64(len(s.bufs))] = b.Tuples[:0] // keep what the block grew to
 	s.m.addBlock(b.Kind, b.Count, len(b.Tuples))
-	s.send(&wire.Block{
+	m := &wire.Block{
 		MsgHeader: s.header,
 		Kind:      b.Kind,
 		Table:     uint32(b.Table),
 		Seq:       s.sent,
 		Count:     b.Count,
 		Tuples:    b.Tuples,
-	})
+	}
+	s.blocks[s.sent%uint64(len(s.blocks))] = m
+	s.send(m)
+}
+
+// Resume sends again, for a new connection after the old one broke, what
+// the destination may have lost with it: the answer, every block not yet
+// acknowledged (at most one window, still held in the block ring), and the
+// handoff once sent. The destination drops what it already has, so
+// resuming costs at most one window of blocks, never a restart.
+func (s *Source) Resume() {
+	switch s.state {
+	case StateAnswering, StateAborted:
+		return // nothing sent yet, or nothing to resume
+	}
+	s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s})
+	for seq := s.acked + 1; seq <= s.sent; seq++ {
+		s.send(s.blocks[seq%uint64(len(s.blocks))])
+		s.m.BlocksResent++
+	}
+	if s.handoff != nil {
+		s.send(s.handoff)
+	}
+	s.idleTicks = 0
 }
 
 // Tick advances the attempt's clock by one tick: throttle windows, the
