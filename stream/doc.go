@@ -21,6 +21,8 @@
 //   - Listens on loopback unless told otherwise.
 //
 // Status: frames over TCP, stall detection, rate limit and keepalive are
-// built; resuming a rejoin on a new connection from the last acknowledged
-// block comes with the cluster issue.
+// built. The protocol side of resuming on a new connection is too
+// (recovery.Source.Resume and Destination.Resume resend at most one
+// window); the driver that redials, and the source keeping a dropped
+// stream for a grace period, come with the cluster issue.
 package stream
