@@ -21,6 +21,7 @@ type command struct {
 
 var commands = []command{
 	{"demo", "start a local cluster, kill a node, watch it rejoin, check digests", runDemo},
+	{"bench", "run one in-process rejoin and print what it measured", runBench},
 	{"sim", "run the seeded rejoin simulator; replay a failing seed", runSim},
 	{"version", "print the version", runVersion},
 }
