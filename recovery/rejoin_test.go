@@ -422,22 +422,7 @@ func TestRejoinFeedLagsTheStream(t *testing.T) {
 		for i := 0; i < 50; i++ {
 			r.feed(true)
 		}
-		r.now += 100
-		for _, g := range r.gens {
-			id := g.Next()
-			if err := r.src.Heartbeat(id); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.dest.OnHeartbeat(id); err != nil {
-				t.Fatal(err)
-			}
-		}
-		drainExec(r.src)
-		drainExec(r.dst)
-		if r.src.LastExecuted() != r.dst.LastExecuted() || r.src.Partition().Digest() != r.dst.Partition().Digest() {
-			t.Fatalf("seed %d: source at %v digest %x, destination at %v digest %x", seed,
-				r.src.LastExecuted(), r.src.Partition().Digest(), r.dst.LastExecuted(), r.dst.Partition().Digest())
-		}
+		r.settleAndCompare(seed)
 	}
 }
 
@@ -486,26 +471,34 @@ func TestRejoinResumesAfterDrops(t *testing.T) {
 		for i := 0; i < 30; i++ {
 			r.feed(true)
 		}
-		r.now += 100
-		for _, g := range r.gens {
-			id := g.Next()
-			if err := r.src.Heartbeat(id); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.dest.OnHeartbeat(id); err != nil {
-				t.Fatal(err)
-			}
-		}
-		drainExec(r.src)
-		drainExec(r.dst)
-		if r.src.LastExecuted() != r.dst.LastExecuted() || r.src.Partition().Digest() != r.dst.Partition().Digest() {
-			t.Fatalf("seed %d: source at %v digest %x, destination at %v digest %x", seed,
-				r.src.LastExecuted(), r.src.Partition().Digest(), r.dst.LastExecuted(), r.dst.Partition().Digest())
-		}
+		r.settleAndCompare(seed)
 	}
 	for _, st := range []State{StateProposing, StateStreaming, StateCatchingUp} {
 		if !statesSeen[st] {
 			t.Errorf("no drop happened with the destination %s; seen %v", st, statesSeen)
 		}
+	}
+}
+
+// settleAndCompare sends a heartbeat from every initiator past everything
+// sent, lets both replicas execute all they hold, and requires them at the
+// same txn with the same digest.
+func (r *inProcess) settleAndCompare(seed uint64) {
+	r.t.Helper()
+	r.now += 100
+	for _, g := range r.gens {
+		id := g.Next()
+		if err := r.src.Heartbeat(id); err != nil {
+			r.t.Fatal(err)
+		}
+		if err := r.dest.OnHeartbeat(id); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	drainExec(r.src)
+	drainExec(r.dst)
+	if r.src.LastExecuted() != r.dst.LastExecuted() || r.src.Partition().Digest() != r.dst.Partition().Digest() {
+		r.t.Fatalf("seed %d: source at %v digest %x, destination at %v digest %x", seed,
+			r.src.LastExecuted(), r.src.Partition().Digest(), r.dst.LastExecuted(), r.dst.Partition().Digest())
 	}
 }
