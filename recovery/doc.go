@@ -1,20 +1,53 @@
 // Package recovery holds the rejoin protocol: the handshake that agrees on
-// the txn ID S where streaming starts, the RecoverySource and
-// RecoveryDestination processors, claims with fencing epochs, supervision
-// and startup recovery (DESIGN.md steps 1 to 10).
+// the txn ID S where streaming starts, and the RecoverySource and
+// RecoveryDestination processors (DESIGN.md steps 2 to 8). Its subpackages
+// hold the rest: claim (one executor per rejoin, fencing epochs in etcd),
+// nodestate (a node's durable record and startup recovery), sim (the
+// seeded simulator that checks all of it).
 //
-// The protocol is written as state machines fed messages and ticks that
-// return messages to send; only thin drivers touch connections, goroutines
-// and timers, so a seeded simulator can replay every run.
+// # Shape
 //
-// Invariants:
-//   - Exactly one executor works a rejoin at a time; every message carries
-//     the claim's fencing epoch and both ends reject an epoch lower than the
-//     highest they have seen.
-//   - The destination holds every txn >= S from its buffer, and becomes live
-//     at the handoff txn E only if its digest equals the source's at E.
-//   - Every phase has a stall timeout; every abort leaves the source as it
-//     was before activation and the destination empty.
+// Source and Destination are state machines with no I/O, no goroutines and
+// no clock: a driver feeds them messages (OnMessage), the partition's feed
+// (Destination.OnTxn, OnHeartbeat) and ticks (Tick), calls Source.Pump
+// between two transactions, and sends what Outbox returns. The source is
+// also its executor's partition.Gate, which is how it activates the table
+// stream exactly at S, throttles, and holds the partition for the handoff.
 //
-// Status: specified here, built by the protocol and claims issues.
+//	destination  buffering ─► proposing ─► streaming ─► catching-up ─► handing-off ─► live
+//	source       answering ─► awaiting-boundary ─► streaming ─► catching-up ─► handing-off ─► done
+//	             (every state but the last ─► aborted)
+//
+// state.go holds the tables of legal moves; a move off the table panics.
+//
+// # The protocol in brief
+//
+//   - The destination buffers the feed from the moment it joins and
+//     proposes P, the maximum over initiators of the first ID heard from
+//     each (Coverage says why not the first buffered txn).
+//   - The source answers S (Answer): the next queued txn >= P, or a point
+//     past its safe txn ID and last executed txn, so heartbeats alone end
+//     the handshake. It activates the stream when AtBoundary holds.
+//   - Snapshot blocks, then catch-up rounds, flow under a window of
+//     WindowBlocksMax unacknowledged blocks; rounds end when the change log
+//     is at most HandoffLogBytesMax or after RoundsMax.
+//   - The source holds execution, ships the final delta, and hands off at
+//     E = max(S, last executed + 1) with its digest and row count. The
+//     destination goes live only with equal digests, drops its buffered
+//     txns below E, and takes late feed txns below E as heartbeats.
+//   - A broken connection is resumed (Resume on both sides) by resending
+//     at most one window of blocks.
+//
+// # Invariants
+//
+//   - Every message carries the attempt's fencing epoch; a lower one is
+//     rejected (ErrStaleEpoch, counted), a higher one aborts the superseded
+//     attempt. This, not a lease, keeps two executors from both writing.
+//   - The destination holds every txn >= S; at activation the source has
+//     executed exactly the txns < S.
+//   - At most WindowBlocksMax blocks are unacknowledged; blocks are applied
+//     exactly once, in Seq order.
+//   - Every phase has a stall timeout. Every abort leaves the source as it
+//     was before activation (no stream, no gate) and the destination empty.
+//   - A digest mismatch at the handoff is a failed rejoin, never a live one.
 package recovery
