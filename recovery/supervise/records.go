@@ -1,0 +1,180 @@
+package supervise
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/rejoin-db/rejoin/recovery/claim"
+)
+
+// Errors of the package, classified with errors.Is.
+var (
+	// ErrBadName: a node id or address that cannot be stored.
+	ErrBadName = errors.New("supervise: bad name")
+	// ErrConfig: a TTL, window or interval out of range.
+	ErrConfig = errors.New("supervise: bad config")
+	// ErrNodeLost: the node's registration ended (lease gone, record
+	// removed, or etcd unreachable for a window); its work must stop.
+	ErrNodeLost = errors.New("supervise: node lost its registration")
+	// ErrUnreachable: no activity update reached etcd for a window.
+	ErrUnreachable = errors.New("supervise: etcd unreachable for a window")
+	// ErrNotAssigned: a decline named an assignment that is no longer the
+	// node's (reassigned meanwhile, or the task closed).
+	ErrNotAssigned = errors.New("supervise: task not assigned to this node")
+	// ErrNotLeader: the supervisor lost its election while writing.
+	ErrNotLeader = errors.New("supervise: not the supervisor")
+	// ErrCorrupt: a stored value does not decode.
+	ErrCorrupt = errors.New("supervise: corrupt record")
+)
+
+// NodeStatus is what the health task says of a registered node.
+type NodeStatus string
+
+const (
+	// NodeReady: the node updates its last activity on time.
+	NodeReady NodeStatus = "ready"
+	// NodeNotResponding: the node's lease is alive but its last activity
+	// is older than the health task's threshold (seed 004: a node may keep
+	// its lease while stuck). It gets no new assignment until it updates
+	// its activity again, which sets it back to ready.
+	NodeNotResponding NodeStatus = "not-responding"
+)
+
+// NodeRecord is a node's registration, as JSON under NodeKey, attached to
+// the node's lease: the key exists exactly while the lease is alive, so a
+// node without a record is dead.
+type NodeRecord struct {
+	ID      string `json:"-"`
+	Address string `json:"address"`
+	// Started is when this incarnation registered.
+	Started time.Time `json:"started"`
+	// LastActive is the node's latest activity update, by its own clock.
+	LastActive time.Time  `json:"last_active"`
+	Status     NodeStatus `json:"status"`
+	// OutgoingMax is how many rejoins the node serves as a source at once;
+	// the supervisor assigns it no more. 0 means OutgoingMaxDefault.
+	OutgoingMax int `json:"outgoing_max,omitempty"`
+
+	// Created is the key's CreateRevision: one incarnation's registration.
+	// ModRevision is for the compare-and-swap of the next write.
+	Created     int64 `json:"-"`
+	ModRevision int64 `json:"-"`
+	// Lease is the node's lease, as etcd keeps it with the key.
+	Lease int64 `json:"-"`
+}
+
+// OutgoingMaxDefault is a source's limit of concurrent outgoing rejoins
+// when its record names none: each one costs a change log and a stream.
+const OutgoingMaxDefault = 2
+
+func (n NodeRecord) outgoingMax() int {
+	if n.OutgoingMax <= 0 {
+		return OutgoingMaxDefault
+	}
+	return n.OutgoingMax
+}
+
+// ReplicaState is the placement's view of one partition replica.
+type ReplicaState string
+
+const (
+	// ReplicaLive: the replica executes its partition's transactions and
+	// may be a rejoin source.
+	ReplicaLive ReplicaState = "live"
+	// ReplicaNeedsRejoin: the replica holds nothing usable and waits for
+	// its rejoin; it is never a source.
+	ReplicaNeedsRejoin ReplicaState = "needs-rejoin"
+)
+
+// Replica says that Node hosts a replica of Partition, in State. Stored as
+// JSON {"state": ...} under ReplicaKey, without a lease: placement outlives
+// the node's process.
+type Replica struct {
+	Partition uint32       `json:"-"`
+	Node      string       `json:"-"`
+	State     ReplicaState `json:"state"`
+}
+
+// Assignment is the supervisor's choice of a source for one task, as JSON
+// under AssignmentKey. The assigned source's executor claims the task
+// (claim.Acquire) and works it; the claim's epoch is the attempt's fencing
+// epoch.
+//
+// Invariants: Seq grows by one at each assignment of the task's generation
+// Opened; Source is a node that hosted a live replica of the partition and
+// was alive when assigned, never the destination; Declined lists the
+// sources that refused this generation of the task, and the supervisor
+// does not assign it to them again.
+type Assignment struct {
+	Task   claim.Task `json:"-"`
+	Source string     `json:"source"`
+	Seq    uint32     `json:"seq"`
+	// Opened is the task generation (claim.Record.Opened) assigned: an
+	// assignment of an older generation is void.
+	Opened     uint64    `json:"opened"`
+	AssignedAt time.Time `json:"assigned_at"`
+	// Superseded is the claim epoch of the attempt this one replaced, 0 if
+	// none: the new attempt's claim has a higher epoch.
+	Superseded uint64   `json:"superseded,omitempty"`
+	Declined   []string `json:"declined,omitempty"`
+	Reason     string   `json:"reason"`
+
+	ModRevision int64 `json:"-"`
+}
+
+// declinedBy reports whether node refused the assignment's task.
+func (a Assignment) declinedBy(node string) bool { return slices.Contains(a.Declined, node) }
+
+func encode(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("supervise: encode: %w", err)
+	}
+	return string(b), nil
+}
+
+func decodeNode(kv *mvccpb.KeyValue) (NodeRecord, error) {
+	var n NodeRecord
+	if err := json.Unmarshal(kv.Value, &n); err != nil {
+		return NodeRecord{}, fmt.Errorf("%w: node %q: %w", ErrCorrupt, kv.Key, err)
+	}
+	n.ID = string(kv.Key[len(nodesPrefix):])
+	n.Created, n.ModRevision, n.Lease = kv.CreateRevision, kv.ModRevision, kv.Lease
+	return n, nil
+}
+
+func decodeReplica(kv *mvccpb.KeyValue) (Replica, error) {
+	var r Replica
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return Replica{}, fmt.Errorf("%w: replica %q: %w", ErrCorrupt, kv.Key, err)
+	}
+	p, node, err := parsePair(string(kv.Key[len(replicasPrefix):]))
+	if err != nil {
+		return Replica{}, err
+	}
+	r.Partition, r.Node = p, node
+	return r, nil
+}
+
+func decodeAssignment(kv *mvccpb.KeyValue) (Assignment, error) {
+	var a Assignment
+	if err := json.Unmarshal(kv.Value, &a); err != nil {
+		return Assignment{}, fmt.Errorf("%w: assignment %q: %w", ErrCorrupt, kv.Key, err)
+	}
+	p, dest, err := parsePair(string(kv.Key[len(assignPrefix):]))
+	if err != nil {
+		return Assignment{}, err
+	}
+	a.Task = claim.Task{Partition: p, Dest: dest}
+	a.ModRevision = kv.ModRevision
+	return a, nil
+}
+
+// normalize drops the monotonic reading and the zone, so a time written
+// equals the time read back.
+func normalize(t time.Time) time.Time { return t.Round(0).UTC() }

@@ -1,0 +1,255 @@
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rejoin-db/rejoin/recovery/claim"
+)
+
+// Nodes lists the registered (live) nodes in id order.
+func Nodes(ctx context.Context, cli *clientv3.Client) ([]NodeRecord, error) {
+	kvs, err := rangeAll(ctx, cli, nodesPrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]NodeRecord, 0, len(kvs))
+	for _, kv := range kvs {
+		n, err := decodeNode(kv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// SetReplica records that r.Node hosts a replica of r.Partition in
+// r.State. The node calls it when the replica changes state (a rejoin
+// done, a start with needs-rejoin replicas).
+func SetReplica(ctx context.Context, cli *clientv3.Client, r Replica) error {
+	if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
+		return err
+	}
+	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
+		return fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
+	}
+	val, err := encode(r)
+	if err != nil {
+		return err
+	}
+	if _, err := cli.Put(ctx, ReplicaKey(r.Partition, r.Node), val); err != nil {
+		return fmt.Errorf("supervise: set replica %d on %s: %w", r.Partition, r.Node, err)
+	}
+	return nil
+}
+
+// Replicas lists the placement in key order (partition, then node).
+func Replicas(ctx context.Context, cli *clientv3.Client) ([]Replica, error) {
+	kvs, err := rangeAll(ctx, cli, replicasPrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Replica, 0, len(kvs))
+	for _, kv := range kvs {
+		r, err := decodeReplica(kv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// GetAssignment reads a task's assignment; found is false if it has none.
+func GetAssignment(ctx context.Context, cli *clientv3.Client, task claim.Task) (a Assignment, found bool, err error) {
+	resp, err := cli.Get(ctx, AssignmentKey(task))
+	if err != nil {
+		return Assignment{}, false, fmt.Errorf("supervise: read assignment of %s: %w", task, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Assignment{}, false, nil
+	}
+	a, err = decodeAssignment(resp.Kvs[0])
+	return a, err == nil, err
+}
+
+// AssignedTo lists the assignments whose source is node, in task order:
+// what the node's executor polls (or re-reads after a watch event) to find
+// its work. An executor claims each task (claim.Acquire) before doing
+// anything, so a stale entry costs at most a refused claim.
+func AssignedTo(ctx context.Context, cli *clientv3.Client, node string) ([]Assignment, error) {
+	kvs, err := rangeAll(ctx, cli, assignPrefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []Assignment
+	for _, kv := range kvs {
+		a, err := decodeAssignment(kv)
+		if err != nil {
+			return nil, err
+		}
+		if a.Source == node {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// Decline is a source refusing the task it was assigned as attempt seq
+// (seed 001: too busy when assigned). The supervisor assigns the task
+// elsewhere at its next pass and not to node again in this generation. It
+// is ErrNotAssigned when the assignment is no longer node's at seq.
+func Decline(ctx context.Context, cli *clientv3.Client, task claim.Task, node string, seq uint32) error {
+	a, found, err := GetAssignment(ctx, cli, task)
+	if err != nil {
+		return err
+	}
+	if !found || a.Source != node || a.Seq != seq {
+		return fmt.Errorf("%w: %s attempt %d", ErrNotAssigned, task, seq)
+	}
+	if !a.declinedBy(node) {
+		a.Declined = append(a.Declined, node)
+	}
+	val, err := encode(a)
+	if err != nil {
+		return err
+	}
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(AssignmentKey(task)), "=", a.ModRevision)).
+		Then(clientv3.OpPut(AssignmentKey(task), val)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("supervise: decline %s: %w", task, err)
+	}
+	if !resp.Succeeded {
+		// Only the supervisor writes assignments besides the source: it
+		// changed it meanwhile, so this attempt is no longer node's.
+		return fmt.Errorf("%w: %s reassigned meanwhile", ErrNotAssigned, task)
+	}
+	return nil
+}
+
+// Complete records attempt a's completion through claim.MarkDone, which
+// accepts it from any attempt of the task's generation (seed 001). A
+// later completion of a task already done changes nothing: it is logged
+// and reported with dup set, not as an error.
+func Complete(ctx context.Context, cli *clientv3.Client, a claim.Attempt, now time.Time, log *slog.Logger) (rec claim.Record, dup bool, err error) {
+	rec, err = claim.MarkDone(ctx, cli, a, now)
+	if errors.Is(err, claim.ErrDuplicate) {
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Info("supervise: duplicate completion ignored", "task", a.Task.String(),
+			"epoch", a.Epoch, "executor", a.Executor, "done_by", rec.Executor, "done_epoch", rec.Epoch)
+		return rec, true, nil
+	}
+	return rec, false, err
+}
+
+// ReadSnapshot reads what a pass decides on. The task records come from
+// claim.Tasks; nodes, placement, claims and assignments from one
+// transaction, at one revision at or after the tasks'. A record that
+// changes between the two reads is seen as of the earlier one; every write
+// of the pass is a compare-and-swap, so a stale view costs a retry at the
+// next pass, never a wrong write.
+func ReadSnapshot(ctx context.Context, cli *clientv3.Client) (Snapshot, error) {
+	tasks, err := claim.Tasks(ctx, cli)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	prefixes := []string{nodesPrefix, replicasPrefix, claimsPrefix, assignPrefix}
+	ops := make([]clientv3.Op, len(prefixes))
+	for i, p := range prefixes {
+		ops[i] = clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithLimit(snapshotKeysMax+1))
+	}
+	resp, err := cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("supervise: read snapshot: %w", err)
+	}
+	s := Snapshot{
+		Nodes:       map[string]NodeRecord{},
+		Replicas:    map[uint32][]Replica{},
+		Tasks:       tasks,
+		Claims:      map[claim.Task]uint64{},
+		Assignments: map[claim.Task]Assignment{},
+	}
+	for i, r := range resp.Responses {
+		kvs := r.GetResponseRange().Kvs
+		if len(kvs) > snapshotKeysMax {
+			return Snapshot{}, fmt.Errorf("supervise: more than %d keys under %s", snapshotKeysMax, prefixes[i])
+		}
+		for _, kv := range kvs {
+			if err := s.add(prefixes[i], kv); err != nil {
+				return Snapshot{}, err
+			}
+		}
+	}
+	return s, nil
+}
+
+func (s *Snapshot) add(prefix string, kv *mvccpb.KeyValue) error {
+	switch prefix {
+	case nodesPrefix:
+		n, err := decodeNode(kv)
+		if err != nil {
+			return err
+		}
+		s.Nodes[n.ID] = n
+	case replicasPrefix:
+		r, err := decodeReplica(kv)
+		if err != nil {
+			return err
+		}
+		s.Replicas[r.Partition] = append(s.Replicas[r.Partition], r)
+	case claimsPrefix:
+		p, dest, err := parsePair(strings.TrimPrefix(string(kv.Key), claimsPrefix))
+		if err != nil {
+			return err
+		}
+		s.Claims[claim.Task{Partition: p, Dest: dest}] = uint64(kv.CreateRevision)
+	case assignPrefix:
+		a, err := decodeAssignment(kv)
+		if err != nil {
+			return err
+		}
+		s.Assignments[a.Task] = a
+	}
+	return nil
+}
+
+// rangeAll reads every key under prefix, at most snapshotKeysMax, a page
+// at a time at the first page's revision.
+func rangeAll(ctx context.Context, cli *clientv3.Client, prefix string) ([]*mvccpb.KeyValue, error) {
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from := prefix
+	var rev int64
+	var out []*mvccpb.KeyValue
+	for range snapshotKeysMax/snapshotPageKeys + 1 {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(snapshotPageKeys)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := cli.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("supervise: list %s: %w", prefix, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		out = append(out, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return slices.Clip(out), nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return nil, fmt.Errorf("supervise: more than %d keys under %s", snapshotKeysMax, prefix)
+}
