@@ -149,13 +149,20 @@ func (c *side) move(to State) { c.moves.move(&c.state, to, c.name) }
 // ended attempt takes nothing; a lower epoch is dropped and counted; a
 // higher one means this attempt is superseded, and abort ends it.
 func (c *side) admit(m wire.Message, abort func(wire.AbortReason, string, bool)) (bool, error) {
-	if c.state.Final() {
-		if c.state == StateAborted {
-			return false, ErrAborted
-		}
-		return false, nil // done: late acks and heartbeats are harmless
+	if c.state == StateAborted {
+		return false, ErrAborted
 	}
 	superseded, err := checkHeader(c.header, m)
+	if c.state.Final() {
+		// Done or live: late acks and heartbeats of this attempt are
+		// harmless, but a superseded attempt's message is still refused
+		// and counted.
+		if errors.Is(err, ErrStaleEpoch) {
+			c.m.StaleRejected++
+			return false, err
+		}
+		return false, nil
+	}
 	if err != nil {
 		if errors.Is(err, ErrStaleEpoch) {
 			c.m.StaleRejected++
