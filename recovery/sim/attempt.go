@@ -52,6 +52,14 @@ type attempt struct {
 	// epoch first and must end itself.
 	early bool
 
+	// x is the executor holding the attempt's claim (nil when the world
+	// runs without claims: a script that does not ask for them). paused:
+	// a pause fault froze it. claimLost, taskDone: it stopped for that
+	// reason. duplicate: it went live after another attempt had, and its
+	// replica was dropped.
+	x                                      *executor
+	paused, claimLost, taskDone, duplicate bool
+
 	// handoff is the simulator's own record of the source at the moment
 	// it sent Handoff; e is E once known.
 	handoff *handoffRecord
@@ -128,32 +136,6 @@ func (w *world) dstAttempt() *attempt {
 	return nil
 }
 
-// supervise plays the supervisor (DESIGN.md step 9): it starts the first
-// attempt, and after an attempt's destination side ended without going
-// live, a new attempt with the next epoch, after a delay.
-func (w *world) supervise() {
-	if w.scripted || w.live != nil {
-		return
-	}
-	if !w.planned {
-		if a := w.cur(); a == nil && w.tick >= uint64(w.k.StartTick) {
-			w.planned, w.planAt = true, w.tick
-		} else if a != nil && a.dstEnded() {
-			w.planned, w.planAt = true, w.tick+1+uint64(w.net.IntN(30))
-			w.tracef("supervisor: attempt %d over, next at tick %d", a.epoch, w.planAt)
-		}
-	}
-	if w.planned && w.tick >= w.planAt {
-		w.planned = false
-		w.startAttempt(uint64(w.net.IntN(w.ctrlDelayMax() + 1)))
-	}
-	for _, a := range w.atts {
-		if a.src == nil && w.tick >= a.srcUpAt {
-			w.startSource(a)
-		}
-	}
-}
-
 // ctrlDelayMax bounds how long the supervisor's word takes to reach the
 // source node: well inside the destination's stall window, which runs
 // while it waits for the answer.
@@ -166,8 +148,21 @@ func (w *world) startAttempt(srcDelay uint64) *attempt {
 	if bound := w.k.Faults + 1; !w.scripted && len(w.atts) >= bound {
 		w.violate("c", "attempt %d needed, but %d faults allow at most %d: %s", len(w.atts)+1, w.k.Faults, bound, w.where())
 	}
-	w.epoch++
-	a := &attempt{epoch: w.epoch, hdr: wire.MsgHeader{Epoch: w.epoch, Partition: partitionID}, srcUpAt: w.tick + srcDelay}
+	a := &attempt{srcUpAt: w.tick + srcDelay}
+	if w.claims {
+		// The executor claims the task first; the claim's epoch is the
+		// attempt's.
+		if !w.claimFor(a, len(w.atts)+1) {
+			if !w.scripted {
+				w.violate("e", "the supervisor started an attempt while the task was claimed: %s", &w.coord)
+			}
+			return nil
+		}
+	} else {
+		w.epoch++
+		a.epoch = w.epoch
+	}
+	a.hdr = wire.MsgHeader{Epoch: a.epoch, Partition: partitionID}
 	a.early = !w.scripted && w.net.IntN(2) == 0
 	a.exec = w.newReplica()
 	ins := make([]txnid.Initiator, len(w.inits))
@@ -267,7 +262,18 @@ func (w *world) route(a *attempt, fromSrc bool, m wire.Message) {
 	if _, hb := m.(*wire.Heartbeat); !hb && w.tr.on {
 		w.tracef("%s > %s", sideName(fromSrc), w.describe(m))
 	}
+	if !fromSrc {
+		w.checkStopped(a, m)
+	}
 	switch {
+	case !a.cut && w.claims && w.replaced(a, fromSrc):
+		// The receiving node runs a newer attempt's processor now: the
+		// message reaches it, which must reject it by its epoch.
+		p := w.ghostSrc
+		if fromSrc {
+			p = w.ghostDst
+		}
+		p.send(w, m, w.k.ConnDelayMax, 1)
 	case !a.cut:
 		p := a.d2s
 		if fromSrc {
@@ -283,6 +289,20 @@ func (w *world) route(a *attempt, fromSrc bool, m wire.Message) {
 	}
 }
 
+// replaced reports whether the node a message of a goes to (the
+// destination node if fromSrc, else the source node) has replaced a's
+// processor by a newer attempt's: with claims, a node runs one processor
+// per partition and side, and hands every message to it.
+func (w *world) replaced(a *attempt, fromSrc bool) bool {
+	var b *attempt
+	if fromSrc {
+		b = w.dstAttempt()
+	} else {
+		b = w.srcAttempt()
+	}
+	return b != nil && b.epoch > a.epoch
+}
+
 // onConn delivers a message from a's connection to a's processor on the
 // receiving side (which may have ended: it then refuses it).
 func (w *world) onConn(p *pipe, m wire.Message) {
@@ -291,11 +311,17 @@ func (w *world) onConn(p *pipe, m wire.Message) {
 		w.startSourceEarly(a, m)
 	}
 	var err error
+	var running, senderRunning bool
 	side := sideName(p.toSrc)
 	if p.toSrc {
+		running, senderRunning = !a.src.State().Final(), !a.dstGone && !a.dst.State().Final()
 		err = a.src.OnMessage(m)
 	} else {
+		running, senderRunning = !a.dst.State().Final(), !a.src.State().Final()
 		err = a.dst.OnMessage(m)
+	}
+	if err == nil && running && senderRunning {
+		w.noteWrite(a, p.toSrc, m)
 	}
 	if _, hb := m.(*wire.Heartbeat); w.tr.on && (!hb || err != nil) {
 		if err != nil {
@@ -329,6 +355,7 @@ func (w *world) onGhost(p *pipe, m wire.Message) {
 		return
 	}
 	w.stats.StaleDelivered++
+	old := w.attemptOf(e)
 	var err error
 	var st recovery.State
 	side := sideName(p.toSrc)
@@ -341,6 +368,13 @@ func (w *world) onGhost(p *pipe, m wire.Message) {
 	}
 	if !st.Final() {
 		w.stats.StaleToRunning++
+		if old != nil && old.paused {
+			// A late message of a paused executor's attempt.
+			w.stats.PausedLate++
+			if errors.Is(err, recovery.ErrStaleEpoch) {
+				w.stats.PausedRejected++
+			}
+		}
 	}
 	w.tracef("late %s < %s to attempt %d (%s): %v", side, w.describe(m), a.epoch, st, err)
 	if !st.Final() && !errors.Is(err, recovery.ErrStaleEpoch) {
@@ -365,7 +399,7 @@ func (w *world) learnCuts() {
 				w.afterCall(a)
 			}
 		}
-		if a.dstLearnAt != 0 && w.tick >= a.dstLearnAt {
+		if a.dstLearnAt != 0 && w.tick >= a.dstLearnAt && !w.pausedNow(a) {
 			a.dstLearnAt = 0
 			if !a.dstGone && !a.dst.State().Final() {
 				w.tracef("dst e%d learns the connection is cut", a.epoch)
@@ -423,9 +457,20 @@ func (w *world) onDestinationState(a *attempt, from, to recovery.State) {
 		w.checkAbort(a, "destination", a.dst.Err())
 		w.checkEmpty(a)
 		a.feed = nil // the replica leaves the feed
+		w.onExecutorEnd(a)
 	case recovery.StateLive:
 		w.tracef("dst e%d %s -> live at E=%v", a.epoch, from, a.e)
+		w.checkHeld(a, "going live")
+		if w.claims && !w.coord.complete(a.epoch) {
+			// A completion is accepted from any attempt of the task; a
+			// second one is a duplicate and its replica is dropped.
+			w.stats.DuplicateCompletions++
+			a.duplicate = true
+			a.feed = nil
+			w.tracef("dst e%d: duplicate completion (task done by epoch %d): its replica is dropped", a.epoch, w.coord.task.doneBy)
+		}
 		w.checkLive(a)
+		w.onExecutorEnd(a)
 	default:
 		w.tracef("dst e%d %s -> %s", a.epoch, from, to)
 	}
@@ -447,12 +492,16 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 	case wire.AbortStaleEpoch:
 		ok = a.superseded
 	case wire.AbortShutdown, wire.AbortClaimLost, wire.AbortNodeFailed:
-		ok = a.fault != nil && a.fault.reason == ae.Reason
+		ok = a.fault != nil && a.fault.reason == ae.Reason && a.fault.kind != faultPause
+		// An executor stops when it finds its claim gone, or the task done
+		// by another attempt.
+		ok = ok || (ae.Reason == wire.AbortClaimLost && a.claimLost) || (ae.Reason == wire.AbortShutdown && a.taskDone)
 	case wire.AbortConnLost:
 		// A destination restart drops the connection as a cut does.
 		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart)
 	case wire.AbortTimeout:
-		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart)
+		// A paused executor's destination is silent: its source times out.
+		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultPause)
 	}
 	// A script aborts attempts as it pleases and reads the reasons in
 	// its output.

@@ -21,7 +21,16 @@ import (
 //	    the source executor has no gate or stream left and runs everything
 //	    its safe point allows, and every aborted destination replica is
 //	    empty and runs nothing;
-//	(d) no running processor accepts a message of a superseded epoch.
+//	(d) no running processor accepts a message of a superseded epoch;
+//	(e) with claims: at each node, writes (messages other than Abort
+//	    accepted by a running processor while their sender ran) are
+//	    accepted in nondecreasing epoch order, so two executors that both
+//	    believe they hold the claim never interleave their writes, and,
+//	    with the lease guard, at no tick do both write; an
+//	    executor learns it lost its claim within one window (of the loss,
+//	    or of waking from a pause) and writes nothing after it stops; the
+//	    supervisor starts an attempt only when the task has no claim; at
+//	    the end no claim is left and the task is done by the live attempt.
 
 // recompute sums partition.RowHash over every row, from scratch: the
 // digest as the simulator sees it, independent of the running digest the
@@ -130,6 +139,9 @@ func (w *world) checkLive(a *attempt) {
 	if want := h.e - 1; a.exec.LastExecuted() != want {
 		w.violate("a", "destination of attempt %d live at E=%v with last executed %v, want %v", a.epoch, h.e, a.exec.LastExecuted(), want)
 	}
+	if a.duplicate {
+		return
+	}
 	w.live, w.liveTick = a, w.tick
 	w.tracef("dst e%d live: %s (equal to the source at E)", a.epoch, w.describeReplica(a.exec))
 	if w.opts.Sabotage == SabotageDestinationWrite {
@@ -192,6 +204,16 @@ func (w *world) finalCheck() {
 		}
 	}
 	w.checkReleased("at the end")
+	if w.claims {
+		if c := &w.coord; c.claim != nil || c.task.status != taskDone || c.task.doneBy != w.live.epoch {
+			w.violate("e", "at the end, the coordinator holds %s; want no claim and the task done by epoch %d", c, w.live.epoch)
+		}
+		for _, a := range w.atts {
+			if a.x != nil && a.x.holds {
+				w.violate("e", "at the end, executor x%d still believes it holds epoch %d", a.x.id, a.epoch)
+			}
+		}
+	}
 	for _, a := range w.atts {
 		w.checkLogBound(a)
 	}

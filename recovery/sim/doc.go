@@ -45,22 +45,59 @@
 //     them that carries real wire frames (FrameEncoder and FrameDecoder
 //     with the run's codec: none, s2 or zstd), sometimes split across two
 //     packets.
-//   - The supervisor: after an attempt's destination side ends without
-//     going live, it starts a new attempt with the next epoch after a
-//     delay; its word reaches the source node later still, and the source
-//     node supersedes an older source processor still running there before
-//     it starts the new one. Half the attempts let the new destination's
-//     first message reach the source node before that word: it is then
-//     handed to the older processor first, which must end itself on
-//     seeing the newer epoch.
+//   - The coordinator (coordinator.go), the claims issue's model of etcd
+//     for the run's one task: a claim key created only if absent, with a
+//     lease of ClaimTTLTicks kept alive by keepalives, deleted when the
+//     lease runs out or its holder releases it; a cluster-wide revision
+//     raised by every write (a claim, a deletion, the task's completion),
+//     and the claim's epoch is the revision that created it, so epochs
+//     strictly grow (1, 3, 5, ... when every claim ends in a deletion).
+//     The task's record (open, running, done; last epoch; claims made) is
+//     all a supervisor knows after a failover. A completion is accepted
+//     from any attempt; a second one is a duplicate and its replica is
+//     dropped.
+//   - Executors (executor.go): the claim lives with the rejoin's driver on
+//     the destination node, one executor per attempt. It claims the task
+//     before its destination processor sends anything and takes the
+//     claim's epoch for the attempt; it keeps the lease alive every
+//     KeepaliveTicks and checks the claim every ClaimWindowTicks (both at
+//     most half the TTL), and at the first check that finds the claim gone
+//     (or the task done by another attempt) it stops; with
+//     Knobs.LeaseGuard it also stops as soon as its last successful
+//     keepalive is a TTL old, before it does anything else. Stopping, it
+//     aborts its
+//     destination processor, which writes nothing more, and releases what
+//     it still holds. It releases the claim when its processor ends; if
+//     its node restarts it dies holding it, and the claim expires.
+//   - The supervisor (supervisor.go): it starts an attempt whenever the
+//     task is not done and has no claim (none yet, released, or expired),
+//     after a delay; its word reaches the source node later still, and the
+//     source node supersedes an older source processor still running there
+//     before it starts the new one. Half the attempts let the new
+//     destination's first message reach the source node before that word:
+//     it is then handed to the older processor first, which must end
+//     itself on seeing the newer epoch. The supervisor can die; a new
+//     leader is elected after up to ElectionTicksMax ticks, has lost what
+//     the old one planned, and carries on from the coordinator alone.
+//   - Nodes run one processor per partition and side, and hand every
+//     message to the one they run: once a newer attempt's processor runs
+//     on a node, what an older attempt still sends there reaches the newer
+//     one, which must reject it by its epoch.
 //   - Faults, planned from the seed (at most Knobs.Faults, one per
 //     attempt), each waiting for a phase (handshake, snapshot, catch-up,
 //     handoff): an abort of either side (shutdown, claim lost), a node of
 //     the partition failing (the destination aborts with AbortNodeFailed,
 //     DESIGN.md step 8), a cut of the connection (what is in flight is
 //     lost; each side is told after a delay and aborts, or is never told
-//     and must time out), and a restart of the destination node (its
-//     replica is gone). A cut side keeps running until it knows, and its
+//     and must time out), a restart of the destination node (its
+//     replica is gone), a pause of the attempt's executor for longer than
+//     the claim's TTL (its destination processor, its feed, its
+//     keepalives and its checks freeze; the claim expires; the supervisor
+//     starts a new attempt with a new claim; when the executor wakes its
+//     late messages reach the new attempt's processors, and it stops at
+//     its first check, within one window), and the supervisor's death
+//     (at a phase, or just as an attempt ended and the task has no claim,
+//     so the next attempt was in its memory alone). A cut side keeps running until it knows, and its
 //     messages may take a late route to a newer attempt's processor, which
 //     must reject them by epoch.
 //   - The throttle: a quarter of the runs get a change log small enough
@@ -69,15 +106,26 @@
 // # What it does not model
 //
 // Several source replicas or a source that dies (so no reassignment to
-// another source), initiators that fail or join, claims and their TTLs in
-// a coordinator, a byte-stream transport (stream package) with its own
-// flow control and keepalive, corrupted bytes (the wire package's fuzzers
-// cover decoding), memory limits, or time spent executing: a txn takes no
-// ticks. The destination's buffer is never full.
+// another source), initiators that fail or join, several tasks or
+// executors competing for them (one task, one executor per attempt, and
+// only the supervisor starts attempts), the coordinator's own failures
+// (it never loses a write or stops answering: an executor cut off from it,
+// which gives up after a window without a successful check, is not
+// modeled), clock rate differences between an executor and the
+// coordinator (a tick is a tick everywhere), the source side pausing (only
+// the destination side's executor does), task records' timestamps and
+// startup recovery (DESIGN.md step 10), a byte-stream transport (stream
+// package) with its own flow control and keepalive, corrupted bytes (the
+// wire package's fuzzers cover decoding), memory limits, or time spent
+// executing: a txn takes no ticks. The destination's buffer is never
+// full. The supervisor starts attempts on the one destination node only,
+// and scenario scripts have no supervisor (they start attempts
+// themselves).
 //
 // # Invariants
 //
-// Checked on every run; a violation ends the seed with a *Violation
+// Checked on every run ((e) only with claims: every seed, and the scripts
+// that ask for them); a violation ends the seed with a *Violation
 // naming its letter:
 //
 //	(a) when the destination goes live its content (running digest, digest
@@ -95,7 +143,32 @@
 //	    partition no observer, and it runs all its safe point allows; every
 //	    aborted destination replica is empty and runs nothing;
 //	(d) no running processor accepts a message of a superseded epoch: it
-//	    must return recovery.ErrStaleEpoch.
+//	    must return recovery.ErrStaleEpoch (a paused executor's late
+//	    messages included: Stats.PausedLate, PausedRejected);
+//	(e) the claims: a write is a message other than Abort accepted
+//	    (returned no error) by a running processor while its sender still
+//	    ran. At each node the accepted writes never go back in epoch, so
+//	    two executors that both believe they hold the claim (one frozen
+//	    past its lease, one holding the new claim) never interleave their
+//	    writes. An executor learns it lost its claim within one window of
+//	    the loss, or of waking if it was frozen then, and after it stops
+//	    its processor sends nothing but its Abort. The supervisor starts an
+//	    attempt only when the task has no claim. At the end no claim is
+//	    left and the task is done by the live attempt. With
+//	    Knobs.LeaseGuard (half the seeds: an executor also stops, before
+//	    anything else, once its own reckoning of its lease has run out) no
+//	    write is accepted, and no destination goes live, for an executor
+//	    whose claim the coordinator no longer holds, and at no tick do two
+//	    executors that both believe they hold the claim both write.
+//	    Without it (the claims issue's model as written: stop at the next
+//	    check) both can happen: an executor woken from a pause acts until
+//	    its next check, a source processor that has not yet seen the newer
+//	    epoch accepts its writes, at times in the same tick as (just
+//	    before) the newer attempt's first (seeds 22398 and 34137), and its
+//	    destination may go live (a duplicate completion, dropped). Those
+//	    are counted (Stats.WritesAfterLoss, DualWriteTicks,
+//	    DuplicateCompletions), not failed: epoch order is what protects
+//	    the replicas there.
 //
 // A panic in the code under test is a failure of the seed too.
 package sim

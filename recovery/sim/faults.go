@@ -26,10 +26,19 @@ const (
 	// replica vanish, the connection with them; the next attempt starts on
 	// a fresh empty replica.
 	faultRestart
+	// faultPause: the executor holding the attempt's claim freezes (GC,
+	// SIGSTOP, a VM stall) for longer than the claim's TTL: its claim
+	// expires, the supervisor starts a new attempt with a new claim, and
+	// when it wakes its late messages reach the new attempt's processors.
+	faultPause
+	// faultSupervisor: the supervisor dies; a new leader is elected after
+	// a delay and carries on from the coordinator's record. It ends no
+	// attempt.
+	faultSupervisor
 	faultKinds
 )
 
-var faultNames = [...]string{"abort-source", "abort-destination", "node-failed", "cut", "restart-destination"}
+var faultNames = [...]string{"abort-source", "abort-destination", "node-failed", "cut", "restart-destination", "pause-executor", "supervisor-dies"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
@@ -65,7 +74,12 @@ type fault struct {
 	// sides' late messages travel on.
 	srcLearn, dstLearn int
 	ghost              bool
-	fired              bool
+	// pauseTicks and wakeCheck for a pause (see world.pause); election
+	// for a supervisor's death.
+	pauseTicks, wakeCheck int
+	election              int
+	inGap                 bool // a supervisor's death waits for no claim, not for a phase
+	fired                 bool
 }
 
 // planFaults draws the run's faults from the fault stream, all at once, so
@@ -88,6 +102,13 @@ func (w *world) planFaults() {
 		}
 		f.srcLearn, f.dstLearn = learn(), learn()
 		f.ghost = r.IntN(3) != 0
+		// Longer than the TTL, so the claim expires while the executor is
+		// frozen; often long enough that a new attempt runs when it wakes.
+		ttl := w.k.ClaimTTLTicks
+		f.pauseTicks = ttl + 1 + r.IntN(ttl+120)
+		f.wakeCheck = r.IntN(max(1, w.k.ClaimWindowTicks))
+		f.election = 1 + r.IntN(max(1, w.k.ElectionTicksMax))
+		f.inGap = r.IntN(2) == 0
 		w.faults = append(w.faults, f)
 	}
 }
@@ -113,14 +134,25 @@ func (w *world) maybeFault() {
 	if w.scripted || w.live != nil {
 		return
 	}
+	a := w.cur()
 	var f *fault
 	for _, g := range w.faults {
-		if !g.fired {
+		if g.fired {
+			continue
+		}
+		if g.kind == faultSupervisor && g.inGap {
+			// It waits for the task to have no claim (an attempt just
+			// ended): the supervisor dies with the next attempt planned
+			// in its memory alone. It holds up no other fault.
+			if c := &w.coord; !w.sup.dead && c.claim == nil && c.task.attempts > 0 && c.task.status != taskDone {
+				w.fire(g, a)
+			}
+			continue
+		}
+		if f == nil {
 			f = g
-			break
 		}
 	}
-	a := w.cur()
 	if f == nil || a == nil || a.src == nil || a.dstGone || a.fault != nil || a.dst.State().Final() {
 		return
 	}
@@ -131,6 +163,12 @@ func (w *world) maybeFault() {
 	if f.kind == faultAbortSource && a.src.State().Final() {
 		return // a source that has handed off has nothing left to abort
 	}
+	if f.kind == faultPause && (a.x == nil || !a.x.holds) {
+		return
+	}
+	if f.kind == faultSupervisor && w.sup.dead {
+		return // one leader dies at a time
+	}
 	if f.wait > 0 {
 		f.wait--
 		return
@@ -140,9 +178,16 @@ func (w *world) maybeFault() {
 
 func (w *world) fire(f *fault, a *attempt) {
 	f.fired = true
-	a.fault = f
+	if f.kind != faultSupervisor {
+		a.fault = f // a supervisor's death ends no attempt
+	}
 	w.stats.FaultsFired++
 	w.stats.Kinds[f.kind]++
+	if f.inGap && f.kind == faultSupervisor {
+		w.tracef("FAULT %s while the task has no claim (%s)", f.kind, &w.coord)
+		w.killSupervisor(f.election)
+		return
+	}
 	w.stats.Phases[f.phase]++
 	w.tracef("FAULT %s in %s of attempt %d (source %s, destination %s)", f.kind, f.phase, a.epoch, a.src.State(), a.dst.State())
 	switch f.kind {
@@ -159,6 +204,10 @@ func (w *world) fire(f *fault, a *attempt) {
 		w.cut(a, f.srcLearn, f.dstLearn, f.ghost)
 	case faultRestart:
 		w.restartDestination(a, f.srcLearn, f.ghost)
+	case faultPause:
+		w.pause(a, uint64(f.pauseTicks), uint64(f.wakeCheck))
+	case faultSupervisor:
+		w.killSupervisor(f.election)
 	}
 }
 
@@ -168,6 +217,11 @@ func (w *world) restartDestination(a *attempt, srcLearn int, ghost bool) {
 	a.dstGone = true
 	a.feed = nil
 	a.exec = nil
+	if a.x != nil && a.x.holds {
+		// The executor dies with its node and releases nothing: its claim
+		// expires.
+		a.x.holds, a.x.dead = false, true
+	}
 	w.tracef("attempt %d: destination node restarts; its replica is gone", a.epoch)
 	w.cut(a, srcLearn, 0, ghost)
 }

@@ -65,6 +65,21 @@ type Knobs struct {
 	WorkloadTicks, LiveTicks int
 	// TicksMax: a run not finished by then fails.
 	TicksMax int
+	// ClaimTTLTicks is the claim's lease (0: no claims, a script's
+	// default); an executor keeps it alive every KeepaliveTicks and checks
+	// it every ClaimWindowTicks, both at most half the TTL (as
+	// recovery/claim's window is).
+	ClaimTTLTicks, KeepaliveTicks, ClaimWindowTicks int
+	// ElectionTicksMax bounds how long a new supervisor takes to be
+	// elected after the leader dies.
+	ElectionTicksMax int
+	// LeaseGuard: an executor also stops, before it does anything else,
+	// once its own reckoning of its lease has run out (its last successful
+	// keepalive plus the TTL), without waiting for its next check. Without
+	// it (the claims issue's model as written) an executor woken from a
+	// pause acts until its next check, and may write while a newer claim's
+	// attempt writes too (invariant e then only orders their writes).
+	LeaseGuard bool
 }
 
 // txnLogBytesMax is the most change-log bytes one txn of the workload can
@@ -129,6 +144,14 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.WorkloadTicks = 200 + r.IntN(400)
 	k.LiveTicks = 50 + r.IntN(150)
 	k.TicksMax = 30000
+	// Drawn last, so the knobs above draw as they did before claims.
+	k.ClaimTTLTicks = 20 + r.IntN(160)
+	k.KeepaliveTicks = 1 + r.IntN(k.ClaimTTLTicks/2)
+	k.ClaimWindowTicks = 1 + r.IntN(k.ClaimTTLTicks/2)
+	k.ElectionTicksMax = 1 + r.IntN(150)
+	// Half the runs, with no draw of its own: one more draw would move
+	// the workload, network and fault streams of every seed.
+	k.LeaseGuard = k.ElectionTicksMax%2 == 0
 	return k
 }
 
@@ -146,6 +169,8 @@ func (k Knobs) validate() error {
 		return fmt.Errorf("sim: ChangeLogTxnBytesMax %d below the workload's %d bytes per txn", k.ChangeLogTxnBytesMax, txnLogBytesMax)
 	case k.StepsMax < 1 || k.TicksMax < 1:
 		return fmt.Errorf("sim: StepsMax %d, TicksMax %d, want >= 1", k.StepsMax, k.TicksMax)
+	case k.ClaimTTLTicks > 0 && (k.KeepaliveTicks < 1 || 2*k.KeepaliveTicks > k.ClaimTTLTicks || k.ClaimWindowTicks < 1 || 2*k.ClaimWindowTicks > k.ClaimTTLTicks):
+		return fmt.Errorf("sim: claim TTL %d, keepalive %d, window %d: want both in 1..TTL/2", k.ClaimTTLTicks, k.KeepaliveTicks, k.ClaimWindowTicks)
 	}
 	return nil
 }
@@ -180,9 +205,10 @@ func (k Knobs) destinationConfig(h wire.MsgHeader, ins []txnid.Initiator) recove
 
 // String renders the knobs that shape a run, for the trace's first line.
 func (k Knobs) String() string {
-	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d",
+	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d",
 		k.Tables, k.Rows, k.Initiators, k.SkewMillisMax, k.TxnPct, k.Codec, k.BlockBytesMax, k.WindowBlocksMax,
 		k.ChangeLogBytesMax, k.ChangeLogTxnBytesMax, k.PaceLowWaterBytes, k.PaceTxnsPerTick, k.ThrottleWindowTicks,
 		k.HandoffLogBytesMax, k.RoundsMax, k.StallTicksMax, k.ProcHeartbeatTicks, k.Faults,
-		k.FeedDelayMax, k.ConnDelayMax, k.GhostDelayMax, k.SplitPct, k.StepsMax)
+		k.FeedDelayMax, k.ConnDelayMax, k.GhostDelayMax, k.SplitPct, k.StepsMax,
+		k.ClaimTTLTicks, k.KeepaliveTicks, k.ClaimWindowTicks, k.LeaseGuard, k.ElectionTicksMax)
 }

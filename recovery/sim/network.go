@@ -249,19 +249,19 @@ func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
 		w.violate("feed", "oracle refused %v: %v", inv.ID, err)
 	}
 	in.toSrc.send(w, inv)
-	if a := w.feedTarget(); a != nil {
-		a.feed[in.idx].send(w, inv)
+	for _, a := range w.atts {
+		if w.inFeed(a) {
+			a.feed[in.idx].send(w, inv)
+		}
 	}
 }
 
-// feedTarget is the attempt whose destination replica is in the feed: the
-// newest one, from its start on, unless it aborted or its node restarted.
-func (w *world) feedTarget() *attempt {
-	a := w.cur()
-	if a == nil || a.dst == nil || a.dstGone || a.dst.State() == recovery.StateAborted {
-		return nil
-	}
-	return a
+// inFeed reports whether a's destination replica is in the feed: from its
+// attempt's start on, until it aborts, its node restarts or it is dropped
+// as a duplicate. Without claims that is the newest attempt's alone; a
+// paused executor's replica stays in it (its links hold what comes).
+func (w *world) inFeed(a *attempt) bool {
+	return a.feed != nil && a.dst != nil && !a.dstGone && a.dst.State() != recovery.StateAborted
 }
 
 // blockKeys lists the keys a block carries, for a script's output.

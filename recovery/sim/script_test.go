@@ -52,6 +52,7 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"cut":          (*script).cut,
 	"abort":        (*script).abort,
 	"restart-dest": (*script).restartDest,
+	"pause":        (*script).pause,
 	"state":        (*script).state,
 	"check":        (*script).check,
 }
@@ -98,12 +99,12 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
 }
 
 // keepLine leaves acks out of a run's output: they are many and say
-// little.
+// little; a late one, delivered to a newer attempt, stays.
 func keepLine(cmd, l string) bool {
 	if cmd != "run" {
 		return true
 	}
-	return !strings.Contains(l, " ack e")
+	return !strings.Contains(l, " ack e") || strings.HasPrefix(strings.TrimLeft(l[7:], " "), "late ")
 }
 
 // scriptKnobs are a script's defaults: one table of 10 rows, one
@@ -128,9 +129,12 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		"window": &k.WindowBlocksMax, "log-bytes": &k.ChangeLogBytesMax, "pace-low": &k.PaceLowWaterBytes,
 		"pace": &k.PaceTxnsPerTick, "handoff-bytes": &k.HandoffLogBytesMax, "rounds": &k.RoundsMax,
 		"stall": &k.StallTicksMax, "heartbeat": &k.ProcHeartbeatTicks,
+		"claim-ttl": &k.ClaimTTLTicks, "keepalive": &k.KeepaliveTicks, "claim-window": &k.ClaimWindowTicks,
 	}
 	for _, a := range d.CmdArgs {
 		switch a.Key {
+		case "lease-guard":
+			k.LeaseGuard = true
 		case "block-rows":
 			var n int
 			a.Scan(t, 0, &n)
@@ -154,7 +158,17 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		// No pacing unless the script asks: the log's hold mark alone.
 		k.PaceLowWaterBytes = k.ChangeLogBytesMax - k.ChangeLogTxnBytesMax
 	}
-	w := &world{reg: newRegistry(), scripted: true, k: k}
+	if k.ClaimTTLTicks > 0 {
+		// Claims on: the executor keeps its lease alive and checks it every
+		// quarter TTL unless the script says otherwise.
+		if !d.HasArg("keepalive") {
+			k.KeepaliveTicks = max(1, k.ClaimTTLTicks/4)
+		}
+		if !d.HasArg("claim-window") {
+			k.ClaimWindowTicks = max(1, k.ClaimTTLTicks/4)
+		}
+	}
+	w := &world{reg: newRegistry(), scripted: true, k: k, claims: k.ClaimTTLTicks > 0}
 	w.tr.on = true
 	w.work = rand.New(rand.NewPCG(1, 1))
 	w.net = rand.New(rand.NewPCG(2, 2))
@@ -305,11 +319,11 @@ func (s *script) deliver(t *testing.T, d *datadriven.TestData) string {
 			if toSrc {
 				p = a.d2s
 			}
-			if len(p.q) > 0 && p.up() {
+			if len(p.q) > 0 && p.up() && (toSrc || !w.pausedNow(a)) {
 				return p
 			}
 		}
-		if g := map[bool]*pipe{true: w.ghostSrc, false: w.ghostDst}[toSrc]; len(g.q) > 0 {
+		if g := map[bool]*pipe{true: w.ghostSrc, false: w.ghostDst}[toSrc]; len(g.q) > 0 && (toSrc || !w.ghostDstHeld()) {
 			return g
 		}
 		return nil
@@ -331,6 +345,11 @@ func (s *script) deliver(t *testing.T, d *datadriven.TestData) string {
 		}
 	}
 	if done == 0 {
+		for _, a := range w.atts {
+			if w.pausedNow(a) && len(a.s2d.q) > 0 && to != "source" {
+				return fmt.Sprintf("held: %d packets for the destination of attempt %d, whose executor is paused\n", len(a.s2d.q), a.epoch)
+			}
+		}
 		return "nothing in flight\n"
 	}
 	return ""
@@ -344,6 +363,7 @@ func (s *script) tick(t *testing.T, d *datadriven.TestData) string {
 	w := s.w
 	for range n {
 		w.tick++
+		w.stepClaims()
 		for _, a := range w.atts {
 			if a.src == nil && w.tick >= a.srcUpAt {
 				w.startSource(a)
@@ -441,6 +461,20 @@ func (s *script) restartDest(t *testing.T, d *datadriven.TestData) string {
 	return ""
 }
 
+// pause freezes the current attempt's executor (its destination
+// processor, its feed, its keepalives and checks): pause ticks=N
+// [check-after=N] (its first check after it wakes, 0 by default).
+func (s *script) pause(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "pause needs claims: setup claim-ttl=N")
+	}
+	var n, check int
+	d.ScanArgs(t, "ticks", &n)
+	d.MaybeScanArgs(t, "check-after", &check)
+	s.w.pause(s.w.cur(), uint64(n), uint64(check))
+	return ""
+}
+
 // state prints where the current attempt and the replicas stand.
 func (s *script) state(t *testing.T, d *datadriven.TestData) string {
 	w := s.w
@@ -467,6 +501,9 @@ func (s *script) state(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		fmt.Fprintf(&b, "  in flight: %d to destination, %d to source, %d late\n", len(a.s2d.q), len(a.d2s.q), len(w.ghostSrc.q)+len(w.ghostDst.q))
+	}
+	if w.claims {
+		fmt.Fprintf(&b, "coordinator: %s\n", &w.coord)
 	}
 	fmt.Fprintf(&b, "source replica: %s, %d queued; slots %s\n", w.describeReplica(w.srcExec), w.srcExec.Queued(), s.slots(w.srcExec))
 	if a != nil && !a.dstGone {

@@ -35,6 +35,10 @@ const (
 	// behind the protocol's back right after it goes live, so invariant (a)
 	// must fail.
 	SabotageDestinationWrite
+	// SabotageIgnoreClaimLoss makes every executor's check (and its lease
+	// guard) blind to a lost claim, so a paused executor does not stop:
+	// invariant (e) must fail.
+	SabotageIgnoreClaimLoss
 )
 
 // Result is what one seed did.
@@ -96,6 +100,29 @@ type Stats struct {
 	CutsUnnoticed int
 	// DigestChecks counts comparisons of the live replicas at a common txn.
 	DigestChecks int
+	// Claims counts claims made; ClaimsExpired those deleted when their
+	// lease ran out; ClaimLostStops executors that stopped on finding
+	// their claim gone.
+	Claims, ClaimsExpired, ClaimLostStops int
+	// PausedLate counts late messages of a paused executor's attempt that
+	// reached a newer attempt's running processor; PausedRejected those
+	// rejected by epoch (all of them, or invariant d fails).
+	PausedLate, PausedRejected int64
+	// DualWriteTicks counts ticks at which two executors that both
+	// believed they held the claim both had a write accepted (possible
+	// only without Knobs.LeaseGuard; in epoch order at each node).
+	DualWriteTicks int
+	// WritesAfterLoss counts writes accepted (and destinations gone live)
+	// from executors that still believed they held a claim the
+	// coordinator had deleted (possible only without Knobs.LeaseGuard).
+	WritesAfterLoss int
+	// DuplicateCompletions counts attempts that went live after the task
+	// was done.
+	DuplicateCompletions int
+	// Takeovers counts supervisor failovers; TakeoverStarts those where
+	// the new leader found the task unclaimed and planned an attempt from
+	// the coordinator's record alone.
+	Takeovers, TakeoverStarts int
 }
 
 // Violation is a broken invariant: the check that failed and why.
@@ -168,9 +195,7 @@ type world struct {
 	ref     *partition.Executor
 
 	atts     []*attempt
-	epoch    uint64
-	planned  bool
-	planAt   uint64
+	epoch    uint64 // the last attempt's, without claims
 	faults   []*fault
 	ghostSrc *pipe // late messages to the source node
 	ghostDst *pipe // late messages to the destination node
@@ -182,6 +207,15 @@ type world struct {
 	lastTxn    txnid.ID // the highest txn ID sent
 	lastCmp    txnid.ID
 	lastRefCmp txnid.ID
+
+	// claims: attempts claim the task in the coordinator and take its
+	// epoch (every seed; a script when it asks). sup is the supervisor,
+	// coord the coordinator. writeEpoch is the highest epoch whose write
+	// each node accepted (source node, destination node): invariant (e).
+	claims     bool
+	sup        supervisor
+	coord      coordinator
+	writeEpoch [2]uint64
 
 	// scripted: a scenario script drives the world; nothing happens on its
 	// own (no workload, no supervisor, no faults).
@@ -213,6 +247,8 @@ func newWorld(seed uint64, opts Options) *world {
 		opts.Tweak(&k)
 	}
 	w.k = k
+	w.claims = true
+	w.sup.leader = 1
 	return w
 }
 
@@ -258,6 +294,7 @@ func (w *world) step() {
 	if w.tick > uint64(w.k.TicksMax) {
 		w.violate("c", "not finished after %d ticks: %s", w.k.TicksMax, w.where())
 	}
+	w.stepClaims()
 	w.supervise()
 	w.maybeFault()
 	w.learnCuts()
@@ -346,6 +383,12 @@ func (w *world) deliverDue() {
 	}
 }
 
+// ghostDstHeld: the destination node's current processor is frozen.
+func (w *world) ghostDstHeld() bool {
+	a := w.dstAttempt()
+	return a != nil && w.pausedNow(a)
+}
+
 func (w *world) dueLinks(dst []link) []link {
 	for _, in := range w.inits {
 		if in.toSrc.due(w.tick) {
@@ -353,12 +396,14 @@ func (w *world) dueLinks(dst []link) []link {
 		}
 	}
 	for _, a := range w.atts {
+		// A paused executor's destination takes nothing until it wakes.
+		paused := w.pausedNow(a)
 		for _, l := range a.feed {
-			if l.due(w.tick) {
+			if !paused && l.due(w.tick) {
 				dst = append(dst, l)
 			}
 		}
-		if a.s2d.due(w.tick) {
+		if !paused && a.s2d.due(w.tick) {
 			dst = append(dst, a.s2d)
 		}
 		if a.d2s.due(w.tick) {
@@ -368,7 +413,7 @@ func (w *world) dueLinks(dst []link) []link {
 	if w.ghostSrc.due(w.tick) {
 		dst = append(dst, w.ghostSrc)
 	}
-	if w.ghostDst.due(w.tick) {
+	if w.ghostDst.due(w.tick) && !w.ghostDstHeld() {
 		dst = append(dst, w.ghostDst)
 	}
 	return dst
@@ -427,7 +472,7 @@ func (w *world) tickProcessors() {
 			w.afterCall(a)
 			w.watchThrottle(a)
 		}
-		if a.dst != nil && !a.dstGone && !a.dst.State().Final() {
+		if a.dst != nil && !a.dstGone && !a.dst.State().Final() && !w.pausedNow(a) {
 			a.dst.Tick()
 			w.afterCall(a)
 		}

@@ -55,6 +55,7 @@ func TestSeeds(t *testing.T) {
 	}
 	var c struct {
 		throttled, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd, superseded int
+		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss, duplicates    int
 		kinds                                                                                            [faultKinds]int
 		phases                                                                                           [phases]int
 	}
@@ -75,6 +76,18 @@ func TestSeeds(t *testing.T) {
 		count(&c.twoTables, r.Knobs.Tables == 2)
 		count(&c.zstd, r.Knobs.Codec == wire.CodecZstd)
 		count(&c.superseded, s.SupersededByMessage > 0)
+		count(&c.expired, s.ClaimsExpired > 0)
+		count(&c.claimLost, s.ClaimLostStops > 0)
+		count(&c.pausedLate, s.PausedLate > 0)
+		count(&c.takeovers, s.Takeovers > 0)
+		count(&c.takeoverStarts, s.TakeoverStarts > 0)
+		count(&c.guard, r.Knobs.LeaseGuard)
+		count(&c.writesAfterLoss, s.WritesAfterLoss > 0)
+		count(&c.duplicates, s.DuplicateCompletions > 0)
+		if r.Knobs.LeaseGuard && s.WritesAfterLoss+s.DualWriteTicks+s.DuplicateCompletions > 0 {
+			t.Errorf("seed %d: with the lease guard, %d writes after a lost claim, %d ticks with two writers, %d duplicate completions",
+				r.Seed, s.WritesAfterLoss, s.DualWriteTicks, s.DuplicateCompletions)
+		}
 		for k, v := range s.Kinds {
 			count(&c.kinds[k], v > 0)
 		}
@@ -85,6 +98,13 @@ func TestSeeds(t *testing.T) {
 		// as rejected.
 		if s.StaleRejected < s.StaleToRunning {
 			t.Errorf("seed %d: %d stale messages reached running processors, %d counted as rejected", r.Seed, s.StaleToRunning, s.StaleRejected)
+		}
+		// Invariant (d) for the paused executors' late messages, by count.
+		if s.PausedRejected != s.PausedLate || s.StaleAccepted != 0 {
+			t.Errorf("seed %d: %d late messages of paused executors reached running processors, %d rejected; %d stale accepted", r.Seed, s.PausedLate, s.PausedRejected, s.StaleAccepted)
+		}
+		if s.Claims != r.Attempts {
+			t.Errorf("seed %d: %d claims for %d attempts", r.Seed, s.Claims, r.Attempts)
 		}
 	}
 	t.Logf("of %d seeds: %+v", n, c)
@@ -103,6 +123,15 @@ func TestSeeds(t *testing.T) {
 	want("two tables", c.twoTables, 60)
 	want("zstd frames", c.zstd, 30)
 	want("a source superseded by a newer epoch's message", c.superseded, 3)
+	want("a claim expired", c.expired, 20)
+	want("an executor stopped on finding its claim lost", c.claimLost, 5)
+	want("a paused executor's late message rejected by a newer attempt", c.pausedLate, 5)
+	want("a supervisor failover", c.takeovers, 10)
+	want("a new leader starting an attempt from the record alone", c.takeoverStarts, 5)
+	want("the lease guard", c.guard, 100)
+	// Without the guard, a woken executor acts until its next check.
+	want("a write accepted after its executor's claim was lost", c.writesAfterLoss, 2)
+	want("a duplicate completion", c.duplicates, 1)
 	for k, got := range c.kinds {
 		want("fault "+faultKind(k).String(), got, 10)
 	}
@@ -115,7 +144,8 @@ func TestSeeds(t *testing.T) {
 // the trace does not change the run.
 func TestReplay(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	for _, seed := range []uint64{1, 9, 13, 19, 4711} {
+	// 79: a supervisor failover; 151: two paused executors, late messages.
+	for _, seed := range []uint64{1, 9, 13, 19, 79, 151, 4711} {
 		a := Run(seed, Options{Trace: true})
 		b := Run(seed, Options{Trace: true})
 		c := Run(seed, Options{})
@@ -210,5 +240,32 @@ func TestSabotageIsCaught(t *testing.T) {
 		if !ok || v.Check != "a" {
 			t.Fatalf("seed %d: sabotaged run ended with %v, want a violation of invariant a", seed, r.Err)
 		}
+	}
+}
+
+// TestSabotageClaimLossIsCaught: executors blind to a lost claim fail
+// invariant (e) on seeds where a paused executor lost its claim and its
+// destination processor would have run on (on the others it ends anyway,
+// told by its source, and the blind check does no harm).
+func TestSabotageClaimLossIsCaught(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	lost, caught := 0, 0
+	for seed := uint64(1); seed <= 300; seed++ {
+		if Run(seed, Options{}).Stats.ClaimLostStops == 0 {
+			continue
+		}
+		lost++
+		r := Run(seed, Options{Sabotage: SabotageIgnoreClaimLoss})
+		if r.Err == nil {
+			continue
+		}
+		if v, ok := r.Err.(*Violation); !ok || v.Check != "e" {
+			t.Fatalf("seed %d: sabotaged run ended with %v, want a violation of invariant e or none", seed, r.Err)
+		}
+		caught++
+	}
+	t.Logf("%d of %d seeds with a lost claim caught", caught, lost)
+	if caught < 3 {
+		t.Fatalf("only %d of %d seeds with a lost claim caught the blind executors", caught, lost)
 	}
 }
