@@ -121,6 +121,11 @@ type Claim struct {
 	// an executor paused past its TTL, so its channel closing is not a loss.
 	kaPaused atomic.Bool
 	kaCancel context.CancelFunc
+	// heldUntil is the lease guard's deadline in Unix nanoseconds, moved
+	// on by every answered check and keepalive (see Held).
+	heldUntil atomic.Int64
+	lastOK    atomic.Int64 // send time of the latest check that found the claim ours
+	lastKA    atomic.Int64 // receipt time of the latest keepalive answer
 	stopOnce sync.Once
 	mu       sync.Mutex
 	err      error // why the claim ended; nil while held
@@ -214,6 +219,9 @@ func Acquire(ctx context.Context, cli *clientv3.Client, task Task, executorID st
 		done:     make(chan struct{}),
 		lost:     make(chan struct{}),
 	}
+	c.lastOK.Store(sent.UnixNano())
+	c.lastKA.Store(sent.UnixNano())
+	c.updateHeldUntil()
 	ka, err := cli.KeepAlive(kaCtx, grant.ID)
 	if err != nil {
 		close(c.done)
@@ -222,6 +230,38 @@ func Acquire(ctx context.Context, cli *clientv3.Client, task Task, executorID st
 	}
 	go c.run(runCtx, ka)
 	return c, nil
+}
+
+// Held is the lease guard: whether, at now, the claim is certainly still
+// ours, so its holder may act. The check loop declares a loss within one
+// window, but a process that was paused (a long GC, SIGSTOP, a frozen VM)
+// wakes with the loop not yet run and could act for up to a window on a
+// claim someone else already holds. A driver calls Held(time.Now()) before
+// every message it sends and every state it makes durable, and stops when
+// it is false.
+//
+// It is true until the earlier of: a window after the latest check that
+// found the key ours (the loop's own promise), and half a TTL after the
+// latest keepalive answer. The second bound is why it is safe: for another
+// executor to claim, our lease must have gone a whole TTL without a
+// refresh, and the refresh behind the latest answer was sent at most one
+// round trip before it arrived; with round trips under TTL/2 the lease
+// outlives the deadline. The simulator (recovery/sim, LeaseGuard) shows
+// that without such a guard a woken executor can write in the same tick as
+// its successor.
+func (c *Claim) Held(now time.Time) bool {
+	select {
+	case <-c.lost:
+		return false
+	default:
+	}
+	return now.UnixNano() < c.heldUntil.Load()
+}
+
+func (c *Claim) updateHeldUntil() {
+	byCheck := c.lastOK.Load() + int64(c.window)
+	byLease := c.lastKA.Load() + int64(c.ttl/2)
+	c.heldUntil.Store(min(byCheck, byLease))
 }
 
 // Attempt returns who holds the claim and under which epoch.
@@ -314,7 +354,9 @@ func (c *Claim) run(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveRespo
 			return
 		case _, ok := <-ka:
 			if ok {
-				continue // a refresh; the checks below are what count
+				c.lastKA.Store(time.Now().UnixNano())
+				c.updateHeldUntil()
+				continue // a refresh; the checks below decide a loss
 			}
 			if c.kaPaused.Load() {
 				ka = nil // stopped by the test hook: checks find the loss
@@ -351,6 +393,8 @@ func (c *Claim) run(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveRespo
 				return
 			}
 			lastOK = sent
+			c.lastOK.Store(sent.UnixNano())
+			c.updateHeldUntil()
 		}
 		// A failed read is retried at the next check while the window
 		// lasts; the next check comes no later than the window's end.

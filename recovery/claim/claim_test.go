@@ -246,6 +246,10 @@ func TestPausedExecutor(t *testing.T) {
 	defer wwg.Wait()
 	defer wcancel()
 
+	// The lease guard: held now, and never promised as far as a TTL ahead.
+	if now := time.Now(); !a.Held(now) || a.Held(now.Add(ttl)) {
+		t.Fatalf("lease guard: Held(now) %v, Held(now+ttl) %v; want true, false", a.Held(now), a.Held(now.Add(ttl)))
+	}
 	paused := time.Now()
 	a.pauseKeepAliveForTest()
 	b := acquireWithin(t, ctx, cliB, task, "host-b:2:bb", ttl, paused.Add(3*ttl), WithWindow(window))
@@ -263,6 +267,11 @@ func TestPausedExecutor(t *testing.T) {
 		t.Fatalf("old executor not told within a window of losing (key gone %s ago)", time.Since(gone))
 	}
 	lostA := time.Now()
+	// A woken executor that asks the guard before acting never acts on
+	// the claim once its key can be gone or someone else holds it.
+	if a.Held(gone) || a.Held(claimedB) {
+		t.Errorf("lease guard still held when the key expired (%v) or the new claim was made (%v)", a.Held(gone), a.Held(claimedB))
+	}
 	timing := takeoverTiming{keyGone: gone.Sub(paused), oldLost: lostA.Sub(paused), newClaim: claimedB.Sub(paused)}
 	t.Logf("ttl %s, window %s, from keepalive stop: %s; loss seen %s after the key went",
 		ttl, window, timing, lostA.Sub(gone).Round(time.Millisecond))
