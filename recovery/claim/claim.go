@@ -126,9 +126,9 @@ type Claim struct {
 	heldUntil atomic.Int64
 	lastOK    atomic.Int64 // send time of the latest check that found the claim ours
 	lastKA    atomic.Int64 // receipt time of the latest keepalive answer
-	stopOnce sync.Once
-	mu       sync.Mutex
-	err      error // why the claim ended; nil while held
+	stopOnce  sync.Once
+	mu        sync.Mutex
+	err       error // why the claim ended; nil while held
 }
 
 // Acquire claims task for executorID under a fresh lease of ttl (rounded
