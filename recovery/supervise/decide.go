@@ -84,7 +84,9 @@ type Action struct {
 // with a live record, not marked not-responding, hosting a live replica of
 // the partition, not the destination, not in Declined, and below its
 // OutgoingMax counting the assignments of this pass. A closed task's
-// assignment is deleted.
+// assignment is deleted. An open task whose destination node is dead is
+// ended (assignment and claim deleted) and left pending until the
+// destination registers again.
 func Decide(s Snapshot, now time.Time, lim Limits) []Action {
 	load := map[string]int{}
 	keep := make(map[claim.Task]bool, len(s.Tasks))
@@ -107,6 +109,18 @@ func Decide(s Snapshot, now time.Time, lim Limits) []Action {
 			// latter for the next pass.
 			if assigned && t.Status.Final() {
 				out = append(out, Action{Kind: ActUnassign, Task: t.Task, PrevModRevision: a.ModRevision, Reason: "task " + t.Status.String()})
+			}
+			continue
+		}
+		if _, alive := s.Nodes[t.Task.Dest]; !alive {
+			// The replica being rebuilt died with its node: the attempt is
+			// moot. End it (deleting its claim stops its executor; deleting
+			// the assignment frees its source) and wait: the task is
+			// assigned again once the destination registers again.
+			epoch, claimed := s.Claims[t.Task]
+			if assigned || claimed {
+				out = append(out, Action{Kind: ActUnassign, Task: t.Task, PrevModRevision: a.ModRevision, RevokeEpoch: epoch,
+					Reason: fmt.Sprintf("destination %s dead (no lease)", t.Task.Dest)})
 			}
 			continue
 		}

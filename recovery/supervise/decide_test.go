@@ -45,6 +45,8 @@ func show(as []Action) string {
 		fmt.Fprintf(&b, "%s %s", a.Kind, a.Task)
 		if a.Kind == ActAssign {
 			fmt.Fprintf(&b, " src=%s seq=%d prev=%d revoke=%d declined=%v", a.Assignment.Source, a.Assignment.Seq, a.PrevModRevision, a.RevokeEpoch, a.Assignment.Declined)
+		} else if a.RevokeEpoch != 0 {
+			fmt.Fprintf(&b, " revoke=%d", a.RevokeEpoch)
 		}
 		fmt.Fprintf(&b, " (%s)\n", a.Reason)
 	}
@@ -71,6 +73,13 @@ func TestDecide(t *testing.T) {
 			running(s, 150)
 			s.Claims[task13] = 150
 		}, t0.Add(time.Hour), ""},
+		{"destination dead: attempt ended, claim revoked, no new source", func(s *Snapshot) {
+			s.Assignments[task13] = assigned("n1", 1, t0)
+			running(s, 150)
+			s.Claims[task13] = 150
+			delete(s.Nodes, "n3")
+		}, t0.Add(time.Second), "unassign 1->n3 revoke=150 (destination n3 dead (no lease))\n"},
+		{"destination dead and nothing assigned: wait", func(s *Snapshot) { delete(s.Nodes, "n3") }, t0, ""},
 		{"kept while within ClaimWithin", func(s *Snapshot) { s.Assignments[task13] = assigned("n1", 1, t0) }, t0.Add(5 * time.Second), ""},
 		{"not claimed in time goes elsewhere", func(s *Snapshot) { s.Assignments[task13] = assigned("n1", 1, t0) }, t0.Add(11 * time.Second),
 			"assign 1->n3 src=n2 seq=2 prev=7 revoke=0 declined=[] (not claimed within 10s)\n"},
@@ -95,6 +104,7 @@ func TestDecide(t *testing.T) {
 			n.OutgoingMax = 1
 			s.Nodes["n1"] = n
 			other := claim.Task{Partition: 1, Dest: "n9"}
+			s.Nodes["n9"] = NodeRecord{ID: "n9", Status: NodeReady, LastActive: t0}
 			s.Tasks = append([]claim.TaskRecord{{Task: other, Record: claim.Record{Status: claim.StatusPending, Opened: 90}}}, s.Tasks...)
 			s.Assignments[other] = Assignment{Task: other, Source: "n1", Seq: 1, Opened: 90, AssignedAt: t0}
 		}, t0, "assign 1->n3 src=n2 seq=1 prev=0 revoke=0 declined=[] (unassigned)\n"},
@@ -137,6 +147,7 @@ func TestDecideBounded(t *testing.T) {
 	s.Tasks = nil
 	for p := range uint32(10) {
 		task := claim.Task{Partition: 1, Dest: fmt.Sprintf("d%d", p)}
+		s.Nodes[task.Dest] = NodeRecord{ID: task.Dest, Status: NodeReady, LastActive: t0}
 		s.Tasks = append(s.Tasks, claim.TaskRecord{Task: task, Record: claim.Record{Status: claim.StatusPending, Opened: 100}})
 	}
 	lim := testLimits

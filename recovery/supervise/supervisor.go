@@ -305,14 +305,16 @@ func (s *Supervisor) apply(ctx context.Context, guard clientv3.Cmp, a Action) (a
 			return false, err
 		}
 		then = []clientv3.Op{clientv3.OpPut(key, val)}
-		if a.RevokeEpoch != 0 {
-			claimKey := a.Task.ClaimKey()
-			then = append(then, clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(claimKey), "=", int64(a.RevokeEpoch))},
-				[]clientv3.Op{clientv3.OpDelete(claimKey)}, nil))
-		}
 	default:
 		panic(fmt.Sprintf("supervise: unknown action %s", a.Kind))
+	}
+	if a.RevokeEpoch != 0 {
+		// The claim of exactly that epoch goes with the write, so the
+		// attempt it protected stops within a claim window.
+		claimKey := a.Task.ClaimKey()
+		then = append(then, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(claimKey), "=", int64(a.RevokeEpoch))},
+			[]clientv3.Op{clientv3.OpDelete(claimKey)}, nil))
 	}
 	resp, err := s.cli.Txn(ctx).If(guard).Then(clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", a.PrevModRevision)}, then, nil)).Commit()

@@ -152,7 +152,13 @@ func (w *world) replica(p uint32, node string, st ReplicaState) {
 	}
 }
 
+// task opens the rejoin of partition p onto dest, registering dest first
+// if needed: a rejoin task exists because its destination came back, and
+// the supervisor ends the attempts of a dead destination.
 func (w *world) task(p uint32, dest string) claim.Task {
+	if w.nodes[dest] == nil {
+		w.node(dest, 0)
+	}
 	task := claim.Task{Partition: p, Dest: dest}
 	if _, err := claim.CreateTask(w.ctx, w.admin, task, time.Now()); err != nil {
 		w.t.Fatal(err)
@@ -283,7 +289,7 @@ func TestDeclinedGoesElsewhere(t *testing.T) {
 	w.node("n2", 0)
 	w.replica(7, "n1", ReplicaLive)
 	w.replica(7, "n2", ReplicaLive)
-	task := w.task(7, "n3") // n3 not registered yet: a destination need not be
+	task := w.task(7, "n3")
 	x1 := newExecutor("n1", w.clis["n1"])
 	x1.decline = true
 	w.executor(x1)
@@ -410,4 +416,48 @@ func TestDeposedWritesNothing(t *testing.T) {
 	if _, found, err := GetAssignment(w.ctx, w.admin, task); err != nil || found {
 		t.Fatalf("deposed supervisor wrote an assignment (found=%v, err=%v)", found, err)
 	}
+}
+
+// TestDeadDestinationEndsAttempt: the destination's node dies while its
+// rejoin runs; the supervisor ends the attempt (assignment and claim
+// deleted, so the executor stops) and assigns nothing until the
+// destination registers again, then the task is assigned anew.
+func TestDeadDestinationEndsAttempt(t *testing.T) {
+	checkLeaks(t)
+	w := newWorld(t)
+	w.node("n1", 0)
+	w.replica(6, "n1", ReplicaLive)
+	task := w.task(6, "n3")
+	x1 := newExecutor("n1", w.clis["n1"])
+	x1.hold = true
+	w.executor(x1)
+	w.supervisor("sup", fastPasses)
+	waitFor(t, 5*time.Second, "n1 to run the task", func() bool { return w.record(task).Status == claim.StatusRunning })
+	x1.mu.Lock()
+	c1 := x1.claims[0]
+	x1.mu.Unlock()
+
+	if err := w.nodes["n3"].Close(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c1.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the attempt's claim outlived its destination")
+	}
+	waitFor(t, 5*time.Second, "the assignment deleted", func() bool {
+		_, ok, err := GetAssignment(w.ctx, w.admin, task)
+		return err == nil && !ok
+	})
+	// Nothing is assigned while the destination is dead.
+	time.Sleep(500 * time.Millisecond)
+	if _, ok, err := GetAssignment(w.ctx, w.admin, task); err != nil || ok {
+		t.Fatalf("assigned with its destination dead: %v %v", ok, err)
+	}
+	delete(w.nodes, "n3")
+	w.node("n3", 0)
+	waitFor(t, 5*time.Second, "a new assignment once n3 is back", func() bool {
+		_, ok, err := GetAssignment(w.ctx, w.admin, task)
+		return err == nil && ok
+	})
 }
