@@ -30,7 +30,9 @@ type Counts struct {
 	Bytes int64
 }
 
-func (c *Counts) add(rows, bytes int) {
+// Add counts one block of rows tuples and bytes tuple bytes; the recovery
+// processors count what they send and apply with it too.
+func (c *Counts) Add(rows, bytes int) {
 	c.Blocks++
 	c.Rows += int64(rows)
 	c.Bytes += int64(bytes)
@@ -278,7 +280,7 @@ func (s *Stream) nextSnapshotBlock(dst []byte) (Block, bool) {
 		}
 		s.snapPos = next
 		tupleBytes := len(buf) - start - blockHeadGapBytes
-		s.m.Snapshot.add(count, tupleBytes)
+		s.m.Snapshot.Add(count, tupleBytes)
 		return Block{Kind: wire.BlockSnapshot, Table: id, Count: uint32(count), Tuples: finishBlock(buf, start, count)}, true
 	}
 }
@@ -329,9 +331,9 @@ func (s *Stream) nextDeleteBlock(dst []byte) (Block, bool) {
 		if count == 0 {
 			continue // every remaining key of the table was dropped
 		}
-		s.m.Deletes.add(count, tupleBytes)
+		s.m.Deletes.Add(count, tupleBytes)
 		if s.phase == PhaseFinal {
-			s.m.Final.add(count, tupleBytes)
+			s.m.Final.Add(count, tupleBytes)
 		}
 		return Block{Kind: wire.BlockDeletes, Table: id, Count: uint32(count), Tuples: finishBlock(buf, start, count)}, true
 	}
@@ -370,9 +372,9 @@ func (s *Stream) nextUpsertBlock(dst []byte) (Block, bool) {
 		if count == 0 {
 			continue
 		}
-		s.m.Upserts.add(count, tupleBytes)
+		s.m.Upserts.Add(count, tupleBytes)
 		if s.phase == PhaseFinal {
-			s.m.Final.add(count, tupleBytes)
+			s.m.Final.Add(count, tupleBytes)
 		}
 		return Block{Kind: wire.BlockUpserts, Table: id, Count: uint32(count), Tuples: finishBlock(buf, start, count)}, true
 	}

@@ -88,7 +88,7 @@ func checkHeader(own wire.MsgHeader, m wire.Message) (superseded bool, err error
 	return false, nil
 }
 
-// addCounts adds the block b to the counts of its kind.
+// addBlock counts one block under the counts of its kind.
 func (m *Metrics) addBlock(kind wire.BlockKind, rows uint32, bytes int) {
 	c := &m.Snapshot
 	switch kind {
@@ -97,9 +97,7 @@ func (m *Metrics) addBlock(kind wire.BlockKind, rows uint32, bytes int) {
 	case wire.BlockUpserts:
 		c = &m.Upserts
 	}
-	c.Blocks++
-	c.Rows += int64(rows)
-	c.Bytes += int64(bytes)
+	c.Add(int(rows), bytes)
 }
 
 // side is what the two processors share: the attempt's identity and state,
