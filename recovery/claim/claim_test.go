@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rejoin-db/rejoin/stream/faultnet"
 )
 
 var raceSeed = flag.Uint64("claim.seed", 0, "seed of TestClaimRace (0: from the clock)")
@@ -329,8 +331,12 @@ func assertHeld(t *testing.T, ctx context.Context, cli *clientv3.Client, c *Clai
 func TestPartitionedExecutor(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
-	px := startProxy(t, e.Endpoints()[0][len("http://"):])
-	cliA, cliB := newClient(t, e, px.endpoint()), newClient(t, e)
+	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	cliA, cliB := newClient(t, e, px.Endpoint()), newClient(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const ttl, window = 2 * time.Second, 500 * time.Millisecond
@@ -342,7 +348,7 @@ func TestPartitionedExecutor(t *testing.T) {
 	time.Sleep(window) // a few checks and a keepalive through the proxy
 
 	cut := time.Now()
-	px.freeze()
+	px.Freeze()
 	select {
 	case <-a.Lost():
 	case <-time.After(window + lossSlack):
@@ -364,7 +370,7 @@ func TestPartitionedExecutor(t *testing.T) {
 		t.Fatalf("new epoch %d not above old %d", b.Epoch(), a.Epoch())
 	}
 
-	px.thaw()
+	px.Thaw()
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

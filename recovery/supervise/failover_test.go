@@ -5,12 +5,15 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/stream/faultnet"
 )
 
-// TestSupervisorFailover: two supervisors campaign; the leader dies (its
-// client closes, no resignation) while tasks are still unassigned; the
-// other wins once the dead one's session lease expires and assigns the
-// rest from the task records in etcd. The takeover time is measured.
+// TestSupervisorFailover: two supervisors campaign; the leader dies while
+// tasks are still unassigned: a proxy between it and etcd swallows every
+// byte from then on, so nothing of it reaches etcd again, not even the
+// revoke a closing client would race out. The other wins once the dead
+// one's session lease expires and assigns the rest from the task records
+// in etcd. The takeover time is measured.
 func TestSupervisorFailover(t *testing.T) {
 	checkLeaks(t)
 	w := newWorld(t)
@@ -31,7 +34,12 @@ func TestSupervisorFailover(t *testing.T) {
 	const ttl = 2 * time.Second
 	cfg.SessionTTL = ttl
 
-	a, cliA, _ := w.supervisor("supA", cfg)
+	px, err := faultnet.Start(w.e.Endpoints()[0][len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	a, _, _ := w.supervisorWith("supA", cfg, newClientAt(t, px.Endpoint()))
 	select {
 	case <-a.Became():
 	case <-time.After(5 * time.Second):
@@ -53,14 +61,14 @@ func TestSupervisorFailover(t *testing.T) {
 
 	killed := time.Now()
 	before := assigned()
-	cliA.Close()
+	px.Freeze()
 	select {
 	case <-b.Became():
 	case <-time.After(ttl + 3*time.Second):
 		t.Fatalf("supB not elected %s after supA died", time.Since(killed))
 	}
 	took := time.Since(killed)
-	t.Logf("takeover: supB elected %s after supA's client closed (session TTL %s); %d of %d tasks assigned at the kill", took, ttl, before, tasks)
+	t.Logf("takeover: supB elected %s after supA was cut off (session TTL %s); %d of %d tasks assigned at the kill", took, ttl, before, tasks)
 	if before >= tasks {
 		t.Fatalf("supA assigned all %d before dying; the test did not kill it mid-work", before)
 	}

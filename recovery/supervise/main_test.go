@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
@@ -44,6 +45,17 @@ func startEtcd(t *testing.T) *claim.Embedded {
 func newClient(t *testing.T, e *claim.Embedded) *clientv3.Client {
 	t.Helper()
 	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// newClientAt returns a client of the etcd at endpoint (a proxy's).
+func newClientAt(t *testing.T, endpoint string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,7 +169,11 @@ func (w *world) task(p uint32, dest string) claim.Task {
 // supervisor starts a supervisor on a client of its own and returns it
 // with that client and a stop function (Run's cancel, waited for).
 func (w *world) supervisor(id string, cfg Config) (*Supervisor, *clientv3.Client, func()) {
-	cli := newClient(w.t, w.e)
+	return w.supervisorWith(id, cfg, newClient(w.t, w.e))
+}
+
+// supervisorWith runs a supervisor on cli, e.g. a client through a proxy.
+func (w *world) supervisorWith(id string, cfg Config, cli *clientv3.Client) (*Supervisor, *clientv3.Client, func()) {
 	cfg.NodeID, cfg.Log = id, testLog(w.t).With("sup", id)
 	s, err := New(cli, cfg)
 	if err != nil {

@@ -1,17 +1,21 @@
-package claim
+// Package faultnet is a TCP relay on loopback for fault injection in
+// tests: put a Proxy between a client and a server, then Freeze it to
+// hold every byte in both directions (packets vanish, connections stay
+// open, as in a partition or a stalled process) or Thaw it to let them
+// through again.
+package faultnet
 
 import (
 	"context"
 	"net"
 	"sync"
-	"testing"
 )
 
-// proxy is a TCP relay on loopback between one client and etcd, so a test
+// Proxy is a TCP relay on loopback between one client and etcd, so a test
 // can cut a single executor off without touching the server: freeze holds
 // every byte in both directions (packets vanish, connections stay open, as
 // in a partition or a stalled process), thaw lets them through again.
-type proxy struct {
+type Proxy struct {
 	ln     net.Listener
 	target string
 
@@ -22,25 +26,26 @@ type proxy struct {
 	wg     sync.WaitGroup
 }
 
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
+// Start relays connections from a new loopback port to target. Close
+// stops it.
+func Start(target string) (*Proxy, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, gate: make(chan struct{}), conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
+	p := &Proxy{ln: ln, target: target, gate: make(chan struct{}), conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
 	close(p.gate)
 	p.wg.Add(1)
 	go p.accept()
-	t.Cleanup(p.close)
-	return p
+	return p, nil
 }
 
-// endpoint is the URL to give the client instead of etcd's.
-func (p *proxy) endpoint() string { return "http://" + p.ln.Addr().String() }
+// Endpoint is the URL to give the client instead of etcd's.
+func (p *Proxy) Endpoint() string { return "http://" + p.ln.Addr().String() }
 
-func (p *proxy) freeze() {
+// Freeze holds every byte from now on.
+func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -50,7 +55,8 @@ func (p *proxy) freeze() {
 	}
 }
 
-func (p *proxy) thaw() {
+// Thaw lets traffic through again.
+func (p *Proxy) Thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -60,15 +66,15 @@ func (p *proxy) thaw() {
 	}
 }
 
-func (p *proxy) currentGate() chan struct{} {
+func (p *Proxy) currentGate() chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.gate
 }
 
-// close stops accepting, closes every connection and waits for every relay
+// Close stops accepting, closes every connection and waits for every relay
 // goroutine.
-func (p *proxy) close() {
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	select {
 	case <-p.closed:
@@ -85,7 +91,7 @@ func (p *proxy) close() {
 	p.wg.Wait()
 }
 
-func (p *proxy) track(c net.Conn) bool {
+func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -98,7 +104,7 @@ func (p *proxy) track(c net.Conn) bool {
 	}
 }
 
-func (p *proxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		in, err := p.ln.Accept()
@@ -124,7 +130,7 @@ func (p *proxy) accept() {
 
 // relay copies src to dst one read at a time, holding each read while the
 // proxy is frozen. Either side ending ends both.
-func (p *proxy) relay(dst, src net.Conn) {
+func (p *Proxy) relay(dst, src net.Conn) {
 	defer p.wg.Done()
 	defer dst.Close()
 	defer src.Close()
