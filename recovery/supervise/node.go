@@ -34,6 +34,8 @@ const (
 // NodeOptions configure Register.
 type NodeOptions struct {
 	Address string
+	// HTTP is the node's admin HTTP address, stored in the record.
+	HTTP string
 	// TTL of the node's lease (whole seconds). Default NodeTTLDefault.
 	TTL time.Duration
 	// Window: a node that reached etcd with no activity update for a
@@ -78,8 +80,8 @@ func Register(ctx context.Context, cli *clientv3.Client, id string, opts NodeOpt
 	if err := checkID("node id", id, nodeIDBytesMax); err != nil {
 		return nil, err
 	}
-	if len(opts.Address) > addressBytesMax {
-		return nil, fmt.Errorf("%w: address of %d bytes", ErrBadName, len(opts.Address))
+	if len(opts.Address) > addressBytesMax || len(opts.HTTP) > addressBytesMax {
+		return nil, fmt.Errorf("%w: address of %d bytes or http address of %d", ErrBadName, len(opts.Address), len(opts.HTTP))
 	}
 	if opts.TTL == 0 {
 		opts.TTL = NodeTTLDefault
@@ -103,7 +105,7 @@ func Register(ctx context.Context, cli *clientv3.Client, id string, opts NodeOpt
 		return nil, fmt.Errorf("supervise: grant lease for node %s: %w", id, err)
 	}
 	now := normalize(time.Now())
-	rec := NodeRecord{ID: id, Address: opts.Address, Started: now, LastActive: now, Status: NodeReady, OutgoingMax: opts.OutgoingMax}
+	rec := NodeRecord{ID: id, Address: opts.Address, HTTP: opts.HTTP, Started: now, LastActive: now, Status: NodeReady, OutgoingMax: opts.OutgoingMax}
 	val, err := encode(rec)
 	if err != nil {
 		return nil, err

@@ -51,6 +51,8 @@ const (
 type NodeRecord struct {
 	ID      string `json:"-"`
 	Address string `json:"address"`
+	// HTTP is the node's admin HTTP address (status, metrics), if any.
+	HTTP string `json:"http,omitempty"`
 	// Started is when this incarnation registered.
 	Started time.Time `json:"started"`
 	// LastActive is the node's latest activity update, by its own clock.
