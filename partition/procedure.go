@@ -102,6 +102,15 @@ const (
 	ProcRead      = "read"      // table, key... -> fields...
 	ProcIncrement = "increment" // table, column, delta, key... -> (new value)
 	ProcTransfer  = "transfer"  // table, column, amount, from key..., to key... -> (from value, to value)
+	// ProcUpsertMany upserts n rows in one transaction, all or nothing:
+	// table, n (int64, 1..wire.TupleFieldsMax), then the n rows' fields
+	// flattened (n times the table's columns) -> ().
+	ProcUpsertMany = "upsert_many"
+	// ProcDigest reads the partition's digest and row count and changes
+	// nothing: () -> (digest as int64 (the uint64's bits), rows over all
+	// tables). Run at the same txn ID on every replica, it tells whether
+	// they agree.
+	ProcDigest = "digest"
 )
 
 // NewBuiltinRegistry returns a registry holding the built-in procedures.
@@ -115,6 +124,9 @@ func NewBuiltinRegistry() *Registry {
 		ProcRead:      procRead,
 		ProcIncrement: procIncrement,
 		ProcTransfer:  procTransfer,
+
+		ProcUpsertMany: procUpsertMany,
+		ProcDigest:     procDigest,
 	} {
 		if err := r.Register(name, p); err != nil {
 			panic(err) // the names above are distinct
@@ -330,4 +342,55 @@ func procTransfer(tx *Txn, params []wire.Value) ([]wire.Value, error) {
 		return nil, err
 	}
 	return []wire.Value{wire.Int64(fromV), wire.Int64(toV)}, nil
+}
+
+// procUpsertMany upserts each row in turn; a bad row fails the txn after
+// the rows before it were written, and Run rolls them all back.
+func procUpsertMany(tx *Txn, params []wire.Value) ([]wire.Value, error) {
+	t, rest, err := tableParam(tx, params)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) == 0 || rest[0].Type != wire.TypeInt64 {
+		return nil, fmt.Errorf("%w: upsert_many takes table, n, then n rows' fields", ErrBadParams)
+	}
+	n := rest[0].Int
+	s := t.Schema()
+	cols := len(s.Columns)
+	if n < 1 || n > wire.TupleFieldsMax {
+		return nil, fmt.Errorf("%w: upsert_many of %d rows, want 1..%d", ErrBadParams, n, wire.TupleFieldsMax)
+	}
+	fields := rest[1:]
+	if int64(len(fields)) != n*int64(cols) {
+		return nil, fmt.Errorf("%w: upsert_many of %d rows of table %q takes %d fields, got %d", ErrBadParams, n, s.Name, n*int64(cols), len(fields))
+	}
+	key := make([]wire.Value, len(s.Key))
+	for i := range int(n) {
+		row := fields[i*cols : (i+1)*cols]
+		for j, k := range s.Key {
+			key[j] = row[k]
+		}
+		if slot, found := t.LookupValues(key); found {
+			err = tx.Update(t, slot, row)
+		} else {
+			_, err = tx.Insert(t, row)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("row %d: %w", i, err)
+		}
+	}
+	return nil, nil
+}
+
+// procDigest returns the partition's digest and its live rows.
+func procDigest(tx *Txn, params []wire.Value) ([]wire.Value, error) {
+	if len(params) != 0 {
+		return nil, fmt.Errorf("%w: digest takes no parameters, got %d", ErrBadParams, len(params))
+	}
+	p := tx.Partition()
+	var rows int64
+	for _, t := range p.tables {
+		rows += int64(t.Len())
+	}
+	return []wire.Value{wire.Int64(int64(p.Digest())), wire.Int64(rows)}, nil
 }

@@ -264,8 +264,8 @@ func TestRollbackRestoresRandomChanges(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	reg := NewBuiltinRegistry()
-	if got := len(reg.Names()); got != 7 {
-		t.Fatalf("%d built-ins, want 7: %v", got, reg.Names())
+	if got := len(reg.Names()); got != 9 {
+		t.Fatalf("%d built-ins, want 9: %v", got, reg.Names())
 	}
 	if err := reg.Register(ProcInsert, procInsert); err == nil {
 		t.Fatal("registering a name twice succeeded")

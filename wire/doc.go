@@ -14,6 +14,8 @@
 //     then takes the Frame.
 //   - recovery builds and consumes the protocol messages (Propose, Answer,
 //     Block, Ack, Handoff, Abort, Heartbeat) in its state machines.
+//   - recovery/node and its client speak the cluster messages (Hello, Txn,
+//     Beat, Done, Call, Reply; cluster.go) over the same frames.
 //   - stream moves frames: it writes what AppendFrame or BlockWriter.Frame
 //     returned, and reads FrameHeaderBytes, calls ParseFrameHeader, reads
 //     exactly PayloadBytes more and calls FrameDecoder.DecodeFrame (or
@@ -39,8 +41,19 @@
 //	Abort     [epoch, partition, reason, text]
 //	Heartbeat [epoch, partition, tick]
 //
-// All numbers are msgpack unsigned ints. The message type is not in the
-// message; the frame header carries it.
+// The cluster messages have no MsgHeader (Header returns the zero one;
+// MsgType.Rejoin tells the two families apart):
+//
+//	Hello [kind, node, initiator, partition, epoch]
+//	Txn   [partition, txnID, proc, params]
+//	Beat  [txnID]
+//	Done  [partition, txnID, out, err]
+//	Call  [req, partition, proc, params, each]
+//	Reply [req, txnID, out, err, [[node, out, err], ...]]
+//
+// All numbers are msgpack unsigned ints; node, proc and err are str,
+// params and out are bin holding a tuple, each is a bool. The message type
+// is not in the message; the frame header carries it.
 //
 // # Frames
 //
@@ -79,10 +92,13 @@
 //     ErrUnknownType, ErrUnknownCodec, ErrChecksum, ErrTooLarge, ErrCodec.
 //     DecodeFrame returns ErrTruncated only when its input holds less than
 //     one frame.
-//   - Decoded messages may alias their input: a Block's Tuples points into
-//     the frame, or into the FrameDecoder's buffer for a compressed frame.
+//   - Decoded messages may alias their input: a Block's Tuples, and the
+//     Params and Out of a cluster message, point into the frame, or into
+//     the FrameDecoder's buffer for a compressed frame.
 //   - Encoders panic only on a caller's bug (an unknown message type, a Block
-//     whose Count and Tuples disagree); decoders return errors.
+//     whose Count and Tuples disagree, a Block or Hello of an invalid kind);
+//     decoders return errors. AppendFrame refuses a cluster message field
+//     over its limit with ErrTooLarge; error texts are cut to fit instead.
 //
 // Concurrency: FrameEncoder, FrameDecoder, BlockWriter and TupleEncoder
 // each belong to one goroutine (one per connection). The zstd encoder and

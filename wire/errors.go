@@ -26,7 +26,8 @@ var (
 	// damaged on the way and nothing in it can be trusted.
 	ErrChecksum = errors.New("wire: checksum mismatch")
 	// ErrTooLarge: a length is over one of the limits (FrameBytesMax,
-	// FramePayloadRawBytesMax, AbortTextBytesMax). Decoders check lengths
+	// FramePayloadRawBytesMax, AbortTextBytesMax, the cluster messages'
+	// NodeBytesMax and the like). Decoders check lengths
 	// before allocating, so this is how a hostile length shows up.
 	ErrTooLarge = errors.New("wire: too large")
 	// ErrCodec: a payload whose checksum is right did not decompress, or

@@ -140,11 +140,15 @@ type FrameEncoder struct {
 // with codec unless that does not make it smaller, in which case the frame
 // says CodecNone: the receiver reads the codec from each frame, and an
 // incompressible block costs no decompression. Errors: ErrUnknownCodec,
-// ErrTooLarge (the message is over FramePayloadRawBytesMax); dst is then
+// ErrTooLarge (the message is over FramePayloadRawBytesMax, or a cluster
+// message field over its limit, see ProcTupleBytesMax); dst is then
 // returned unchanged.
 func (e *FrameEncoder) AppendFrame(dst []byte, m Message, codec Codec) ([]byte, error) {
 	if !codec.Valid() {
 		return dst, fmt.Errorf("%w: %d", ErrUnknownCodec, uint8(codec))
+	}
+	if err := checkClusterLimits(m); err != nil {
+		return dst, err
 	}
 	at := len(dst)
 	if codec == CodecNone {

@@ -31,7 +31,7 @@ func reseal(f []byte) []byte {
 }
 
 func TestFrameRoundTrip(t *testing.T) {
-	msgs := append(sampleMessages(t), compressibleBlock(t))
+	msgs := append(allSampleMessages(t), compressibleBlock(t))
 	for _, c := range allCodecs {
 		var stream []byte
 		var enc FrameEncoder
@@ -203,7 +203,7 @@ func TestFrameTooLarge(t *testing.T) {
 // reader can always tell "read more" from "give up".
 func TestFramePrefixesTruncated(t *testing.T) {
 	for _, c := range allCodecs {
-		for _, m := range append(sampleMessages(t), compressibleBlock(t)) {
+		for _, m := range append(allSampleMessages(t), compressibleBlock(t)) {
 			f := mustFrame(t, m, c)
 			for cut := range len(f) {
 				if _, n, err := DecodeFrame(f[:cut]); !errors.Is(err, ErrTruncated) || n != 0 {
@@ -276,7 +276,7 @@ func TestFrameErrors(t *testing.T) {
 		{"payload length 4 GiB", put32(ack, framePayloadLenAt, 0xffffffff), ErrTooLarge},
 		{"raw over limit", put32(s2f, frameRawLenAt, FramePayloadRawBytesMax+1), ErrTooLarge},
 		{"type 0", patch(ack, frameTypeAt, 0), ErrUnknownType},
-		{"type 8", patch(ack, frameTypeAt, 8), ErrUnknownType},
+		{"type 14", patch(ack, frameTypeAt, 14), ErrUnknownType},
 		{"codec 3", patch(ack, frameCodecAt, 3), ErrUnknownCodec},
 		{"codec 255", patch(ack, frameCodecAt, 255), ErrUnknownCodec},
 		{"uncompressed with other raw length", put32(ack, frameRawLenAt, 99), ErrMalformed},

@@ -37,7 +37,7 @@ func checkClassified(t *testing.T, err error) {
 }
 
 func FuzzDecodeFrame(f *testing.F) {
-	for _, m := range sampleMessages(f) {
+	for _, m := range allSampleMessages(f) {
 		f.Add(mustFrame(f, m, CodecNone), false)
 	}
 	f.Fuzz(func(t *testing.T, b []byte, fixSum bool) {
@@ -115,18 +115,22 @@ func FuzzDecodeBlock(f *testing.F) {
 	})
 }
 
-var controlTypes = []MsgType{MsgPropose, MsgAnswer, MsgAck, MsgHandoff, MsgAbort, MsgHeartbeat}
+// controlTypes are the message types other than Block: the rejoin control
+// messages and the cluster messages.
+var controlTypes = []MsgType{MsgPropose, MsgAnswer, MsgAck, MsgHandoff, MsgAbort, MsgHeartbeat,
+	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply}
 
 func FuzzDecodeControl(f *testing.F) {
-	for _, m := range sampleMessages(f) {
+	for _, m := range allSampleMessages(f) {
 		if m.Type() != MsgBlock {
 			f.Add(uint8(m.Type()), AppendMessage(nil, m))
 		}
 	}
 	f.Fuzz(func(t *testing.T, typ uint8, payload []byte) {
-		// Mostly the control types; now and then any type at all.
+		// Mostly the control types (a seed's own type as itself); now and
+		// then any type at all.
 		mt := MsgType(typ)
-		if typ < 128 {
+		if typ < 128 && (!mt.Valid() || mt == MsgBlock) {
 			mt = controlTypes[int(typ)%len(controlTypes)]
 		}
 		m, err := DecodeMessage(mt, payload)
@@ -275,7 +279,9 @@ func TestWriteFuzzSeeds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The cluster messages go last, so the rejoin seeds keep their names.
 	msgs := append(sampleMessages(t), compressibleBlock(t))
+	msgs = append(msgs, sampleClusterMessages(t)...)
 	for _, c := range allCodecs {
 		for i, m := range msgs {
 			fr := mustFrame(t, m, c)
@@ -302,7 +308,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	write("FuzzDecodeBlock", "huge-count", []byte{0x96, 5, 6, 1, 1, 1, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90})
 
 	for _, m := range msgs {
-		if m.Type() == MsgBlock {
+		if m.Type() == MsgBlock || !m.Type().Rejoin() {
 			continue
 		}
 		p := AppendMessage(nil, m)
@@ -311,6 +317,17 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		write("FuzzDecodeControl", name+"-cut", uint8(m.Type()), p[:len(p)-1])
 		write("FuzzDecodeControl", name+"-wrong-type", uint8(m.Type()%6+1), p)
 	}
+	// Several samples share a type; name the cluster seeds by index too.
+	for i, m := range sampleClusterMessages(t) {
+		p := AppendMessage(nil, m)
+		name := fmt.Sprintf("%s-%d", m.Type(), i)
+		write("FuzzDecodeControl", name, uint8(m.Type()), p)
+		write("FuzzDecodeControl", name+"-cut", uint8(m.Type()), p[:len(p)-1])
+		write("FuzzDecodeControl", name+"-wrong-type", uint8((m.Type()-MsgHello+1)%6+MsgHello), p)
+	}
+	write("FuzzDecodeControl", "hello-kind-0", uint8(MsgHello), []byte{0x95, 0, 0xa2, 'n', '1', 1, 2, 3})
+	write("FuzzDecodeControl", "call-each-nil", uint8(MsgCall), []byte{0x95, 1, 2, 0xa1, 'p', 0xc4, 1, 0x90, 0xc0})
+	write("FuzzDecodeControl", "reply-each-huge", uint8(MsgReply), []byte{0x95, 1, 2, 0xc4, 0, 0xa0, 0xdd, 0xff, 0xff, 0xff, 0xff})
 	write("FuzzDecodeControl", "abort-noncanonical-text", uint8(MsgAbort), []byte{0x94, 5, 6, 1, 0xd9, 3, 'a', 'b', 'c'})
 
 	for i, vals := range [][]Value{

@@ -23,7 +23,12 @@ func TestGolden(t *testing.T) {
 		b    []byte
 	}
 	var files []golden
-	for _, m := range sampleMessages(t) {
+	seen := make(map[MsgType]bool)
+	for _, m := range allSampleMessages(t) {
+		if seen[m.Type()] {
+			continue // one golden file per type
+		}
+		seen[m.Type()] = true
 		files = append(files, golden{
 			name: "msg_" + strings.ToLower(m.Type().String()),
 			note: m.Type().String() + " message payload, as AppendMessage writes it",
@@ -35,6 +40,7 @@ func TestGolden(t *testing.T) {
 	// so zstd frames are only tested for round trips.
 	files = append(files,
 		golden{"frame_none_propose", "Propose frame, codec none", mustFrame(t, sampleMessages(t)[0], CodecNone)},
+		golden{"frame_none_reply", "Reply frame with Each, codec none", mustFrame(t, sampleClusterMessages(t)[5], CodecNone)},
 		golden{"frame_none_block", "Block frame, codec none", mustFrame(t, compressibleBlock(t), CodecNone)},
 		golden{"frame_s2_block", "Block frame, codec s2", mustFrame(t, compressibleBlock(t), CodecS2)},
 		golden{"tuple", "one tuple of int64, float64, string, bytes", mustTuple(t,

@@ -25,6 +25,17 @@ const (
 	MsgHeartbeat MsgType = 7 // either way: keepalive while nothing else flows
 )
 
+// The cluster messages (cluster.go): connection setup, the txn feed and
+// client calls. They carry no MsgHeader.
+const (
+	MsgHello MsgType = 8  // dialer -> node, then node -> dialer: what the connection is for
+	MsgTxn   MsgType = 9  // initiator -> replica: one txn of the feed
+	MsgBeat  MsgType = 10 // initiator -> replica: nothing below ID follows
+	MsgDone  MsgType = 11 // replica -> initiator: the result of one txn
+	MsgCall  MsgType = 12 // client -> node: run a procedure
+	MsgReply MsgType = 13 // node -> client: the result of a Call
+)
+
 func (t MsgType) String() string {
 	switch t {
 	case MsgPropose:
@@ -41,12 +52,28 @@ func (t MsgType) String() string {
 		return "Abort"
 	case MsgHeartbeat:
 		return "Heartbeat"
+	case MsgHello:
+		return "Hello"
+	case MsgTxn:
+		return "Txn"
+	case MsgBeat:
+		return "Beat"
+	case MsgDone:
+		return "Done"
+	case MsgCall:
+		return "Call"
+	case MsgReply:
+		return "Reply"
 	}
 	return "MsgType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Valid reports whether t is a known message type.
-func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgHeartbeat }
+func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgReply }
+
+// Rejoin reports whether t is a message of the rejoin protocol (Propose to
+// Heartbeat), which has a MsgHeader, as opposed to a cluster message.
+func (t MsgType) Rejoin() bool { return t >= MsgPropose && t <= MsgHeartbeat }
 
 // MsgHeader is what every message of a rejoin carries, so that a receiver
 // can drop a message of a superseded attempt (DESIGN.md step 1) before
@@ -63,9 +90,16 @@ type MsgHeader struct {
 // Header returns h; every message embeds MsgHeader and so has this method.
 func (h MsgHeader) Header() MsgHeader { return h }
 
-// Message is one message of the rejoin protocol. The implementations are
-// the pointer types *Propose, *Answer, *Block, *Ack, *Handoff, *Abort and
-// *Heartbeat; DecodeMessage returns one of them and AppendMessage takes one.
+// Message is one message of the rejoin protocol or of the cluster. The
+// implementations are the pointer types *Propose, *Answer, *Block, *Ack,
+// *Handoff, *Abort and *Heartbeat (the rejoin messages), and *Hello, *Txn,
+// *Beat, *Done, *Call and *Reply (the cluster messages, cluster.go);
+// DecodeMessage returns one of them and AppendMessage takes one.
+//
+// Header is the rejoin attempt's fencing header. A cluster message has
+// none and returns the zero MsgHeader, so it must never reach a rejoin
+// processor, whose fencing would read it as partition 0, epoch 0: route by
+// Type().Rejoin() first.
 type Message interface {
 	Type() MsgType
 	Header() MsgHeader
@@ -87,8 +121,12 @@ const (
 // AppendMessage appends the encoding of m to dst: a msgpack array of the
 // message's fields in declaration order, header first, each in its
 // shortest form. The message type is not in these bytes; the frame carries
-// it. AppendMessage panics if m is not one of this package's messages or is
-// a Block whose Tuples and Count disagree: both are bugs in the caller.
+// it. AppendMessage panics if m is not one of this package's messages, is
+// a Block whose Tuples and Count disagree or is a Block or Hello of an
+// invalid kind: all bugs in the caller. It cuts error texts (Abort.Text,
+// the Err of Done, Reply and ReplicaOut) to their limit, but encodes other
+// over-limit cluster fields as they are, which DecodeMessage then refuses:
+// AppendFrame checks those limits first and returns ErrTooLarge.
 func AppendMessage(dst []byte, m Message) []byte {
 	switch m := m.(type) {
 	case *Propose:
@@ -117,6 +155,9 @@ func AppendMessage(dst []byte, m Message) []byte {
 		dst = appendMsgHeader(dst, heartbeatFields, m.MsgHeader)
 		return appendUint(dst, m.Tick)
 	}
+	if out, ok := appendCluster(dst, m); ok {
+		return out
+	}
 	panic(fmt.Sprintf("wire: AppendMessage of %T", m))
 }
 
@@ -130,8 +171,11 @@ func appendMsgHeader(dst []byte, fields int, h MsgHeader) []byte {
 // exactly the bytes AppendMessage writes: the right field count, every
 // field in its shortest form, nothing after the last field, so that
 // AppendMessage of the result gives payload back byte for byte. It never
-// panics and allocates only the message itself and an Abort's text, which
-// is at most AbortTextBytesMax. A decoded Block's Tuples aliases payload.
+// panics and allocates only the message itself and its strings (an
+// Abort's text, a cluster message's node, procedure and error texts, each
+// under its limit) and a Reply's Each (at most ReplicaOutsMax entries). A
+// decoded Block's Tuples, and a cluster message's Params and Out, alias
+// payload.
 func DecodeMessage(t MsgType, payload []byte) (Message, error) {
 	r := msgReader{b: payload}
 	var m Message
@@ -182,7 +226,9 @@ func DecodeMessage(t MsgType, payload []byte) (Message, error) {
 		h.Tick = r.uint(math.MaxUint64)
 		m = &h
 	default:
-		return nil, fmt.Errorf("%w: %d", ErrUnknownType, uint8(t))
+		if m = decodeCluster(t, &r); m == nil {
+			return nil, fmt.Errorf("%w: %d", ErrUnknownType, uint8(t))
+		}
 	}
 	if r.err == nil && r.pos != len(r.b) {
 		r.fail(fmt.Errorf("%w: %d bytes after the last field", ErrMalformed, len(r.b)-r.pos))

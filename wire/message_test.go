@@ -115,7 +115,7 @@ func TestDecodeMessageErrors(t *testing.T) {
 		want    error
 	}{
 		{"unknown type 0", 0, ack, ErrUnknownType},
-		{"unknown type 8", 8, ack, ErrUnknownType},
+		{"unknown type 14", 14, ack, ErrUnknownType},
 		{"unknown type 255", 255, ack, ErrUnknownType},
 		{"empty", MsgAck, nil, ErrTruncated},
 		{"not an array", MsgAck, []byte{0x05}, ErrMalformed},
@@ -177,7 +177,7 @@ func TestDecodeMessageErrors(t *testing.T) {
 // Every proper prefix of a valid message ends inside a field, and is
 // reported as such, never as another class and never as a success.
 func TestDecodeMessagePrefixes(t *testing.T) {
-	for _, m := range sampleMessages(t) {
+	for _, m := range allSampleMessages(t) {
 		b := AppendMessage(nil, m)
 		for cut := range len(b) {
 			if _, err := DecodeMessage(m.Type(), b[:cut]); !errors.Is(err, ErrTruncated) {
@@ -228,7 +228,8 @@ func TestAbortTextCut(t *testing.T) {
 
 func TestEnumStrings(t *testing.T) {
 	for _, s := range []string{
-		MsgType(0).String(), MsgBlock.String(), MsgType(200).String(),
+		MsgType(0).String(), MsgBlock.String(), MsgType(200).String(), MsgReply.String(),
+		HelloKind(0).String(), HelloFeed.String(),
 		BlockKind(0).String(), BlockUpserts.String(),
 		CodecS2.String(), Codec(9).String(),
 		AbortStaleEpoch.String(), AbortReason(math.MaxUint8).String(),
@@ -237,7 +238,7 @@ func TestEnumStrings(t *testing.T) {
 			t.Fatal("empty enum name")
 		}
 	}
-	if AbortReason(200).Valid() || !AbortInternal.Valid() || MsgType(8).Valid() || Codec(3).Valid() {
+	if AbortReason(200).Valid() || !AbortInternal.Valid() || MsgType(14).Valid() || !MsgReply.Valid() || MsgHello.Rejoin() || !MsgHeartbeat.Rejoin() || Codec(3).Valid() {
 		t.Fatal("Valid disagrees with the enums")
 	}
 }

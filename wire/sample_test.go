@@ -54,6 +54,30 @@ func sampleMessages(t testing.TB) []Message {
 	}
 }
 
+// sampleClusterMessages returns one cluster message of each type (a Reply
+// with and one without Each), with fixed contents the golden files pin.
+func sampleClusterMessages(t testing.TB) []Message {
+	params := mustTuple(t, []Value{String("kv"), Bytes([]byte("key")), Bytes([]byte("value"))})
+	out := mustTuple(t, []Value{Int64(-5), Int64(1 << 33)})
+	return []Message{
+		&Hello{Kind: HelloRejoin, Node: "n12", Initiator: 12, Partition: 300, Epoch: 42},
+		&Txn{Partition: 3, ID: txnid.ID(0x0123456789abcdef), Proc: "upsert", Params: params},
+		&Beat{ID: txnid.ID(0x0123456789abcdf0)},
+		&Done{Partition: 3, ID: txnid.ID(0x0123456789abcdef), Err: "partition: unknown procedure: \"nope\""},
+		&Call{Req: 1 << 40, Partition: math.MaxUint32, Proc: "digest", Params: []byte{0x90}, Each: true},
+		&Reply{Req: 7, ID: txnid.ID(0x0123456789abd000), Out: out, Each: []ReplicaOut{
+			{Node: "n1", Out: out},
+			{Node: "n2", Err: "stopped"},
+		}},
+		&Reply{Req: 8, Err: "no replica of partition 3 is live"},
+	}
+}
+
+// allSampleMessages returns the rejoin and the cluster samples.
+func allSampleMessages(t testing.TB) []Message {
+	return append(sampleMessages(t), sampleClusterMessages(t)...)
+}
+
 // compressibleBlock returns a Block big enough to be worth compressing.
 func compressibleBlock(t testing.TB) *Block {
 	const n = 40

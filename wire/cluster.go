@@ -1,0 +1,461 @@
+package wire
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/rejoin-db/rejoin/txnid"
+)
+
+// The cluster messages: what nodes and clients say to each other outside a
+// rejoin (recovery/node/CONTRACT.md). A connection opens with a Hello
+// naming its kind; then
+//   - HelloClient: Calls one way, Replies the other, pipelined, matched
+//     by Req;
+//   - HelloFeed: Txns and Beats from an initiator to a replica, Dones back;
+//   - HelloRejoin: the rejoin messages above, both ways.
+//
+// They belong to no rejoin attempt and carry no MsgHeader: their Header
+// method returns the zero MsgHeader, and MsgType.Rejoin tells them apart
+// from the rejoin messages, which alone go to recovery's processors.
+//
+// Params and Out are tuples (TupleEncoder.AppendTuple, DecodeValues),
+// carried as msgpack bin: wire checks their length, the receiver decodes
+// them. A decoded message's Params and Out alias the payload it was
+// decoded from, like a Block's Tuples (the frame, or the FrameDecoder's
+// buffer for a compressed frame); an empty one decodes as nil.
+
+// Limits of the cluster messages' fields. DecodeMessage refuses a longer
+// field with ErrTooLarge; AppendFrame refuses to encode one (ErrTooLarge),
+// except error texts, which AppendMessage cuts to ErrTextBytesMax so that an
+// error can always be sent.
+const (
+	// NodeBytesMax bounds a node id (Hello.Node, ReplicaOut.Node).
+	NodeBytesMax = 64
+	// ProcBytesMax bounds a procedure name (Txn.Proc, Call.Proc).
+	ProcBytesMax = 64
+	// ProcTupleBytesMax bounds a procedure's Params and Out tuples; it
+	// equals partition.TupleBytesMax.
+	ProcTupleBytesMax = 4 << 20
+	// ErrTextBytesMax bounds the Err text of Done, Reply and ReplicaOut.
+	ErrTextBytesMax = AbortTextBytesMax
+	// ReplicaOutsMax bounds Reply.Each: one entry per replica.
+	ReplicaOutsMax = 64
+)
+
+// ErrText returns the text to put in a message's Err field for err: "" for
+// nil, else err's text cut to ErrTextBytesMax without splitting a UTF-8
+// sequence, and never "" (which would read as success).
+func ErrText(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	if s == "" {
+		return "error"
+	}
+	return truncateText(s, ErrTextBytesMax)
+}
+
+// HelloKind says what a connection is for. The numbers are part of the wire
+// format; never renumber.
+type HelloKind uint8
+
+const (
+	HelloClient HelloKind = 1 // client -> node: Calls and Replies
+	HelloFeed   HelloKind = 2 // initiator node -> replica node: Txns, Beats; Dones back
+	HelloRejoin HelloKind = 3 // source node -> destination node: one rejoin attempt
+)
+
+func (k HelloKind) String() string {
+	switch k {
+	case HelloClient:
+		return "client"
+	case HelloFeed:
+		return "feed"
+	case HelloRejoin:
+		return "rejoin"
+	}
+	return "hello(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Valid reports whether k is one of the kinds above.
+func (k HelloKind) Valid() bool { return k >= HelloClient && k <= HelloRejoin }
+
+// Hello is the first frame of every cluster connection, from the dialer;
+// the node answers with a Hello of the same Kind and its own Node id, or
+// with a Reply whose Err says why not, and closes.
+type Hello struct {
+	Kind HelloKind
+	// Node is the sender's node id ("n<N>"), at most NodeBytesMax bytes.
+	Node string
+	// Initiator is the sender's initiator id (HelloFeed).
+	Initiator uint16
+	// Partition and Epoch name the rejoin attempt (HelloRejoin).
+	Partition uint32
+	Epoch     uint64
+}
+
+// Txn is one transaction on a feed: execute Proc(Params) on Partition at ID.
+type Txn struct {
+	Partition uint32
+	ID        txnid.ID
+	Proc      string
+	Params    []byte
+}
+
+// Beat tells a feed's receiver that nothing below ID will follow on this
+// feed.
+type Beat struct {
+	ID txnid.ID
+}
+
+// Done is a replica's result of one executed Txn: Out, or Err if it failed.
+type Done struct {
+	Partition uint32
+	ID        txnid.ID
+	Out       []byte
+	Err       string
+}
+
+// Call asks a node to run Proc(Params) on Partition as one transaction. Req
+// is the client's number for matching the Reply. Each asks for every
+// replica's result in Reply.Each.
+type Call struct {
+	Req       uint64
+	Partition uint32
+	Proc      string
+	Params    []byte
+	Each      bool
+}
+
+// Reply answers the Call numbered Req: the txn's ID and result, or Err; with
+// Call.Each, every replica's result.
+type Reply struct {
+	Req  uint64
+	ID   txnid.ID
+	Out  []byte
+	Err  string
+	Each []ReplicaOut
+}
+
+// ReplicaOut is one replica's result in Reply.Each.
+type ReplicaOut struct {
+	Node string
+	Out  []byte
+	Err  string
+}
+
+// Type implements Message.
+func (*Hello) Type() MsgType { return MsgHello }
+
+// Type implements Message.
+func (*Txn) Type() MsgType { return MsgTxn }
+
+// Type implements Message.
+func (*Beat) Type() MsgType { return MsgBeat }
+
+// Type implements Message.
+func (*Done) Type() MsgType { return MsgDone }
+
+// Type implements Message.
+func (*Call) Type() MsgType { return MsgCall }
+
+// Type implements Message.
+func (*Reply) Type() MsgType { return MsgReply }
+
+// Header implements Message: the zero MsgHeader, as a Hello is not a
+// message of a rejoin attempt (its Partition and Epoch only name one).
+func (*Hello) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
+func (*Txn) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
+func (*Beat) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
+func (*Done) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
+func (*Call) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
+func (*Reply) Header() MsgHeader { return MsgHeader{} }
+
+// Field counts of the cluster messages' msgpack arrays. Part of the format.
+const (
+	helloFields      = 5 // [kind, node, initiator, partition, epoch]
+	txnFields        = 4 // [partition, id, proc, params]
+	beatFields       = 1 // [id]
+	doneFields       = 4 // [partition, id, out, err]
+	callFields       = 5 // [req, partition, proc, params, each]
+	replyFields      = 5 // [req, id, out, err, [replicaOut, ...]]
+	replicaOutFields = 3 // [node, out, err]
+)
+
+// appendCluster appends the encoding of a cluster message, or reports that
+// m is not one.
+func appendCluster(dst []byte, m Message) ([]byte, bool) {
+	switch m := m.(type) {
+	case *Hello:
+		if !m.Kind.Valid() {
+			panic(fmt.Sprintf("wire: Hello of %v", m.Kind))
+		}
+		dst = AppendArrayHeader(dst, helloFields)
+		dst = appendUint(dst, uint64(m.Kind))
+		dst = appendStr(dst, m.Node)
+		dst = appendUint(dst, uint64(m.Initiator))
+		dst = appendUint(dst, uint64(m.Partition))
+		return appendUint(dst, m.Epoch), true
+	case *Txn:
+		dst = AppendArrayHeader(dst, txnFields)
+		dst = appendUint(dst, uint64(m.Partition))
+		dst = appendUint(dst, uint64(m.ID))
+		dst = appendStr(dst, m.Proc)
+		return appendBin(dst, m.Params), true
+	case *Beat:
+		dst = AppendArrayHeader(dst, beatFields)
+		return appendUint(dst, uint64(m.ID)), true
+	case *Done:
+		dst = AppendArrayHeader(dst, doneFields)
+		dst = appendUint(dst, uint64(m.Partition))
+		dst = appendUint(dst, uint64(m.ID))
+		dst = appendBin(dst, m.Out)
+		return appendStr(dst, truncateText(m.Err, ErrTextBytesMax)), true
+	case *Call:
+		dst = AppendArrayHeader(dst, callFields)
+		dst = appendUint(dst, m.Req)
+		dst = appendUint(dst, uint64(m.Partition))
+		dst = appendStr(dst, m.Proc)
+		dst = appendBin(dst, m.Params)
+		return appendBool(dst, m.Each), true
+	case *Reply:
+		dst = AppendArrayHeader(dst, replyFields)
+		dst = appendUint(dst, m.Req)
+		dst = appendUint(dst, uint64(m.ID))
+		dst = appendBin(dst, m.Out)
+		dst = appendStr(dst, truncateText(m.Err, ErrTextBytesMax))
+		dst = AppendArrayHeader(dst, len(m.Each))
+		for i := range m.Each {
+			o := &m.Each[i]
+			dst = AppendArrayHeader(dst, replicaOutFields)
+			dst = appendStr(dst, o.Node)
+			dst = appendBin(dst, o.Out)
+			dst = appendStr(dst, truncateText(o.Err, ErrTextBytesMax))
+		}
+		return dst, true
+	}
+	return dst, false
+}
+
+// checkClusterLimits returns an ErrTooLarge error if a field of m is over
+// its limit, so that AppendFrame never sends what DecodeMessage refuses.
+// Error texts are not checked: AppendMessage cuts them.
+func checkClusterLimits(m Message) error {
+	var err error
+	check := func(field string, n, limit int) {
+		if err == nil && n > limit {
+			err = fmt.Errorf("%w: %v %s of %d bytes, limit %d", ErrTooLarge, m.Type(), field, n, limit)
+		}
+	}
+	switch m := m.(type) {
+	case *Hello:
+		check("node", len(m.Node), NodeBytesMax)
+	case *Txn:
+		check("proc", len(m.Proc), ProcBytesMax)
+		check("params", len(m.Params), ProcTupleBytesMax)
+	case *Done:
+		check("out", len(m.Out), ProcTupleBytesMax)
+	case *Call:
+		check("proc", len(m.Proc), ProcBytesMax)
+		check("params", len(m.Params), ProcTupleBytesMax)
+	case *Reply:
+		check("out", len(m.Out), ProcTupleBytesMax)
+		if err == nil && len(m.Each) > ReplicaOutsMax {
+			err = fmt.Errorf("%w: Reply of %d replica results, limit %d", ErrTooLarge, len(m.Each), ReplicaOutsMax)
+		}
+		for i := range m.Each {
+			check("replica node", len(m.Each[i].Node), NodeBytesMax)
+			check("replica out", len(m.Each[i].Out), ProcTupleBytesMax)
+		}
+	}
+	return err
+}
+
+func appendStr(dst []byte, s string) []byte {
+	return append(appendStrHeader(dst, len(s)), s...)
+}
+
+func appendBin(dst []byte, b []byte) []byte {
+	return append(appendBinHeader(dst, len(b)), b...)
+}
+
+func appendBool(dst []byte, v bool) []byte {
+	if v {
+		return append(dst, 0xc3)
+	}
+	return append(dst, 0xc2)
+}
+
+// decodeCluster decodes the cluster message of type t from r, or returns
+// nil if t is not a cluster message type.
+func decodeCluster(t MsgType, r *msgReader) Message {
+	switch t {
+	case MsgHello:
+		var h Hello
+		r.fields(helloFields)
+		h.Kind = HelloKind(r.uint(math.MaxUint8))
+		if r.err == nil && !h.Kind.Valid() {
+			r.fail(fmt.Errorf("%w: hello kind %d", ErrMalformed, h.Kind))
+		}
+		h.Node = r.str(NodeBytesMax)
+		h.Initiator = uint16(r.uint(math.MaxUint16))
+		h.Partition = uint32(r.uint(math.MaxUint32))
+		h.Epoch = r.uint(math.MaxUint64)
+		return &h
+	case MsgTxn:
+		var x Txn
+		r.fields(txnFields)
+		x.Partition = uint32(r.uint(math.MaxUint32))
+		x.ID = r.txnID()
+		x.Proc = r.str(ProcBytesMax)
+		x.Params = r.bin(ProcTupleBytesMax)
+		return &x
+	case MsgBeat:
+		var b Beat
+		r.fields(beatFields)
+		b.ID = r.txnID()
+		return &b
+	case MsgDone:
+		var d Done
+		r.fields(doneFields)
+		d.Partition = uint32(r.uint(math.MaxUint32))
+		d.ID = r.txnID()
+		d.Out = r.bin(ProcTupleBytesMax)
+		d.Err = r.str(ErrTextBytesMax)
+		return &d
+	case MsgCall:
+		var c Call
+		r.fields(callFields)
+		c.Req = r.uint(math.MaxUint64)
+		c.Partition = uint32(r.uint(math.MaxUint32))
+		c.Proc = r.str(ProcBytesMax)
+		c.Params = r.bin(ProcTupleBytesMax)
+		c.Each = r.bool()
+		return &c
+	case MsgReply:
+		var p Reply
+		r.fields(replyFields)
+		p.Req = r.uint(math.MaxUint64)
+		p.ID = r.txnID()
+		p.Out = r.bin(ProcTupleBytesMax)
+		p.Err = r.str(ErrTextBytesMax)
+		if n := r.array(ReplicaOutsMax); n > 0 {
+			p.Each = make([]ReplicaOut, n)
+			for i := range p.Each {
+				o := &p.Each[i]
+				r.fields(replicaOutFields)
+				o.Node = r.str(NodeBytesMax)
+				o.Out = r.bin(ProcTupleBytesMax)
+				o.Err = r.str(ErrTextBytesMax)
+			}
+		}
+		return &p
+	}
+	return nil
+}
+
+// fields reads an array header that must announce exactly n elements.
+func (r *msgReader) fields(n int) {
+	if r.err != nil {
+		return
+	}
+	got, size, err := ReadArrayHeader(r.b[r.pos:])
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if got != n {
+		r.fail(fmt.Errorf("%w: %d fields, want %d", ErrMalformed, got, n))
+		return
+	}
+	r.pos += size
+}
+
+// array reads an array header of at most limit elements and returns the
+// count. Every element takes at least one byte, so a count over what is
+// left of the input is ErrTruncated, refused before anything is allocated.
+func (r *msgReader) array(limit int) int {
+	if r.err != nil {
+		return 0
+	}
+	n, size, err := ReadArrayHeader(r.b[r.pos:])
+	if err != nil {
+		r.fail(err)
+		return 0
+	}
+	if n > limit {
+		r.fail(fmt.Errorf("%w: array of %d elements, limit %d", ErrTooLarge, n, limit))
+		return 0
+	}
+	if n > len(r.b)-r.pos-size {
+		r.fail(fmt.Errorf("%w: array of %d elements in %d bytes", ErrTruncated, n, len(r.b)-r.pos-size))
+		return 0
+	}
+	r.pos += size
+	r.field++
+	return n
+}
+
+// bin reads a bin field of at most limit bytes and returns it aliasing the
+// input, its capacity ending with it; an empty one is nil.
+func (r *msgReader) bin(limit int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if len(r.b) == r.pos {
+		r.fail(ErrTruncated)
+		return nil
+	}
+	hdr, n, err := binLen(r.b[r.pos:])
+	if err != nil {
+		r.fail(err)
+		return nil
+	}
+	if n > limit {
+		r.fail(fmt.Errorf("%w: bin of %d bytes, limit %d", ErrTooLarge, n, limit))
+		return nil
+	}
+	start, end := r.pos+hdr, r.pos+hdr+n
+	r.pos = end
+	r.field++
+	if n == 0 {
+		return nil
+	}
+	return r.b[start:end:end]
+}
+
+// bool reads a msgpack bool.
+func (r *msgReader) bool() bool {
+	if r.err != nil {
+		return false
+	}
+	if len(r.b) == r.pos {
+		r.fail(ErrTruncated)
+		return false
+	}
+	var v bool
+	switch c := r.b[r.pos]; c {
+	case 0xc2:
+	case 0xc3:
+		v = true
+	default:
+		r.fail(fmt.Errorf("%w: code 0x%02x for bool", ErrMalformed, c))
+		return false
+	}
+	r.pos++
+	r.field++
+	return v
+}
