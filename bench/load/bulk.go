@@ -1,0 +1,155 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery/node/client"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// loadBatchRows is the rows one UpsertMany of Load carries; UpsertMany
+// splits them by partition into calls of at most client.UpsertManyRowsMax.
+const loadBatchRows = 8192
+
+// LoadReport is a bulk load's figures.
+type LoadReport struct {
+	Rows       int
+	Seconds    float64
+	RowsPerSec float64
+}
+
+// Load upserts rows 0..rows-1 (Key(i, keyBytes), Value(i, 0, valueBytes))
+// into table through UpsertMany. On error some rows may have been
+// written; loading again is harmless (upserts).
+func Load(ctx context.Context, c *client.Client, table string, rows, keyBytes, valueBytes int) (LoadReport, error) {
+	if keyBytes < keyBytesMin {
+		return LoadReport{}, fmt.Errorf("load: keys of %d bytes, at least %d", keyBytes, keyBytesMin)
+	}
+	start := time.Now()
+	batch := make([][]wire.Value, 0, loadBatchRows)
+	done := 0
+	for i := 0; i < rows; {
+		batch = batch[:0]
+		for ; i < rows && len(batch) < loadBatchRows; i++ {
+			u := uint64(i)
+			batch = append(batch, []wire.Value{wire.Bytes(Key(u, keyBytes)), wire.Bytes(Value(u, 0, valueBytes))})
+		}
+		if err := c.UpsertMany(ctx, table, batch); err != nil {
+			return report(done, start), fmt.Errorf("load: rows %d..%d: %w", done, i-1, err)
+		}
+		done = i
+	}
+	return report(done, start), nil
+}
+
+func report(rows int, start time.Time) LoadReport {
+	r := LoadReport{Rows: rows, Seconds: time.Since(start).Seconds()}
+	if r.Seconds > 0 {
+		r.RowsPerSec = float64(rows) / r.Seconds
+	}
+	return r
+}
+
+// VerifyResult is what Verify found.
+type VerifyResult struct {
+	// Checked keys: every key of Report.Acked and Report.Maybe.
+	Checked int
+	// Lost: an acknowledged key whose row is missing or holds a value
+	// neither its acknowledged write nor one of its uncertain writes put.
+	Lost int
+	// Examples describes up to 10 lost keys.
+	Examples []string
+}
+
+// Verify reads back every key r recorded (Config.Record) and checks that
+// it holds its last acknowledged value, or the value of one of its
+// uncertain writes; a key with only uncertain writes may also be absent.
+// It fails on a read that fails for another reason than a missing row.
+func Verify(ctx context.Context, c *client.Client, table string, r Report) (VerifyResult, error) {
+	keys := make([]string, 0, len(r.Acked)+len(r.Maybe))
+	for k := range r.Acked {
+		keys = append(keys, k)
+	}
+	for k := range r.Maybe {
+		if _, ok := r.Acked[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		res  = VerifyResult{Checked: len(keys)}
+		sem  = make(chan struct{}, 32)
+		wg   sync.WaitGroup
+		errs []error
+	)
+	lost := func(k string, why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		res.Lost++
+		if len(res.Examples) < 10 {
+			res.Examples = append(res.Examples, fmt.Sprintf("key %x: %s", k, why))
+		}
+	}
+	for _, k := range keys {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return res, ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			row, err := readRetry(ctx, c, table, []byte(k))
+			want, acked := r.Acked[k]
+			switch {
+			case errors.Is(err, client.ErrProcedure):
+				// The row is missing (the only failure of read on a
+				// good key).
+				if acked {
+					lost(k, "missing: "+err.Error())
+				}
+				return
+			case err != nil:
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("key %x: %w", k, err))
+				mu.Unlock()
+				return
+			case len(row) != 2 || row[1].Type != wire.TypeBytes:
+				lost(k, fmt.Sprintf("row %v", row))
+				return
+			}
+			got := row[1].Bytes
+			if acked && string(got) == string(want) {
+				return
+			}
+			for _, m := range r.Maybe[k] {
+				if string(got) == string(m) {
+					return
+				}
+			}
+			lost(k, fmt.Sprintf("holds %x, acknowledged %x", got, want))
+		})
+	}
+	wg.Wait()
+	return res, errors.Join(errs...)
+}
+
+// verifyReadAttempts bounds the reads of one key: a read is safe to
+// repeat when its connection broke (uncertain) or no node answered.
+const verifyReadAttempts = 5
+
+func readRetry(ctx context.Context, c *client.Client, table string, key []byte) ([]wire.Value, error) {
+	var err error
+	for range verifyReadAttempts {
+		var row []wire.Value
+		row, err = c.Read(ctx, table, wire.Bytes(key))
+		if err == nil || (!errors.Is(err, client.ErrUncertain) && !errors.Is(err, client.ErrNoNode)) || ctx.Err() != nil {
+			return row, err
+		}
+	}
+	return nil, err
+}

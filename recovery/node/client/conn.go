@@ -1,0 +1,328 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// node is one allowed node: its address and at most one connection.
+type node struct {
+	c    *Client
+	id   string
+	live atomic.Bool // has a record in etcd, as of the last refresh
+
+	// dialSem is held while dialling, so one dial per node runs at once
+	// and a waiting caller still honours its context.
+	dialSem chan struct{}
+
+	mu       sync.Mutex
+	addr     string
+	cur      *conn // nil while not connected
+	failures int
+	retryAt  time.Time
+}
+
+func (n *node) setAddr(a string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.addr != a {
+		n.addr = a
+		n.failures, n.retryAt = 0, time.Time{} // a new address: dial at once
+	}
+}
+
+// backoffUntil reports when the node may be dialled again, if it is
+// neither connected nor dialable now.
+func (n *node) backoffUntil() (time.Time, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cur != nil || n.retryAt.IsZero() || !time.Now().Before(n.retryAt) {
+		return time.Time{}, false
+	}
+	return n.retryAt, true
+}
+
+func (n *node) closeConn() {
+	n.mu.Lock()
+	cur := n.cur
+	n.mu.Unlock()
+	if cur != nil {
+		cur.sc.Close()
+	}
+}
+
+// get returns the node's connection, dialling it if needed.
+func (n *node) get(ctx context.Context) (*conn, error) {
+	n.mu.Lock()
+	if cur := n.cur; cur != nil {
+		n.mu.Unlock()
+		return cur, nil
+	}
+	n.mu.Unlock()
+	select {
+	case n.dialSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-n.dialSem }()
+	n.mu.Lock()
+	cur, addr, retryAt := n.cur, n.addr, n.retryAt
+	n.mu.Unlock()
+	if cur != nil {
+		return cur, nil // another caller dialled meanwhile
+	}
+	if time.Now().Before(retryAt) {
+		return nil, fmt.Errorf("node %s: in backoff after failed dials", n.id)
+	}
+	cn, err := n.dial(ctx, addr)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil {
+		n.failures++
+		d := min(backoffMin<<min(n.failures-1, 10), backoffMax)
+		n.retryAt = time.Now().Add(d)
+		return nil, err
+	}
+	if n.c.ctx.Err() != nil { // Close cancels before it closes the nodes
+		cn.sc.Close()
+		return nil, ErrClosed
+	}
+	n.failures, n.retryAt = 0, time.Time{}
+	n.cur = cn
+	n.c.wg.Add(1)
+	go cn.read()
+	return cn, nil
+}
+
+// dial connects and exchanges hellos.
+func (n *node) dial(ctx context.Context, addr string) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.c.opts.DialTimeout)
+	defer cancel()
+	sc, err := stream.Dial(ctx, addr, n.c.streamCfg)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.id, err)
+	}
+	// The hello exchange has no deadline of its own: closing the
+	// connection when ctx ends unblocks it.
+	stop := context.AfterFunc(ctx, func() { sc.Close() })
+	defer stop()
+	fail := func(err error) (*conn, error) {
+		sc.Close()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		return nil, fmt.Errorf("node %s at %s: %w", n.id, addr, err)
+	}
+	if err := sc.Send(ctx, &wire.Hello{Kind: wire.HelloClient}); err != nil {
+		return fail(err)
+	}
+	m, err := sc.Recv()
+	if err != nil {
+		return fail(err)
+	}
+	switch m := m.(type) {
+	case *wire.Hello:
+		if m.Node != "" && m.Node != n.id {
+			return fail(fmt.Errorf("%w: answered as node %q", ErrProtocol, m.Node))
+		}
+	case *wire.Reply:
+		return fail(fmt.Errorf("refused: %s", m.Err))
+	default:
+		return fail(fmt.Errorf("%w: hello answered with %T", ErrProtocol, m))
+	}
+	if !stop() {
+		sc.Close()
+		return nil, fmt.Errorf("node %s at %s: hello: %w", n.id, addr, ctx.Err())
+	}
+	return &conn{
+		n:       n,
+		sc:      sc,
+		slots:   make(chan struct{}, n.c.opts.PipelineMax),
+		pending: make(map[uint64]*pendingCall),
+	}, nil
+}
+
+// do runs one call on the node. sent reports whether the call may have
+// reached the node; a call not sent may go to another node.
+func (n *node) do(ctx context.Context, call *wire.Call) (Result, bool, error) {
+	cn, err := n.get(ctx)
+	if err != nil {
+		return Result{}, false, err
+	}
+	return cn.do(ctx, call)
+}
+
+type answer struct {
+	res Result
+	err error
+}
+
+type pendingCall struct {
+	proc string
+	ch   chan answer // buffered 1
+}
+
+// conn is one connection to a node: callers send, one reader receives.
+type conn struct {
+	n     *node
+	sc    *stream.Conn
+	slots chan struct{} // in-flight calls
+
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	nextReq uint64
+	pending map[uint64]*pendingCall
+	broken  error // set once, when the connection failed
+}
+
+func (cn *conn) do(ctx context.Context, call *wire.Call) (Result, bool, error) {
+	select {
+	case cn.slots <- struct{}{}:
+	case <-ctx.Done():
+		return Result{}, false, ctx.Err()
+	}
+	defer func() { <-cn.slots }()
+	pc := &pendingCall{proc: call.Proc, ch: make(chan answer, 1)}
+	cn.mu.Lock()
+	if cn.broken != nil {
+		err := cn.broken
+		cn.mu.Unlock()
+		return Result{}, false, err
+	}
+	cn.nextReq++
+	req := cn.nextReq
+	cn.pending[req] = pc
+	cn.mu.Unlock()
+
+	m := *call
+	m.Req = req
+	cn.sendMu.Lock()
+	err := cn.sc.Send(ctx, &m)
+	cn.sendMu.Unlock()
+	if err != nil {
+		// Part of the frame may have gone out: uncertain. The reader
+		// fails the other calls in flight.
+		cn.fail(err)
+	}
+	select {
+	case a := <-pc.ch:
+		return a.res, true, a.err
+	case <-ctx.Done():
+		cn.mu.Lock()
+		delete(cn.pending, req)
+		cn.mu.Unlock()
+		// The answer may have raced in.
+		select {
+		case a := <-pc.ch:
+			return a.res, true, a.err
+		default:
+		}
+		return Result{}, true, fmt.Errorf("%w: %s on partition %d via node %s: %w", ErrUncertain, call.Proc, call.Partition, cn.n.id, ctx.Err())
+	}
+}
+
+// fail breaks the connection: every call in flight fails with
+// ErrUncertain, and the node dials anew on its next call.
+func (cn *conn) fail(cause error) {
+	cn.mu.Lock()
+	if cn.broken != nil {
+		cn.mu.Unlock()
+		return
+	}
+	if cn.n.c.ctx.Err() != nil {
+		cause = fmt.Errorf("%w: %w", ErrClosed, cause)
+	}
+	cn.broken = fmt.Errorf("node %s: connection broken: %w", cn.n.id, cause)
+	pending := cn.pending
+	cn.pending = nil
+	cn.mu.Unlock()
+	cn.sc.Close()
+	cn.n.mu.Lock()
+	if cn.n.cur == cn {
+		cn.n.cur = nil
+	}
+	cn.n.mu.Unlock()
+	for _, pc := range pending {
+		pc.ch <- answer{err: fmt.Errorf("%w: %s via node %s: connection broken: %w", ErrUncertain, pc.proc, cn.n.id, cause)}
+	}
+}
+
+// read receives replies until the connection fails.
+func (cn *conn) read() {
+	defer cn.n.c.wg.Done()
+	for {
+		m, err := cn.sc.Recv()
+		if err != nil {
+			cn.fail(err)
+			return
+		}
+		r, ok := m.(*wire.Reply)
+		if !ok {
+			cn.fail(fmt.Errorf("%w: got %T on a client connection", ErrProtocol, m))
+			return
+		}
+		cn.mu.Lock()
+		pc := cn.pending[r.Req]
+		delete(cn.pending, r.Req)
+		cn.mu.Unlock()
+		if pc == nil {
+			continue // abandoned after its timeout
+		}
+		pc.ch <- decodeReply(cn.n.id, pc.proc, r)
+	}
+}
+
+// decodeReply copies everything out of r, which is valid only until the
+// next Recv.
+func decodeReply(nodeID, proc string, r *wire.Reply) answer {
+	res := Result{ID: r.ID, Node: nodeID}
+	if r.Err != "" {
+		return answer{res: res, err: fmt.Errorf("%w: %s: %s", ErrProcedure, proc, r.Err)}
+	}
+	var err error
+	if res.Out, err = decodeValues(r.Out); err != nil {
+		return answer{res: res, err: fmt.Errorf("%w: %s result: %w", ErrProtocol, proc, err)}
+	}
+	if len(r.Each) > 0 {
+		res.Each = make([]ReplicaResult, len(r.Each))
+		for i, e := range r.Each {
+			res.Each[i] = ReplicaResult{Node: e.Node, Err: e.Err}
+			if e.Err != "" {
+				continue
+			}
+			if res.Each[i].Out, err = decodeValues(e.Out); err != nil {
+				res.Each[i].Err = fmt.Sprintf("client: undecodable result: %v", err)
+			}
+		}
+	}
+	return answer{res: res}
+}
+
+// decodeValues decodes a result tuple into values that own their bytes.
+// An empty Out is an empty result.
+func decodeValues(b []byte) ([]wire.Value, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	vals, n, err := wire.DecodeValues(b, nil)
+	if err != nil {
+		return nil, err
+	}
+	if n != len(b) {
+		return nil, errors.New("bytes after the result tuple")
+	}
+	for i := range vals {
+		if vals[i].Type == wire.TypeBytes {
+			vals[i].Bytes = append([]byte{}, vals[i].Bytes...)
+		}
+	}
+	return vals, nil
+}

@@ -1,0 +1,26 @@
+// Package client is the Go client of a rejoin cluster.
+//
+// Open reads the cluster's shape from etcd (/rejoin/cluster: the partition
+// count and the tables) and the live node records (supervise.Nodes), and
+// talks to the nodes over stream.Conn: a wire.Hello{Kind: HelloClient},
+// then wire.Call frames answered by wire.Reply frames, pipelined and
+// matched by Req (see recovery/node/CONTRACT.md).
+//
+// The client keeps at most one connection per node. A reader goroutine per
+// connection matches replies to calls; up to Options.PipelineMax calls are
+// in flight on a connection at once. A call goes to the allowed live nodes
+// round-robin; a node that cannot be reached is skipped, redialled later
+// with backoff, and the node records are read again from etcd, so a node
+// that restarted on a new address is found.
+//
+// Outcomes:
+//   - nil: the node executed the call; Result.ID is its txn ID.
+//   - ErrProcedure: the node answered with an error (Reply.Err); the txn
+//     did not commit.
+//   - ErrUncertain: the call was sent but no answer came (the connection
+//     broke, the call timed out, or the client was closed): the write may
+//     or may not have happened. The client never resends such a call.
+//   - ErrNoNode: no allowed node could be reached; nothing was sent.
+//
+// Close ends every goroutine of the client.
+package client
