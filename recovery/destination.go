@@ -129,6 +129,17 @@ func (d *Destination) observe(id txnid.ID) {
 	}
 }
 
+// RemoveInitiator: the initiator's node died and sends nothing more. The
+// executor's safe point stops waiting for it, and so does the proposal if
+// it is still to come.
+func (d *Destination) RemoveInitiator(in txnid.Initiator) {
+	d.cov.RemoveInitiator(in)
+	d.exec.RemoveInitiator(in)
+	if d.state == StateBuffering {
+		d.maybePropose()
+	}
+}
+
 func (d *Destination) maybePropose() {
 	p, err := d.cov.Proposal()
 	if err != nil {

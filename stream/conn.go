@@ -100,6 +100,57 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 func (c *Conn) Send(ctx context.Context, m wire.Message) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	if err := c.write(ctx, m); err != nil {
+		return err
+	}
+	if err := c.w.Flush(); err != nil {
+		return c.ioErr("send", err)
+	}
+	return nil
+}
+
+// Write is Send without the flush: the frame may wait in the connection's
+// buffer (64 KiB, bounded) until Flush or a later write fills it. A feed
+// writes a burst of small messages and flushes once, instead of one
+// syscall per transaction.
+func (c *Conn) Write(ctx context.Context, m wire.Message) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.write(ctx, m)
+}
+
+// Flush writes what Write buffered.
+func (c *Conn) Flush() error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if err := c.w.Flush(); err != nil {
+		return c.ioErr("send", err)
+	}
+	return nil
+}
+
+// SendFrame writes a frame encoded by the caller (wire.FrameEncoder) and
+// flushes, under the rate limit like Send. A processor's block must be
+// encoded before the processor is called again; its driver encodes on
+// its own goroutine and hands the bytes to the connection's writer.
+func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if c.limiter != nil {
+		if err := c.limiter.wait(ctx, len(frame), c.closed); err != nil {
+			return err
+		}
+	}
+	if _, err := c.w.Write(frame); err != nil {
+		return c.ioErr("send", err)
+	}
+	if err := c.w.Flush(); err != nil {
+		return c.ioErr("send", err)
+	}
+	return nil
+}
+
+func (c *Conn) write(ctx context.Context, m wire.Message) error {
 	frame, err := c.enc.AppendFrame(c.frame[:0], m, c.cfg.Codec)
 	if err != nil {
 		return err
@@ -111,9 +162,6 @@ func (c *Conn) Send(ctx context.Context, m wire.Message) error {
 		}
 	}
 	if _, err := c.w.Write(frame); err != nil {
-		return c.ioErr("send", err)
-	}
-	if err := c.w.Flush(); err != nil {
 		return c.ioErr("send", err)
 	}
 	return nil

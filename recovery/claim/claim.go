@@ -328,9 +328,10 @@ func (c *Claim) end(why error) {
 	})
 }
 
-// pauseKeepAliveForTest stops refreshing the lease while the checks go on,
-// as a process stalled past its TTL would (tests only).
-func (c *Claim) pauseKeepAliveForTest() {
+// StopKeepAlive stops refreshing the lease while the checks go on, as a
+// process stalled past its TTL would: fault injection, for tests and the
+// demo's pause-executor. The claim is lost once the lease expires.
+func (c *Claim) StopKeepAlive() {
 	c.kaPaused.Store(true)
 	c.kaCancel()
 }

@@ -253,7 +253,7 @@ func TestPausedExecutor(t *testing.T) {
 		t.Fatalf("lease guard: Held(now) %v, Held(now+ttl) %v; want true, false", a.Held(now), a.Held(now.Add(ttl)))
 	}
 	paused := time.Now()
-	a.pauseKeepAliveForTest()
+	a.StopKeepAlive()
 	b := acquireWithin(t, ctx, cliB, task, "host-b:2:bb", ttl, paused.Add(3*ttl), WithWindow(window))
 	defer b.Release(ctx)
 	claimedB := time.Now()

@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// ClusterKey holds the cluster's ClusterConfig, written once.
+const ClusterKey = "/rejoin/cluster"
+
+// Errors of the package, classified with errors.Is.
+var (
+	// ErrConfig: a flag or cluster setting out of range.
+	ErrConfig = errors.New("node: bad config")
+	// ErrNoCluster: /rejoin/cluster is not there (InitCluster first).
+	ErrNoCluster = errors.New("node: cluster not initialised")
+	// ErrExists: InitCluster found a cluster already there.
+	ErrExists = errors.New("node: cluster already initialised")
+)
+
+// ClusterConfig is the cluster's shape: how many partitions, how many
+// replicas of each, and the tables every partition holds.
+type ClusterConfig struct {
+	Partitions uint32      `json:"partitions"`
+	Replicas   int         `json:"replicas"`
+	Tables     []TableSpec `json:"tables"`
+}
+
+// TableSpec is a table's schema as stored in etcd.
+type TableSpec struct {
+	Name    string       `json:"name"`
+	Columns []ColumnSpec `json:"columns"`
+	Key     []int        `json:"key"`
+}
+
+// ColumnSpec is one column; Type is wire.Type's name (int64, float64,
+// string, bytes).
+type ColumnSpec struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// KVTable is the demo's table: a bytes key and a bytes value.
+func KVTable() TableSpec {
+	return TableSpec{Name: "kv", Columns: []ColumnSpec{{Name: "k", Type: "bytes"}, {Name: "v", Type: "bytes"}}, Key: []int{0}}
+}
+
+// Schema converts the spec to a partition.Schema.
+func (t TableSpec) Schema() (partition.Schema, error) {
+	s := partition.Schema{Name: t.Name, Key: t.Key}
+	for _, c := range t.Columns {
+		typ, err := parseType(c.Type)
+		if err != nil {
+			return partition.Schema{}, fmt.Errorf("%w: table %q column %q: %w", ErrConfig, t.Name, c.Name, err)
+		}
+		s.Columns = append(s.Columns, partition.Column{Name: c.Name, Type: typ})
+	}
+	if err := s.Validate(); err != nil {
+		return partition.Schema{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return s, nil
+}
+
+func parseType(name string) (wire.Type, error) {
+	for _, t := range []wire.Type{wire.TypeInt64, wire.TypeFloat64, wire.TypeString, wire.TypeBytes} {
+		if t.String() == name {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown column type %q", name)
+}
+
+// Validate checks the shape.
+func (c ClusterConfig) Validate() error {
+	switch {
+	case c.Partitions < 1 || c.Partitions > 1<<16:
+		return fmt.Errorf("%w: %d partitions, want 1..65536", ErrConfig, c.Partitions)
+	case c.Replicas < 1 || c.Replicas > 16:
+		return fmt.Errorf("%w: %d replicas, want 1..16", ErrConfig, c.Replicas)
+	case len(c.Tables) == 0:
+		return fmt.Errorf("%w: no tables", ErrConfig)
+	}
+	for _, t := range c.Tables {
+		if _, err := t.Schema(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InitCluster writes cfg and the placement of its partitions' replicas on
+// nodes (supervise.Place), in one transaction that fails with ErrExists if
+// a cluster is already there. Every replica starts live: the cluster is
+// empty, so every copy is trivially equal.
+func InitCluster(ctx context.Context, cli *clientv3.Client, cfg ClusterConfig, nodes []string) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	place, err := supervise.Place(nodes, cfg.Partitions, cfg.Replicas)
+	if err != nil {
+		return err
+	}
+	val, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	ops := []clientv3.Op{clientv3.OpPut(ClusterKey, string(val))}
+	for p, ns := range place {
+		for _, n := range ns {
+			rv, _ := json.Marshal(supervise.Replica{State: supervise.ReplicaLive})
+			ops = append(ops, clientv3.OpPut(supervise.ReplicaKey(p, n), string(rv)))
+		}
+	}
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(ClusterKey), "=", 0)).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("node: init cluster: %w", err)
+	}
+	if !resp.Succeeded {
+		return ErrExists
+	}
+	return nil
+}
+
+// ReadCluster reads the cluster's config.
+func ReadCluster(ctx context.Context, cli *clientv3.Client) (ClusterConfig, error) {
+	resp, err := cli.Get(ctx, ClusterKey)
+	if err != nil {
+		return ClusterConfig{}, fmt.Errorf("node: read cluster: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ClusterConfig{}, ErrNoCluster
+	}
+	var c ClusterConfig
+	if err := json.Unmarshal(resp.Kvs[0].Value, &c); err != nil {
+		return ClusterConfig{}, fmt.Errorf("node: cluster config: %w", err)
+	}
+	return c, c.Validate()
+}

@@ -1,0 +1,2 @@
+// Package node is the rejoin node process: see CONTRACT.md until doc is written.
+package node

@@ -1,0 +1,444 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// feedQueueMax bounds the messages waiting for one feed connection, each
+// way. The initiator bounds its txns in flight, so a full queue means the
+// peer stopped reading: the feed is then closed, not waited on.
+const feedQueueMax = 1 << 16
+
+// ---- the replica node's side: feeds coming in ----
+
+// feedIns are the feeds this node receives, one per initiator.
+type feedIns struct {
+	n  *Node
+	mu sync.Mutex
+	by map[txnid.Initiator]*feedIn
+}
+
+type feedIn struct {
+	in   txnid.Initiator
+	node string
+	conn *stream.Conn
+	q    chan wire.Message
+}
+
+// done sends a txn's result back to its initiator, without waiting.
+func (f *feedIns) done(in txnid.Initiator, d *wire.Done) {
+	f.mu.Lock()
+	fi := f.by[in]
+	f.mu.Unlock()
+	if fi == nil {
+		return // its feed is gone; so is the initiator's wait
+	}
+	select {
+	case fi.q <- d:
+	default:
+		f.n.log.Warn("feed reply queue full; closing the feed", "initiator", in)
+		fi.conn.Close()
+	}
+}
+
+// serveFeed reads one initiator's feed until it ends.
+func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
+	in := txnid.Initiator(h.Initiator)
+	fi := &feedIn{in: in, node: h.Node, conn: conn, q: make(chan wire.Message, feedQueueMax)}
+	n.feeds.mu.Lock()
+	old := n.feeds.by[in]
+	n.feeds.by[in] = fi
+	n.feeds.mu.Unlock()
+	if old != nil {
+		old.conn.Close()
+	}
+	for _, r := range n.replicas {
+		r.do(func(r *replica) { r.addInitiator(in) })
+	}
+	writerDone, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		writeQueue(n.ctx, conn, fi.q, stop)
+	}()
+	err := n.readFeed(conn)
+	conn.Close()
+	close(stop)
+	<-writerDone
+	n.feeds.mu.Lock()
+	current := n.feeds.by[in] == fi
+	if current {
+		delete(n.feeds.by, in)
+	}
+	n.feeds.mu.Unlock()
+	if !current || n.ctx.Err() != nil {
+		return
+	}
+	n.log.Info("feed ended", "initiator", in, "node", h.Node, "err", err)
+	n.feedLost(in, h.Node)
+}
+
+func (n *Node) readFeed(conn *stream.Conn) error {
+	for {
+		m, err := conn.Recv()
+		if err != nil {
+			return err
+		}
+		switch m := m.(type) {
+		case *wire.Txn:
+			r := n.replicas[m.Partition]
+			if r == nil {
+				continue // not hosted here: the sender's placement is stale
+			}
+			inv := partition.Invocation{ID: m.ID, Proc: m.Proc, Params: append([]byte(nil), m.Params...)}
+			r.do(func(r *replica) { r.onTxn(inv) })
+		case *wire.Beat:
+			id := m.ID
+			for _, r := range n.replicas {
+				r.do(func(r *replica) { r.onBeat(id) })
+			}
+		default:
+			return fmt.Errorf("feed: unexpected %v", m.Type())
+		}
+	}
+}
+
+// feedLost: an initiator's feed ended. If its node died (or came back as
+// a new incarnation), nothing more comes from that initiator and the
+// replicas stop waiting for it. If it lives on, the replicas may have
+// missed txns: they are no longer copies.
+func (n *Node) feedLost(in txnid.Initiator, node string) {
+	deadline := time.Now().Add(3 * n.cfg.NodeTTL)
+	for time.Now().Before(deadline) {
+		if !n.members.alive(node) || n.feedRestored(in) {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-n.ctx.Done():
+			return
+		}
+	}
+	if n.feedRestored(in) {
+		return // a new feed from it took over: it was re-added
+	}
+	if !n.members.alive(node) {
+		for _, r := range n.replicas {
+			r.do(func(r *replica) { r.removeInitiator(in) })
+		}
+		return
+	}
+	for _, r := range n.replicas {
+		r.do(func(r *replica) { r.fail(fmt.Sprintf("feed from initiator %d lost while its node %s lives", in, node)) })
+	}
+}
+
+func (n *Node) feedRestored(in txnid.Initiator) bool {
+	n.feeds.mu.Lock()
+	defer n.feeds.mu.Unlock()
+	return n.feeds.by[in] != nil
+}
+
+// writeQueue writes q's messages to conn, flushing when q runs dry, until
+// the connection fails or ctx ends.
+func writeQueue(ctx context.Context, conn *stream.Conn, q <-chan wire.Message, stop <-chan struct{}) {
+	for {
+		var m wire.Message
+		select {
+		case m = <-q:
+		case <-ctx.Done():
+			conn.Close()
+			return
+		case <-stop:
+			return
+		}
+		for m != nil {
+			if err := conn.Write(ctx, m); err != nil {
+				conn.Close()
+				return
+			}
+			select {
+			case m = <-q:
+			default:
+				m = nil
+			}
+		}
+		if err := conn.Flush(); err != nil {
+			conn.Close()
+			return
+		}
+	}
+}
+
+// ---- the initiator: client calls in, feeds out ----
+
+// initiator assigns txn IDs to client calls, sends each to every replica
+// of its partition on a live node, heartbeats when idle, and answers the
+// client once every live replica has executed the txn.
+type initiator struct {
+	n *Node
+
+	mu       sync.Mutex
+	gen      *txnid.Generator
+	outs     map[string]*feedOut
+	pending  map[txnid.ID]*call
+	lastSend time.Time
+}
+
+type feedOut struct {
+	node    string
+	created int64
+	conn    *stream.Conn
+	q       chan wire.Message
+	broken  chan struct{}
+	once    sync.Once
+}
+
+func (f *feedOut) close() {
+	f.once.Do(func() {
+		close(f.broken)
+		f.conn.Close()
+	})
+}
+
+// send queues m; false if the feed is broken or its queue full.
+func (f *feedOut) send(m wire.Message) bool {
+	select {
+	case f.q <- m:
+		return true
+	case <-f.broken:
+		return false
+	default:
+		f.close()
+		return false
+	}
+}
+
+// call is one client call in flight.
+type call struct {
+	req     *wire.Call
+	id      txnid.ID
+	waiting map[string]bool
+	replied bool
+	reply   wire.Reply
+	send    func(*wire.Reply)
+}
+
+func newInitiator(n *Node) (*initiator, error) {
+	gen, err := txnid.NewGenerator(txnid.Initiator(n.cfg.ID), func() int64 { return time.Now().UnixMilli() })
+	if err != nil {
+		return nil, err
+	}
+	return &initiator{n: n, gen: gen, outs: map[string]*feedOut{}, pending: map[txnid.ID]*call{}}, nil
+}
+
+// submit sequences a call and sends it to its partition's replicas.
+func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
+	view := in.n.members.view()
+	if req.Partition >= in.n.cluster.Partitions {
+		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d out of range (%d partitions)", req.Partition, in.n.cluster.Partitions)})
+		return
+	}
+	in.mu.Lock()
+	c := &call{req: req, waiting: map[string]bool{}, send: send}
+	var targets []*feedOut
+	for _, rp := range view.placement[req.Partition] {
+		f := in.outs[rp.node]
+		if f == nil {
+			continue
+		}
+		targets = append(targets, f)
+		if rp.live {
+			c.waiting[rp.node] = true
+		}
+	}
+	if len(c.waiting) == 0 {
+		in.mu.Unlock()
+		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d has no live replica", req.Partition)})
+		return
+	}
+	c.id = in.gen.Next()
+	in.pending[c.id] = c
+	txn := &wire.Txn{Partition: req.Partition, ID: c.id, Proc: req.Proc, Params: req.Params}
+	for _, f := range targets {
+		if !f.send(txn) {
+			delete(c.waiting, f.node)
+		}
+	}
+	in.lastSend = time.Now()
+	in.maybeReply(c)
+	in.mu.Unlock()
+}
+
+// onDone records one replica's result.
+func (in *initiator) onDone(node string, d *wire.Done) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c := in.pending[d.ID]
+	if c == nil || !c.waiting[node] {
+		return // a replica not waited for (rejoining), or a late answer
+	}
+	delete(c.waiting, node)
+	if !c.replied {
+		c.replied = true
+		c.reply.Out = append([]byte(nil), d.Out...)
+		c.reply.Err = d.Err
+	}
+	if c.req.Each {
+		c.reply.Each = append(c.reply.Each, wire.ReplicaOut{Node: node, Out: append([]byte(nil), d.Out...), Err: d.Err})
+	}
+	in.maybeReply(c)
+}
+
+// dropNode stops waiting for node: its feed broke.
+func (in *initiator) dropNode(node string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, c := range in.pending {
+		if c.waiting[node] {
+			delete(c.waiting, node)
+			in.maybeReply(c)
+		}
+	}
+}
+
+// maybeReply answers the client once nothing is waited for; in.mu held.
+func (in *initiator) maybeReply(c *call) {
+	if len(c.waiting) > 0 {
+		return
+	}
+	delete(in.pending, c.id)
+	r := c.reply
+	r.Req, r.ID = c.req.Req, c.id
+	if !c.replied {
+		r.Err = "no live replica answered: the txn's outcome is unknown"
+	}
+	c.send(&r)
+}
+
+// beat sends a heartbeat on every feed if nothing was sent for a while.
+func (in *initiator) beat() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if time.Since(in.lastSend) < in.n.cfg.BeatEvery || len(in.outs) == 0 {
+		return
+	}
+	b := &wire.Beat{ID: in.gen.Next()}
+	for _, f := range in.outs {
+		f.send(b)
+	}
+	in.lastSend = time.Now()
+}
+
+// run keeps a feed open to every live node and heartbeats.
+func (in *initiator) run() {
+	t := time.NewTicker(in.n.cfg.BeatEvery)
+	defer t.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	dialing := map[string]bool{}
+	dialed := make(chan string, 64)
+	var wg sync.WaitGroup
+	defer func() {
+		in.mu.Lock()
+		for _, f := range in.outs {
+			f.close()
+		}
+		in.mu.Unlock()
+		wg.Wait()
+	}()
+	for {
+		select {
+		case <-in.n.ctx.Done():
+			return
+		case <-t.C:
+			in.beat()
+		case node := <-dialed:
+			delete(dialing, node)
+		case <-poll.C:
+			view := in.n.members.view()
+			in.mu.Lock()
+			for node, f := range in.outs {
+				rec, ok := view.nodes[node]
+				if !ok || rec.Created != f.created {
+					f.close()
+				}
+			}
+			in.mu.Unlock()
+			for node, rec := range view.nodes {
+				in.mu.Lock()
+				_, have := in.outs[node]
+				in.mu.Unlock()
+				if have || dialing[node] {
+					continue
+				}
+				dialing[node] = true
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { dialed <- node }()
+					in.openFeed(node, rec.Address, rec.Created)
+				}()
+			}
+		}
+	}
+}
+
+// openFeed dials node and runs the feed until it breaks.
+func (in *initiator) openFeed(node, addr string, created int64) {
+	ctx, cancel := context.WithTimeout(in.n.ctx, 2*time.Second)
+	cfg := in.n.streamConfig()
+	cfg.StallWindow = 0 // a feed may be idle one way; node death is etcd's to tell
+	conn, err := stream.Dial(ctx, addr, cfg)
+	if err == nil {
+		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID)})
+		if err != nil {
+			conn.Close()
+		}
+	}
+	cancel()
+	if err != nil {
+		if in.n.ctx.Err() == nil {
+			in.n.log.Debug("feed dial", "node", node, "err", err)
+		}
+		return
+	}
+	f := &feedOut{node: node, created: created, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
+	in.mu.Lock()
+	in.outs[node] = f
+	// The first message: the replicas' safe point hears from us at once.
+	f.send(&wire.Beat{ID: in.gen.Next()})
+	in.mu.Unlock()
+	in.n.log.Info("feed open", "to", node)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		writeQueue(in.n.ctx, conn, f.q, f.broken)
+		f.close()
+	}()
+	for {
+		m, err := conn.Recv()
+		if err != nil {
+			break
+		}
+		if d, ok := m.(*wire.Done); ok {
+			in.onDone(node, d)
+		}
+	}
+	f.close()
+	<-done
+	in.mu.Lock()
+	if in.outs[node] == f {
+		delete(in.outs, node)
+	}
+	in.mu.Unlock()
+	in.dropNode(node)
+	in.n.log.Info("feed closed", "to", node)
+}

@@ -1,0 +1,91 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// httpHandler serves the admin endpoints: status, metrics, and the fault
+// points the demo and the tests use.
+func (n *Node) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(n.Status())
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /fault/hold", n.fault(func(r *replica, q map[string]string) error {
+		rows, err := strconv.ParseInt(q["rows"], 10, 64)
+		if err != nil || rows < 1 {
+			return fmt.Errorf("rows=%q: want a positive count", q["rows"])
+		}
+		r.holdRows = rows
+		if r.src != nil && !r.src.held {
+			r.src.holdRows = rows
+		}
+		return nil
+	}))
+	mux.HandleFunc("POST /fault/release", n.fault(func(r *replica, _ map[string]string) error {
+		r.holdRows = 0
+		r.releaseHold()
+		return nil
+	}))
+	mux.HandleFunc("POST /fault/cut-link", n.fault(func(r *replica, _ map[string]string) error {
+		switch {
+		case r.src != nil:
+			r.src.link.cut()
+		case r.dst != nil && !r.dst.live:
+			r.dst.link.cut()
+		default:
+			return fmt.Errorf("partition %d has no rejoin under way here", r.p)
+		}
+		return nil
+	}))
+	mux.HandleFunc("POST /fault/pause-executor", n.fault(func(r *replica, q map[string]string) error {
+		d, err := time.ParseDuration(q["for"])
+		if err != nil || d <= 0 || d > time.Minute {
+			return fmt.Errorf("for=%q: want a duration up to 1m", q["for"])
+		}
+		if r.src == nil {
+			return fmt.Errorf("partition %d serves no rejoin here", r.p)
+		}
+		// As a process stalled past its TTL: no keepalive, no I/O. The
+		// lease guard stops the attempt once the claim may have expired.
+		r.src.pauseUntil.Store(time.Now().Add(d).UnixNano())
+		r.src.claim.StopKeepAlive()
+		return nil
+	}))
+	return mux
+}
+
+// fault runs f on the replica named by ?partition=, on its goroutine.
+func (n *Node) fault(f func(r *replica, q map[string]string) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		q := map[string]string{}
+		for k, v := range req.URL.Query() {
+			q[k] = v[0]
+		}
+		p, err := strconv.ParseUint(q["partition"], 10, 32)
+		r := n.replicas[uint32(p)]
+		if err != nil || r == nil {
+			http.Error(w, fmt.Sprintf("partition=%q: not hosted here", q["partition"]), http.StatusNotFound)
+			return
+		}
+		res := make(chan error, 1)
+		if !r.do(func(r *replica) { res <- f(r, q) }) {
+			http.Error(w, "node stopping", http.StatusServiceUnavailable)
+			return
+		}
+		if err := <-res; err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		n.log.Warn("fault injected", "path", req.URL.Path, "query", req.URL.RawQuery)
+		fmt.Fprintln(w, "ok")
+	}
+}

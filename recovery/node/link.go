@@ -1,0 +1,152 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// linkFramesMax bounds the frames of one rejoin waiting for the
+// connection. The source's window bounds its blocks well below; the rest
+// are heartbeats and control messages. Reaching it ends the attempt.
+const linkFramesMax = 4096
+
+// link is the connection side of one rejoin attempt. The replica goroutine
+// encodes the processor's messages into frames at once (a block's tuples
+// are only valid until the processor is called again) and queues them; a
+// writer goroutine per connection sends them. A new connection replaces
+// the old one: the old writer has ended before the new one starts, and the
+// frames queued for the broken connection are dropped in the same replica
+// event that calls the processor's Resume, which sends again whatever the
+// peer may have lost.
+type link struct {
+	frames chan []byte
+	// pending and enc belong to the replica goroutine.
+	pending [][]byte
+	enc     wire.FrameEncoder
+	codec   wire.Codec
+
+	// inflight counts frames taken by a writer and not yet written.
+	inflight atomic.Int32
+
+	mu         sync.Mutex
+	conn       *stream.Conn
+	writerDone chan struct{}
+}
+
+func newLink(codec wire.Codec) *link {
+	return &link{frames: make(chan []byte, linkFramesMax), codec: codec}
+}
+
+// queue encodes msgs and queues them; replica goroutine only.
+func (l *link) queue(msgs []wire.Message) error {
+	for _, m := range msgs {
+		f, err := l.enc.AppendFrame(nil, m, l.codec)
+		if err != nil {
+			return fmt.Errorf("encode %v: %w", m.Type(), err)
+		}
+		l.pending = append(l.pending, f)
+	}
+	l.flush()
+	if len(l.pending) > linkFramesMax {
+		return fmt.Errorf("%d frames wait for the connection, limit %d", len(l.pending), linkFramesMax)
+	}
+	return nil
+}
+
+// flush moves queued frames to the writer without waiting.
+func (l *link) flush() {
+	for len(l.pending) > 0 {
+		select {
+		case l.frames <- l.pending[0]:
+			l.pending[0] = nil
+			l.pending = l.pending[1:]
+		default:
+			return
+		}
+	}
+}
+
+// drop discards every queued frame; replica goroutine only, before Resume.
+func (l *link) drop() {
+	l.pending = nil
+	for {
+		select {
+		case <-l.frames:
+		default:
+			return
+		}
+	}
+}
+
+// attach makes c the link's connection: the old one is closed and its
+// writer waited for. The caller then drops and resumes on the replica
+// goroutine, and starts the new writer with run.
+func (l *link) attach(c *stream.Conn) {
+	l.mu.Lock()
+	old, done := l.conn, l.writerDone
+	l.conn, l.writerDone = c, nil
+	l.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	if done != nil {
+		<-done
+	}
+}
+
+// run starts the writer of c, which ends when c fails or is closed.
+func (l *link) run(ctx context.Context, c *stream.Conn, pause func(context.Context)) {
+	done := make(chan struct{})
+	l.mu.Lock()
+	l.writerDone = done
+	l.mu.Unlock()
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case f := <-l.frames:
+				l.inflight.Add(1)
+				pause(ctx)
+				err := c.SendFrame(ctx, f)
+				l.inflight.Add(-1)
+				if err != nil {
+					c.Close()
+					return
+				}
+			case <-ctx.Done():
+				c.Close()
+				return
+			}
+		}
+	}()
+}
+
+// drain waits, up to d, until every queued frame is written: an attempt's
+// last messages (the handoff, an abort) go out before it closes.
+func (l *link) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for (len(l.frames) > 0 || l.inflight.Load() > 0) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// cut closes the current connection (a fault, or the attempt's end).
+func (l *link) cut() {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// close ends the link: the connection closed, its writer ended.
+func (l *link) close() {
+	l.attach(nil)
+}

@@ -1,0 +1,95 @@
+package node
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+)
+
+// members is the node's view of the cluster, read from etcd every poll:
+// the live nodes and where each partition's replicas are and whether they
+// are live. Reads are cheap and lock-free for the reader of one view.
+type members struct {
+	n  *Node
+	mu sync.Mutex
+	v  *view
+}
+
+type view struct {
+	nodes     map[string]supervise.NodeRecord
+	placement map[uint32][]replicaPlace
+}
+
+type replicaPlace struct {
+	node string
+	live bool
+}
+
+func (m *members) view() *view {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.v
+}
+
+func (m *members) alive(node string) bool {
+	_, ok := m.view().nodes[node]
+	return ok
+}
+
+func (m *members) address(node string) (string, error) {
+	rec, ok := m.view().nodes[node]
+	if !ok {
+		return "", fmt.Errorf("node %s is not alive", node)
+	}
+	return rec.Address, nil
+}
+
+// refresh reads etcd once.
+func (m *members) refresh() error {
+	nodes, err := supervise.Nodes(m.n.ctx, m.n.cli)
+	if err != nil {
+		return err
+	}
+	reps, err := supervise.Replicas(m.n.ctx, m.n.cli)
+	if err != nil {
+		return err
+	}
+	v := &view{nodes: map[string]supervise.NodeRecord{}, placement: map[uint32][]replicaPlace{}}
+	for _, r := range nodes {
+		v.nodes[r.ID] = r
+	}
+	for _, r := range reps {
+		_, alive := v.nodes[r.Node]
+		v.placement[r.Partition] = append(v.placement[r.Partition], replicaPlace{node: r.Node, live: alive && r.State == supervise.ReplicaLive})
+	}
+	m.mu.Lock()
+	m.v = v
+	m.mu.Unlock()
+	return nil
+}
+
+// run refreshes the view, and ends the rejoin attempts whose peer died
+// (DESIGN.md step 8: the recovering side terminates its rejoin).
+func (m *members) run() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := m.refresh(); err != nil {
+			if m.n.ctx.Err() == nil {
+				m.n.log.Warn("reading cluster membership", "err", err)
+			}
+			continue
+		}
+		v := m.view()
+		for _, r := range m.n.replicas {
+			r.do(func(r *replica) { r.checkPeers(v) })
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package node
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the node's Prometheus metrics. Counters are kept as events
+// happen; the replicas' gauges are read from their published status at
+// scrape time, so the replica goroutines do no metrics work.
+type metrics struct {
+	reg      *prometheus.Registry
+	txns     prometheus.Counter
+	attempts *prometheus.CounterVec
+}
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		txns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rejoin_store_txns_executed_total", Help: "Transactions executed by the node's replicas.",
+		}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rejoin_attempts_total", Help: "Rejoin attempts ended, by role and outcome.",
+		}, []string{"role", "outcome"}),
+	}
+	m.reg.MustRegister(m.txns, m.attempts, &replicaCollector{n: n},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observeRejoin counts an ended attempt (or one gone live).
+func (m *metrics) observeRejoin(_ uint32, st RejoinStatus) {
+	outcome := "ok"
+	if st.Err != "" {
+		outcome = "aborted"
+	}
+	m.attempts.WithLabelValues(st.Role, outcome).Inc()
+}
+
+var (
+	descState = prometheus.NewDesc("rejoin_replica_live", "1 if the replica is live, 0 if it is rejoining or needs a rejoin.", []string{"partition", "state"}, nil)
+	descPhase = prometheus.NewDesc("rejoin_phase", "The current or latest rejoin attempt's phase (value 1).", []string{"partition", "role", "phase"}, nil)
+	descRows  = prometheus.NewDesc("rejoin_rows_streamed", "Rows sent (source) or applied (destination) by the current or latest attempt.", []string{"partition", "role"}, nil)
+	descBytes = prometheus.NewDesc("rejoin_bytes_streamed", "Tuple bytes sent or applied by the current or latest attempt.", []string{"partition", "role"}, nil)
+	descLog   = prometheus.NewDesc("rejoin_change_log_peak_bytes", "The source's change log peak, current or latest attempt.", []string{"partition"}, nil)
+	descThr   = prometheus.NewDesc("rejoin_throttle_ms", "Time the source throttled execution, current or latest attempt.", []string{"partition"}, nil)
+	descPause = prometheus.NewDesc("rejoin_handoff_pause_ms", "The source's handoff pause, current or latest attempt.", []string{"partition"}, nil)
+	descRows2 = prometheus.NewDesc("rejoin_replica_rows", "Rows held by the replica when live.", []string{"partition"}, nil)
+)
+
+type replicaCollector struct{ n *Node }
+
+func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descState, descPhase, descRows, descBytes, descLog, descThr, descPause, descRows2} {
+		ch <- d
+	}
+}
+
+func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, rs := range c.n.Status().Replicas {
+		p := strconv.FormatUint(uint64(rs.Partition), 10)
+		live := 0.0
+		if rs.State == StateLive {
+			live = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, live, p, rs.State)
+		ch <- prometheus.MustNewConstMetric(descRows2, prometheus.GaugeValue, float64(rs.Rows), p)
+		atts := rs.Sources
+		if rs.Rejoin != nil {
+			atts = append(atts, *rs.Rejoin)
+		}
+		for _, a := range atts {
+			ch <- prometheus.MustNewConstMetric(descPhase, prometheus.GaugeValue, 1, p, a.Role, a.Phase)
+			ch <- prometheus.MustNewConstMetric(descRows, prometheus.GaugeValue, float64(a.Rows), p, a.Role)
+			ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(a.Bytes), p, a.Role)
+			if a.Role == "source" {
+				ch <- prometheus.MustNewConstMetric(descLog, prometheus.GaugeValue, float64(a.LogBytesPeak), p)
+				ch <- prometheus.MustNewConstMetric(descThr, prometheus.GaugeValue, a.ThrottledMs, p)
+				ch <- prometheus.MustNewConstMetric(descPause, prometheus.GaugeValue, a.HandoffPauseMs, p)
+			}
+		}
+	}
+}

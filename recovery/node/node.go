@@ -1,0 +1,533 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/nodestate"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// Node is one running node process.
+type Node struct {
+	cfg     Config
+	id      string
+	log     *slog.Logger
+	ctx     context.Context
+	cli     *clientv3.Client
+	reg     *supervise.Node
+	store   *nodestate.Store
+	cluster ClusterConfig
+	schemas []partition.Schema
+	procs   *partition.Registry
+	started time.Time
+	addrs   Addrs
+
+	replicas map[uint32]*replica
+	members  members
+	feeds    feedIns
+	init     *initiator
+	metrics  *metrics
+	outgoing atomic.Int32
+	wg       sync.WaitGroup
+
+	// opened are the partitions whose rejoin task this node opened and
+	// that are not live yet: at most cfg.IncomingMax at once.
+	openMu sync.Mutex
+	opened map[uint32]bool
+}
+
+// Run runs the node until ctx ends or its registration is lost. ready, if
+// not nil, is called with the bound addresses once the node is registered.
+// On return every goroutine of the node has ended and its durable record
+// is closed (a clean shutdown).
+func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}}
+	n.log = cfg.Log.With("node", n.id)
+	n.members.n, n.feeds.n = n, n
+	n.feeds.by = map[txnid.Initiator]*feedIn{}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("node: etcd: %w", err)
+	}
+	defer cli.Close()
+	n.cli = cli
+	if n.cluster, err = waitCluster(ctx, cli); err != nil {
+		return err
+	}
+	for _, t := range n.cluster.Tables {
+		s, err := t.Schema()
+		if err != nil {
+			return err
+		}
+		n.schemas = append(n.schemas, s)
+	}
+	n.procs = partition.NewBuiltinRegistry()
+
+	store, report, err := nodestate.Open(cfg.DataDir, n.id, n.started, n.log)
+	if err != nil {
+		return err
+	}
+	n.store = store
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	if err := n.hostReplicas(ctx, report); err != nil {
+		return err
+	}
+
+	ln, err := stream.Listen(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	hln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		return fmt.Errorf("node: http listen: %w", err)
+	}
+	defer hln.Close()
+	n.addrs = Addrs{Node: n.id, TCP: ln.Addr().String(), HTTP: hln.Addr().String()}
+
+	reg, err := supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
+		Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Log: n.log,
+	})
+	if err != nil {
+		return err
+	}
+	n.reg = reg
+	// The node's work ends when asked to stop or when the registration
+	// is lost (seed 002), whichever comes first.
+	nctx, ncancel := context.WithCancel(reg.Context())
+	defer ncancel()
+	stopWatch := context.AfterFunc(ctx, ncancel)
+	defer stopWatch()
+	n.ctx = nctx
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+		defer cancel()
+		_ = reg.Close(cctx)
+	}()
+	if err := n.members.refresh(); err != nil {
+		return err
+	}
+	if n.init, err = newInitiator(n); err != nil {
+		return err
+	}
+	n.metrics = newMetrics(n)
+
+	srv := &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	n.goRun(func() { _ = srv.Serve(hln) })
+	n.goRun(func() { n.accept(ln) })
+	for _, r := range n.replicas {
+		n.goRun(r.loop)
+	}
+	n.goRun(n.members.run)
+	n.goRun(n.init.run)
+	n.goRun(n.executor)
+	n.goRun(n.openTasks)
+	n.goRun(n.supervise)
+	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.replicas),
+		"first_start", report.First, "unexpected_shutdown", report.Unexpected)
+	if ready != nil {
+		ready(n.addrs)
+	}
+
+	<-n.ctx.Done()
+	stopErr := reg.Err()
+	if ctx.Err() != nil {
+		stopErr = nil // asked to stop
+	}
+	ln.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
+	n.wg.Wait()
+	n.log.Info("node stopped", "err", stopErr)
+	return stopErr
+}
+
+func (n *Node) goRun(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// waitCluster waits (bounded) for the cluster's config to be written.
+func waitCluster(ctx context.Context, cli *clientv3.Client) (ClusterConfig, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := ReadCluster(ctx, cli)
+		if !errors.Is(err, ErrNoCluster) || time.Now().After(deadline) {
+			return c, err
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return c, ctx.Err()
+		}
+	}
+}
+
+// hostReplicas builds the replicas the placement gives this node. On a
+// node's first start in a new cluster its replicas are live (empty, like
+// every copy); after any earlier run their content died with the process
+// (seed 004): they need a rejoin, which is recorded before the node
+// registers, so no initiator waits for them.
+func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) error {
+	reps, err := supervise.Replicas(ctx, n.cli)
+	if err != nil {
+		return err
+	}
+	n.replicas = map[uint32]*replica{}
+	for _, rp := range reps {
+		if rp.Node != n.id {
+			continue
+		}
+		live := report.First && rp.State == supervise.ReplicaLive
+		state := nodestate.NeedsRejoin
+		if live {
+			state = nodestate.Live
+		} else if err := supervise.SetReplica(ctx, n.cli, supervise.Replica{Partition: rp.Partition, Node: n.id, State: supervise.ReplicaNeedsRejoin}); err != nil {
+			return err
+		}
+		if err := n.store.SetReplica(nodestate.Replica{Partition: rp.Partition, State: state}); err != nil {
+			return err
+		}
+		r, err := newReplica(n, rp.Partition, live)
+		if err != nil {
+			return err
+		}
+		n.replicas[rp.Partition] = r
+	}
+	if len(n.replicas) == 0 {
+		n.log.Warn("the placement gives this node no replica")
+	}
+	return nil
+}
+
+// replicaRejoining records an attempt's start (an interim state).
+func (n *Node) replicaRejoining(p uint32, epoch uint64) {
+	if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: nodestate.Rejoining, Epoch: epoch}); err != nil {
+		n.log.Error("record replica state", "partition", p, "err", err)
+	}
+}
+
+// replicaChanged records a replica going live, or needing a rejoin, in
+// the node's record and in etcd (where initiators and the supervisor read
+// it). It does not block the replica's goroutine.
+func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
+	state, sstate := nodestate.NeedsRejoin, supervise.ReplicaNeedsRejoin
+	if live {
+		state, sstate = nodestate.Live, supervise.ReplicaLive
+	}
+	if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: state, Epoch: epoch}); err != nil {
+		n.log.Error("record replica state", "partition", p, "err", err)
+	}
+	n.goRun(func() {
+		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+		defer cancel()
+		if err := supervise.SetReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate}); err != nil {
+			n.log.Error("publish replica state", "partition", p, "err", err)
+		}
+		if live {
+			n.openMu.Lock()
+			delete(n.opened, p)
+			n.openMu.Unlock()
+		}
+	})
+}
+
+// openTasks opens the rejoin tasks of replicas that need one, at most
+// IncomingMax at once (the per-node limit): the supervisor assigns each a
+// source.
+func (n *Node) openTasks() {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var need []uint32
+		for p, r := range n.replicas {
+			if st := r.status.Load(); st != nil && st.State != StateLive {
+				need = append(need, p)
+			}
+		}
+		sort.Slice(need, func(i, j int) bool { return need[i] < need[j] })
+		for _, p := range need {
+			n.openMu.Lock()
+			full := len(n.opened) >= n.cfg.IncomingMax
+			have := n.opened[p]
+			n.openMu.Unlock()
+			if have || full {
+				continue
+			}
+			task := claim.Task{Partition: p, Dest: n.id}
+			_, err := claim.CreateTask(n.ctx, n.cli, task, time.Now())
+			if err != nil && !errors.Is(err, claim.ErrTaskOpen) {
+				n.log.Warn("open rejoin task", "task", task, "err", err)
+				continue
+			}
+			n.openMu.Lock()
+			n.opened[p] = true
+			n.openMu.Unlock()
+			n.log.Info("rejoin task open", "task", task)
+		}
+	}
+}
+
+// supervise campaigns for the supervisor's role, again after a lost
+// session, until the node stops.
+func (n *Node) supervise() {
+	sup, err := supervise.New(n.cli, supervise.Config{NodeID: n.id, SessionTTL: n.cfg.NodeTTL, Log: n.log})
+	if err != nil {
+		n.log.Error("supervisor", "err", err)
+		return
+	}
+	for n.ctx.Err() == nil {
+		if err := sup.Run(n.ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Info("supervisor run ended", "err", err)
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-n.ctx.Done():
+			}
+		}
+	}
+}
+
+func (n *Node) streamConfig() stream.Config {
+	cfg := stream.DefaultConfig()
+	cfg.Codec = n.cfg.Codec
+	return cfg
+}
+
+// accept serves the node's TCP connections until the listener closes.
+func (n *Node) accept(ln net.Listener) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[*stream.Conn]bool{}
+	defer func() {
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	go func() {
+		<-n.ctx.Done()
+		ln.Close()
+	}()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		cfg := n.streamConfig()
+		cfg.StallWindow = 0
+		c := stream.NewConn(nc, cfg)
+		mu.Lock()
+		conns[c] = true
+		mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				c.Close()
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+			}()
+			n.serve(c)
+		}()
+	}
+}
+
+// serve reads the dialer's Hello and hands the connection on.
+func (n *Node) serve(c *stream.Conn) {
+	m, err := c.Recv()
+	if err != nil {
+		return
+	}
+	h, ok := m.(*wire.Hello)
+	if !ok {
+		_ = c.Send(n.ctx, &wire.Reply{Err: fmt.Sprintf("expected hello, got %v", m.Type())})
+		return
+	}
+	refuse := func(format string, args ...any) {
+		_ = c.Send(n.ctx, &wire.Reply{Err: wire.ErrText(fmt.Errorf(format, args...))})
+	}
+	switch h.Kind {
+	case wire.HelloClient:
+		if err := c.Send(n.ctx, &wire.Hello{Kind: h.Kind, Node: n.id}); err != nil {
+			return
+		}
+		n.serveClient(c)
+	case wire.HelloFeed:
+		if h.Initiator == 0 || int(h.Initiator) >= int(txnid.InitiatorsMax) {
+			refuse("feed from initiator %d", h.Initiator)
+			return
+		}
+		if err := c.Send(n.ctx, &wire.Hello{Kind: h.Kind, Node: n.id}); err != nil {
+			return
+		}
+		n.serveFeed(c, h)
+	case wire.HelloRejoin:
+		n.serveRejoin(c, h, refuse)
+	default:
+		refuse("unknown hello kind %d", h.Kind)
+	}
+}
+
+// serveRejoin is the destination's end of one attempt's connection.
+func (n *Node) serveRejoin(c *stream.Conn, h *wire.Hello, refuse func(string, ...any)) {
+	r := n.replicas[h.Partition]
+	if r == nil {
+		refuse("no replica of partition %d here", h.Partition)
+		return
+	}
+	type started struct {
+		att *dstAttempt
+		err error
+	}
+	res := make(chan started, 1)
+	if !r.do(func(r *replica) {
+		att, err := r.startDest(h.Node, h.Epoch)
+		res <- started{att, err}
+	}) {
+		return
+	}
+	s := <-res
+	if s.err != nil {
+		refuse("%v", s.err)
+		return
+	}
+	att := s.att
+	att.attachMu.Lock()
+	att.link.attach(c)
+	resumed := make(chan bool, 1)
+	r.do(func(r *replica) {
+		if r.dst != att || att.live {
+			resumed <- false
+			return
+		}
+		att.link.drop()
+		att.proc.Resume()
+		r.checkDest()
+		resumed <- true
+	})
+	if !<-resumed {
+		att.attachMu.Unlock()
+		refuse("attempt of epoch %d ended", h.Epoch)
+		return
+	}
+	// The answer goes first, ahead of whatever Resume queued.
+	if err := c.Send(n.ctx, &wire.Hello{Kind: h.Kind, Node: n.id, Partition: h.Partition, Epoch: h.Epoch}); err != nil {
+		att.attachMu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	att.link.run(ctx, c, func(context.Context) {})
+	att.attachMu.Unlock()
+	n.readRejoin(ctx, c, func(context.Context) {}, func(m wire.Message) {
+		r.do(func(r *replica) { r.onDestMessage(att, m) })
+	})
+}
+
+// serveClient answers one client's calls through the initiator.
+func (n *Node) serveClient(c *stream.Conn) {
+	q := make(chan wire.Message, feedQueueMax)
+	stop, writerDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		writeQueue(n.ctx, c, q, stop)
+	}()
+	defer func() {
+		c.Close()
+		close(stop)
+		<-writerDone
+	}()
+	send := func(r *wire.Reply) {
+		select {
+		case q <- r:
+		default:
+			c.Close() // the client stopped reading
+		}
+	}
+	for {
+		m, err := c.Recv()
+		if err != nil {
+			return
+		}
+		call, ok := m.(*wire.Call)
+		if !ok {
+			send(&wire.Reply{Err: fmt.Sprintf("expected a call, got %v", m.Type())})
+			return
+		}
+		req := *call
+		req.Params = append([]byte(nil), call.Params...)
+		n.init.submit(&req, send)
+	}
+}
+
+// hello sends h on a dialled connection and waits for the peer's.
+func hello(ctx context.Context, c *stream.Conn, h *wire.Hello) error {
+	if err := c.Send(ctx, h); err != nil {
+		return err
+	}
+	m, err := c.Recv()
+	if err != nil {
+		return err
+	}
+	switch m := m.(type) {
+	case *wire.Hello:
+		return nil
+	case *wire.Reply:
+		return fmt.Errorf("refused: %s", m.Err)
+	default:
+		return fmt.Errorf("unexpected %v in answer to hello", m.Type())
+	}
+}
+
+// Status is the node's current status.
+func (n *Node) Status() Status {
+	st := Status{Node: n.id, Addr: n.addrs.TCP, HTTP: n.addrs.HTTP, Started: n.started}
+	ps := make([]uint32, 0, len(n.replicas))
+	for p := range n.replicas {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	for _, p := range ps {
+		if rs := n.replicas[p].status.Load(); rs != nil {
+			st.Replicas = append(st.Replicas, *rs)
+			st.TxnsExecuted += rs.TxnsExecuted
+		}
+	}
+	return st
+}

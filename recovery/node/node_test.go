@@ -1,0 +1,298 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func testLog(t *testing.T) *slog.Logger {
+	var w io.Writer = io.Discard
+	if testing.Verbose() {
+		w = os.Stderr
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// cluster runs nodes in this process, each with its own data directory.
+type cluster struct {
+	t     *testing.T
+	e     *claim.Embedded
+	admin *clientv3.Client
+	dir   string
+	cfg   ClusterConfig
+	mu    sync.Mutex
+	nodes map[int]*runningNode
+}
+
+type runningNode struct {
+	cancel context.CancelFunc
+	done   chan error
+	addrs  Addrs
+}
+
+func newCluster(t *testing.T, nodes int, cfg ClusterConfig) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	e, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	admin, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	var ids []string
+	for i := 1; i <= nodes; i++ {
+		ids = append(ids, NodeName(i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := InitCluster(ctx, admin, cfg, ids); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, e: e, admin: admin, dir: dir, cfg: cfg, nodes: map[int]*runningNode{}}
+	t.Cleanup(c.stopAll)
+	for i := 1; i <= nodes; i++ {
+		c.start(i)
+	}
+	return c
+}
+
+func (c *cluster) start(id int) Addrs {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &runningNode{cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan Addrs, 1)
+	cfg := Config{ID: id, Etcd: c.e.Endpoints(), DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2}
+	go func() { rn.done <- Run(ctx, cfg, func(a Addrs) { ready <- a }) }()
+	select {
+	case rn.addrs = <-ready:
+	case err := <-rn.done:
+		c.t.Fatalf("node %d: %v", id, err)
+	case <-time.After(15 * time.Second):
+		c.t.Fatalf("node %d not ready", id)
+	}
+	c.mu.Lock()
+	c.nodes[id] = rn
+	c.mu.Unlock()
+	return rn.addrs
+}
+
+func (c *cluster) stop(id int) {
+	c.mu.Lock()
+	rn := c.nodes[id]
+	delete(c.nodes, id)
+	c.mu.Unlock()
+	if rn == nil {
+		return
+	}
+	rn.cancel()
+	select {
+	case err := <-rn.done:
+		if err != nil {
+			c.t.Errorf("node %d stopped with %v", id, err)
+		}
+	case <-time.After(15 * time.Second):
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		c.t.Errorf("node %d did not stop", id)
+	}
+}
+
+func (c *cluster) stopAll() {
+	c.mu.Lock()
+	var ids []int
+	for id := range c.nodes {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		c.stop(id)
+	}
+}
+
+// rawClient speaks the client protocol on one connection, one call at a
+// time: enough to test the node without the client package.
+type rawClient struct {
+	conn *stream.Conn
+	req  uint64
+}
+
+func dialClient(t *testing.T, addr string) *rawClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := stream.Dial(ctx, addr, stream.Config{Codec: wire.CodecNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloClient, Node: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	return &rawClient{conn: conn}
+}
+
+func (c *rawClient) call(p uint32, proc string, each bool, vals ...wire.Value) (*wire.Reply, error) {
+	params, err := wire.NewTupleEncoder().AppendTuple(nil, vals)
+	if err != nil {
+		return nil, err
+	}
+	c.req++
+	if err := c.conn.Send(context.Background(), &wire.Call{Req: c.req, Partition: p, Proc: proc, Params: params, Each: each}); err != nil {
+		return nil, err
+	}
+	m, err := c.conn.Recv()
+	if err != nil {
+		return nil, err
+	}
+	r, ok := m.(*wire.Reply)
+	if !ok || r.Req != c.req {
+		return nil, fmt.Errorf("got %v", m)
+	}
+	if r.Err != "" {
+		return r, fmt.Errorf("%s", r.Err)
+	}
+	cp := *r
+	cp.Each = append([]wire.ReplicaOut(nil), r.Each...)
+	return &cp, nil
+}
+
+func kv() ClusterConfig {
+	return ClusterConfig{Partitions: 2, Replicas: 2, Tables: []TableSpec{KVTable()}}
+}
+
+func upsert(t *testing.T, c *rawClient, parts uint32, i int) {
+	t.Helper()
+	key := wire.Bytes(fmt.Appendf(nil, "key-%06d", i))
+	p, err := partition.RouteValues([]wire.Value{key}, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.call(p, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes(fmt.Appendf(nil, "value-%d", i))); err != nil {
+		t.Fatalf("upsert %d: %v", i, err)
+	}
+}
+
+// checkDigests reads every partition's digest on every replica at one
+// txn and fails on a difference or a missing live replica.
+func checkDigests(t *testing.T, c *rawClient, parts uint32, replicas int) {
+	t.Helper()
+	for p := range parts {
+		r, err := c.call(p, partition.ProcDigest, true)
+		if err != nil {
+			t.Fatalf("digest of %d: %v", p, err)
+		}
+		if len(r.Each) != replicas {
+			t.Fatalf("partition %d: %d replicas answered, want %d", p, len(r.Each), replicas)
+		}
+		for _, e := range r.Each[1:] {
+			if string(e.Out) != string(r.Each[0].Out) {
+				t.Fatalf("partition %d at %v: %s has %x, %s has %x", p, r.ID, r.Each[0].Node, r.Each[0].Out, e.Node, e.Out)
+			}
+		}
+	}
+}
+
+// TestNodeRestartRejoins: three nodes, two replicas per partition; a
+// node stops and comes back empty; its replicas rejoin from live ones
+// while writes go on, and every replica ends with the same digest.
+func TestNodeRestartRejoins(t *testing.T) {
+	c := newCluster(t, 3, kv())
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 2)
+	for i := range 2000 {
+		upsert(t, cl, 2, i)
+	}
+	checkDigests(t, cl, 2, 2)
+	c.stop(3)
+	for i := 2000; i < 2500; i++ {
+		upsert(t, cl, 2, i)
+	}
+	c.start(3)
+	deadline := time.Now().Add(30 * time.Second)
+	i := 2500
+	for {
+		upsert(t, cl, 2, i)
+		i++
+		st := c.nodes[3].addrs
+		_ = st
+		if allLive(t, c) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replicas of n3 not live in 30 s")
+		}
+	}
+	for j := 0; j < 200; j++ {
+		upsert(t, cl, 2, i+j)
+	}
+	checkDigests(t, cl, 2, 2)
+}
+
+func allLive(t *testing.T, c *cluster) bool {
+	reps, err := supervisorReplicas(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reps {
+		if !r {
+			return false
+		}
+	}
+	return true
+}
+
+func supervisorReplicas(c *cluster) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	reps, err := supervise.Replicas(ctx, c.admin)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range reps {
+		out[fmt.Sprintf("%d/%s", r.Partition, r.Node)] = r.State == supervise.ReplicaLive
+	}
+	return out, nil
+}
+
+// waitWritable waits until every partition takes a write: the nodes'
+// feeds are open and their replicas live.
+func waitWritable(t *testing.T, c *rawClient, parts uint32) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p := range parts {
+		for {
+			_, err := c.call(p, partition.ProcDigest, false)
+			if err == nil {
+				break
+			}
+			if !strings.Contains(err.Error(), "no live replica") || time.Now().After(deadline) {
+				t.Fatalf("partition %d not writable: %v", p, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

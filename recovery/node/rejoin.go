@@ -1,0 +1,552 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// resumeGrace is how long a source keeps a rejoin whose connection broke,
+// redialling, before it gives the attempt up.
+const resumeGrace = 5 * time.Second
+
+// srcAttempt is one rejoin this node serves as source. proc and the
+// fault hold belong to the replica goroutine; the rest is set before the
+// attempt starts or is atomic.
+type srcAttempt struct {
+	task    claim.Task
+	claim   *claim.Claim
+	epoch   uint64
+	started time.Time
+	link    *link
+	proc    *recovery.Source
+	// end is closed by the replica goroutine once proc is final; err is
+	// then its outcome (nil: done).
+	end chan struct{}
+	err error
+
+	// holdRows > 0: hold the destination's acks once the snapshot has sent
+	// this many rows (the demo's mid-snapshot fault point).
+	holdRows int64
+	held     bool
+	heldAcks []wire.Message
+	// pauseUntil (unix nanos): the attempt's I/O stands still until then.
+	pauseUntil atomic.Int64
+}
+
+func (a *srcAttempt) status() RejoinStatus {
+	s := rejoinStatus("source", a.task.Dest, a.epoch, a.proc.State(), a.proc.Metrics(), a.started)
+	s.Held = a.held
+	return s
+}
+
+// pause waits while the attempt is paused (fault injection).
+func (a *srcAttempt) pause(ctx context.Context) {
+	for {
+		d := time.Until(time.Unix(0, a.pauseUntil.Load()))
+		if d <= 0 {
+			return
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// dstAttempt is one rejoin that rebuilds a replica of this node.
+type dstAttempt struct {
+	peer    string
+	epoch   uint64
+	started time.Time
+	link    *link
+	proc    *recovery.Destination
+	exec    *partition.Executor
+	live    bool
+	// attachMu orders the connections of the attempt.
+	attachMu sync.Mutex
+}
+
+func (a *dstAttempt) status() RejoinStatus {
+	return rejoinStatus("destination", a.peer, a.epoch, a.proc.State(), a.proc.Metrics(), a.started)
+}
+
+// ---- source side, on the replica goroutine ----
+
+// startSource begins serving att on this replica.
+func (r *replica) startSource(att *srcAttempt) error {
+	if r.state != StateLive || r.exec == nil {
+		return fmt.Errorf("replica %d is %s, not live", r.p, r.state)
+	}
+	if r.src != nil {
+		return fmt.Errorf("replica %d already serves a rejoin (epoch %d)", r.p, r.src.epoch)
+	}
+	cfg := recovery.DefaultSourceConfig(wire.MsgHeader{Epoch: att.epoch, Partition: r.p})
+	cfg.StallTicksMax = stallTicks
+	proc, err := recovery.NewSource(r.exec, cfg)
+	if err != nil {
+		return err
+	}
+	att.proc = proc
+	att.holdRows = r.holdRows
+	r.src = att
+	r.checkSource()
+	return nil
+}
+
+// onSourceMessage hands the destination's message to the source.
+func (r *replica) onSourceMessage(att *srcAttempt, m wire.Message) {
+	if r.src != att {
+		return // an ended attempt's late message
+	}
+	if ack, ok := m.(*wire.Ack); ok && (att.held || (att.holdRows > 0 && att.proc.Metrics().Snapshot.Rows >= att.holdRows)) {
+		att.held = true
+		if len(att.heldAcks) < linkFramesMax {
+			att.heldAcks = append(att.heldAcks, ack)
+		}
+		return
+	}
+	if err := att.proc.OnMessage(m); err != nil {
+		r.n.log.Info("source refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
+	}
+	r.checkSource()
+}
+
+// releaseHold lets the held acks through.
+func (r *replica) releaseHold() {
+	att := r.src
+	if att == nil {
+		return
+	}
+	att.holdRows = 0
+	acks := att.heldAcks
+	att.held, att.heldAcks = false, nil
+	for _, m := range acks {
+		if r.src != att {
+			return
+		}
+		_ = att.proc.OnMessage(m)
+		r.checkSource()
+	}
+}
+
+// checkSource sends what the source produced and looks at its state.
+func (r *replica) checkSource() {
+	att := r.src
+	if att == nil {
+		return
+	}
+	msgs := att.proc.Outbox()
+	if len(msgs) > 0 && !att.proc.State().Final() && !att.claim.Held(time.Now()) {
+		// The lease guard: a claim that may have expired sends nothing
+		// more, whatever the executor believes.
+		att.proc.Abort(wire.AbortClaimLost, "claim not certainly held")
+		msgs = att.proc.Outbox()
+	}
+	if err := att.link.queue(msgs); err != nil {
+		att.proc.Abort(wire.AbortInternal, err.Error())
+		_ = att.link.queue(att.proc.Outbox())
+	}
+	switch att.proc.State() {
+	case recovery.StateDone:
+		r.endSource()
+	case recovery.StateAborted:
+		att.err = att.proc.Err()
+		r.endSource()
+	}
+}
+
+func (r *replica) endSource() {
+	att := r.src
+	if att.err == nil && att.proc.State() != recovery.StateDone {
+		att.err = att.proc.Err()
+		if att.err == nil {
+			att.err = errors.New("ended")
+		}
+	}
+	st := att.status()
+	if att.err != nil {
+		st.Err = att.err.Error()
+	}
+	st.Ended = time.Now()
+	r.lastSrc = &st
+	r.src = nil
+	r.n.metrics.observeRejoin(r.p, st)
+	close(att.end)
+}
+
+// flushRejoins moves queued frames on to the writers.
+func (r *replica) flushRejoins() {
+	if r.src != nil {
+		r.src.link.flush()
+	}
+	if r.dst != nil && !r.dst.live {
+		r.dst.link.flush()
+	}
+}
+
+// ---- destination side, on the replica goroutine ----
+
+// startDest begins an attempt of epoch from peer, superseding a lower one.
+func (r *replica) startDest(peer string, epoch uint64) (*dstAttempt, error) {
+	if r.state == StateLive {
+		return nil, fmt.Errorf("replica %d is live", r.p)
+	}
+	if r.dst != nil {
+		if epoch < r.dst.epoch {
+			return nil, fmt.Errorf("epoch %d is below the current attempt's %d", epoch, r.dst.epoch)
+		}
+		if epoch == r.dst.epoch {
+			return r.dst, nil
+		}
+		r.dst.proc.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", epoch))
+		r.endDest()
+	}
+	exec, err := r.newExecutor()
+	if err != nil {
+		return nil, err
+	}
+	ins := make([]txnid.Initiator, 0, len(r.initiators))
+	for in := range r.initiators {
+		ins = append(ins, in)
+	}
+	if len(ins) == 0 {
+		return nil, fmt.Errorf("replica %d hears no initiator yet", r.p)
+	}
+	proc, err := recovery.NewDestination(exec, recovery.DestinationConfig{
+		Header:         wire.MsgHeader{Epoch: epoch, Partition: r.p},
+		Initiators:     ins,
+		StallTicksMax:  stallTicks,
+		HeartbeatTicks: 10,
+	})
+	if err != nil {
+		return nil, err
+	}
+	att := &dstAttempt{peer: peer, epoch: epoch, started: time.Now(), link: newLink(wire.CodecNone), proc: proc, exec: exec}
+	r.dst, r.exec, r.state = att, nil, StateRejoining
+	r.n.replicaRejoining(r.p, epoch)
+	r.publish()
+	return att, nil
+}
+
+func (r *replica) onDestMessage(att *dstAttempt, m wire.Message) {
+	if r.dst != att {
+		return
+	}
+	if err := att.proc.OnMessage(m); err != nil {
+		r.n.log.Info("destination refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
+	}
+	r.checkDest()
+}
+
+// checkDest sends what the destination produced and looks at its state.
+func (r *replica) checkDest() {
+	att := r.dst
+	if att == nil || att.live {
+		if att != nil {
+			att.proc.Outbox() // after live, nothing goes out
+		}
+		return
+	}
+	if err := att.link.queue(att.proc.Outbox()); err != nil {
+		att.proc.Abort(wire.AbortInternal, err.Error())
+	}
+	switch att.proc.State() {
+	case recovery.StateLive:
+		att.live = true
+		r.exec, r.state = att.exec, StateLive
+		st := att.status()
+		st.Ended = time.Now()
+		r.lastDst = &st
+		r.n.metrics.observeRejoin(r.p, st)
+		r.n.log.Info("replica live", "partition", r.p, "epoch", att.epoch, "source", att.peer,
+			"rows", st.Rows, "seconds", st.Ended.Sub(att.started).Seconds())
+		r.n.replicaChanged(r.p, true, att.epoch)
+		go func() {
+			// The source closes the connection once it is done; the
+			// writer ends with it, or with this close.
+			time.Sleep(time.Second)
+			att.link.close()
+		}()
+		r.publish()
+	case recovery.StateAborted:
+		r.endDest()
+	}
+}
+
+// endDest drops an aborted or superseded attempt: the partial replica
+// goes with it.
+func (r *replica) endDest() {
+	att := r.dst
+	st := att.status()
+	if err := att.proc.Err(); err != nil {
+		st.Err = err.Error()
+	}
+	st.Ended = time.Now()
+	r.lastDst = &st
+	r.n.metrics.observeRejoin(r.p, st)
+	r.dst, r.exec, r.state = nil, nil, StateNeedsRejoin
+	r.n.log.Info("rejoin attempt ended", "partition", r.p, "epoch", att.epoch, "err", st.Err)
+	go att.link.close()
+	r.publish()
+}
+
+// ---- the executor: assignments in, claims, attempts ----
+
+// executor polls the node's assignments and works them: one claim and one
+// attempt per assignment, Complete or Requeue at the end (seed 000, 001).
+func (n *Node) executor() {
+	handled := map[claim.Task]uint32{}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		mine, err := supervise.AssignedTo(n.ctx, n.cli, n.id)
+		if err != nil {
+			if n.ctx.Err() == nil {
+				n.log.Warn("reading assignments", "err", err)
+			}
+			continue
+		}
+		for _, a := range mine {
+			if handled[a.Task] >= a.Seq {
+				continue
+			}
+			handled[a.Task] = a.Seq
+			n.takeAssignment(a)
+		}
+	}
+}
+
+func (n *Node) takeAssignment(a supervise.Assignment) {
+	r := n.replicas[a.Task.Partition]
+	decline := func(why string) {
+		n.log.Info("declining rejoin", "task", a.Task, "seq", a.Seq, "why", why)
+		if err := supervise.Decline(n.ctx, n.cli, a.Task, n.id, a.Seq); err != nil {
+			n.log.Warn("decline", "task", a.Task, "err", err)
+		}
+	}
+	if r == nil {
+		decline("no replica here")
+		return
+	}
+	if int(n.outgoing.Load()) >= n.cfg.OutgoingMax {
+		decline("over the outgoing limit")
+		return
+	}
+	c, err := claim.Acquire(n.ctx, n.cli, a.Task, claim.NewExecutorID(), n.cfg.ClaimTTL, claim.WithWindow(n.cfg.ClaimWindow))
+	if err != nil {
+		n.log.Info("claim not taken", "task", a.Task, "err", err)
+		return
+	}
+	if err := n.reg.Hold(c); err != nil {
+		_ = c.Release(n.ctx)
+		return
+	}
+	if _, err := claim.StartTask(n.ctx, n.cli, c.Attempt(), time.Now()); err != nil {
+		n.log.Warn("start task", "task", a.Task, "err", err)
+		_ = c.Release(n.ctx)
+		return
+	}
+	att := &srcAttempt{task: a.Task, claim: c, epoch: c.Epoch(), started: time.Now(), link: newLink(n.cfg.Codec), end: make(chan struct{})}
+	n.outgoing.Add(1)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.outgoing.Add(-1)
+		n.runSource(r, att)
+	}()
+}
+
+// runSource drives one source attempt's connections and its outcome.
+func (n *Node) runSource(r *replica, att *srcAttempt) {
+	log := n.log.With("task", att.task, "epoch", att.epoch)
+	started := false
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-att.claim.Lost():
+			r.do(func(r *replica) {
+				if r.src == att {
+					att.proc.Abort(wire.AbortClaimLost, "claim lost")
+					r.checkSource()
+				}
+			})
+		case <-att.end:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-att.end:
+		case <-ctx.Done():
+			return
+		}
+		// The last messages go out, then the reader is woken by the close.
+		att.link.drain(3 * time.Second)
+		att.link.cut()
+	}()
+	var lastErr error
+	var brokeAt time.Time
+	for ctx.Err() == nil && !ended(att.end) {
+		conn, err := n.dialRejoin(ctx, att)
+		if err != nil {
+			lastErr = err
+			// A broken link is redialled for the grace period: the
+			// destination keeps its attempt as long.
+			if !started || time.Since(brokeAt) > resumeGrace {
+				break
+			}
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-att.end:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		att.link.attach(conn)
+		ok := make(chan error, 1)
+		first := !started
+		if !r.do(func(r *replica) {
+			if first {
+				ok <- r.startSource(att)
+				return
+			}
+			if r.src != att {
+				ok <- errors.New("attempt ended")
+				return
+			}
+			att.link.drop()
+			att.proc.Resume()
+			r.checkSource()
+			ok <- nil
+		}) {
+			conn.Close()
+			break
+		}
+		if err := <-ok; err != nil {
+			lastErr = err
+			conn.Close()
+			if first {
+				att.err = err
+				close(att.end)
+			}
+			break
+		}
+		started = true
+		att.link.run(ctx, conn, att.pause)
+		n.readRejoin(ctx, conn, att.pause, func(m wire.Message) {
+			r.do(func(r *replica) { r.onSourceMessage(att, m) })
+		})
+		if !ended(att.end) {
+			brokeAt = time.Now()
+			log.Info("rejoin connection broke; resuming", "partition", att.task.Partition)
+		}
+	}
+	if started && !ended(att.end) {
+		r.do(func(r *replica) {
+			if r.src == att {
+				att.proc.Abort(wire.AbortConnLost, fmt.Sprintf("no connection to %s: %v", att.task.Dest, lastErr))
+				r.checkSource()
+			}
+		})
+		select {
+		case <-att.end:
+		case <-n.ctx.Done():
+		}
+	}
+	att.link.close()
+	n.finishAttempt(att, lastErr)
+}
+
+func ended(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// finishAttempt reports the outcome in etcd and releases the claim.
+func (n *Node) finishAttempt(att *srcAttempt, lastErr error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+	defer cancel()
+	defer func() { _ = att.claim.Release(ctx) }()
+	var err error
+	if ended(att.end) {
+		err = att.err
+	} else {
+		err = fmt.Errorf("node stopping: %v", lastErr)
+	}
+	if err == nil {
+		if _, _, cerr := supervise.Complete(ctx, n.cli, att.claim.Attempt(), time.Now(), n.log); cerr != nil {
+			n.log.Warn("complete", "task", att.task, "err", cerr)
+		}
+		n.log.Info("rejoin served", "task", att.task, "epoch", att.epoch)
+		return
+	}
+	n.log.Info("rejoin attempt failed; requeued", "task", att.task, "epoch", att.epoch, "err", err)
+	if _, rerr := claim.Requeue(ctx, n.cli, att.claim.Attempt(), wire.ErrText(err), time.Now()); rerr != nil && n.ctx.Err() == nil {
+		n.log.Info("requeue", "task", att.task, "err", rerr)
+	}
+}
+
+// dialRejoin connects to the destination and says which attempt this is.
+func (n *Node) dialRejoin(ctx context.Context, att *srcAttempt) (*stream.Conn, error) {
+	addr, err := n.members.address(att.task.Dest)
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cfg := n.streamConfig()
+	cfg.RateBytesPerSec = n.cfg.RateBytesPerSec
+	conn, err := stream.Dial(dctx, addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := hello(dctx, conn, &wire.Hello{Kind: wire.HelloRejoin, Node: n.id, Partition: att.task.Partition, Epoch: att.epoch}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// readRejoin reads the peer's messages until the connection ends. A
+// message is copied: the connection reuses its buffer at the next read.
+func (n *Node) readRejoin(ctx context.Context, conn *stream.Conn, pause func(context.Context), deliver func(wire.Message)) {
+	for {
+		m, err := conn.Recv()
+		if err != nil {
+			return
+		}
+		if !m.Type().Rejoin() {
+			n.log.Warn("rejoin connection: unexpected message; closing", "type", m.Type())
+			return
+		}
+		pause(ctx)
+		if b, ok := m.(*wire.Block); ok {
+			c := *b
+			c.Tuples = append([]byte(nil), b.Tuples...)
+			m = &c
+		}
+		deliver(m)
+	}
+}

@@ -1,0 +1,64 @@
+package node
+
+import "time"
+
+// Status is what a node reports on GET /status: itself and every replica
+// it hosts. It is read by `rejoin status`, `rejoin demo` (progress bars)
+// and tests.
+type Status struct {
+	Node    string    `json:"node"`
+	Addr    string    `json:"addr"`
+	HTTP    string    `json:"http"`
+	Started time.Time `json:"started"`
+	// TxnsExecuted counts the txns every replica of the node executed.
+	TxnsExecuted uint64          `json:"txns_executed"`
+	Replicas     []ReplicaStatus `json:"replicas"`
+}
+
+// Replica states as reported.
+const (
+	StateLive        = "live"
+	StateRejoining   = "rejoining"
+	StateNeedsRejoin = "needs-rejoin"
+)
+
+// ReplicaStatus is one replica: its content and the rejoins it takes part
+// in, as destination (Rejoin) or source (Sources).
+type ReplicaStatus struct {
+	Partition    uint32 `json:"partition"`
+	State        string `json:"state"`
+	Rows         int64  `json:"rows"`
+	Digest       uint64 `json:"digest"`
+	LastExecuted uint64 `json:"last_executed"`
+	TxnsExecuted uint64 `json:"txns_executed"`
+	// Rejoin is the current or latest attempt that rebuilds this replica.
+	Rejoin *RejoinStatus `json:"rejoin,omitempty"`
+	// Sources are the attempts this replica serves, current or latest.
+	Sources []RejoinStatus `json:"sources,omitempty"`
+}
+
+// RejoinStatus is one side of one rejoin attempt.
+type RejoinStatus struct {
+	Role  string `json:"role"` // "source" or "destination"
+	Peer  string `json:"peer"` // the other side's node id
+	Epoch uint64 `json:"epoch"`
+	// Phase is the processor's state (recovery.State.String()).
+	Phase string `json:"phase"`
+	// Rows and Bytes are tuple rows and bytes sent (source) or applied
+	// (destination): snapshot plus catch-up.
+	Rows  int64 `json:"rows"`
+	Bytes int64 `json:"bytes"`
+	// SnapshotRows is the snapshot part of Rows.
+	SnapshotRows   int64     `json:"snapshot_rows"`
+	Rounds         int       `json:"rounds"`
+	LogBytesPeak   int       `json:"log_bytes_peak"`
+	ThrottledMs    float64   `json:"throttled_ms"`
+	HandoffPauseMs float64   `json:"handoff_pause_ms"`
+	BlocksResent   int64     `json:"blocks_resent"`
+	StaleRejected  int64     `json:"stale_rejected"`
+	Started        time.Time `json:"started"`
+	Ended          time.Time `json:"ended,omitzero"`
+	// Held: a fault hold stopped the snapshot stream (POST /fault/hold).
+	Held bool   `json:"held,omitempty"`
+	Err  string `json:"err,omitempty"`
+}
