@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -294,5 +296,98 @@ func waitWritable(t *testing.T, c *rawClient, parts uint32) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// fault posts to a node's fault endpoint.
+func fault(t *testing.T, addrs Addrs, path string) {
+	t.Helper()
+	resp, err := http.Post("http://"+addrs.HTTP+path, "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s: %s", path, resp.Status, body)
+	}
+}
+
+func nodeStatus(t *testing.T, addrs Addrs) Status {
+	t.Helper()
+	resp, err := http.Get("http://" + addrs.HTTP + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestCutLinkResumes drops the rejoin's TCP connection in the middle of
+// the snapshot: the source redials, both ends resume the same attempt
+// (same epoch), and at most one window of blocks is sent again.
+func TestCutLinkResumes(t *testing.T) {
+	c := newCluster(t, 2, ClusterConfig{Partitions: 1, Replicas: 2, Tables: []TableSpec{KVTable()}})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	// 40k rows of ~1 KB in 400-row txns: a snapshot of ~160 blocks.
+	rows := make([]wire.Value, 0, 2+2*400)
+	for b := range 100 {
+		rows = append(rows[:0], wire.String("kv"), wire.Int64(400))
+		for i := range 400 {
+			k := b*400 + i
+			rows = append(rows, wire.Bytes(fmt.Appendf(nil, "key-%08d", k)), wire.Bytes(make([]byte, 1000)))
+		}
+		if _, err := cl.call(0, partition.ProcUpsertMany, false, rows...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.stop(2)
+	// The source holds the stream once 10k rows are out.
+	fault(t, c.nodes[1].addrs, "/fault/hold?partition=0&rows=10000")
+	a2 := c.start(2)
+	var src RejoinStatus
+	waitUntil(t, 20*time.Second, "the source to hold mid-snapshot", func() bool {
+		st := nodeStatus(t, c.nodes[1].addrs)
+		if len(st.Replicas) == 1 && len(st.Replicas[0].Sources) == 1 && st.Replicas[0].Sources[0].Held {
+			src = st.Replicas[0].Sources[0]
+			return true
+		}
+		return false
+	})
+	fault(t, c.nodes[1].addrs, "/fault/cut-link?partition=0")
+	fault(t, c.nodes[1].addrs, "/fault/release?partition=0")
+	var dst *RejoinStatus
+	waitUntil(t, 30*time.Second, "the destination live", func() bool {
+		st := nodeStatus(t, a2)
+		dst = st.Replicas[0].Rejoin
+		return st.Replicas[0].State == StateLive
+	})
+	final := nodeStatus(t, c.nodes[1].addrs).Replicas[0].Sources[0]
+	t.Logf("held at %d rows; source after: epoch %d, %d rows, %d blocks resent; destination epoch %d", src.SnapshotRows, final.Epoch, final.Rows, final.BlocksResent, dst.Epoch)
+	if final.Epoch != src.Epoch || dst.Epoch != src.Epoch {
+		t.Fatalf("the attempt restarted: epochs %d, %d, %d", src.Epoch, final.Epoch, dst.Epoch)
+	}
+	if final.BlocksResent < 1 || final.BlocksResent > 16 {
+		t.Fatalf("%d blocks resent, want 1..16 (one window)", final.BlocksResent)
+	}
+	for i := range 100 {
+		upsert(t, cl, 1, i)
+	}
+	checkDigests(t, cl, 1, 2)
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -274,12 +274,15 @@ func (r *replica) checkDest() {
 		r.n.log.Info("replica live", "partition", r.p, "epoch", att.epoch, "source", att.peer,
 			"rows", st.Rows, "seconds", st.Ended.Sub(att.started).Seconds())
 		r.n.replicaChanged(r.p, true, att.epoch)
-		go func() {
+		r.n.goRun(func() {
 			// The source closes the connection once it is done; the
 			// writer ends with it, or with this close.
-			time.Sleep(time.Second)
+			select {
+			case <-time.After(time.Second):
+			case <-r.n.ctx.Done():
+			}
 			att.link.close()
-		}()
+		})
 		r.publish()
 	case recovery.StateAborted:
 		r.endDest()
@@ -299,7 +302,7 @@ func (r *replica) endDest() {
 	r.n.metrics.observeRejoin(r.p, st)
 	r.dst, r.exec, r.state = nil, nil, StateNeedsRejoin
 	r.n.log.Info("rejoin attempt ended", "partition", r.p, "epoch", att.epoch, "err", st.Err)
-	go att.link.close()
+	r.n.goRun(att.link.close)
 	r.publish()
 }
 

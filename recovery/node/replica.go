@@ -150,7 +150,7 @@ func (r *replica) stop() {
 		r.src.proc.Abort(wire.AbortShutdown, "node stopping")
 		r.endSource()
 	}
-	if r.dst != nil {
+	if r.dst != nil && !r.dst.live {
 		r.dst.proc.Abort(wire.AbortShutdown, "node stopping")
 		r.endDest()
 	}
@@ -274,11 +274,11 @@ func (r *replica) fail(why string) {
 		r.src.proc.Abort(wire.AbortShutdown, "source replica failed: "+why)
 		r.endSource()
 	}
-	if r.dst != nil {
+	if r.dst != nil && !r.dst.live {
 		r.dst.proc.Abort(wire.AbortShutdown, "destination replica failed: "+why)
 		r.endDest()
 	}
-	r.exec, r.state = nil, StateNeedsRejoin
+	r.dst, r.exec, r.state = nil, nil, StateNeedsRejoin
 	r.n.replicaChanged(r.p, false, 0)
 	r.publish()
 }
