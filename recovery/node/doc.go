@@ -1,2 +1,109 @@
-// Package node is the rejoin node process: see CONTRACT.md until doc is written.
+// Package node is the rejoin node process (`rejoin node`): it hosts the
+// partition replicas the cluster's placement gives it, runs an initiator
+// for client calls, serves and receives rejoins over TCP, and takes part
+// in supervision. Everything durable or shared lives in etcd (placement,
+// node records, assignments, claims, task records: see recovery/supervise
+// and recovery/claim) and in the node's pebble record (recovery/nodestate).
+//
+// # Identity and configuration
+//
+// `--id N` names the node "n<N>" and its initiator N. The cluster's shape
+// (partitions, replicas, tables) is one JSON value under ClusterKey,
+// written once by InitCluster together with the placement
+// (supervise.Place); every initial replica starts live, since an empty
+// cluster's copies are trivially equal.
+//
+// # Connections
+//
+// One TCP port carries wire frames (stream.Conn). The dialer's first
+// frame is a wire.Hello naming the connection's kind; the node answers
+// with its own Hello, or a wire.Reply with the reason it refuses:
+//
+//   - client: wire.Call in, wire.Reply out, pipelined, matched by Req.
+//     Call.Each asks for every replica's result (verify uses it with the
+//     read-only `digest` procedure: all replicas answer at one txn ID).
+//   - feed: an initiator's txns (wire.Txn) and heartbeats (wire.Beat) for
+//     every replica on the node; the node answers a wire.Done per
+//     executed txn. One feed per initiator and node, in txn-ID order.
+//   - rejoin: one attempt (partition, epoch in the Hello), dialled by the
+//     source; then the recovery messages both ways.
+//
+// # The replica loop
+//
+// Each replica is one goroutine owning its executor, its partition and
+// the rejoin processors working on it; every input (feed, rejoin message,
+// fault, membership change) reaches it as a closure through a bounded
+// inbox. It executes ready txns in bursts, reports each result to the
+// txn's initiator, pumps a source between txns, and ticks the processors
+// every 10 ms (their timeouts count ticks).
+//
+// # The initiator
+//
+// A node's initiator assigns txn IDs (txnid.Generator) to client calls and
+// sends each to every replica of the call's partition on a live node,
+// under one lock so that every feed carries IDs in increasing order. It
+// answers the client once every replica that was live when the call was
+// sequenced has executed it, so an acknowledged write is on every live
+// copy and survives the loss of any one node. A rejoining replica gets
+// the feed too (its destination buffers it) but is not waited for. When
+// a feed breaks, the initiator stops waiting for that node. An idle feed
+// carries a heartbeat every BeatEvery.
+//
+// When a feed from an initiator ends, the receiving node waits until etcd
+// says the initiator's node is dead (or a new feed from it opened), then
+// its replicas stop waiting for that initiator. If its node lives on, the
+// replicas may have missed txns: they fail and need a rejoin.
+//
+// Known gap: a node that dies while sending a txn may have reached some
+// replicas of the partition and not others, and nothing reconciles that
+// tail yet (the initiator's own unacknowledged txns). The demo's writer
+// therefore goes through a node that is never a fault target.
+//
+// # Rejoins
+//
+// A restarted node (its pebble record exists) finds its replicas'
+// content gone: before it registers, every one is set to needs-rejoin in
+// its record and in etcd, so no initiator waits for it. It then opens
+// their rejoin tasks, at most IncomingMax at once (the per-node limit);
+// the supervisor (any node may win the election) assigns each a live
+// source.
+//
+// The source's executor loop polls its assignments, claims the task
+// (claim.Acquire: the claim's epoch is the attempt's fencing epoch),
+// marks it running, dials the destination and starts a recovery.Source
+// on the replica. Before any message of the attempt is sent the replica
+// checks the claim's lease guard (Claim.Held); a claim that may have
+// expired aborts the attempt. The outcome is reported with
+// supervise.Complete, or the task requeued, and the claim released.
+//
+// The destination starts a fresh executor and recovery.Destination per
+// attempt; a higher epoch supersedes the current attempt, a lower one is
+// refused. Until an attempt starts, a needs-rejoin replica drops the
+// feed: the attempt buffers from its own start, which is all the
+// handshake needs. A live destination goes on routing the feed through
+// its processor, which takes txns below E that arrive late as heartbeats.
+//
+// A broken rejoin link is redialled by the source for resumeGrace; a new
+// connection with the same epoch resumes the attempt on both sides: the
+// frames queued for the old connection are dropped and Resume sends again
+// what the peer may have lost, at most one window of blocks. A peer whose
+// node dies (no record in etcd) ends the attempt on the other side
+// (DESIGN.md step 8).
+//
+// # Admin HTTP
+//
+// GET /status (Status as JSON), GET /metrics (Prometheus), and the fault
+// points the demo and tests use, each applied on the replica's goroutine:
+// POST /fault/hold?partition=P&rows=N (the source holds the destination's
+// acks once its snapshot has sent N rows), /fault/release, /fault/cut-link
+// (close the rejoin's TCP connection), /fault/pause-executor?for=D (the
+// source attempt's I/O stands still and its claim's keepalive stops, as
+// in a process stalled past its TTL).
+//
+// # Invariants
+//
+//   - Only a replica's goroutine touches its executor and processors.
+//   - Every queue is bounded: replica inboxes, feed queues (a full one
+//     closes the feed rather than wait), a rejoin link's frames.
+//   - Run returns only after every goroutine it started has ended.
 package node
