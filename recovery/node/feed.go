@@ -110,15 +110,21 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 	}
 }
 
-// feedLost: an initiator's feed ended. If its node died (or came back as
-// a new incarnation), nothing more comes from that initiator and the
-// replicas stop waiting for it. If it lives on, the replicas may have
-// missed txns: they are no longer copies.
+// feedLost: an initiator's feed ended, and with TCP nothing more of it
+// can arrive: the replicas stop waiting for that initiator at once, so a
+// killed node stalls the others' safe point only as long as its sockets
+// take to close. If its node lives on (same incarnation, no new feed),
+// the replicas may have missed txns it sent: they fail and need a rejoin.
+// A new feed from it re-adds the initiator; a txn of it below what a
+// replica already executed is refused, which fails that replica too.
 func (n *Node) feedLost(in txnid.Initiator, node string) {
+	for _, r := range n.replicas {
+		r.do(func(r *replica) { r.removeInitiator(in) })
+	}
 	deadline := time.Now().Add(3 * n.cfg.NodeTTL)
 	for time.Now().Before(deadline) {
 		if !n.members.alive(node) || n.feedRestored(in) {
-			break
+			return
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
@@ -126,13 +132,7 @@ func (n *Node) feedLost(in txnid.Initiator, node string) {
 			return
 		}
 	}
-	if n.feedRestored(in) {
-		return // a new feed from it took over: it was re-added
-	}
-	if !n.members.alive(node) {
-		for _, r := range n.replicas {
-			r.do(func(r *replica) { r.removeInitiator(in) })
-		}
+	if n.feedRestored(in) || !n.members.alive(node) {
 		return
 	}
 	for _, r := range n.replicas {

@@ -272,6 +272,9 @@ func (n *Node) openTasks() {
 			return
 		case <-t.C:
 		}
+		if !n.hearsEveryone() {
+			continue // a rejoin proposes once it heard every initiator
+		}
 		var need []uint32
 		for p, r := range n.replicas {
 			if st := r.status.Load(); st != nil && st.State != StateLive {
@@ -299,6 +302,23 @@ func (n *Node) openTasks() {
 			n.log.Info("rejoin task open", "task", task)
 		}
 	}
+}
+
+// hearsEveryone reports whether a feed is open from every live node's
+// initiator.
+func (n *Node) hearsEveryone() bool {
+	n.feeds.mu.Lock()
+	defer n.feeds.mu.Unlock()
+	heard := map[string]bool{}
+	for _, f := range n.feeds.by {
+		heard[f.node] = true
+	}
+	for node := range n.members.view().nodes {
+		if !heard[node] {
+			return false
+		}
+	}
+	return true
 }
 
 // supervise campaigns for the supervisor's role, again after a lost
