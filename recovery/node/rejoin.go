@@ -41,6 +41,11 @@ type srcAttempt struct {
 	holdRows int64
 	held     bool
 	heldAcks []wire.Message
+	// lastCheck is when checkSource last ran, before the next call into
+	// proc; holdAt is the lastCheck before the call in which the source
+	// began to hand off, doneAt when it was seen done. So the handoff
+	// pause holdAt..doneAt is wall time, never under-reported.
+	lastCheck, holdAt, doneAt time.Time
 	// pauseUntil (unix nanos): the attempt's I/O stands still until then.
 	pauseUntil atomic.Int64
 }
@@ -48,6 +53,9 @@ type srcAttempt struct {
 func (a *srcAttempt) status() RejoinStatus {
 	s := rejoinStatus("source", a.task.Dest, a.epoch, a.proc.State(), a.proc.Metrics(), a.started)
 	s.Held = a.held
+	if !a.doneAt.IsZero() {
+		s.HandoffPauseMs = float64(a.doneAt.Sub(a.holdAt)) / float64(time.Millisecond)
+	}
 	return s
 }
 
@@ -101,6 +109,7 @@ func (r *replica) startSource(att *srcAttempt) error {
 	}
 	att.proc = proc
 	att.holdRows = r.holdRows
+	att.lastCheck = time.Now()
 	r.src = att
 	r.checkSource()
 	return nil
@@ -118,6 +127,7 @@ func (r *replica) onSourceMessage(att *srcAttempt, m wire.Message) {
 		}
 		return
 	}
+	att.lastCheck = time.Now()
 	if err := att.proc.OnMessage(m); err != nil {
 		r.n.log.Info("source refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
 	}
@@ -137,6 +147,7 @@ func (r *replica) releaseHold() {
 		if r.src != att {
 			return
 		}
+		att.lastCheck = time.Now()
 		_ = att.proc.OnMessage(m)
 		r.checkSource()
 	}
@@ -159,13 +170,23 @@ func (r *replica) checkSource() {
 		att.proc.Abort(wire.AbortInternal, err.Error())
 		_ = att.link.queue(att.proc.Outbox())
 	}
+	now := time.Now()
 	switch att.proc.State() {
+	case recovery.StateHandingOff:
+		if att.holdAt.IsZero() {
+			att.holdAt = att.lastCheck
+		}
 	case recovery.StateDone:
+		if att.holdAt.IsZero() {
+			att.holdAt = att.lastCheck
+		}
+		att.doneAt = now
 		r.endSource()
 	case recovery.StateAborted:
 		att.err = att.proc.Err()
 		r.endSource()
 	}
+	att.lastCheck = now
 }
 
 func (r *replica) endSource() {
@@ -436,6 +457,7 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 				return
 			}
 			att.link.drop()
+			att.lastCheck = time.Now()
 			att.proc.Resume()
 			r.checkSource()
 			ok <- nil

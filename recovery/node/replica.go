@@ -173,11 +173,13 @@ func (r *replica) step() bool {
 		r.n.metrics.txns.Inc()
 		r.n.feeds.done(res.ID.Initiator(), &wire.Done{Partition: r.p, ID: res.ID, Out: append([]byte(nil), res.Out...), Err: wire.ErrText(res.Err)})
 		if r.src != nil {
+			r.src.lastCheck = time.Now()
 			r.src.proc.Pump()
 			r.checkSource()
 		}
 	}
 	if r.src != nil {
+		r.src.lastCheck = time.Now()
 		r.src.proc.Pump()
 		r.checkSource()
 	}
@@ -189,6 +191,7 @@ func (r *replica) step() bool {
 
 func (r *replica) tick() {
 	if r.src != nil {
+		r.src.lastCheck = time.Now()
 		r.src.proc.Tick()
 		r.checkSource()
 	}
@@ -321,16 +324,15 @@ func rejoinStatus(role, peer string, epoch uint64, state recovery.State, m recov
 	rows := m.Snapshot.Rows + m.Upserts.Rows + m.Deletes.Rows
 	return RejoinStatus{
 		Role: role, Peer: peer, Epoch: epoch, Phase: state.String(),
-		Rows:           int64(rows),
-		Bytes:          int64(m.Snapshot.Bytes + m.Upserts.Bytes + m.Deletes.Bytes),
-		SnapshotRows:   int64(m.Snapshot.Rows),
-		Rounds:         m.Rounds,
-		LogBytesPeak:   m.LogBytesPeak,
-		ThrottledMs:    float64(m.ThrottledTicks) * float64(tickEvery) / float64(time.Millisecond),
-		HandoffPauseMs: float64(m.HandoffPauseTicks) * float64(tickEvery) / float64(time.Millisecond),
-		BlocksResent:   m.BlocksResent,
-		StaleRejected:  m.StaleRejected,
-		Started:        started,
+		Rows:          int64(rows),
+		Bytes:         int64(m.Snapshot.Bytes + m.Upserts.Bytes + m.Deletes.Bytes),
+		SnapshotRows:  int64(m.Snapshot.Rows),
+		Rounds:        m.Rounds,
+		LogBytesPeak:  m.LogBytesPeak,
+		ThrottledMs:   float64(m.ThrottledTicks) * float64(tickEvery) / float64(time.Millisecond),
+		BlocksResent:  m.BlocksResent,
+		StaleRejected: m.StaleRejected,
+		Started:       started,
 	}
 }
 

@@ -49,10 +49,12 @@ type RejoinStatus struct {
 	Rows  int64 `json:"rows"`
 	Bytes int64 `json:"bytes"`
 	// SnapshotRows is the snapshot part of Rows.
-	SnapshotRows   int64     `json:"snapshot_rows"`
-	Rounds         int       `json:"rounds"`
-	LogBytesPeak   int       `json:"log_bytes_peak"`
-	ThrottledMs    float64   `json:"throttled_ms"`
+	SnapshotRows int64   `json:"snapshot_rows"`
+	Rounds       int     `json:"rounds"`
+	LogBytesPeak int     `json:"log_bytes_peak"`
+	ThrottledMs  float64 `json:"throttled_ms"`
+	// HandoffPauseMs is the source's wall-time hold for the handoff
+	// (source side only).
 	HandoffPauseMs float64   `json:"handoff_pause_ms"`
 	BlocksResent   int64     `json:"blocks_resent"`
 	StaleRejected  int64     `json:"stale_rejected"`
