@@ -36,6 +36,7 @@ type link struct {
 
 	mu         sync.Mutex
 	conn       *stream.Conn
+	stop       chan struct{} // closed to end the current writer
 	writerDone chan struct{}
 }
 
@@ -89,11 +90,14 @@ func (l *link) drop() {
 // goroutine, and starts the new writer with run.
 func (l *link) attach(c *stream.Conn) {
 	l.mu.Lock()
-	old, done := l.conn, l.writerDone
-	l.conn, l.writerDone = c, nil
+	old, stop, done := l.conn, l.stop, l.writerDone
+	l.conn, l.stop, l.writerDone = c, nil, nil
 	l.mu.Unlock()
 	if old != nil {
 		old.Close()
+	}
+	if stop != nil {
+		close(stop) // an idle writer does not see its connection close
 	}
 	if done != nil {
 		<-done
@@ -102,9 +106,9 @@ func (l *link) attach(c *stream.Conn) {
 
 // run starts the writer of c, which ends when c fails or is closed.
 func (l *link) run(ctx context.Context, c *stream.Conn, pause func(context.Context)) {
-	done := make(chan struct{})
+	done, stop := make(chan struct{}), make(chan struct{})
 	l.mu.Lock()
-	l.writerDone = done
+	l.writerDone, l.stop = done, stop
 	l.mu.Unlock()
 	go func() {
 		defer close(done)
@@ -121,6 +125,8 @@ func (l *link) run(ctx context.Context, c *stream.Conn, pause func(context.Conte
 				}
 			case <-ctx.Done():
 				c.Close()
+				return
+			case <-stop:
 				return
 			}
 		}

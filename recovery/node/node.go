@@ -253,6 +253,14 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 			n.log.Error("publish replica state", "partition", p, "err", err)
 		}
 		if live {
+			// The destination completes the task too (seed 001: any
+			// attempt's completion stands): a source that dies between
+			// its handoff and its own Complete leaves no task open that
+			// would send new attempts to a replica already live.
+			a := claim.Attempt{Task: claim.Task{Partition: p, Dest: n.id}, Executor: n.id + ":destination", Epoch: epoch}
+			if _, _, err := supervise.Complete(ctx, n.cli, a, time.Now(), n.log); err != nil {
+				n.log.Warn("complete rejoin task", "task", a.Task, "err", err)
+			}
 			n.openMu.Lock()
 			delete(n.opened, p)
 			n.openMu.Unlock()
