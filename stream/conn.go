@@ -217,6 +217,22 @@ func (c *Conn) Close() error {
 	return err
 }
 
+// CloseWrite flushes and shuts down the sending side (TCP only): the peer
+// reads every frame sent, then EOF, while this side can still read. A
+// full Close with unread input sends a reset instead, and the peer may
+// lose frames it had not read yet.
+func (c *Conn) CloseWrite() error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if err := c.w.Flush(); err != nil {
+		return c.ioErr("send", err)
+	}
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		return tc.CloseWrite()
+	}
+	return nil
+}
+
 // LocalAddr and RemoteAddr are the connection's ends.
 func (c *Conn) LocalAddr() net.Addr  { return c.nc.LocalAddr() }
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }

@@ -31,8 +31,9 @@ type link struct {
 	enc     wire.FrameEncoder
 	codec   wire.Codec
 
-	// inflight counts frames taken by a writer and not yet written.
-	inflight atomic.Int32
+	// unsent counts frames handed to the channel and not yet written (or
+	// dropped): drain waits for it to reach zero.
+	unsent atomic.Int32
 
 	mu         sync.Mutex
 	conn       *stream.Conn
@@ -65,6 +66,7 @@ func (l *link) flush() {
 	for len(l.pending) > 0 {
 		select {
 		case l.frames <- l.pending[0]:
+			l.unsent.Add(1)
 			l.pending[0] = nil
 			l.pending = l.pending[1:]
 		default:
@@ -79,6 +81,7 @@ func (l *link) drop() {
 	for {
 		select {
 		case <-l.frames:
+			l.unsent.Add(-1)
 		default:
 			return
 		}
@@ -115,10 +118,9 @@ func (l *link) run(ctx context.Context, c *stream.Conn, pause func(context.Conte
 		for {
 			select {
 			case f := <-l.frames:
-				l.inflight.Add(1)
 				pause(ctx)
 				err := c.SendFrame(ctx, f)
-				l.inflight.Add(-1)
+				l.unsent.Add(-1)
 				if err != nil {
 					c.Close()
 					return
@@ -137,8 +139,20 @@ func (l *link) run(ctx context.Context, c *stream.Conn, pause func(context.Conte
 // last messages (the handoff, an abort) go out before it closes.
 func (l *link) drain(d time.Duration) {
 	deadline := time.Now().Add(d)
-	for (len(l.frames) > 0 || l.inflight.Load() > 0) && time.Now().Before(deadline) {
+	for l.unsent.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// closeWrite half-closes the current connection once its frames are out:
+// the peer reads everything, then EOF. A full close with the peer's acks
+// unread would send a reset, and the peer could lose the last frames.
+func (l *link) closeWrite() {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c != nil {
+		_ = c.CloseWrite()
 	}
 }
 

@@ -422,8 +422,14 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 		case <-ctx.Done():
 			return
 		}
-		// The last messages go out, then the reader is woken by the close.
+		// The last messages go out; the half-close lets the destination
+		// read them all, and its close ends our reader.
 		att.link.drain(3 * time.Second)
+		att.link.closeWrite()
+		select {
+		case <-time.After(3 * time.Second):
+		case <-ctx.Done():
+		}
 		att.link.cut()
 	}()
 	var lastErr error
