@@ -25,8 +25,11 @@ type Config struct {
 	// NodeTTL is the node's lease TTL in etcd (whole seconds, default 4 s):
 	// a dead node is noticed within about this long.
 	NodeTTL time.Duration
-	// ClaimTTL is a rejoin claim's lease TTL (default 2 s), ClaimWindow how
-	// often an executor re-checks it (default 500 ms).
+	// ClaimTTL is a rejoin claim's lease TTL (default 5 s), ClaimWindow how
+	// often an executor re-checks it (default 2 s). The lease guard
+	// (claim.Held) allows a keepalive to lag TTL/2 and a check a window:
+	// on a machine busy with the rejoin itself, tighter values stop
+	// healthy attempts.
 	ClaimTTL, ClaimWindow time.Duration
 	// IncomingMax bounds the rejoins this node runs as destination at once
 	// (the per-node limit); OutgoingMax those it serves as source.
@@ -60,8 +63,8 @@ func (c *Config) defaults() error {
 		}
 	}
 	def(&c.NodeTTL, 4*time.Second)
-	def(&c.ClaimTTL, 2*time.Second)
-	def(&c.ClaimWindow, 500*time.Millisecond)
+	def(&c.ClaimTTL, 5*time.Second)
+	def(&c.ClaimWindow, 2*time.Second)
 	def(&c.BeatEvery, 2*time.Millisecond)
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:0"

@@ -45,7 +45,9 @@ type Node struct {
 	init     *initiator
 	metrics  *metrics
 	outgoing atomic.Int32
-	wg       sync.WaitGroup
+	// retry hands the executor loop the tasks whose attempt failed.
+	retry chan claim.Task
+	wg    sync.WaitGroup
 
 	// opened are the partitions whose rejoin task this node opened and
 	// that are not live yet: at most cfg.IncomingMax at once.
@@ -144,6 +146,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	}
 	n.goRun(n.members.run)
 	n.goRun(n.init.run)
+	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
 	n.goRun(n.openTasks)
 	n.goRun(n.supervise)

@@ -339,6 +339,11 @@ func (n *Node) executor() {
 		select {
 		case <-n.ctx.Done():
 			return
+		case task := <-n.retry:
+			// A failed attempt was requeued: the assignment stands, so
+			// take it again (as a new claim, with a higher epoch).
+			delete(handled, task)
+			continue
 		case <-t.C:
 		}
 		mine, err := supervise.AssignedTo(n.ctx, n.cli, n.id)
@@ -537,7 +542,21 @@ func (n *Node) finishAttempt(att *srcAttempt, lastErr error) {
 	if _, rerr := claim.Requeue(ctx, n.cli, att.claim.Attempt(), wire.ErrText(err), time.Now()); rerr != nil && n.ctx.Err() == nil {
 		n.log.Info("requeue", "task", att.task, "err", rerr)
 	}
+	n.goRun(func() {
+		select {
+		case <-time.After(retryAfter):
+		case <-n.ctx.Done():
+			return
+		}
+		select {
+		case n.retry <- att.task:
+		case <-n.ctx.Done():
+		}
+	})
 }
+
+// retryAfter spaces the attempts a source makes at one assignment.
+const retryAfter = 500 * time.Millisecond
 
 // dialRejoin connects to the destination and says which attempt this is.
 func (n *Node) dialRejoin(ctx context.Context, att *srcAttempt) (*stream.Conn, error) {
