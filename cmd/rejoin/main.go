@@ -21,6 +21,9 @@ type command struct {
 
 var commands = []command{
 	{"demo", "start a local cluster, kill a node, watch it rejoin, check digests", runDemo},
+	{"node", "run one node of a cluster", runNode},
+	{"status", "show a cluster's nodes, replicas and rejoin tasks", runStatus},
+	{"verify", "compare every replica's digest at a common txn ID", runVerify},
 	{"bench", "run one in-process rejoin and print what it measured", runBench},
 	{"sim", "run the seeded rejoin simulator; replay a failing seed", runSim},
 	{"version", "print the version", runVersion},

@@ -240,13 +240,13 @@ func (r *replica) addInitiator(in txnid.Initiator) {
 		return
 	}
 	r.initiators[in] = true
-	if r.exec != nil {
+	switch {
+	case r.dst != nil:
+		// The attempt's own executor buffers the newcomer's txns too; it
+		// proposes once it heard from the initiators it was started with.
+		r.dst.exec.AddInitiator(in)
+	case r.exec != nil:
 		r.exec.AddInitiator(in)
-	}
-	if r.dst != nil {
-		// The attempt proposes once it heard from the initiators it was
-		// started with; a newcomer's txns are buffered all the same.
-		r.n.log.Info("initiator joined during a rejoin", "partition", r.p, "initiator", in)
 	}
 }
 

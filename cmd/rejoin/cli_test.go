@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
+	"github.com/rejoin-db/rejoin/recovery/node"
+)
+
+func TestNodeFlags(t *testing.T) {
+	fs := newFlagSet("node", &bytes.Buffer{})
+	f := newNodeFlags(fs)
+	err := fs.Parse([]string{"--id", "7", "--listen", "127.0.0.1:7000", "--http", "127.0.0.1:7001",
+		"--etcd", "http://a:2379, http://b:2379,", "--data", "/d", "--node-ttl", "3s", "--claim-ttl", "4s",
+		"--incoming-max", "5", "--outgoing-max", "6", "--rate-bytes", "1000", "--log-format", "json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cfg, err := f.config(&logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := node.Config{ID: 7, Listen: "127.0.0.1:7000", HTTP: "127.0.0.1:7001", Etcd: []string{"http://a:2379", "http://b:2379"},
+		DataDir: "/d", NodeTTL: 3 * time.Second, ClaimTTL: 4 * time.Second, IncomingMax: 5, OutgoingMax: 6, RateBytesPerSec: 1000}
+	got := cfg
+	got.Log = nil
+	if got.ID != want.ID || got.Listen != want.Listen || got.HTTP != want.HTTP || strings.Join(got.Etcd, " ") != strings.Join(want.Etcd, " ") ||
+		got.DataDir != want.DataDir || got.NodeTTL != want.NodeTTL || got.ClaimTTL != want.ClaimTTL ||
+		got.IncomingMax != want.IncomingMax || got.OutgoingMax != want.OutgoingMax || got.RateBytesPerSec != want.RateBytesPerSec {
+		t.Fatalf("config %+v, want %+v", got, want)
+	}
+	cfg.Log.Info("hello")
+	if !strings.HasPrefix(logs.String(), `{"time":`) {
+		t.Fatalf("--log-format json logged %q", logs.String())
+	}
+}
+
+func TestReadyLineRoundTrip(t *testing.T) {
+	line := readyLine(node.Addrs{Node: "n3", TCP: "127.0.0.1:1", HTTP: "127.0.0.1:2"})
+	if line != "ready node=n3 tcp=127.0.0.1:1 http=127.0.0.1:2" {
+		t.Fatalf("ready line %q", line)
+	}
+	r, ok := demo.ParseReadyLine(line)
+	if !ok || r != (demo.ReadyLine{Node: "n3", TCP: "127.0.0.1:1", HTTP: "127.0.0.1:2"}) {
+		t.Fatalf("parsed %+v %v", r, ok)
+	}
+	for _, bad := range []string{"", "ready", "ready node=n1", "ready node=n1 tcp=a", "time=x msg=ready node=n1 tcp=a http=b"} {
+		if _, ok := demo.ParseReadyLine(bad); ok {
+			t.Errorf("ParseReadyLine(%q) accepted", bad)
+		}
+	}
+}
+
+func TestDemoFlags(t *testing.T) {
+	fs := newFlagSet("demo", &bytes.Buffer{})
+	f := newDemoFlags(fs)
+	if err := fs.Parse([]string{"--nodes", "4", "--partitions", "8", "--replicas", "3", "--rows", "10", "--value-bytes", "20",
+		"--write-rate", "500", "--fault", "kill-source", "--json", "--keep", "--dir", "/x", "--timeout", "1m"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Binary = "/bin/true"
+	if err := cfg.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Nodes != 4 || cfg.Partitions != 8 || cfg.Replicas != 3 || cfg.Rows != 10 || cfg.ValueBytes != 20 ||
+		cfg.WriteRate != 500 || cfg.Fault != demo.FaultKillSource || !cfg.JSON || cfg.Progress || !cfg.Keep ||
+		cfg.Dir != "/x" || cfg.Timeout != time.Minute || cfg.IncomingMax != 8 {
+		t.Fatalf("config %+v", cfg)
+	}
+}
+
+func TestVerifyVerdict(t *testing.T) {
+	ok := clusterview.DigestReport{Partitions: []clusterview.PartitionDigests{{Partition: 0, Match: true}}}
+	if err := verdict(ok); err != nil {
+		t.Fatalf("verdict of a match: %v", err)
+	}
+	bad := clusterview.DigestReport{Partitions: []clusterview.PartitionDigests{{Partition: 0, Match: true}, {Partition: 3}, {Partition: 5}}, Bad: []uint32{3, 5}}
+	if err := verdict(bad); err == nil || !strings.Contains(err.Error(), "partitions [3 5]") {
+		t.Fatalf("verdict of a mismatch: %v", err)
+	}
+	if err := verdict(clusterview.DigestReport{}); err == nil || !strings.Contains(err.Error(), "no partition answered") {
+		t.Fatalf("verdict of nothing: %v", err)
+	}
+}

@@ -1,0 +1,88 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rejoin-db/rejoin/bench/load"
+	"github.com/rejoin-db/rejoin/recovery/node/client"
+)
+
+// The demo's rows: table kv (node.KVTable), keys of 16 bytes; half the
+// writer's writes update loaded rows, half insert new ones.
+const (
+	table          = "kv"
+	keyBytes       = 16
+	newKeyFraction = 0.5
+	writerCallers  = 16
+)
+
+// bulkLoad loads rows 0..rows-1 through c (bench/load's bulk loader).
+func bulkLoad(ctx context.Context, c *client.Client, rows, valueBytes int) (float64, error) {
+	rep, err := load.Load(ctx, c, table, rows, keyBytes, valueBytes)
+	if err != nil {
+		return 0, err
+	}
+	return rep.RowsPerSec, nil
+}
+
+// WindowStats are the writer's figures over one phase.
+type WindowStats struct {
+	Writes, Errors, Uncertain int64
+	Seconds, PerSec           float64
+	P99                       time.Duration
+}
+
+// writer is bench/load's generator recording every acknowledged write,
+// measured phase by phase: Phase closes the current window and opens the
+// next.
+type writer struct {
+	g      *load.Generator
+	last   load.Snapshot
+	report *load.Report
+}
+
+func startWriter(ctx context.Context, c *client.Client, rows, valueBytes, rate int) (*writer, error) {
+	g, err := load.Start(ctx, c, load.Config{Table: table, Rate: float64(rate), Concurrency: writerCallers,
+		KeyBytes: keyBytes, ValueBytes: valueBytes, Keys: rows, NewKeyFraction: newKeyFraction, Record: true})
+	if err != nil {
+		return nil, err
+	}
+	return &writer{g: g, last: g.Snapshot()}, nil
+}
+
+// Phase closes the current window and returns its figures.
+func (w *writer) Phase() WindowStats {
+	sn := w.g.Snapshot()
+	win := sn.Since(w.last)
+	w.last = sn
+	return WindowStats{Writes: win.Txns, Errors: win.Errors, Uncertain: win.Uncertain, Seconds: win.Seconds,
+		PerSec: win.TxnsPerSec, P99: time.Duration(win.P99 * float64(time.Millisecond))}
+}
+
+// Stop ends the writer and keeps its report (the acknowledged writes).
+func (w *writer) Stop() {
+	if w.report == nil {
+		r := w.g.Stop()
+		w.report = &r
+	}
+}
+
+// LastError is the text of the last failed or uncertain write.
+func (w *writer) LastError() string {
+	if w.report != nil {
+		return w.report.LastError
+	}
+	return "(writer running)"
+}
+
+// CheckAcked reads every recorded write back through c (load.Verify).
+// Call after Stop.
+func (w *writer) CheckAcked(ctx context.Context, c *client.Client) (checked, lost int, examples []string, err error) {
+	if w.report == nil {
+		return 0, 0, nil, fmt.Errorf("demo: writer not stopped")
+	}
+	res, err := load.Verify(ctx, c, table, *w.report)
+	return res.Checked, res.Lost, res.Examples, err
+}

@@ -1,0 +1,9 @@
+//go:build unix && !linux
+
+package demo
+
+import "syscall"
+
+// sysProcAttr puts a node in its own process group, so a Ctrl-C in the
+// terminal reaches the demo only, which then stops its nodes itself.
+func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/rejoin-db/rejoin/recovery/node"
+)
+
+const nodeUsage = `usage: rejoin node --id N --etcd ENDPOINTS --data DIR [flags]
+
+Runs one node of a cluster: it registers itself in etcd, hosts the
+partition replicas the placement gives it, runs an initiator for client
+calls, and rejoins its replicas after a restart. Once registered it prints
+one line on stdout:
+  ready node=n<N> tcp=<addr> http=<addr>
+Logs go to stderr. SIGINT or SIGTERM stop it cleanly.
+
+flags:
+`
+
+// nodeFlags binds the flags of `rejoin node` to a node.Config.
+type nodeFlags struct {
+	cfg       node.Config
+	etcd      string
+	logFormat string
+	logLevel  string
+}
+
+func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
+	f := &nodeFlags{}
+	fs.IntVar(&f.cfg.ID, "id", 0, "node `number` 1..1023: the node id is n<N>, its initiator id N")
+	fs.StringVar(&f.cfg.Listen, "listen", "127.0.0.1:0", "TCP `address` for clients, feeds and rejoin streams")
+	fs.StringVar(&f.cfg.HTTP, "http", "127.0.0.1:0", "admin HTTP `address` (status, metrics, faults)")
+	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd `endpoints`")
+	fs.StringVar(&f.cfg.DataDir, "data", "", "data `directory` (the node's durable record)")
+	fs.DurationVar(&f.cfg.NodeTTL, "node-ttl", 0, "node lease TTL in etcd (0: 4s)")
+	fs.DurationVar(&f.cfg.ClaimTTL, "claim-ttl", 0, "rejoin claim lease TTL (0: 5s)")
+	fs.IntVar(&f.cfg.IncomingMax, "incoming-max", 0, "rejoins run at once as destination (0: 2)")
+	fs.IntVar(&f.cfg.OutgoingMax, "outgoing-max", 0, "rejoins served at once as source (0: 2)")
+	fs.Int64Var(&f.cfg.RateBytesPerSec, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return f
+}
+
+// config checks the flags and returns the node.Config, logging to stderr.
+func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
+	cfg := f.cfg
+	cfg.Etcd = splitEndpoints(f.etcd)
+	switch {
+	case cfg.ID < 1:
+		return cfg, errors.New("--id is required (1..1023)")
+	case len(cfg.Etcd) == 0:
+		return cfg, errors.New("--etcd is required")
+	case cfg.DataDir == "":
+		return cfg, errors.New("--data is required")
+	}
+	log, err := newLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Log = log
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// splitEndpoints splits a comma-separated list, dropping empty items.
+func splitEndpoints(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ReadyLine is the line `rejoin node` prints once registered; the demo
+// parses it with parseReadyLine's twin in internal/demo.
+func readyLine(a node.Addrs) string {
+	return fmt.Sprintf("ready node=%s tcp=%s http=%s", a.Node, a.TCP, a.HTTP)
+}
+
+func runNode(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("node", stderr)
+	f := newNodeFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, nodeUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rejoin node: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	cfg, err := f.config(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rejoin node: %v\n", err)
+		return errUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = node.Run(ctx, cfg, func(a node.Addrs) {
+		// One line, unbuffered: stdout is a pipe when the demo runs us.
+		fmt.Fprintln(stdout, readyLine(a))
+	})
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil // stopped by a signal
+	}
+	return err
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
+	"github.com/rejoin-db/rejoin/recovery/node/client"
+)
+
+// errMismatch makes run exit 1 after verify printed its report.
+var errMismatch = errors.New("digests do not match")
+
+func runVerify(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("verify", stderr)
+	etcd := fs.String("etcd", "", "comma-separated etcd `endpoints`")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	timeout := fs.Duration("timeout", 30*time.Second, "bound of the whole check")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rejoin verify: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	cli, err := openEtcd(*etcd)
+	if err != nil {
+		fmt.Fprintf(stderr, "rejoin verify: %v\n", err)
+		return errUsage
+	}
+	defer cli.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	c, err := client.Open(ctx, cli, client.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rep, err := clusterview.CheckDigests(ctx, cli, c)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		if err := clusterview.RenderDigests(stdout, rep); err != nil {
+			return err
+		}
+	}
+	return verdict(rep)
+}
+
+// verdict is nil when every partition matched, else an error naming the
+// partitions that did not.
+func verdict(rep clusterview.DigestReport) error {
+	if rep.OK() {
+		return nil
+	}
+	if len(rep.Partitions) == 0 {
+		return fmt.Errorf("%w: no partition answered", errMismatch)
+	}
+	return fmt.Errorf("%w: partitions %v", errMismatch, rep.Bad)
+}
