@@ -14,7 +14,9 @@ import (
 //   - HelloClient: Calls one way, Replies the other, pipelined, matched
 //     by Req;
 //   - HelloFeed: Txns and Beats from an initiator to a replica, Dones back;
-//   - HelloRejoin: the rejoin messages above, both ways.
+//   - HelloRejoin: the rejoin messages above, both ways;
+//   - HelloRepair: Repairs from a replica to a peer replica, each answered
+//     by the Txns it asks for, in ID order, and a RepairEnd.
 //
 // They belong to no rejoin attempt and carry no MsgHeader: their Header
 // method returns the zero MsgHeader, and MsgType.Rejoin tells them apart
@@ -38,7 +40,8 @@ const (
 	// ProcTupleBytesMax bounds a procedure's Params and Out tuples; it
 	// equals partition.TupleBytesMax.
 	ProcTupleBytesMax = 4 << 20
-	// ErrTextBytesMax bounds the Err text of Done, Reply and ReplicaOut.
+	// ErrTextBytesMax bounds the Err text of Done, Reply, ReplicaOut and
+	// RepairEnd.
 	ErrTextBytesMax = AbortTextBytesMax
 	// ReplicaOutsMax bounds Reply.Each: one entry per replica.
 	ReplicaOutsMax = 64
@@ -66,6 +69,7 @@ const (
 	HelloClient HelloKind = 1 // client -> node: Calls and Replies
 	HelloFeed   HelloKind = 2 // initiator node -> replica node: Txns, Beats; Dones back
 	HelloRejoin HelloKind = 3 // source node -> destination node: one rejoin attempt
+	HelloRepair HelloKind = 4 // replica node -> replica node: repair a dead initiator's unacknowledged tail of one partition
 )
 
 func (k HelloKind) String() string {
@@ -76,12 +80,14 @@ func (k HelloKind) String() string {
 		return "feed"
 	case HelloRejoin:
 		return "rejoin"
+	case HelloRepair:
+		return "repair"
 	}
 	return "hello(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Valid reports whether k is one of the kinds above.
-func (k HelloKind) Valid() bool { return k >= HelloClient && k <= HelloRejoin }
+func (k HelloKind) Valid() bool { return k >= HelloClient && k <= HelloRepair }
 
 // Hello is the first frame of every cluster connection, from the dialer;
 // the node answers with a Hello of the same Kind and its own Node id, or
@@ -147,6 +153,27 @@ type ReplicaOut struct {
 	Err  string
 }
 
+// Repair asks a peer replica for every txn of Initiator on Partition with
+// an ID above After: the unacknowledged tail of a dead initiator's feed.
+// The peer answers with those Txns, in ID order, then a RepairEnd.
+type Repair struct {
+	Partition uint32
+	Initiator uint16
+	After     txnid.ID
+}
+
+// RepairEnd ends the answer to the Repair of Partition and Initiator. Last
+// is the highest ID of Initiator the answering peer holds, a txn's or a
+// heartbeat's. Err, if not empty, says why the peer cannot answer (its own
+// feed from Initiator is still open, or the asked range is older than what
+// it keeps); no Txns precede it then.
+type RepairEnd struct {
+	Partition uint32
+	Initiator uint16
+	Last      txnid.ID
+	Err       string
+}
+
 // Type implements Message.
 func (*Hello) Type() MsgType { return MsgHello }
 
@@ -164,6 +191,12 @@ func (*Call) Type() MsgType { return MsgCall }
 
 // Type implements Message.
 func (*Reply) Type() MsgType { return MsgReply }
+
+// Type implements Message.
+func (*Repair) Type() MsgType { return MsgRepair }
+
+// Type implements Message.
+func (*RepairEnd) Type() MsgType { return MsgRepairEnd }
 
 // Header implements Message: the zero MsgHeader, as a Hello is not a
 // message of a rejoin attempt (its Partition and Epoch only name one).
@@ -184,6 +217,12 @@ func (*Call) Header() MsgHeader { return MsgHeader{} }
 // Header implements Message: the zero MsgHeader.
 func (*Reply) Header() MsgHeader { return MsgHeader{} }
 
+// Header implements Message: the zero MsgHeader.
+func (*Repair) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
+func (*RepairEnd) Header() MsgHeader { return MsgHeader{} }
+
 // Field counts of the cluster messages' msgpack arrays. Part of the format.
 const (
 	helloFields      = 5 // [kind, node, initiator, partition, epoch]
@@ -193,6 +232,8 @@ const (
 	callFields       = 5 // [req, partition, proc, params, each]
 	replyFields      = 5 // [req, id, out, err, [replicaOut, ...]]
 	replicaOutFields = 3 // [node, out, err]
+	repairFields     = 3 // [partition, initiator, after]
+	repairEndFields  = 4 // [partition, initiator, last, err]
 )
 
 // appendCluster appends the encoding of a cluster message, or reports that
@@ -246,6 +287,17 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 			dst = appendStr(dst, truncateText(o.Err, ErrTextBytesMax))
 		}
 		return dst, true
+	case *Repair:
+		dst = AppendArrayHeader(dst, repairFields)
+		dst = appendUint(dst, uint64(m.Partition))
+		dst = appendUint(dst, uint64(m.Initiator))
+		return appendUint(dst, uint64(m.After)), true
+	case *RepairEnd:
+		dst = AppendArrayHeader(dst, repairEndFields)
+		dst = appendUint(dst, uint64(m.Partition))
+		dst = appendUint(dst, uint64(m.Initiator))
+		dst = appendUint(dst, uint64(m.Last))
+		return appendStr(dst, truncateText(m.Err, ErrTextBytesMax)), true
 	}
 	return dst, false
 }
@@ -363,6 +415,21 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 			}
 		}
 		return &p
+	case MsgRepair:
+		var x Repair
+		r.fields(repairFields)
+		x.Partition = uint32(r.uint(math.MaxUint32))
+		x.Initiator = uint16(r.uint(math.MaxUint16))
+		x.After = r.txnID()
+		return &x
+	case MsgRepairEnd:
+		var e RepairEnd
+		r.fields(repairEndFields)
+		e.Partition = uint32(r.uint(math.MaxUint32))
+		e.Initiator = uint16(r.uint(math.MaxUint16))
+		e.Last = r.txnID()
+		e.Err = r.str(ErrTextBytesMax)
+		return &e
 	}
 	return nil
 }

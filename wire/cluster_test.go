@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -71,6 +72,14 @@ func TestClusterDecodeErrors(t *testing.T) {
 	if !bytes.Equal(call, []byte{0x95, 1, 2, 0xa1, 'p', 0xc4, 1, 0x90, 0xc2}) {
 		t.Fatalf("call is %x", call)
 	}
+	repair := AppendMessage(nil, &Repair{Partition: 3, Initiator: 1, After: 5}) // 93 03 01 05
+	if !bytes.Equal(repair, []byte{0x93, 3, 1, 5}) {
+		t.Fatalf("repair is %x", repair)
+	}
+	repairEnd := AppendMessage(nil, &RepairEnd{Partition: 3, Initiator: 1, Last: 5, Err: "x"}) // 94 03 01 05 a1 78
+	if !bytes.Equal(repairEnd, []byte{0x94, 3, 1, 5, 0xa1, 'x'}) {
+		t.Fatalf("repair end is %x", repairEnd)
+	}
 	reply := func(each ...byte) []byte { return append([]byte{0x95, 1, 2, 0xc4, 0, 0xa0}, each...) }
 	long := func(n int) []byte {
 		return append([]byte{0xd9, byte(n)}, strings.Repeat("x", n)...)
@@ -84,7 +93,7 @@ func TestClusterDecodeErrors(t *testing.T) {
 		{"hello too few fields", MsgHello, []byte{0x94, 2, 0xa0, 1, 0}, ErrMalformed},
 		{"hello too many fields", MsgHello, append([]byte{0x96}, append(hello[1:], 0)...), ErrMalformed},
 		{"hello kind 0", MsgHello, patch(hello, 1, 0), ErrMalformed},
-		{"hello kind 4", MsgHello, patch(hello, 1, 4), ErrMalformed},
+		{"hello kind 5", MsgHello, patch(hello, 1, 5), ErrMalformed},
 		{"hello initiator over uint16", MsgHello, []byte{0x95, 2, 0xa0, 0xce, 0, 1, 0, 0, 0, 0}, ErrMalformed},
 		{"hello node too long", MsgHello, append(append([]byte{0x95, 2}, long(NodeBytesMax+1)...), 1, 0, 0), ErrTooLarge},
 		{"hello node str8 of 2", MsgHello, []byte{0x95, 2, 0xd9, 2, 'n', '1', 1, 0, 0}, ErrNonCanonical},
@@ -107,6 +116,23 @@ func TestClusterDecodeErrors(t *testing.T) {
 		{"reply each entry of 2 fields", MsgReply, reply(0x91, 0x92, 0xa0, 0xc4, 0), ErrMalformed},
 		{"reply each entry node too long", MsgReply, append(append(reply(0x91, 0x93), long(NodeBytesMax+1)...), 0xc4, 0, 0xa0), ErrTooLarge},
 		{"reply trailing", MsgReply, reply(0x90, 0x90), ErrMalformed},
+		{"repair too few fields", MsgRepair, []byte{0x92, 3, 1}, ErrMalformed},
+		{"repair too many fields", MsgRepair, []byte{0x94, 3, 1, 5, 0}, ErrMalformed},
+		{"repair trailing", MsgRepair, append(bytes.Clone(repair), 0), ErrMalformed},
+		{"repair after missing", MsgRepair, repair[:len(repair)-1], ErrTruncated},
+		{"repair initiator over uint16", MsgRepair, []byte{0x93, 3, 0xce, 0, 1, 0, 0, 5}, ErrMalformed},
+		{"repair partition over uint32", MsgRepair, []byte{0x93, 0xcf, 0, 0, 0, 1, 0, 0, 0, 0, 1, 5}, ErrMalformed},
+		{"repair after signed", MsgRepair, []byte{0x93, 3, 1, 0xd0, 0x80}, ErrMalformed},
+		{"repair initiator uint16 of 1", MsgRepair, []byte{0x93, 3, 0xcd, 0, 1, 5}, ErrNonCanonical},
+		{"repair end too few fields", MsgRepairEnd, []byte{0x93, 3, 1, 5}, ErrMalformed},
+		{"repair end too many fields", MsgRepairEnd, []byte{0x95, 3, 1, 5, 0xa0, 0}, ErrMalformed},
+		{"repair end trailing", MsgRepairEnd, append(bytes.Clone(repairEnd), 0), ErrMalformed},
+		{"repair end err missing", MsgRepairEnd, repairEnd[:4], ErrTruncated},
+		{"repair end err cut", MsgRepairEnd, repairEnd[:len(repairEnd)-1], ErrTruncated},
+		{"repair end initiator over uint16", MsgRepairEnd, []byte{0x94, 3, 0xce, 0, 1, 0, 0, 5, 0xa0}, ErrMalformed},
+		{"repair end err too long", MsgRepairEnd, append([]byte{0x94, 3, 1, 5, 0xda, 0x02, 0x01}, strings.Repeat("x", ErrTextBytesMax+1)...), ErrTooLarge},
+		{"repair end err as bin", MsgRepairEnd, []byte{0x94, 3, 1, 5, 0xc4, 1, 'x'}, ErrMalformed},
+		{"repair end err str8 of 1", MsgRepairEnd, []byte{0x94, 3, 1, 5, 0xd9, 1, 'x'}, ErrNonCanonical},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,12 +189,25 @@ func TestClusterLimits(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, at) {
 		t.Fatalf("reply at the limits: %v", err)
 	}
+	for _, m := range []Message{
+		&Repair{Partition: math.MaxUint32, Initiator: math.MaxUint16, After: math.MaxUint64},
+		&RepairEnd{Partition: math.MaxUint32, Initiator: math.MaxUint16, Last: math.MaxUint64, Err: strings.Repeat("e", ErrTextBytesMax)},
+	} {
+		f, err := AppendFrame(nil, m, CodecNone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err := DecodeFrame(f); err != nil || !reflect.DeepEqual(got, m) {
+			t.Fatalf("%v at the limits: %v, %v", m.Type(), got, err)
+		}
+	}
 
 	text := strings.Repeat("é€😀", ErrTextBytesMax)
 	for _, m := range []Message{
 		&Done{Err: text},
 		&Reply{Err: text},
 		&Reply{Each: []ReplicaOut{{Node: "n1", Err: text}}},
+		&RepairEnd{Err: text},
 	} {
 		f, err := AppendFrame(nil, m, CodecS2)
 		if err != nil {
@@ -187,6 +226,8 @@ func TestClusterLimits(t *testing.T) {
 			if len(got.Each) > 0 {
 				e = got.Each[0].Err
 			}
+		case *RepairEnd:
+			e = got.Err
 		}
 		if len(e) > ErrTextBytesMax || len(e) < ErrTextBytesMax-utf8.UTFMax || !utf8.ValidString(e) || !strings.HasPrefix(text, e) {
 			t.Fatalf("%v error cut to %d bytes", m.Type(), len(e))
@@ -212,7 +253,7 @@ func TestErrText(t *testing.T) {
 
 func TestHelloKind(t *testing.T) {
 	for k := range HelloKind(255) {
-		if k.Valid() != (k == HelloClient || k == HelloFeed || k == HelloRejoin) || k.String() == "" {
+		if k.Valid() != (k == HelloClient || k == HelloFeed || k == HelloRejoin || k == HelloRepair) || k.String() == "" {
 			t.Fatalf("kind %d: valid %v, %q", k, k.Valid(), k)
 		}
 	}

@@ -15,7 +15,8 @@
 //   - recovery builds and consumes the protocol messages (Propose, Answer,
 //     Block, Ack, Handoff, Abort, Heartbeat) in its state machines.
 //   - recovery/node and its client speak the cluster messages (Hello, Txn,
-//     Beat, Done, Call, Reply; cluster.go) over the same frames.
+//     Beat, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
+//     frames.
 //   - stream moves frames: it writes what AppendFrame or BlockWriter.Frame
 //     returned, and reads FrameHeaderBytes, calls ParseFrameHeader, reads
 //     exactly PayloadBytes more and calls FrameDecoder.DecodeFrame (or
@@ -44,12 +45,14 @@
 // The cluster messages have no MsgHeader (Header returns the zero one;
 // MsgType.Rejoin tells the two families apart):
 //
-//	Hello [kind, node, initiator, partition, epoch]
-//	Txn   [partition, txnID, proc, params]
-//	Beat  [txnID]
-//	Done  [partition, txnID, out, err]
-//	Call  [req, partition, proc, params, each]
-//	Reply [req, txnID, out, err, [[node, out, err], ...]]
+//	Hello     [kind, node, initiator, partition, epoch]
+//	Txn       [partition, txnID, proc, params]
+//	Beat      [txnID]
+//	Done      [partition, txnID, out, err]
+//	Call      [req, partition, proc, params, each]
+//	Reply     [req, txnID, out, err, [[node, out, err], ...]]
+//	Repair    [partition, initiator, after]
+//	RepairEnd [partition, initiator, last, err]
 //
 // All numbers are msgpack unsigned ints; node, proc and err are str,
 // params and out are bin holding a tuple, each is a bool. The message type

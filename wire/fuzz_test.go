@@ -118,7 +118,7 @@ func FuzzDecodeBlock(f *testing.F) {
 // controlTypes are the message types other than Block: the rejoin control
 // messages and the cluster messages.
 var controlTypes = []MsgType{MsgPropose, MsgAnswer, MsgAck, MsgHandoff, MsgAbort, MsgHeartbeat,
-	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply}
+	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply, MsgRepair, MsgRepairEnd}
 
 func FuzzDecodeControl(f *testing.F) {
 	for _, m := range allSampleMessages(f) {
@@ -323,11 +323,13 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		name := fmt.Sprintf("%s-%d", m.Type(), i)
 		write("FuzzDecodeControl", name, uint8(m.Type()), p)
 		write("FuzzDecodeControl", name+"-cut", uint8(m.Type()), p[:len(p)-1])
-		write("FuzzDecodeControl", name+"-wrong-type", uint8((m.Type()-MsgHello+1)%6+MsgHello), p)
+		write("FuzzDecodeControl", name+"-wrong-type", uint8((m.Type()-MsgHello+1)%(MsgRepairEnd-MsgHello+1)+MsgHello), p)
 	}
 	write("FuzzDecodeControl", "hello-kind-0", uint8(MsgHello), []byte{0x95, 0, 0xa2, 'n', '1', 1, 2, 3})
 	write("FuzzDecodeControl", "call-each-nil", uint8(MsgCall), []byte{0x95, 1, 2, 0xa1, 'p', 0xc4, 1, 0x90, 0xc0})
 	write("FuzzDecodeControl", "reply-each-huge", uint8(MsgReply), []byte{0x95, 1, 2, 0xc4, 0, 0xa0, 0xdd, 0xff, 0xff, 0xff, 0xff})
+	write("FuzzDecodeControl", "repair-initiator-over", uint8(MsgRepair), []byte{0x93, 3, 0xce, 0, 1, 0, 0, 5})
+	write("FuzzDecodeControl", "repair-end-err-bin", uint8(MsgRepairEnd), []byte{0x94, 3, 1, 5, 0xc4, 1, 'x'})
 	write("FuzzDecodeControl", "abort-noncanonical-text", uint8(MsgAbort), []byte{0x94, 5, 6, 1, 0xd9, 3, 'a', 'b', 'c'})
 
 	for i, vals := range [][]Value{

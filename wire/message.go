@@ -25,15 +25,18 @@ const (
 	MsgHeartbeat MsgType = 7 // either way: keepalive while nothing else flows
 )
 
-// The cluster messages (cluster.go): connection setup, the txn feed and
-// client calls. They carry no MsgHeader.
+// The cluster messages (cluster.go): connection setup, the txn feed,
+// client calls and the repair of a dead initiator's tail. They carry no
+// MsgHeader.
 const (
-	MsgHello MsgType = 8  // dialer -> node, then node -> dialer: what the connection is for
-	MsgTxn   MsgType = 9  // initiator -> replica: one txn of the feed
-	MsgBeat  MsgType = 10 // initiator -> replica: nothing below ID follows
-	MsgDone  MsgType = 11 // replica -> initiator: the result of one txn
-	MsgCall  MsgType = 12 // client -> node: run a procedure
-	MsgReply MsgType = 13 // node -> client: the result of a Call
+	MsgHello     MsgType = 8  // dialer -> node, then node -> dialer: what the connection is for
+	MsgTxn       MsgType = 9  // initiator -> replica: one txn of the feed
+	MsgBeat      MsgType = 10 // initiator -> replica: nothing below ID follows
+	MsgDone      MsgType = 11 // replica -> initiator: the result of one txn
+	MsgCall      MsgType = 12 // client -> node: run a procedure
+	MsgReply     MsgType = 13 // node -> client: the result of a Call
+	MsgRepair    MsgType = 14 // replica -> replica: send a dead initiator's txns after ID
+	MsgRepairEnd MsgType = 15 // replica -> replica: end of the Txns answering a Repair
 )
 
 func (t MsgType) String() string {
@@ -64,12 +67,16 @@ func (t MsgType) String() string {
 		return "Call"
 	case MsgReply:
 		return "Reply"
+	case MsgRepair:
+		return "Repair"
+	case MsgRepairEnd:
+		return "RepairEnd"
 	}
 	return "MsgType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Valid reports whether t is a known message type.
-func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgReply }
+func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgRepairEnd }
 
 // Rejoin reports whether t is a message of the rejoin protocol (Propose to
 // Heartbeat), which has a MsgHeader, as opposed to a cluster message.
@@ -93,7 +100,8 @@ func (h MsgHeader) Header() MsgHeader { return h }
 // Message is one message of the rejoin protocol or of the cluster. The
 // implementations are the pointer types *Propose, *Answer, *Block, *Ack,
 // *Handoff, *Abort and *Heartbeat (the rejoin messages), and *Hello, *Txn,
-// *Beat, *Done, *Call and *Reply (the cluster messages, cluster.go);
+// *Beat, *Done, *Call, *Reply, *Repair and *RepairEnd (the cluster
+// messages, cluster.go);
 // DecodeMessage returns one of them and AppendMessage takes one.
 //
 // Header is the rejoin attempt's fencing header. A cluster message has
@@ -124,9 +132,10 @@ const (
 // it. AppendMessage panics if m is not one of this package's messages, is
 // a Block whose Tuples and Count disagree or is a Block or Hello of an
 // invalid kind: all bugs in the caller. It cuts error texts (Abort.Text,
-// the Err of Done, Reply and ReplicaOut) to their limit, but encodes other
-// over-limit cluster fields as they are, which DecodeMessage then refuses:
-// AppendFrame checks those limits first and returns ErrTooLarge.
+// the Err of Done, Reply, ReplicaOut and RepairEnd) to their limit, but
+// encodes other over-limit cluster fields as they are, which DecodeMessage
+// then refuses: AppendFrame checks those limits first and returns
+// ErrTooLarge.
 func AppendMessage(dst []byte, m Message) []byte {
 	switch m := m.(type) {
 	case *Propose:

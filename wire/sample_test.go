@@ -55,7 +55,9 @@ func sampleMessages(t testing.TB) []Message {
 }
 
 // sampleClusterMessages returns one cluster message of each type (a Reply
-// with and one without Each), with fixed contents the golden files pin.
+// with and one without Each, a RepairEnd with and one without Err), with
+// fixed contents the golden files pin. New ones go last, so the fuzz seeds
+// named by index keep their names.
 func sampleClusterMessages(t testing.TB) []Message {
 	params := mustTuple(t, []Value{String("kv"), Bytes([]byte("key")), Bytes([]byte("value"))})
 	out := mustTuple(t, []Value{Int64(-5), Int64(1 << 33)})
@@ -70,6 +72,9 @@ func sampleClusterMessages(t testing.TB) []Message {
 			{Node: "n2", Err: "stopped"},
 		}},
 		&Reply{Req: 8, Err: "no replica of partition 3 is live"},
+		&Repair{Partition: 3, Initiator: 12, After: txnid.ID(0x0123456789abcdef)},
+		&RepairEnd{Partition: 3, Initiator: 12, Last: txnid.ID(0x0123456789abd000)},
+		&RepairEnd{Partition: 3, Initiator: math.MaxUint16, Err: "feed from initiator 65535 is still open"},
 	}
 }
 
