@@ -42,6 +42,10 @@ type Config struct {
 	// feed (default 2 ms).
 	BeatEvery time.Duration
 	Log       *slog.Logger
+
+	// testSkip, in tests, keeps the initiator from sending txn id to
+	// node: a node that died half way through sending it.
+	testSkip func(node string, id txnid.ID) bool
 }
 
 // NodeName is the id of node number n.

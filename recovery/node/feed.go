@@ -111,16 +111,15 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 }
 
 // feedLost: an initiator's feed ended, and with TCP nothing more of it
-// can arrive: the replicas stop waiting for that initiator at once, so a
-// killed node stalls the others' safe point only as long as its sockets
-// take to close. If its node lives on (same incarnation, no new feed),
+// can arrive: each replica repairs its tail of that initiator from its
+// peers (repair.go) and stops waiting for it, so a killed node stalls the
+// others' safe point only as long as its sockets take to close and one
+// round trip to each peer. If its node lives on (same incarnation, no new feed),
 // the replicas may have missed txns it sent: they fail and need a rejoin.
 // A new feed from it re-adds the initiator; a txn of it below what a
 // replica already executed is refused, which fails that replica too.
 func (n *Node) feedLost(in txnid.Initiator, node string) {
-	for _, r := range n.replicas {
-		r.do(func(r *replica) { r.removeInitiator(in) })
-	}
+	n.resolveAll(in, node)
 	deadline := time.Now().Add(3 * n.cfg.NodeTTL)
 	for time.Now().Before(deadline) {
 		if !n.members.alive(node) || n.feedRestored(in) {
@@ -268,6 +267,10 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	in.pending[c.id] = c
 	txn := &wire.Txn{Partition: req.Partition, ID: c.id, Proc: req.Proc, Params: req.Params}
 	for _, f := range targets {
+		if in.n.cfg.testSkip != nil && in.n.cfg.testSkip(f.node, c.id) {
+			delete(c.waiting, f.node)
+			continue
+		}
 		if !f.send(txn) {
 			delete(c.waiting, f.node)
 		}
@@ -332,6 +335,9 @@ func (in *initiator) beat() {
 	}
 	b := &wire.Beat{ID: in.gen.Next()}
 	for _, f := range in.outs {
+		if in.n.cfg.testSkip != nil && in.n.cfg.testSkip(f.node, b.ID) {
+			continue
+		}
 		f.send(b)
 	}
 	in.lastSend = time.Now()

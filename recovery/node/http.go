@@ -76,12 +76,12 @@ func (n *Node) fault(f func(r *replica, q map[string]string) error) http.Handler
 			http.Error(w, fmt.Sprintf("partition=%q: not hosted here", q["partition"]), http.StatusNotFound)
 			return
 		}
-		res := make(chan error, 1)
-		if !r.do(func(r *replica) { res <- f(r, q) }) {
+		err, ok := ask(r, func(r *replica) error { return f(r, q) })
+		if !ok {
 			http.Error(w, "node stopping", http.StatusServiceUnavailable)
 			return
 		}
-		if err := <-res; err != nil {
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}

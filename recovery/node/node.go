@@ -430,6 +430,11 @@ func (n *Node) serve(c *stream.Conn) {
 		n.serveFeed(c, h)
 	case wire.HelloRejoin:
 		n.serveRejoin(c, h, refuse)
+	case wire.HelloRepair:
+		if err := c.Send(n.ctx, &wire.Hello{Kind: h.Kind, Node: n.id}); err != nil {
+			return
+		}
+		n.serveRepair(c)
 	default:
 		refuse("unknown hello kind %d", h.Kind)
 	}
@@ -446,14 +451,13 @@ func (n *Node) serveRejoin(c *stream.Conn, h *wire.Hello, refuse func(string, ..
 		att *dstAttempt
 		err error
 	}
-	res := make(chan started, 1)
-	if !r.do(func(r *replica) {
+	s, ok := ask(r, func(r *replica) started {
 		att, err := r.startDest(h.Node, h.Epoch)
-		res <- started{att, err}
-	}) {
+		return started{att, err}
+	})
+	if !ok {
 		return
 	}
-	s := <-res
 	if s.err != nil {
 		refuse("%v", s.err)
 		return
@@ -461,18 +465,16 @@ func (n *Node) serveRejoin(c *stream.Conn, h *wire.Hello, refuse func(string, ..
 	att := s.att
 	att.attachMu.Lock()
 	att.link.attach(c)
-	resumed := make(chan bool, 1)
-	r.do(func(r *replica) {
+	resumed, _ := ask(r, func(r *replica) bool {
 		if r.dst != att || att.live {
-			resumed <- false
-			return
+			return false
 		}
 		att.link.drop()
 		att.proc.Resume()
 		r.checkDest()
-		resumed <- true
+		return true
 	})
-	if !<-resumed {
+	if !resumed {
 		att.attachMu.Unlock()
 		refuse("attempt of epoch %d ended", h.Epoch)
 		return

@@ -22,6 +22,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -54,6 +55,13 @@ type runningNode struct {
 
 func newCluster(t *testing.T, nodes int, cfg ClusterConfig) *cluster {
 	t.Helper()
+	return newClusterStarting(t, nodes, nodes, cfg)
+}
+
+// newClusterStarting places replicas on nodes n1..n<nodes> and starts the
+// first started of them.
+func newClusterStarting(t *testing.T, nodes, started int, cfg ClusterConfig) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	e, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
 	if err != nil {
@@ -76,7 +84,7 @@ func newCluster(t *testing.T, nodes int, cfg ClusterConfig) *cluster {
 	}
 	c := &cluster{t: t, e: e, admin: admin, dir: dir, cfg: cfg, nodes: map[int]*runningNode{}}
 	t.Cleanup(c.stopAll)
-	for i := 1; i <= nodes; i++ {
+	for i := 1; i <= started; i++ {
 		c.start(i)
 	}
 	return c
@@ -84,10 +92,15 @@ func newCluster(t *testing.T, nodes int, cfg ClusterConfig) *cluster {
 
 func (c *cluster) start(id int) Addrs {
 	c.t.Helper()
+	return c.startWith(id, nil)
+}
+
+func (c *cluster) startWith(id int, skip func(string, txnid.ID) bool) Addrs {
+	c.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &runningNode{cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan Addrs, 1)
-	cfg := Config{ID: id, Etcd: c.e.Endpoints(), DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2}
+	cfg := Config{ID: id, Etcd: c.e.Endpoints(), DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2, testSkip: skip}
 	go func() { rn.done <- Run(ctx, cfg, func(a Addrs) { ready <- a }) }()
 	select {
 	case rn.addrs = <-ready:
@@ -389,5 +402,64 @@ func waitUntil(t *testing.T, d time.Duration, what string, f func() bool) {
 			t.Fatalf("waited %s for %s", d, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDeadInitiatorTailRepaired: a node's initiator sends a write to two
+// of the partition's three replicas and dies before the third gets it
+// (the test's skip hook stands for the feed it never flushed). The
+// survivors repair the tail between them before they stop waiting for
+// the dead initiator, so both hold the write and their digests match.
+// Without the repair the replica that missed it diverges.
+func TestDeadInitiatorTailRepaired(t *testing.T) {
+	cfg := ClusterConfig{Partitions: 1, Replicas: 3, Tables: []TableSpec{KVTable()}}
+	c := newClusterStarting(t, 3, 2, cfg)
+	var mu sync.Mutex
+	var torn txnid.ID
+	armed := false
+	// Once armed, nothing more goes to n2, heartbeats included: a feed
+	// is one ordered stream, so a node that missed a txn got nothing
+	// after it either.
+	skip := func(node string, id txnid.ID) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if armed && node == NodeName(2) {
+			if torn == 0 {
+				torn = id
+			}
+			return true
+		}
+		return false
+	}
+	// The placement gave n3 a replica too (three replicas on n1..n3 by
+	// InitCluster's node list); start it with the hook.
+	a3 := c.startWith(3, skip)
+	cl3 := dialClient(t, a3.TCP)
+	waitWritable(t, cl3, 1)
+	for i := range 200 {
+		upsert(t, cl3, 1, i)
+	}
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	// Acknowledged: n2 was never waited for, the hook dropped it.
+	upsert(t, cl3, 1, 1_000_000)
+	mu.Lock()
+	id := torn
+	mu.Unlock()
+	if id == 0 {
+		t.Fatal("the hook never tore a txn")
+	}
+	c.stop(3)
+	cl1 := dialClient(t, c.nodes[1].addrs.TCP)
+	waitUntil(t, 20*time.Second, "n3 gone from the partition's live replicas", func() bool {
+		r, err := cl1.call(0, partition.ProcDigest, true)
+		return err == nil && len(r.Each) == 2
+	})
+	checkDigests(t, cl1, 1, 2)
+	st := nodeStatus(t, c.nodes[2].addrs)
+	t.Logf("torn txn %v; n2 rows %d, state %s", id, st.Replicas[0].Rows, st.Replicas[0].State)
+	if st.Replicas[0].State != StateLive {
+		t.Fatalf("n2's replica is %s", st.Replicas[0].State)
 	}
 }

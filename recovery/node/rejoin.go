@@ -456,27 +456,25 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 			continue
 		}
 		att.link.attach(conn)
-		ok := make(chan error, 1)
 		first := !started
-		if !r.do(func(r *replica) {
+		err, ok := ask(r, func(r *replica) error {
 			if first {
-				ok <- r.startSource(att)
-				return
+				return r.startSource(att)
 			}
 			if r.src != att {
-				ok <- errors.New("attempt ended")
-				return
+				return errors.New("attempt ended")
 			}
 			att.link.drop()
 			att.lastCheck = time.Now()
 			att.proc.Resume()
 			r.checkSource()
-			ok <- nil
-		}) {
+			return nil
+		})
+		if !ok {
 			conn.Close()
 			break
 		}
-		if err := <-ok; err != nil {
+		if err != nil {
 			lastErr = err
 			conn.Close()
 			if first {

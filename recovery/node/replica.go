@@ -53,6 +53,10 @@ type replica struct {
 	dst        *dstAttempt
 	src        *srcAttempt
 	executed   uint64
+	// lastFrom is the highest ID taken in from each initiator, recent its
+	// latest txns: what the repair of a dead initiator's tail needs.
+	lastFrom map[txnid.Initiator]txnid.ID
+	recent   map[txnid.Initiator]*txnRing
 	// holdRows arms the fault hold for the next source attempts (see
 	// srcAttempt.holdRows); 0: none.
 	holdRows int64
@@ -63,7 +67,8 @@ type replica struct {
 }
 
 func newReplica(n *Node, p uint32, live bool) (*replica, error) {
-	r := &replica{n: n, p: p, in: make(chan event, inboxMax), initiators: map[txnid.Initiator]bool{}, state: StateNeedsRejoin}
+	r := &replica{n: n, p: p, in: make(chan event, inboxMax), initiators: map[txnid.Initiator]bool{}, state: StateNeedsRejoin,
+		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}}
 	if live {
 		exec, err := r.newExecutor()
 		if err != nil {
@@ -98,6 +103,22 @@ func (r *replica) do(f event) bool {
 		return true
 	case <-r.n.ctx.Done():
 		return false
+	}
+}
+
+// ask runs f on the replica's goroutine and returns its result; false if
+// the node stopped first (its loop may end with f still queued).
+func ask[T any](r *replica, f func(r *replica) T) (T, bool) {
+	res := make(chan T, 1)
+	var zero T
+	if !r.do(func(r *replica) { res <- f(r) }) {
+		return zero, false
+	}
+	select {
+	case v := <-res:
+		return v, true
+	case <-r.n.ctx.Done():
+		return zero, false
 	}
 }
 
@@ -208,6 +229,8 @@ func (r *replica) onTxn(inv partition.Invocation) {
 	case r.dst != nil:
 		if err := r.dst.proc.OnTxn(inv); err != nil {
 			r.n.log.Warn("rejoin buffer refused a txn", "partition", r.p, "txn", inv.ID, "err", err)
+		} else {
+			r.took(inv.ID, &inv)
 		}
 		r.checkDest()
 	case r.exec != nil:
@@ -215,7 +238,9 @@ func (r *replica) onTxn(inv partition.Invocation) {
 			// The replica can no longer follow the feed: it is not a
 			// copy any more.
 			r.fail(fmt.Sprintf("txn %v refused: %v", inv.ID, err))
+			return
 		}
+		r.took(inv.ID, &inv)
 	}
 }
 
@@ -225,12 +250,16 @@ func (r *replica) onBeat(id txnid.ID) {
 	case r.dst != nil:
 		if err := r.dst.proc.OnHeartbeat(id); err != nil {
 			r.n.log.Warn("rejoin buffer refused a heartbeat", "partition", r.p, "id", id, "err", err)
+		} else {
+			r.took(id, nil)
 		}
 		r.checkDest()
 	case r.exec != nil:
 		if err := r.exec.Heartbeat(id); err != nil {
 			r.fail(fmt.Sprintf("heartbeat %v refused: %v", id, err))
+			return
 		}
+		r.took(id, nil)
 	}
 }
 

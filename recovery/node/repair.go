@@ -1,0 +1,282 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// recentMax is how many of an initiator's latest txns a replica keeps for
+// its peers. An initiator answers a client only once every live replica
+// executed the txn, so what one replica got and another did not is at
+// most the initiator's calls in flight when it died: far fewer.
+const recentMax = 1 << 14
+
+// The repair of a dead initiator's tail (DESIGN.md's initiator, step 2's
+// feed): an initiator sends each txn to every replica of the partition,
+// one feed per node; a node that dies mid-send may leave some replicas
+// with a txn the others never got. Feeds are TCP streams in ID order, so
+// each survivor holds a prefix of the initiator's sequence, and while the
+// initiator is still in a replica's safe-point tracker nothing past that
+// prefix has run there. Before a replica stops waiting for the dead
+// initiator it asks every live peer replica of the partition for that
+// initiator's txns past its own prefix and takes them in; every survivor
+// then holds the longest prefix any survivor got, and they execute the
+// same txns. A peer that cannot answer (its own feed from the initiator
+// still open, or the range no longer kept) fails the replica instead:
+// it rejoins rather than risk diverging.
+
+// txnRing keeps an initiator's latest txns taken in by a replica.
+type txnRing struct {
+	txns []partition.Invocation
+	head int // index of the oldest when full
+	// droppedTo is the highest ID dropped to make room: a peer asking
+	// from below it cannot be answered in full.
+	droppedTo txnid.ID
+}
+
+func (g *txnRing) push(inv partition.Invocation) {
+	if len(g.txns) < recentMax {
+		g.txns = append(g.txns, inv)
+		return
+	}
+	g.droppedTo = g.txns[g.head].ID
+	g.txns[g.head] = inv
+	g.head = (g.head + 1) % len(g.txns)
+}
+
+// after returns the kept txns with ID > id, in order.
+func (g *txnRing) after(id txnid.ID) []partition.Invocation {
+	var out []partition.Invocation
+	for i := range g.txns {
+		inv := g.txns[(g.head+i)%len(g.txns)]
+		if inv.ID > id {
+			out = append(out, inv)
+		}
+	}
+	return out
+}
+
+// took records a txn or heartbeat id the replica took in from its
+// initiator, and the txn itself (inv not nil) for repairs.
+func (r *replica) took(id txnid.ID, inv *partition.Invocation) {
+	in := id.Initiator()
+	if id > r.lastFrom[in] {
+		r.lastFrom[in] = id
+	}
+	if inv == nil {
+		return
+	}
+	g := r.recent[in]
+	if g == nil {
+		g = &txnRing{}
+		r.recent[in] = g
+	}
+	g.push(*inv)
+}
+
+// executing reports whether the replica takes in its feed: live, or
+// buffering for a rejoin attempt.
+func (r *replica) executing() bool { return r.exec != nil || r.dst != nil }
+
+// repairTxn takes in a txn a peer had and this replica did not.
+func (r *replica) repairTxn(inv partition.Invocation) {
+	if !r.executing() || inv.ID <= r.lastFrom[inv.ID.Initiator()] {
+		return // already here (another peer sent it first)
+	}
+	r.onTxn(inv)
+}
+
+// resolveInitiator repairs r's tail of initiator in from its live peers,
+// then stops waiting for in. deadNode is the initiator's node.
+func (n *Node) resolveInitiator(r *replica, in txnid.Initiator, deadNode string) {
+	var failed []string
+	for _, pl := range n.members.view().placement[r.p] {
+		if pl.node == n.id || pl.node == deadNode {
+			continue
+		}
+		// A peer that cannot be reached may hold a longer prefix: try
+		// again until it answers or etcd says it died too (then it
+		// holds nothing that will run).
+		deadline := time.Now().Add(3 * n.cfg.NodeTTL)
+		taken, err := n.repairFrom(r, in, pl.node)
+		for err != nil && n.members.alive(pl.node) && time.Now().Before(deadline) && n.ctx.Err() == nil {
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-n.ctx.Done():
+			}
+			taken, err = n.repairFrom(r, in, pl.node)
+		}
+		if err != nil {
+			if !n.members.alive(pl.node) || n.ctx.Err() != nil {
+				continue
+			}
+			failed = append(failed, fmt.Sprintf("%s: %v", pl.node, err))
+			continue
+		}
+		if taken > 0 {
+			n.log.Info("initiator tail repaired", "partition", r.p, "initiator", in, "from", pl.node, "txns", taken)
+		}
+	}
+	r.do(func(r *replica) {
+		r.removeInitiator(in)
+		if len(failed) > 0 {
+			r.fail(fmt.Sprintf("initiator %d's tail not repaired: %v", in, failed))
+		}
+	})
+}
+
+// repairFrom asks peer for in's txns past what r holds.
+func (n *Node) repairFrom(r *replica, in txnid.Initiator, peer string) (int, error) {
+	type state struct {
+		after txnid.ID
+		ok    bool
+	}
+	st, ok := ask(r, func(r *replica) state { return state{r.lastFrom[in], r.executing()} })
+	if !ok {
+		return 0, fmt.Errorf("node stopping")
+	}
+	if !st.ok {
+		return 0, nil // nothing to repair on a replica that holds nothing
+	}
+	addr, err := n.members.address(peer)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, repairTimeout)
+	defer cancel()
+	cfg := n.streamConfig()
+	cfg.StallWindow = repairTimeout
+	conn, err := stream.Dial(ctx, addr, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloRepair, Node: n.id}); err != nil {
+		return 0, err
+	}
+	if err := conn.Send(ctx, &wire.Repair{Partition: r.p, Initiator: uint16(in), After: st.after}); err != nil {
+		return 0, err
+	}
+	taken := 0
+	for {
+		m, err := conn.Recv()
+		if err != nil {
+			return taken, err
+		}
+		switch m := m.(type) {
+		case *wire.Txn:
+			if m.ID.Initiator() != in || m.Partition != r.p {
+				return taken, fmt.Errorf("repair answered txn %v of partition %d", m.ID, m.Partition)
+			}
+			inv := partition.Invocation{ID: m.ID, Proc: m.Proc, Params: append([]byte(nil), m.Params...)}
+			r.do(func(r *replica) { r.repairTxn(inv) })
+			taken++
+		case *wire.RepairEnd:
+			if m.Err != "" {
+				return taken, fmt.Errorf("peer: %s", m.Err)
+			}
+			return taken, nil
+		default:
+			return taken, fmt.Errorf("repair: unexpected %v", m.Type())
+		}
+	}
+}
+
+// repairTimeout bounds one peer's repair answer.
+const repairTimeout = 5 * time.Second
+
+// serveRepair answers a peer's repair requests on one connection.
+func (n *Node) serveRepair(c *stream.Conn) {
+	for {
+		m, err := c.Recv()
+		if err != nil {
+			return
+		}
+		req, ok := m.(*wire.Repair)
+		if !ok {
+			return
+		}
+		end := &wire.RepairEnd{Partition: req.Partition, Initiator: req.Initiator}
+		txns, last, err := n.repairAnswer(req)
+		if err != nil {
+			end.Err = wire.ErrText(err)
+		}
+		end.Last = last
+		for i := range txns {
+			inv := &txns[i]
+			if err := c.Write(n.ctx, &wire.Txn{Partition: req.Partition, ID: inv.ID, Proc: inv.Proc, Params: inv.Params}); err != nil {
+				return
+			}
+		}
+		if err := c.Send(n.ctx, end); err != nil {
+			return
+		}
+	}
+}
+
+// repairAnswer collects what this node's replica holds of the request's
+// initiator past After, once its own feed from that initiator has ended
+// (so what it holds is final).
+func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID, error) {
+	r := n.replicas[req.Partition]
+	if r == nil {
+		return nil, 0, fmt.Errorf("no replica of partition %d here", req.Partition)
+	}
+	in := txnid.Initiator(req.Initiator)
+	deadline := time.Now().Add(repairTimeout / 2)
+	for n.feedRestored(in) {
+		if time.Now().After(deadline) {
+			return nil, 0, fmt.Errorf("the feed from initiator %d is still open here", in)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-n.ctx.Done():
+			return nil, 0, n.ctx.Err()
+		}
+	}
+	type answer struct {
+		txns []partition.Invocation
+		last txnid.ID
+		err  error
+	}
+	a, ok := ask(r, func(r *replica) answer {
+		last := r.lastFrom[in]
+		switch {
+		case !r.executing():
+			return answer{err: fmt.Errorf("replica %d holds nothing (%s)", r.p, r.state)}
+		case r.recent[in] != nil && req.After < r.recent[in].droppedTo:
+			return answer{last: last, err: fmt.Errorf("txns after %v are no longer all kept (kept from %v)", req.After, r.recent[in].droppedTo)}
+		case r.recent[in] == nil:
+			return answer{last: last}
+		default:
+			return answer{txns: r.recent[in].after(req.After), last: last}
+		}
+	})
+	if !ok {
+		return nil, 0, fmt.Errorf("node stopping")
+	}
+	return a.txns, a.last, a.err
+}
+
+// resolveAll repairs every replica's tail of a dead initiator, in
+// parallel, and waits for them.
+func (n *Node) resolveAll(in txnid.Initiator, deadNode string) {
+	var wg sync.WaitGroup
+	for _, r := range n.replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.resolveInitiator(r, in, deadNode)
+		}()
+	}
+	wg.Wait()
+}
