@@ -25,6 +25,8 @@
 //   - feed: an initiator's txns (wire.Txn) and heartbeats (wire.Beat) for
 //     every replica on the node; the node answers a wire.Done per
 //     executed txn. One feed per initiator and node, in txn-ID order.
+//   - repair: a peer replica node asks for a dead initiator's txns past
+//     its prefix (wire.Repair); the answer is Txns and a wire.RepairEnd.
 //   - rejoin: one attempt (partition, epoch in the Hello), dialled by the
 //     source; then the recovery messages both ways.
 //
@@ -49,15 +51,19 @@
 // a feed breaks, the initiator stops waiting for that node. An idle feed
 // carries a heartbeat every BeatEvery.
 //
-// When a feed from an initiator ends, the receiving node waits until etcd
-// says the initiator's node is dead (or a new feed from it opened), then
-// its replicas stop waiting for that initiator. If its node lives on, the
+// When a feed from an initiator ends, nothing more of it can arrive (TCP).
+// A node that dies while sending a txn may have reached some replicas of
+// the partition and not others; since each feed is one ordered stream,
+// each survivor holds a prefix of the initiator's sequence, and nothing
+// past it has run while the initiator is in its safe-point tracker. So
+// before a replica stops waiting for the initiator, it asks every live
+// peer replica of its partition for that initiator's txns past its own
+// prefix (repair.go; each replica keeps the latest 16k per initiator) and
+// takes them in: every survivor runs the longest prefix any of them got.
+// A peer that cannot answer (its own feed from the initiator still open,
+// or the range no longer kept) fails the replica: it rejoins rather than
+// risk diverging. If the initiator's node lives on with no new feed, the
 // replicas may have missed txns: they fail and need a rejoin.
-//
-// Known gap: a node that dies while sending a txn may have reached some
-// replicas of the partition and not others, and nothing reconciles that
-// tail yet (the initiator's own unacknowledged txns). The demo's writer
-// therefore goes through a node that is never a fault target.
 //
 // # Rejoins
 //
