@@ -91,9 +91,26 @@ func (w *testWriter) Write(p []byte) (int, error) {
 }
 
 func TestDemoEndToEnd(t *testing.T) {
+	type demoCase struct {
+		fault    demo.Fault
+		writeAll bool
+	}
+	var cases []demoCase
 	for _, fault := range demo.Faults {
-		t.Run(string(fault), func(t *testing.T) {
+		cases = append(cases, demoCase{fault: fault})
+	}
+	// Writes through every node: the killed nodes' initiators die with
+	// txns in flight, and the survivors must repair what they tore.
+	cases = append(cases, demoCase{fault: demo.FaultKillSource, writeAll: true})
+	for _, tc := range cases {
+		fault := tc.fault
+		name := string(fault)
+		if tc.writeAll {
+			name += "/write-all"
+		}
+		t.Run(name, func(t *testing.T) {
 			cfg := e2eConfig(t, fault)
+			cfg.WriteAll = tc.writeAll
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var out bytes.Buffer

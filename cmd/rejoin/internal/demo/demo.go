@@ -73,7 +73,12 @@ type Config struct {
 	ValueBytes      int
 	// WriteRate is the writer's writes per second; 0 is as fast as it can.
 	WriteRate int
-	Fault     Fault
+	// WriteAll sends the writes through every node, the fault's victims
+	// included, instead of the gateway only. A write whose node dies has
+	// no answer: it is uncertain, and the read-back takes either outcome.
+	// The survivors repair a dead initiator's torn tail between them.
+	WriteAll bool
+	Fault    Fault
 	// JSON prints the summary as one JSON object, and no progress bars.
 	JSON bool
 	// Progress draws progress bars (ignored with JSON).
@@ -159,6 +164,7 @@ type Summary struct {
 	Partitions uint32 `json:"partitions"`
 	Replicas   int    `json:"replicas"`
 	// Gateway is the node every write went through; never a fault target.
+	// Empty with WriteAll: the writes went through every node.
 	Gateway string `json:"gateway"`
 	// Victim is the node killed and restarted; FaultTarget the node or
 	// partition the fault hit (the source for kill-source).
@@ -252,6 +258,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 	}
 	r.sum = Summary{Fault: string(cfg.Fault), Nodes: cfg.Nodes, Partitions: cfg.Partitions, Replicas: cfg.Replicas,
 		Gateway: Gateway, Dir: dir, LoadRows: cfg.Rows}
+	if cfg.WriteAll {
+		r.sum.Gateway = ""
+	}
 
 	etcd, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
 	if err != nil {
@@ -405,8 +414,12 @@ func (r *run) main(ctx context.Context) error {
 		r.eventf("loaded %d rows: %.0f rows/s", cfg.Rows, rate)
 	}
 
-	// The writer, through the gateway only.
-	gw, err := client.Open(ctx, r.cli, client.Options{Nodes: []string{Gateway}})
+	// The writer, through the gateway only, or every node.
+	via := client.Options{Nodes: []string{Gateway}}
+	if cfg.WriteAll {
+		via = client.Options{}
+	}
+	gw, err := client.Open(ctx, r.cli, via)
 	if err != nil {
 		return err
 	}
@@ -416,7 +429,11 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	defer w.Stop()
-	r.eventf("writer started through gateway %s (never a fault target), rate %s", Gateway, rateText(cfg.WriteRate))
+	if cfg.WriteAll {
+		r.eventf("writer started through every node, the fault's victims included, rate %s", rateText(cfg.WriteRate))
+	} else {
+		r.eventf("writer started through gateway %s (never a fault target), rate %s", Gateway, rateText(cfg.WriteRate))
+	}
 	w.Phase() // the window starts now
 	if err := sleep(ctx, cfg.Before); err != nil {
 		return err

@@ -27,8 +27,11 @@ func WriteText(w io.Writer, s Summary) error {
 		verdict = "FAILED"
 	}
 	fmt.Fprintf(w, "\n== rejoin demo summary: %s ==\n", verdict)
-	fmt.Fprintf(w, "cluster     %d nodes, %d partitions x %d replicas; writes through gateway %s, which no fault targets\n",
-		s.Nodes, s.Partitions, s.Replicas, s.Gateway)
+	via := "writes through gateway " + s.Gateway + ", which no fault targets"
+	if s.Gateway == "" {
+		via = "writes through every node, the killed ones included"
+	}
+	fmt.Fprintf(w, "cluster     %d nodes, %d partitions x %d replicas; %s\n", s.Nodes, s.Partitions, s.Replicas, via)
 	target := ""
 	if s.FaultTarget != "" {
 		target = " (hit " + s.FaultTarget + ")"
