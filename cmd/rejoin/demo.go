@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -88,15 +87,8 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, demoUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "rejoin demo: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+	if err := parseFlags(fs, "demo", args, stderr); err != nil {
+		return err
 	}
 	cfg, err := f.config()
 	if err == nil {

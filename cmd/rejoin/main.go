@@ -96,3 +96,20 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "rejoin %s\n", version)
 	return nil
 }
+
+// parseFlags parses a command's flags and refuses positional arguments.
+// A bad flag is errUsage (the flag package already said why); -h is
+// flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, name string, args []string, stderr io.Writer) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rejoin %s: unexpected argument %q\n", name, fs.Arg(0))
+		return errUsage
+	}
+	return nil
+}

@@ -111,15 +111,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, nodeUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "rejoin node: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+	if err := parseFlags(fs, "node", args, stderr); err != nil {
+		return err
 	}
 	cfg, err := f.config(stderr)
 	if err != nil {

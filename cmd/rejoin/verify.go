@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,15 +22,8 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	etcd := fs.String("etcd", "", "comma-separated etcd `endpoints`")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of the whole check")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "rejoin verify: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+	if err := parseFlags(fs, "verify", args, stderr); err != nil {
+		return err
 	}
 	cli, err := openEtcd(*etcd)
 	if err != nil {
