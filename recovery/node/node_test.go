@@ -392,6 +392,26 @@ func TestCutLinkResumes(t *testing.T) {
 		upsert(t, cl, 1, i)
 	}
 	checkDigests(t, cl, 1, 2)
+
+	// The source's metrics tell the same story as its status.
+	resp, err := http.Get("http://" + c.nodes[1].addrs.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		fmt.Sprintf("rejoin_rows_streamed{partition=\"0\",role=\"source\"} %d", final.Rows),
+		`rejoin_phase{partition="0",phase="done",role="source"} 1`,
+		`rejoin_attempts_total{outcome="ok",role="source"} 1`,
+		`rejoin_replica_live{partition="0",state="live"} 1`,
+		"rejoin_store_txns_executed_total ",
+		"rejoin_handoff_pause_ms{partition=\"0\"}",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 func waitUntil(t *testing.T, d time.Duration, what string, f func() bool) {
