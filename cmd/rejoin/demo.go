@@ -49,6 +49,7 @@ func newDemoFlags(fs *flag.FlagSet) *demoFlags {
 	fs.IntVar(&f.cfg.Rows, "rows", 1_000_000, "rows loaded before the kill")
 	fs.IntVar(&f.cfg.ValueBytes, "value-bytes", 100, "bytes of each row's value (keys are 16 bytes)")
 	fs.IntVar(&f.cfg.WriteRate, "write-rate", 0, "the writer's writes per second (0: as fast as it can)")
+	fs.IntVar(&f.cfg.Writers, "writers", 64, "the writer's concurrent callers")
 	fs.BoolVar(&f.cfg.WriteAll, "write-all", false, "write through every node, the killed ones included (their writes in flight become uncertain), not the gateway n1 only")
 	names := make([]string, len(demo.Faults))
 	for i, x := range demo.Faults {

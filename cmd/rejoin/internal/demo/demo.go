@@ -73,6 +73,9 @@ type Config struct {
 	ValueBytes      int
 	// WriteRate is the writer's writes per second; 0 is as fast as it can.
 	WriteRate int
+	// Writers is the writer's concurrent callers, each waiting for its
+	// write's answer before the next (default 64).
+	Writers int
 	// WriteAll sends the writes through every node, the fault's victims
 	// included, instead of the gateway only. A write whose node dies has
 	// no answer: it is uncertain, and the read-back takes either outcome.
@@ -118,6 +121,9 @@ func (c *Config) Check() error {
 	if c.Fault == "" {
 		c.Fault = FaultNone
 	}
+	if c.Writers == 0 {
+		c.Writers = 64
+	}
 	if c.Before == 0 {
 		c.Before = 2 * time.Second
 	}
@@ -150,8 +156,8 @@ func (c *Config) Check() error {
 		return errors.New("demo: --fault kill-source needs --partitions >= 2: the supervisor spreads the rejoining partitions over the least loaded sources, so with two or more one of them has a source other than the gateway n1, which is never killed")
 	case c.Fault == FaultKillSource && c.Nodes < 3:
 		return errors.New("demo: --fault kill-source needs --nodes >= 3: the gateway n1 is never killed")
-	case c.Rows < 0 || c.ValueBytes < 0 || c.WriteRate < 0:
-		return errors.New("demo: --rows, --value-bytes and --write-rate must not be negative")
+	case c.Rows < 0 || c.ValueBytes < 0 || c.WriteRate < 0 || c.Writers < 0 || c.Writers > 4096:
+		return errors.New("demo: --rows, --value-bytes and --write-rate must not be negative, --writers 1..4096")
 	}
 	return nil
 }
@@ -424,15 +430,15 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	defer gw.Close()
-	w, err := startWriter(ctx, gw, cfg.Rows, cfg.ValueBytes, cfg.WriteRate)
+	w, err := startWriter(ctx, gw, cfg.Rows, cfg.ValueBytes, cfg.WriteRate, cfg.Writers)
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
 	if cfg.WriteAll {
-		r.eventf("writer started through every node, the fault's victims included, rate %s", rateText(cfg.WriteRate))
+		r.eventf("writer started through every node, the fault's victims included: %d callers, rate %s", cfg.Writers, rateText(cfg.WriteRate))
 	} else {
-		r.eventf("writer started through gateway %s (never a fault target), rate %s", Gateway, rateText(cfg.WriteRate))
+		r.eventf("writer started through gateway %s (never a fault target): %d callers, rate %s", Gateway, cfg.Writers, rateText(cfg.WriteRate))
 	}
 	w.Phase() // the window starts now
 	if err := sleep(ctx, cfg.Before); err != nil {

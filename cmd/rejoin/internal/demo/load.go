@@ -15,7 +15,6 @@ const (
 	table          = "kv"
 	keyBytes       = 16
 	newKeyFraction = 0.5
-	writerCallers  = 16
 )
 
 // bulkLoad loads rows 0..rows-1 through c (bench/load's bulk loader).
@@ -43,8 +42,8 @@ type writer struct {
 	report *load.Report
 }
 
-func startWriter(ctx context.Context, c *client.Client, rows, valueBytes, rate int) (*writer, error) {
-	g, err := load.Start(ctx, c, load.Config{Table: table, Rate: float64(rate), Concurrency: writerCallers,
+func startWriter(ctx context.Context, c *client.Client, rows, valueBytes, rate, callers int) (*writer, error) {
+	g, err := load.Start(ctx, c, load.Config{Table: table, Rate: float64(rate), Concurrency: callers,
 		KeyBytes: keyBytes, ValueBytes: valueBytes, Keys: rows, NewKeyFraction: newKeyFraction, Record: true})
 	if err != nil {
 		return nil, err
