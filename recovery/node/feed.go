@@ -184,9 +184,12 @@ func writeQueue(ctx context.Context, conn *stream.Conn, q <-chan wire.Message, s
 type initiator struct {
 	n *Node
 
-	mu       sync.Mutex
-	gen      *txnid.Generator
-	outs     map[string]*feedOut
+	mu   sync.Mutex
+	gen  *txnid.Generator
+	outs map[string]*feedOut
+	// lost holds, per node, the incarnation (record revision) whose feed
+	// broke: a call does not wait for a feed to a node that went away.
+	lost     map[string]int64
 	pending  map[txnid.ID]*call
 	lastSend time.Time
 }
@@ -235,7 +238,7 @@ func newInitiator(n *Node) (*initiator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &initiator{n: n, gen: gen, outs: map[string]*feedOut{}, pending: map[txnid.ID]*call{}}, nil
+	return &initiator{n: n, gen: gen, outs: map[string]*feedOut{}, lost: map[string]int64{}, pending: map[txnid.ID]*call{}}, nil
 }
 
 // submit sequences a call and sends it to its partition's replicas.
@@ -245,6 +248,7 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d out of range (%d partitions)", req.Partition, in.n.cluster.Partitions)})
 		return
 	}
+	view = in.waitFeeds(req.Partition, view)
 	in.mu.Lock()
 	c := &call{req: req, waiting: map[string]bool{}, send: send}
 	var targets []*feedOut
@@ -278,6 +282,37 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	in.lastSend = time.Now()
 	in.maybeReply(c)
 	in.mu.Unlock()
+}
+
+// feedWait bounds how long a call waits for the feeds to a partition's
+// live replicas to open.
+const feedWait = 3 * time.Second
+
+// waitFeeds waits, boundedly, until a feed is open to every live replica
+// of p that the view knows, and returns the view then. A node that just
+// registered is dialled within a membership poll (100 ms); a call in the
+// meantime would miss that replica, or find none at all.
+func (in *initiator) waitFeeds(p uint32, view *view) *view {
+	deadline := time.Now().Add(feedWait)
+	for {
+		missing := false
+		in.mu.Lock()
+		for _, rp := range view.placement[p] {
+			if rp.live && in.outs[rp.node] == nil && in.lost[rp.node] != view.nodes[rp.node].Created {
+				missing = true
+			}
+		}
+		in.mu.Unlock()
+		if !missing || !time.Now().Before(deadline) {
+			return view
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-in.n.ctx.Done():
+			return view
+		}
+		view = in.n.members.view()
+	}
 }
 
 // onDone records one replica's result.
@@ -443,6 +478,7 @@ func (in *initiator) openFeed(node, addr string, created int64) {
 	in.mu.Lock()
 	if in.outs[node] == f {
 		delete(in.outs, node)
+		in.lost[node] = f.created
 	}
 	in.mu.Unlock()
 	in.dropNode(node)
