@@ -89,8 +89,13 @@ type TaskRow struct {
 	SourceRows int64 `json:"source_rows"`
 }
 
-// Progress is Rows/SourceRows in percent, capped at 100; -1 when unknown.
+// Progress is Rows/SourceRows in percent, capped at 100; 100 once the
+// replica is live (the source kept taking writes, so its row count moved
+// on from what was shipped); -1 when unknown.
 func (t TaskRow) Progress() float64 {
+	if t.Phase == "live" {
+		return 100
+	}
 	if t.SourceRows <= 0 {
 		return -1
 	}
