@@ -31,7 +31,7 @@ func Render(w io.Writer, v View) error {
 		state, rows, digest, last := "-", "-", "-", "-"
 		switch {
 		case !r.Alive:
-			state = "down"
+			state = "failed (node down)"
 		case r.Reported:
 			state, rows, digest = r.State, fmt.Sprint(r.Rows), fmt.Sprintf("%016x", r.Digest)
 			if r.LastExecuted != 0 {

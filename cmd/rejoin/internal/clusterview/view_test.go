@@ -88,7 +88,7 @@ func TestRender(t *testing.T) {
 		"n10  127.0.0.1:110",
 		"ready (no /status: connection refused)",
 		"1s ago",
-		"0          n4    live          down",
+		"0          n4    live          failed (node down)",
 		"0000000000000abc",
 		"t1.c0.i0",
 		"REJOIN TASKS (1)",
