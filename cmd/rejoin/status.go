@@ -18,12 +18,27 @@ import (
 )
 
 // openEtcd returns a client of the comma-separated endpoints; quiet.
-func openEtcd(endpoints string) (*clientv3.Client, error) {
+// openEtcd opens a client of --etcd's endpoints for command name, and a
+// context that ends on Ctrl-C or after timeout. done releases both. A
+// missing or bad --etcd is errUsage, said on stderr.
+func openEtcd(name, endpoints string, timeout time.Duration, stderr io.Writer) (cli *clientv3.Client, ctx context.Context, done func(), err error) {
 	eps := splitEndpoints(endpoints)
 	if len(eps) == 0 {
-		return nil, errors.New("--etcd is required")
+		err = errors.New("--etcd is required")
+	} else {
+		cli, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
 	}
-	return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
+		return nil, nil, nil, errUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return cli, ctx, func() {
+		cancel()
+		stop()
+		cli.Close()
+	}, nil
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
@@ -35,16 +50,11 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, "status", args, stderr); err != nil {
 		return err
 	}
-	cli, err := openEtcd(*etcd)
+	cli, ctx, done, err := openEtcd("status", *etcd, *timeout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin status: %v\n", err)
-		return errUsage
+		return err
 	}
-	defer cli.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
+	defer done()
 	v, err := clusterview.Read(ctx, cli, &http.Client{}, *nodeTimeout)
 	if err != nil {
 		return err

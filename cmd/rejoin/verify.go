@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"time"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
@@ -25,16 +22,11 @@ func runVerify(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, "verify", args, stderr); err != nil {
 		return err
 	}
-	cli, err := openEtcd(*etcd)
+	cli, ctx, done, err := openEtcd("verify", *etcd, *timeout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin verify: %v\n", err)
-		return errUsage
+		return err
 	}
-	defer cli.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
+	defer done()
 	c, err := client.Open(ctx, cli, client.Options{})
 	if err != nil {
 		return err
