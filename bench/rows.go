@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/rejoin-db/rejoin/bench/load"
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -23,7 +24,7 @@ func kvSchema() partition.Schema {
 
 // keyBytesMin leaves room in a key for the row number that makes it
 // unique.
-const keyBytesMin = 8
+const keyBytesMin = load.KeyBytesMin
 
 // rowShape makes the keys and values of the workload. Keys are a pure
 // function of the row number, so the writer can pick an existing row
@@ -51,16 +52,10 @@ func newRowShape(keyBytes, valueBytes int, seed uint64) *rowShape {
 	return s
 }
 
-// key appends the key of row i to dst.
+// key appends the key of row i to dst: bench/load's key shape, so the
+// in-process rejoin and the cluster's load generator build the same keys.
 func (s *rowShape) key(dst []byte, i uint64) []byte {
-	h := i
-	for n := 0; n < s.keyBytes-keyBytesMin; n += 8 {
-		h = mix64(h + 0x9e3779b97f4a7c15)
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], h)
-		dst = append(dst, b[:min(8, s.keyBytes-keyBytesMin-n)]...)
-	}
-	return binary.BigEndian.AppendUint64(dst, i)
+	return load.AppendKey(dst, i, s.keyBytes)
 }
 
 // value appends a fresh value to dst.
@@ -75,15 +70,6 @@ func (s *rowShape) value(dst []byte, rng *rand.Rand) []byte {
 		dst = append(dst, b[:min(8, s.valueBytes-n)]...)
 	}
 	return dst
-}
-
-// mix64 is SplitMix64's finaliser: a cheap bijective scramble.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
 
 // loadRows fills a new partition's kv table with rows 0..n-1.

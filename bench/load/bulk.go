@@ -26,8 +26,8 @@ type LoadReport struct {
 // into table through UpsertMany. On error some rows may have been
 // written; loading again is harmless (upserts).
 func Load(ctx context.Context, c *client.Client, table string, rows, keyBytes, valueBytes int) (LoadReport, error) {
-	if keyBytes < keyBytesMin {
-		return LoadReport{}, fmt.Errorf("load: keys of %d bytes, at least %d", keyBytes, keyBytesMin)
+	if keyBytes < KeyBytesMin {
+		return LoadReport{}, fmt.Errorf("load: keys of %d bytes, at least %d", keyBytes, KeyBytesMin)
 	}
 	start := time.Now()
 	batch := make([][]wire.Value, 0, loadBatchRows)

@@ -78,8 +78,8 @@ func (cfg *Config) defaults() error {
 		return fmt.Errorf("load: negative key space %d", cfg.Keys)
 	case cfg.NewKeyFraction < 0 || cfg.NewKeyFraction > 1:
 		return fmt.Errorf("load: new key fraction %v outside [0, 1]", cfg.NewKeyFraction)
-	case cfg.KeyBytes < keyBytesMin:
-		return fmt.Errorf("load: keys of %d bytes, at least %d", cfg.KeyBytes, keyBytesMin)
+	case cfg.KeyBytes < KeyBytesMin:
+		return fmt.Errorf("load: keys of %d bytes, at least %d", cfg.KeyBytes, KeyBytesMin)
 	}
 	return nil
 }

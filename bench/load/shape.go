@@ -5,35 +5,37 @@ import (
 	"math/rand/v2"
 )
 
-// keyBytesMin leaves room in a key for the row number that makes it unique.
-const keyBytesMin = 8
+// KeyBytesMin is the shortest key: room for the row number that makes it
+// unique.
+const KeyBytesMin = 8
 
-// Key returns the key of row i, keyBytes long (at least 8): as bench's
-// workload shapes keys, the row number big-endian in the last 8 bytes
+// Key returns the key of row i, keyBytes long (at least 8), the shape of
+// every workload's keys (bench's in-process rejoin calls AppendKey too):
+// the row number big-endian in the last 8 bytes
 // (unique), a hash of it before that (so keys do not share prefixes). A
 // pure function of i, so a writer picks an existing row without a list.
 func Key(i uint64, keyBytes int) []byte {
-	return AppendKey(make([]byte, 0, max(keyBytes, keyBytesMin)), i, keyBytes)
+	return AppendKey(make([]byte, 0, max(keyBytes, KeyBytesMin)), i, keyBytes)
 }
 
 // AppendKey appends Key(i, keyBytes) to dst.
 func AppendKey(dst []byte, i uint64, keyBytes int) []byte {
 	h := i
-	for n := 0; n < keyBytes-keyBytesMin; n += 8 {
+	for n := 0; n < keyBytes-KeyBytesMin; n += 8 {
 		h = mix64(h + 0x9e3779b97f4a7c15)
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], h)
-		dst = append(dst, b[:min(8, keyBytes-keyBytesMin-n)]...)
+		dst = append(dst, b[:min(8, keyBytes-KeyBytesMin-n)]...)
 	}
 	return binary.BigEndian.AppendUint64(dst, i)
 }
 
 // KeyIndex returns the row number of a key made by Key.
 func KeyIndex(key []byte) (uint64, bool) {
-	if len(key) < keyBytesMin {
+	if len(key) < KeyBytesMin {
 		return 0, false
 	}
-	return binary.BigEndian.Uint64(key[len(key)-keyBytesMin:]), true
+	return binary.BigEndian.Uint64(key[len(key)-KeyBytesMin:]), true
 }
 
 // patterns are bench's 16 fixed 16-byte patterns (the same seed).
