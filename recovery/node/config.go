@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -8,6 +9,9 @@ import (
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
+
+// ErrConfig: a flag of the node out of range.
+var ErrConfig = errors.New("node: bad config")
 
 // Config configures one node process (`rejoin node`).
 type Config struct {

@@ -8,8 +8,8 @@
 // # Identity and configuration
 //
 // `--id N` names the node "n<N>" and its initiator N. The cluster's shape
-// (partitions, replicas, tables) is one JSON value under ClusterKey,
-// written once by InitCluster together with the placement
+// (partitions, replicas, tables) is one JSON value under layout.Key,
+// written once by layout.Init together with the placement
 // (supervise.Place); every initial replica starts live, since an empty
 // cluster's copies are trivially equal.
 //

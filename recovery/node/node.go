@@ -17,6 +17,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/nodestate"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
@@ -33,7 +34,7 @@ type Node struct {
 	cli     *clientv3.Client
 	reg     *supervise.Node
 	store   *nodestate.Store
-	cluster ClusterConfig
+	cluster layout.Config
 	schemas []partition.Schema
 	procs   *partition.Registry
 	started time.Time
@@ -179,11 +180,11 @@ func (n *Node) goRun(f func()) {
 }
 
 // waitCluster waits (bounded) for the cluster's config to be written.
-func waitCluster(ctx context.Context, cli *clientv3.Client) (ClusterConfig, error) {
+func waitCluster(ctx context.Context, cli *clientv3.Client) (layout.Config, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := ReadCluster(ctx, cli)
-		if !errors.Is(err, ErrNoCluster) || time.Now().After(deadline) {
+		c, err := layout.Read(ctx, cli)
+		if !errors.Is(err, layout.ErrMissing) || time.Now().After(deadline) {
 			return c, err
 		}
 		select {

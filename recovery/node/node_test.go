@@ -20,6 +20,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
@@ -42,7 +43,7 @@ type cluster struct {
 	e     *claim.Embedded
 	admin *clientv3.Client
 	dir   string
-	cfg   ClusterConfig
+	cfg   layout.Config
 	mu    sync.Mutex
 	nodes map[int]*runningNode
 }
@@ -53,14 +54,14 @@ type runningNode struct {
 	addrs  Addrs
 }
 
-func newCluster(t *testing.T, nodes int, cfg ClusterConfig) *cluster {
+func newCluster(t *testing.T, nodes int, cfg layout.Config) *cluster {
 	t.Helper()
 	return newClusterStarting(t, nodes, nodes, cfg)
 }
 
 // newClusterStarting places replicas on nodes n1..n<nodes> and starts the
 // first started of them.
-func newClusterStarting(t *testing.T, nodes, started int, cfg ClusterConfig) *cluster {
+func newClusterStarting(t *testing.T, nodes, started int, cfg layout.Config) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	e, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
@@ -79,7 +80,7 @@ func newClusterStarting(t *testing.T, nodes, started int, cfg ClusterConfig) *cl
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := InitCluster(ctx, admin, cfg, ids); err != nil {
+	if err := layout.Init(ctx, admin, cfg, ids); err != nil {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, e: e, admin: admin, dir: dir, cfg: cfg, nodes: map[int]*runningNode{}}
@@ -194,8 +195,8 @@ func (c *rawClient) call(p uint32, proc string, each bool, vals ...wire.Value) (
 	return &cp, nil
 }
 
-func kv() ClusterConfig {
-	return ClusterConfig{Partitions: 2, Replicas: 2, Tables: []TableSpec{KVTable()}}
+func kv() layout.Config {
+	return layout.Config{Partitions: 2, Replicas: 2, Tables: []layout.Table{layout.KV()}}
 }
 
 func upsert(t *testing.T, c *rawClient, parts uint32, i int) {
@@ -344,7 +345,7 @@ func nodeStatus(t *testing.T, addrs Addrs) Status {
 // the snapshot: the source redials, both ends resume the same attempt
 // (same epoch), and at most one window of blocks is sent again.
 func TestCutLinkResumes(t *testing.T) {
-	c := newCluster(t, 2, ClusterConfig{Partitions: 1, Replicas: 2, Tables: []TableSpec{KVTable()}})
+	c := newCluster(t, 2, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, 1)
 	// 40k rows of ~1 KB in 400-row txns: a snapshot of ~160 blocks.
@@ -432,7 +433,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, f func() bool) {
 // the dead initiator, so both hold the write and their digests match.
 // Without the repair the replica that missed it diverges.
 func TestDeadInitiatorTailRepaired(t *testing.T) {
-	cfg := ClusterConfig{Partitions: 1, Replicas: 3, Tables: []TableSpec{KVTable()}}
+	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
 	c := newClusterStarting(t, 3, 2, cfg)
 	var mu sync.Mutex
 	var torn txnid.ID
@@ -452,7 +453,7 @@ func TestDeadInitiatorTailRepaired(t *testing.T) {
 		return false
 	}
 	// The placement gave n3 a replica too (three replicas on n1..n3 by
-	// InitCluster's node list); start it with the hook.
+	// layout.Init's node list); start it with the hook.
 	a3 := c.startWith(3, skip)
 	cl3 := dialClient(t, a3.TCP)
 	waitWritable(t, cl3, 1)

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,14 +12,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
-
-// ClusterKey is the etcd key of the cluster's configuration (JSON).
-const ClusterKey = "/rejoin/cluster"
 
 // Errors of the client, classified with errors.Is.
 var (
@@ -80,25 +77,6 @@ type Options struct {
 	Stream *stream.Config
 }
 
-// Column and Table describe the cluster's tables as /rejoin/cluster has
-// them.
-type Column struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-}
-
-// Table is one table of the cluster; Key lists the key columns' positions.
-type Table struct {
-	Name    string   `json:"name"`
-	Columns []Column `json:"columns"`
-	Key     []int    `json:"key"`
-}
-
-type clusterConfig struct {
-	Partitions uint32  `json:"partitions"`
-	Tables     []Table `json:"tables"`
-}
-
 // ReplicaResult is one replica's outcome of a CallEach.
 type ReplicaResult struct {
 	Node string
@@ -120,7 +98,7 @@ type Client struct {
 	opts       Options
 	streamCfg  stream.Config
 	partitions uint32
-	tables     []Table
+	tables     []layout.Table
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -151,19 +129,9 @@ func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Client, err
 	if opts.Stream != nil {
 		scfg = *opts.Stream
 	}
-	resp, err := cli.Get(ctx, ClusterKey)
+	cfg, err := layout.Read(ctx, cli)
 	if err != nil {
-		return nil, fmt.Errorf("client: read %s: %w", ClusterKey, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return nil, fmt.Errorf("%w: %s is absent", ErrCluster, ClusterKey)
-	}
-	var cfg clusterConfig
-	if err := json.Unmarshal(resp.Kvs[0].Value, &cfg); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrCluster, ClusterKey, err)
-	}
-	if cfg.Partitions == 0 {
-		return nil, fmt.Errorf("%w: zero partitions", ErrCluster)
+		return nil, fmt.Errorf("%w: %w", ErrCluster, err)
 	}
 	c := &Client{etcd: cli, opts: opts, streamCfg: scfg, partitions: cfg.Partitions, tables: cfg.Tables}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -178,7 +146,7 @@ func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Client, err
 func (c *Client) Partitions() uint32 { return c.partitions }
 
 // Tables returns the cluster's tables.
-func (c *Client) Tables() []Table { return slices.Clone(c.tables) }
+func (c *Client) Tables() []layout.Table { return slices.Clone(c.tables) }
 
 // Nodes returns the ids of the allowed nodes the client knows live.
 func (c *Client) Nodes() []string {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
@@ -378,9 +379,9 @@ func (r *run) main(ctx context.Context) error {
 	for i := range names {
 		names[i] = node.NodeName(i + 1)
 	}
-	err := node.InitCluster(ctx, r.cli, node.ClusterConfig{Partitions: cfg.Partitions, Replicas: cfg.Replicas,
-		Tables: []node.TableSpec{node.KVTable()}}, names)
-	if err != nil && !errors.Is(err, node.ErrExists) {
+	err := layout.Init(ctx, r.cli, layout.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas,
+		Tables: []layout.Table{layout.KV()}}, names)
+	if err != nil && !errors.Is(err, layout.ErrExists) {
 		return err
 	}
 	r.eventf("etcd at %s; cluster: %d nodes, %d partitions x %d replicas, table kv; dir %s",

@@ -9,7 +9,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/node/client"
 )
 
-// The demo's rows: table kv (node.KVTable), keys of 16 bytes; half the
+// The demo's rows: table kv (layout.KV), keys of 16 bytes; half the
 // writer's writes update loaded rows, half insert new ones.
 const (
 	table          = "kv"

@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
@@ -334,53 +335,17 @@ func (n *Node) exec(call *wire.Call) *wire.Reply {
 	return r
 }
 
-// clusterConfig is what /rejoin/cluster holds (the fields the client reads).
-type clusterConfig struct {
-	Partitions uint32        `json:"partitions"`
-	Replicas   int           `json:"replicas"`
-	Tables     []tableConfig `json:"tables"`
-}
-
-type tableConfig struct {
-	Name    string         `json:"name"`
-	Columns []columnConfig `json:"columns"`
-	Key     []int          `json:"key"`
-}
-
-type columnConfig struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-}
-
-func typeName(t wire.Type) string {
-	switch t {
-	case wire.TypeInt64:
-		return "int64"
-	case wire.TypeFloat64:
-		return "float64"
-	case wire.TypeString:
-		return "string"
-	case wire.TypeBytes:
-		return "bytes"
-	}
-	return t.String()
-}
-
 // WriteCluster writes /rejoin/cluster.
 func WriteCluster(ctx context.Context, cli *clientv3.Client, partitions uint32, tables ...partition.Schema) error {
-	cfg := clusterConfig{Partitions: partitions, Replicas: 2}
+	cfg := layout.Config{Partitions: partitions, Replicas: 2}
 	for _, s := range tables {
-		tc := tableConfig{Name: s.Name, Key: s.Key}
-		for _, col := range s.Columns {
-			tc.Columns = append(tc.Columns, columnConfig{Name: col.Name, Type: typeName(col.Type)})
-		}
-		cfg.Tables = append(cfg.Tables, tc)
+		cfg.Tables = append(cfg.Tables, layout.TableOf(s))
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	_, err = cli.Put(ctx, "/rejoin/cluster", string(b))
+	_, err = cli.Put(ctx, layout.Key, string(b))
 	return err
 }
 

@@ -1,4 +1,4 @@
-package node
+package layout
 
 import (
 	"context"
@@ -13,48 +13,48 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
-// ClusterKey holds the cluster's ClusterConfig, written once.
-const ClusterKey = "/rejoin/cluster"
+// Key holds the cluster's Config, written once.
+const Key = "/rejoin/cluster"
 
 // Errors of the package, classified with errors.Is.
 var (
-	// ErrConfig: a flag or cluster setting out of range.
-	ErrConfig = errors.New("node: bad config")
-	// ErrNoCluster: /rejoin/cluster is not there (InitCluster first).
-	ErrNoCluster = errors.New("node: cluster not initialised")
-	// ErrExists: InitCluster found a cluster already there.
-	ErrExists = errors.New("node: cluster already initialised")
+	// ErrConfig: a cluster setting out of range.
+	ErrConfig = errors.New("layout: bad config")
+	// ErrMissing: /rejoin/cluster is not there (Init first).
+	ErrMissing = errors.New("layout: cluster not initialised")
+	// ErrExists: Init found a cluster already there.
+	ErrExists = errors.New("layout: cluster already initialised")
 )
 
-// ClusterConfig is the cluster's shape: how many partitions, how many
+// Config is the cluster's shape: how many partitions, how many
 // replicas of each, and the tables every partition holds.
-type ClusterConfig struct {
-	Partitions uint32      `json:"partitions"`
-	Replicas   int         `json:"replicas"`
-	Tables     []TableSpec `json:"tables"`
+type Config struct {
+	Partitions uint32  `json:"partitions"`
+	Replicas   int     `json:"replicas"`
+	Tables     []Table `json:"tables"`
 }
 
-// TableSpec is a table's schema as stored in etcd.
-type TableSpec struct {
-	Name    string       `json:"name"`
-	Columns []ColumnSpec `json:"columns"`
-	Key     []int        `json:"key"`
+// Table is a table's schema as stored in etcd.
+type Table struct {
+	Name    string   `json:"name"`
+	Columns []Column `json:"columns"`
+	Key     []int    `json:"key"`
 }
 
-// ColumnSpec is one column; Type is wire.Type's name (int64, float64,
+// Column is one column; Type is wire.Type's name (int64, float64,
 // string, bytes).
-type ColumnSpec struct {
+type Column struct {
 	Name string `json:"name"`
 	Type string `json:"type"`
 }
 
-// KVTable is the demo's table: a bytes key and a bytes value.
-func KVTable() TableSpec {
-	return TableSpec{Name: "kv", Columns: []ColumnSpec{{Name: "k", Type: "bytes"}, {Name: "v", Type: "bytes"}}, Key: []int{0}}
+// KV is the demo's table: a bytes key and a bytes value.
+func KV() Table {
+	return Table{Name: "kv", Columns: []Column{{Name: "k", Type: "bytes"}, {Name: "v", Type: "bytes"}}, Key: []int{0}}
 }
 
 // Schema converts the spec to a partition.Schema.
-func (t TableSpec) Schema() (partition.Schema, error) {
+func (t Table) Schema() (partition.Schema, error) {
 	s := partition.Schema{Name: t.Name, Key: t.Key}
 	for _, c := range t.Columns {
 		typ, err := parseType(c.Type)
@@ -79,7 +79,7 @@ func parseType(name string) (wire.Type, error) {
 }
 
 // Validate checks the shape.
-func (c ClusterConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.Partitions < 1 || c.Partitions > 1<<16:
 		return fmt.Errorf("%w: %d partitions, want 1..65536", ErrConfig, c.Partitions)
@@ -96,11 +96,11 @@ func (c ClusterConfig) Validate() error {
 	return nil
 }
 
-// InitCluster writes cfg and the placement of its partitions' replicas on
+// Init writes cfg and the placement of its partitions' replicas on
 // nodes (supervise.Place), in one transaction that fails with ErrExists if
 // a cluster is already there. Every replica starts live: the cluster is
 // empty, so every copy is trivially equal.
-func InitCluster(ctx context.Context, cli *clientv3.Client, cfg ClusterConfig, nodes []string) error {
+func Init(ctx context.Context, cli *clientv3.Client, cfg Config, nodes []string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -112,16 +112,16 @@ func InitCluster(ctx context.Context, cli *clientv3.Client, cfg ClusterConfig, n
 	if err != nil {
 		return err
 	}
-	ops := []clientv3.Op{clientv3.OpPut(ClusterKey, string(val))}
+	ops := []clientv3.Op{clientv3.OpPut(Key, string(val))}
 	for p, ns := range place {
 		for _, n := range ns {
 			rv, _ := json.Marshal(supervise.Replica{State: supervise.ReplicaLive})
 			ops = append(ops, clientv3.OpPut(supervise.ReplicaKey(p, n), string(rv)))
 		}
 	}
-	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(ClusterKey), "=", 0)).Then(ops...).Commit()
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(Key), "=", 0)).Then(ops...).Commit()
 	if err != nil {
-		return fmt.Errorf("node: init cluster: %w", err)
+		return fmt.Errorf("layout: init: %w", err)
 	}
 	if !resp.Succeeded {
 		return ErrExists
@@ -129,18 +129,27 @@ func InitCluster(ctx context.Context, cli *clientv3.Client, cfg ClusterConfig, n
 	return nil
 }
 
-// ReadCluster reads the cluster's config.
-func ReadCluster(ctx context.Context, cli *clientv3.Client) (ClusterConfig, error) {
-	resp, err := cli.Get(ctx, ClusterKey)
+// Read reads the cluster's config.
+func Read(ctx context.Context, cli *clientv3.Client) (Config, error) {
+	resp, err := cli.Get(ctx, Key)
 	if err != nil {
-		return ClusterConfig{}, fmt.Errorf("node: read cluster: %w", err)
+		return Config{}, fmt.Errorf("layout: read: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return ClusterConfig{}, ErrNoCluster
+		return Config{}, ErrMissing
 	}
-	var c ClusterConfig
+	var c Config
 	if err := json.Unmarshal(resp.Kvs[0].Value, &c); err != nil {
-		return ClusterConfig{}, fmt.Errorf("node: cluster config: %w", err)
+		return Config{}, fmt.Errorf("layout: %s: %w", Key, err)
 	}
 	return c, c.Validate()
+}
+
+// TableOf is the stored form of schema s, the inverse of Table.Schema.
+func TableOf(s partition.Schema) Table {
+	t := Table{Name: s.Name, Key: s.Key}
+	for _, c := range s.Columns {
+		t.Columns = append(t.Columns, Column{Name: c.Name, Type: c.Type.String()})
+	}
+	return t
 }
