@@ -30,6 +30,10 @@ const (
 // a row.
 var ErrContention = errors.New("claim: task record kept changing")
 
+// ErrFenced: a guard the caller passed (a supervisor's election key, say)
+// no longer held, so nothing was written.
+var ErrFenced = errors.New("claim: guard failed, nothing written")
+
 // TaskRecord is a record with the task it belongs to.
 type TaskRecord struct {
 	Task Task
@@ -106,6 +110,13 @@ func GetTask(ctx context.Context, cli *clientv3.Client, task Task) (Record, erro
 func Tasks(ctx context.Context, cli *clientv3.Client) ([]TaskRecord, error) {
 	out, _, err := listTasks(ctx, cli)
 	return out, err
+}
+
+// TasksRev is Tasks with the revision it read at, so that a caller can
+// read other keys as of the same revision (clientv3.WithRev) and see one
+// consistent state.
+func TasksRev(ctx context.Context, cli *clientv3.Client) ([]TaskRecord, int64, error) {
+	return listTasks(ctx, cli)
 }
 
 // listTasks is Tasks, with the revision it read at.
@@ -229,7 +240,11 @@ func MarkDone(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Tim
 //
 // A record that changes between the read and the write is skipped: whoever
 // changed it is alive, and the next run looks again.
-func ResetStale(ctx context.Context, cli *clientv3.Client, now time.Time, staleAfter time.Duration) ([]Reset, error) {
+//
+// Every write also checks guards (none: unconditional), so a deposed
+// leader that has not noticed yet writes nothing: the first failed guard
+// ends the run with ErrFenced and the resets made before it.
+func ResetStale(ctx context.Context, cli *clientv3.Client, now time.Time, staleAfter time.Duration, guards ...clientv3.Cmp) ([]Reset, error) {
 	if staleAfter <= 0 {
 		return nil, fmt.Errorf("%w: staleAfter %s", ErrConfig, staleAfter)
 	}
@@ -257,17 +272,24 @@ func ResetStale(ctx context.Context, cli *clientv3.Client, now time.Time, staleA
 			return resets, err
 		}
 		key, claimKey := t.Task.RecordKey(), t.Task.ClaimKey()
-		resp, err := cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", t.ModRevision)).
-			Then(clientv3.OpPut(key, val),
+		// The guards are the outer transaction's condition and the
+		// record's revision the inner one's, so a failed guard is told
+		// apart from a record that moved on.
+		reset := clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", t.ModRevision)},
+			[]clientv3.Op{clientv3.OpPut(key, val),
 				clientv3.OpTxn(
 					[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(claimKey), "=", int64(t.Epoch))},
-					[]clientv3.Op{clientv3.OpDelete(claimKey)}, nil)).
-			Commit()
+					[]clientv3.Op{clientv3.OpDelete(claimKey)}, nil)},
+			nil)
+		resp, err := cli.Txn(ctx).If(guards...).Then(reset).Commit()
 		if err != nil {
 			return resets, fmt.Errorf("claim: reset %s: %w", t.Task, err)
 		}
-		if resp.Succeeded {
+		if !resp.Succeeded {
+			return resets, fmt.Errorf("%w: resetting %s", ErrFenced, t.Task)
+		}
+		if resp.Responses[0].GetResponseTxn().Succeeded {
 			resets = append(resets, Reset{Task: t.Task, Was: t.Record, Why: why})
 		}
 	}

@@ -32,7 +32,7 @@ const scriptTTL, scriptWindow = 60 * time.Second, time.Second
 //	expire exec=NAME                  revoke NAME's lease, as its expiry would; wait for Lost
 //	lost exec=NAME                    wait for NAME's Lost and say why
 //	release exec=NAME                 Release
-//	reset-stale at=DUR after=DUR      ResetStale
+//	reset-stale at=DUR after=DUR [guard=KEY@REV]  ResetStale
 //	show task=P/NODE | tasks | claims
 func TestTaskScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/tasks", func(t *testing.T, path string) {
@@ -161,7 +161,20 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 	case "reset-stale":
 		var after string
 		d.ScanArgs(t, "after", &after)
-		resets, err := ResetStale(ctx, s.cli, at(), parseDuration(t, after))
+		var guards []clientv3.Cmp
+		if d.HasArg("guard") {
+			// guard=KEY@REV: the write requires KEY's CreateRevision to be
+			// REV (0: KEY absent), as a supervisor's election key.
+			var g string
+			d.ScanArgs(t, "guard", &g)
+			key, rev, _ := strings.Cut(g, "@")
+			n, err := strconv.ParseInt(rev, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: bad guard %q", d.Pos, g)
+			}
+			guards = append(guards, clientv3.Compare(clientv3.CreateRevision(key), "=", n))
+		}
+		resets, err := ResetStale(ctx, s.cli, at(), parseDuration(t, after), guards...)
 		if err != nil {
 			return "", err
 		}

@@ -155,21 +155,23 @@ func Complete(ctx context.Context, cli *clientv3.Client, a claim.Attempt, now ti
 	return rec, false, err
 }
 
-// ReadSnapshot reads what a pass decides on. The task records come from
-// claim.Tasks; nodes, placement, claims and assignments from one
-// transaction, at one revision at or after the tasks'. A record that
-// changes between the two reads is seen as of the earlier one; every write
-// of the pass is a compare-and-swap, so a stale view costs a retry at the
-// next pass, never a wrong write.
+// ReadSnapshot reads what a pass decides on: the task records
+// (claim.TasksRev), then nodes, placement, claims and assignments in one
+// transaction as of the same revision, so the pass sees one state. It may
+// be stale by the time the pass writes; every write of the pass is a
+// compare-and-swap, so a stale view costs a retry at the next pass, never
+// a wrong write.
 func ReadSnapshot(ctx context.Context, cli *clientv3.Client) (Snapshot, error) {
-	tasks, err := claim.Tasks(ctx, cli)
+	tasks, rev, err := claim.TasksRev(ctx, cli)
 	if err != nil {
 		return Snapshot{}, err
 	}
+	// The rest is read as of the tasks' revision: one state of the
+	// cluster, not tasks of one moment and claims of the next.
 	prefixes := []string{nodesPrefix, replicasPrefix, claimsPrefix, assignPrefix}
 	ops := make([]clientv3.Op, len(prefixes))
 	for i, p := range prefixes {
-		ops[i] = clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithLimit(snapshotKeysMax+1))
+		ops[i] = clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithLimit(snapshotKeysMax+1), clientv3.WithRev(rev))
 	}
 	resp, err := cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {

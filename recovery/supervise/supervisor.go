@@ -373,12 +373,15 @@ func (s *Supervisor) health(ctx context.Context, guard clientv3.Cmp) error {
 			}
 		})
 	}
-	resets, err := claim.ResetStale(ctx, s.cli, now, s.cfg.Health.StaleAfter)
+	resets, err := claim.ResetStale(ctx, s.cli, now, s.cfg.Health.StaleAfter, guard)
 	for _, r := range resets {
 		s.cfg.Log.Info("supervise: task reset", "task", r.Task.String(), "why", r.Why)
 	}
 	s.count(func(st *Stats) { st.HealthRuns++; st.Reset += len(resets) })
-	if err != nil && !errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, claim.ErrFenced):
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case err != nil && !errors.Is(err, context.Canceled):
 		return err
 	}
 	return nil
