@@ -83,7 +83,9 @@ type Action struct {
 // new attempt (Seq+1) to the least loaded other qualifying source: a node
 // with a live record, not marked not-responding, hosting a live replica of
 // the partition, not the destination, not in Declined, and below its
-// OutgoingMax counting the assignments of this pass. A closed task's
+// OutgoingMax counting the assignments of this pass. When every such
+// source has declined, Declined is cleared ClaimWithin after the last
+// assignment, so a decline delays a task but never strands it. A closed task's
 // assignment is deleted. An open task whose destination node is dead is
 // ended (assignment and claim deleted) and left pending until the
 // destination registers again.
@@ -154,6 +156,14 @@ func Decide(s Snapshot, now time.Time, lim Limits) []Action {
 			next.Superseded = t.Epoch
 		}
 		src, ok := pickSource(s, t.Task, prevSource, next.Declined, load)
+		if !ok && len(next.Declined) > 0 && now.Sub(a.AssignedAt) > lim.ClaimWithin {
+			// Every qualifying source has declined. A decline is "over my
+			// limit now", not "never": after ClaimWithin they are asked
+			// again rather than leave the task stuck for the generation.
+			next.Declined = nil
+			reason += fmt.Sprintf("; every source declined, asking again after %s", lim.ClaimWithin)
+			src, ok = pickSource(s, t.Task, prevSource, nil, load)
+		}
 		if !ok {
 			out = append(out, Action{Kind: ActNoSource, Task: t.Task, Reason: reason})
 			continue

@@ -78,8 +78,10 @@
 //     and destination drop (recovery/claim's fencing).
 //   - A source is never the destination, always hosts a live replica of
 //     the partition, has a live record not marked not-responding, has not
-//     declined the task in this generation, and is below its OutgoingMax
-//     counting the assignments of open tasks.
+//     declined the task in this generation (until every qualifying source
+//     has: then they are asked again ClaimWithin after the last
+//     assignment), and is below its OutgoingMax counting the assignments
+//     of open tasks.
 //   - Every loop is bounded: a pass by PassActionsMax writes and
 //     PassTimeout; a listing by claim.TasksMax keys; a node's checks by
 //     its window; the leader loop and the node loop end with their
