@@ -1,6 +1,3 @@
-// Command rejoin is the one binary of the project: it runs a node, the demo,
-// the benchmarks and the simulator, and inspects a running cluster. Each
-// subcommand only binds flags; the work lives in the packages.
 package main
 
 import (

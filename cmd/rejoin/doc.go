@@ -1,0 +1,22 @@
+// Command rejoin is the one binary of the project: it runs a node, the demo,
+// the benchmarks and the simulator, and inspects a running cluster.
+//
+//	rejoin demo      a local cluster on loopback: load, kill a node, rejoin it under writes, verify
+//	rejoin node      one node of a cluster (etcd endpoints, data directory, listen addresses)
+//	rejoin status    a cluster's nodes, replicas and rejoin tasks, from etcd and each node's /status
+//	rejoin verify    every replica's digest at one common txn ID
+//	rejoin bench     one in-process rejoin, and what it measured
+//	rejoin sim       the seeded simulator: --seeds N runs 1..N, --seed S -v replays one
+//	rejoin version
+//
+// `rejoin <command> -h` lists a command's flags.
+//
+// Each subcommand only binds flags; the work lives in the packages
+// (cmd/rejoin/internal/demo, recovery/node, recovery/sim, bench), so the
+// tests drive the same code the command runs.
+//
+// Exit status: 0 on success (and for -h); 1 when the command ran and
+// failed, or found what it checks for wrong (digests that differ, a
+// simulator seed that failed, acknowledged writes lost); 2 for a usage
+// error.
+package main
