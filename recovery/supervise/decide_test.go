@@ -96,7 +96,7 @@ func TestDecide(t *testing.T) {
 		{"declined goes elsewhere and remembers", func(s *Snapshot) {
 			s.Assignments[task13] = assigned("n1", 1, t0, "n1")
 		}, t0, "assign 1->n3 src=n2 seq=2 prev=7 revoke=0 declined=[n1] (declined by n1)\n"},
-		{"declined by all: no source", func(s *Snapshot) {
+		{"declined by all: no source within ClaimWithin", func(s *Snapshot) {
 			s.Assignments[task13] = assigned("n4", 3, t0, "n1", "n2", "n4")
 		}, t0, "no-source 1->n3 (declined by n4)\n"},
 		{"over its limit a source is skipped", func(s *Snapshot) {
