@@ -376,11 +376,20 @@ func encodeRecord(r Record) (string, error) {
 	return string(b), nil
 }
 
+// decodeRecord refuses what no writer stores: a record without a status
+// (a JSON null or {}) would otherwise reach the status moves, which treat
+// an unknown status as this package's own bug.
 func decodeRecord(kv *mvccpb.KeyValue) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(kv.Value, &r); err != nil {
 		return Record{}, fmt.Errorf("claim: corrupt task record %q: %w", kv.Key, err)
 	}
+	if r.Status < StatusPending || r.Status > StatusFailed {
+		return Record{}, fmt.Errorf("claim: corrupt task record %q: no status", kv.Key)
+	}
+	// The writers store UTC; a zone offset JSON reads but cannot write
+	// back (24 hours) must not make the record unwritable.
+	r.UpdatedAt = normalize(r.UpdatedAt)
 	r.Opened, r.ModRevision = uint64(kv.CreateRevision), kv.ModRevision
 	return r, nil
 }

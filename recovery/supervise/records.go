@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,12 +141,28 @@ func encode(v any) (string, error) {
 	return string(b), nil
 }
 
+// The decoders refuse what no writer stores, as ErrCorrupt: a key that
+// is not a record's, a name that is not a node id, a status or state
+// outside its enum (a JSON null decodes to none). Times are read back in
+// UTC, as written, so that any record read can be written again.
+
 func decodeNode(kv *mvccpb.KeyValue) (NodeRecord, error) {
 	var n NodeRecord
 	if err := json.Unmarshal(kv.Value, &n); err != nil {
 		return NodeRecord{}, fmt.Errorf("%w: node %q: %w", ErrCorrupt, kv.Key, err)
 	}
-	n.ID = string(kv.Key[len(nodesPrefix):])
+	id, ok := bytes.CutPrefix(kv.Key, []byte(nodesPrefix))
+	if !ok {
+		return NodeRecord{}, fmt.Errorf("%w: node key %q", ErrCorrupt, kv.Key)
+	}
+	if err := checkID("node id", string(id), nodeIDBytesMax); err != nil {
+		return NodeRecord{}, fmt.Errorf("%w: node key %q: %w", ErrCorrupt, kv.Key, err)
+	}
+	if n.Status != NodeReady && n.Status != NodeNotResponding {
+		return NodeRecord{}, fmt.Errorf("%w: node %q: status %q", ErrCorrupt, kv.Key, n.Status)
+	}
+	n.ID = string(id)
+	n.Started, n.LastActive = normalize(n.Started), normalize(n.LastActive)
 	n.Created, n.ModRevision, n.Lease = kv.CreateRevision, kv.ModRevision, kv.Lease
 	return n, nil
 }
@@ -155,9 +172,12 @@ func decodeReplica(kv *mvccpb.KeyValue) (Replica, error) {
 	if err := json.Unmarshal(kv.Value, &r); err != nil {
 		return Replica{}, fmt.Errorf("%w: replica %q: %w", ErrCorrupt, kv.Key, err)
 	}
-	p, node, err := parsePair(string(kv.Key[len(replicasPrefix):]))
+	p, node, err := parseRecordKey(kv.Key, replicasPrefix)
 	if err != nil {
 		return Replica{}, err
+	}
+	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
+		return Replica{}, fmt.Errorf("%w: replica %q: state %q", ErrCorrupt, kv.Key, r.State)
 	}
 	r.Partition, r.Node = p, node
 	return r, nil
@@ -168,13 +188,34 @@ func decodeAssignment(kv *mvccpb.KeyValue) (Assignment, error) {
 	if err := json.Unmarshal(kv.Value, &a); err != nil {
 		return Assignment{}, fmt.Errorf("%w: assignment %q: %w", ErrCorrupt, kv.Key, err)
 	}
-	p, dest, err := parsePair(string(kv.Key[len(assignPrefix):]))
+	p, dest, err := parseRecordKey(kv.Key, assignPrefix)
 	if err != nil {
 		return Assignment{}, err
 	}
+	if err := checkID("source", a.Source, nodeIDBytesMax); err != nil {
+		return Assignment{}, fmt.Errorf("%w: assignment %q: %w", ErrCorrupt, kv.Key, err)
+	}
 	a.Task = claim.Task{Partition: p, Dest: dest}
+	a.AssignedAt = normalize(a.AssignedAt)
 	a.ModRevision = kv.ModRevision
 	return a, nil
+}
+
+// parseRecordKey splits the key of a per-partition record under prefix
+// into its partition and node id.
+func parseRecordKey(key []byte, prefix string) (uint32, string, error) {
+	suffix, ok := bytes.CutPrefix(key, []byte(prefix))
+	if !ok {
+		return 0, "", fmt.Errorf("%w: key %q not under %s", ErrCorrupt, key, prefix)
+	}
+	p, node, err := parsePair(string(suffix))
+	if err == nil {
+		err = checkID("node id", node, nodeIDBytesMax)
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+	}
+	return p, node, nil
 }
 
 // normalize drops the monotonic reading and the zone, so a time written
