@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -209,6 +210,57 @@ func FuzzScanTuple(f *testing.F) {
 	})
 }
 
+// FuzzDecodeValues is DecodeValues on procedure parameters and results.
+// Every form it accepts is canonical, so an accepted tuple re-encodes
+// (AppendTuple) to exactly its own bytes, b[:n]; what follows them is left
+// alone.
+func FuzzDecodeValues(f *testing.F) {
+	f.Add(mustTuple(f, []Value{String("accounts"), Int64(-40000), Float64(2.5), Bytes([]byte{1, 2})}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		vals, n, err := DecodeValues(b, nil)
+		if err != nil {
+			checkClassified(t, err)
+			if n != 0 {
+				t.Fatalf("error %v with length %d", err, n)
+			}
+			if an, aerr := scanTupleAny(b); aerr == nil {
+				t.Fatalf("schema-less scan takes %d bytes that DecodeValues refuses: %v", an, err)
+			}
+			return
+		}
+		if n < 1 || n > len(b) {
+			t.Fatalf("decoded %d of %d bytes", n, len(b))
+		}
+		if an, err := scanTupleAny(b); err != nil || an != n {
+			t.Fatalf("schema-less scan = %d, %v; DecodeValues %d", an, err, n)
+		}
+		if re := mustTuple(t, vals); !bytes.Equal(re, b[:n]) {
+			t.Fatalf("values re-encode differently:\n%x\n%x", b[:n], re)
+		}
+		types := make([]Type, len(vals))
+		for i, v := range vals {
+			types[i] = v.Type
+		}
+		if !reflect.DeepEqual(types, inferTypes(t, b[:n])) {
+			t.Fatalf("types %v, type codes say %v", types, inferTypes(t, b[:n]))
+		}
+		// A reused dst (as partition reuses a row) gives the same values.
+		again, n2, err := DecodeValues(b, make([]Value, 3, 5))
+		if err != nil || n2 != n || len(again) != len(vals) {
+			t.Fatalf("into a used dst: %d values, %d bytes, %v", len(again), n2, err)
+		}
+		for i := range vals {
+			if !again[i].Equal(vals[i]) {
+				t.Fatalf("into a used dst, field %d is %v, not %v", i, again[i], vals[i])
+			}
+		}
+		var generic []any
+		if err := msgpack.Unmarshal(b[:n], &generic); err != nil || len(generic) != len(vals) {
+			t.Fatalf("msgpack reads our values as %v, %v", generic, err)
+		}
+	})
+}
+
 // checkTupleRoundTrip: tup is one whole tuple of types.
 func checkTupleRoundTrip(t *testing.T, tup []byte, types []Type) {
 	t.Helper()
@@ -347,4 +399,32 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		write("FuzzScanTuple", fmt.Sprintf("tuple-%d-cut", i), schema, tup[:len(tup)/2])
 	}
 	write("FuzzScanTuple", "noncanonical", []byte{0}, []byte{0x91, 0xcc, 0x05})
+
+	for i, vals := range [][]Value{
+		{String("accounts"), Int64(-40000), Float64(2.5), Bytes([]byte{1, 2}), Int64(1 << 40), String("")},
+		{Int64(math.MinInt64), Int64(math.MaxInt64), Float64(math.NaN()), Bytes([]byte{})},
+		{String(string(make([]byte, 40))), Bytes(make([]byte, 300)), Int64(-33), Int64(128)},
+		make([]Value, 20),
+		{},
+	} {
+		for j := range vals {
+			if vals[j].Type == 0 {
+				vals[j] = Int64(int64(j))
+			}
+		}
+		tup := mustTuple(t, vals)
+		write("FuzzDecodeValues", fmt.Sprintf("values-%d", i), tup)
+		write("FuzzDecodeValues", fmt.Sprintf("values-%d-cut", i), tup[:len(tup)/2])
+		write("FuzzDecodeValues", fmt.Sprintf("values-%d-trailing", i), append(tup, 0xc0))
+	}
+	write("FuzzDecodeValues", "nil-field", []byte{0x91, 0xc0})
+	write("FuzzDecodeValues", "float32", []byte{0x91, 0xca, 0, 0, 0, 0})
+	write("FuzzDecodeValues", "nested-array", []byte{0x92, 1, 0x91, 2})
+	write("FuzzDecodeValues", "map", []byte{0x81, 1, 2})
+	write("FuzzDecodeValues", "noncanonical-int", []byte{0x91, 0xcd, 0, 5})
+	write("FuzzDecodeValues", "noncanonical-str", []byte{0x91, 0xd9, 1, 'x'})
+	write("FuzzDecodeValues", "noncanonical-array16", []byte{0xdc, 0, 1, 7})
+	write("FuzzDecodeValues", "uint64-overflow", []byte{0x91, 0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0})
+	write("FuzzDecodeValues", "fields-over-limit", append([]byte{0xdc, 0x10, 0x01}, make([]byte, TupleFieldsMax+1)...))
+	write("FuzzDecodeValues", "huge-array32", []byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 }

@@ -138,11 +138,21 @@ func Read(ctx context.Context, cli *clientv3.Client) (Config, error) {
 	if len(resp.Kvs) == 0 {
 		return Config{}, ErrMissing
 	}
+	return parse(resp.Kvs[0].Value)
+}
+
+// parse decodes and validates the value stored under Key. A config that
+// does not validate is returned as the zero Config, so none escapes with
+// its error.
+func parse(b []byte) (Config, error) {
 	var c Config
-	if err := json.Unmarshal(resp.Kvs[0].Value, &c); err != nil {
+	if err := json.Unmarshal(b, &c); err != nil {
 		return Config{}, fmt.Errorf("layout: %s: %w", Key, err)
 	}
-	return c, c.Validate()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
 }
 
 // TableOf is the stored form of schema s, the inverse of Table.Schema.

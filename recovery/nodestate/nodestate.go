@@ -1,26 +1,7 @@
-// Package nodestate is a node's small durable record (DESIGN.md step 10,
-// seed 004): who the node is, when it last started, whether it shut down
-// cleanly, and the state of each partition replica it hosts. It lives in a
-// pebble database in the node's data directory.
-//
-// Who calls it: the node process, once at start (Open) and at clean
-// shutdown (Close), and whenever a replica changes state (SetReplica). The
-// supervisor learns from the report of Open which replicas need a rejoin.
-//
-// At start, a record without the clean-shutdown marker is an unexpected
-// shutdown and is reported as one. Every replica is then put back to
-// needs-rejoin, in one synced batch, before anything else happens: a
-// partition replica is in memory, so whatever it held died with the process,
-// and a rejoin that was under way (an interim state) is never half resumed.
-// The report names the replicas that were in an interim state.
-//
-// Invariants: the clean marker exists only between a Close and the next
-// Open; every write is synced before it returns, so a record read after a
-// crash holds everything acknowledged before it; a data directory belongs
-// to one node id for life.
 package nodestate
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -156,10 +137,9 @@ func (s *Store) start(now time.Time) (StartReport, error) {
 		if v, ok, err := s.get(keyStart); err != nil {
 			return rep, err
 		} else if ok {
-			if len(v) != 8 {
-				return rep, fmt.Errorf("%w: start time of %d bytes", ErrCorrupt, len(v))
+			if rep.LastStart, err = decodeStart(v); err != nil {
+				return rep, err
 			}
-			rep.LastStart = time.UnixMilli(int64(binary.BigEndian.Uint64(v))).UTC()
 		}
 	}
 	replicas, err := s.Replicas()
@@ -182,7 +162,7 @@ func (s *Store) start(now time.Time) (StartReport, error) {
 	if err := b.Set(keyIdentity, []byte(s.nodeID), nil); err != nil {
 		return rep, err
 	}
-	if err := b.Set(keyStart, binary.BigEndian.AppendUint64(nil, uint64(now.UnixMilli())), nil); err != nil {
+	if err := b.Set(keyStart, encodeStart(now), nil); err != nil {
 		return rep, err
 	}
 	if err := b.Delete(keyClean, nil); err != nil {
@@ -280,8 +260,10 @@ func encodeReplica(r Replica) []byte {
 	return binary.BigEndian.AppendUint64([]byte{byte(r.State)}, r.Epoch)
 }
 
+// decodeReplica checks the key's prefix too, although Replicas only reads
+// within it, so that no other key ever decodes as a replica.
 func decodeReplica(key, v []byte) (Replica, error) {
-	if len(key) != len(replicaLower)+4 || len(v) != 9 {
+	if len(key) != len(replicaLower)+4 || !bytes.HasPrefix(key, replicaLower) || len(v) != 9 {
 		return Replica{}, fmt.Errorf("%w: replica key %x value %x", ErrCorrupt, key, v)
 	}
 	r := Replica{
@@ -293,6 +275,18 @@ func decodeReplica(key, v []byte) (Replica, error) {
 		return Replica{}, fmt.Errorf("%w: replica %d in state %d", ErrCorrupt, r.Partition, v[0])
 	}
 	return r, nil
+}
+
+// The start time's value: Unix milliseconds (8 bytes, big-endian).
+func encodeStart(t time.Time) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(t.UnixMilli()))
+}
+
+func decodeStart(v []byte) (time.Time, error) {
+	if len(v) != 8 {
+		return time.Time{}, fmt.Errorf("%w: start time of %d bytes", ErrCorrupt, len(v))
+	}
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(v))).UTC(), nil
 }
 
 // pebbleLogger sends pebble's errors to slog and drops its chatter.

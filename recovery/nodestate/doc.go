@@ -1,0 +1,21 @@
+// Package nodestate is a node's small durable record (DESIGN.md step 10,
+// seed 004): who the node is, when it last started, whether it shut down
+// cleanly, and the state of each partition replica it hosts. It lives in a
+// pebble database in the node's data directory.
+//
+// Who calls it: the node process, once at start (Open) and at clean
+// shutdown (Close), and whenever a replica changes state (SetReplica). The
+// supervisor learns from the report of Open which replicas need a rejoin.
+//
+// At start, a record without the clean-shutdown marker is an unexpected
+// shutdown and is reported as one. Every replica is then put back to
+// needs-rejoin, in one synced batch, before anything else happens: a
+// partition replica is in memory, so whatever it held died with the process,
+// and a rejoin that was under way (an interim state) is never half resumed.
+// The report names the replicas that were in an interim state.
+//
+// Invariants: the clean marker exists only between a Close and the next
+// Open; every write is synced before it returns, so a record read after a
+// crash holds everything acknowledged before it; a data directory belongs
+// to one node id for life.
+package nodestate
