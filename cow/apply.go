@@ -20,13 +20,13 @@ func Apply(p *partition.Partition, b Block) error {
 // to the partition being rebuilt. The zero value is ready to use; it is
 // not safe for concurrent use (nor is the partition).
 type Applier struct {
-	types []wire.Type // the block's tuple types: the table's columns, or its key's
-	ends  []int       // where each tuple of the block being applied ends
+	types []wire.Type // a delete block's key types
+	ends  []int       // where each key of the delete block being applied ends
 }
 
 // Apply applies block b to p: the rows of snapshot and upsert blocks are
-// written by key with Table.Upsert, and the keys of delete blocks removed
-// with Table.DeleteKey, a key with no row being no error. Both are
+// written by key with Table.UpsertTuples, and the keys of delete blocks
+// removed with Table.DeleteKey, a key with no row being no error. Both are
 // idempotent, so a block applied twice (a resend after a lost ack) is
 // harmless.
 //
@@ -43,71 +43,69 @@ func (a *Applier) Apply(p *partition.Partition, b Block) error {
 	if t == nil {
 		return fmt.Errorf("%w: %v block for table %d", ErrUnknownTable, b.Kind, b.Table)
 	}
-	pos, err := a.check(t, b)
+	pos, n, err := a.checkHeader(t, b)
 	if err != nil {
 		return err
 	}
-	// Validated: no write below can fail, short of a bug. (Upsert of a
-	// checked tuple meets no duplicate, since it updates the row with its
-	// key; check made sure the table has room for every insert.)
-	for i, end := range a.ends {
-		tuple := b.Tuples[pos:end]
-		pos = end
-		var err error
-		if b.Kind == wire.BlockDeletes {
-			_, err = t.DeleteKey(tuple)
-		} else {
-			_, err = t.Upsert(tuple)
+	if b.Kind != wire.BlockDeletes {
+		// The table checks every row before it writes any.
+		if err := t.UpsertTuples(b.Tuples[pos:], n); err != nil {
+			return fmt.Errorf("%w: %v block for table %q: %w", ErrBadBlock, b.Kind, t.Schema().Name, err)
 		}
-		if err != nil {
-			panic(fmt.Sprintf("cow: checked %v block for table %q failed at tuple %d of %d: %v", b.Kind, t.Schema().Name, i, len(a.ends), err))
+		return nil
+	}
+	if err := a.checkKeys(t, b, pos, n); err != nil {
+		return err
+	}
+	// Validated: no delete below can fail, short of a bug.
+	for i, end := range a.ends {
+		key := b.Tuples[pos:end]
+		pos = end
+		if _, err := t.DeleteKey(key); err != nil {
+			panic(fmt.Sprintf("cow: checked %v block for table %q failed at key %d of %d: %v", b.Kind, t.Schema().Name, i, len(a.ends), err))
 		}
 	}
 	return nil
 }
 
-// check validates b for table t, leaving each tuple's end in a.ends, and
-// returns where the first tuple starts.
-func (a *Applier) check(t *partition.Table, b Block) (int, error) {
-	sc := t.Schema()
-	a.types = a.types[:0]
-	if b.Kind == wire.BlockDeletes {
-		for _, k := range sc.Key {
-			a.types = append(a.types, sc.Columns[k].Type)
-		}
-	} else {
-		for _, c := range sc.Columns {
-			a.types = append(a.types, c.Type)
-		}
-	}
-	a.ends = a.ends[:0]
+// checkHeader checks b's array header against its Count and returns where
+// the first tuple starts and how many there are.
+func (a *Applier) checkHeader(t *partition.Table, b Block) (pos, n int, err error) {
 	if len(b.Tuples) == 0 && b.Count == 0 {
-		return 0, nil // an empty block, as wire.Block allows
+		return 0, 0, nil // an empty block, as wire.Block allows
 	}
-	n, start, err := wire.ReadArrayHeader(b.Tuples)
+	n, pos, err = wire.ReadArrayHeader(b.Tuples)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v block for table %q: tuple array header: %w", ErrBadBlock, b.Kind, sc.Name, err)
+		return 0, 0, fmt.Errorf("%w: %v block for table %q: tuple array header: %w", ErrBadBlock, b.Kind, t.Schema().Name, err)
 	}
 	if n != int(b.Count) {
-		return 0, fmt.Errorf("%w: %v block for table %q: Count %d, array header says %d", ErrBadBlock, b.Kind, sc.Name, b.Count, n)
+		return 0, 0, fmt.Errorf("%w: %v block for table %q: Count %d, array header says %d", ErrBadBlock, b.Kind, t.Schema().Name, b.Count, n)
 	}
-	if b.Kind != wire.BlockDeletes && t.Len()+n > partition.SlotsMax {
-		return 0, fmt.Errorf("%w: %v block of %d rows for table %q with %d rows: %w", ErrBadBlock, b.Kind, n, sc.Name, t.Len(), partition.ErrTableFull)
+	return pos, n, nil
+}
+
+// checkKeys checks that the n tuples of delete block b from pos are keys
+// of table t and nothing follows them, leaving each key's end in a.ends.
+func (a *Applier) checkKeys(t *partition.Table, b Block, pos, n int) error {
+	sc := t.Schema()
+	a.types = a.types[:0]
+	for _, k := range sc.Key {
+		a.types = append(a.types, sc.Columns[k].Type)
 	}
-	pos := start
+	a.ends = a.ends[:0]
 	for i := range n {
 		l, err := wire.ScanTuple(b.Tuples[pos:], a.types, nil)
 		if err != nil {
-			return 0, fmt.Errorf("%w: %v block for table %q: tuple %d at byte %d: %w", ErrBadBlock, b.Kind, sc.Name, i, pos, err)
+			return fmt.Errorf("%w: %v block for table %q: tuple %d at byte %d: %w", ErrBadBlock, b.Kind, sc.Name, i, pos, err)
 		}
 		if l > partition.TupleBytesMax {
-			return 0, fmt.Errorf("%w: %v block for table %q: tuple %d of %d bytes, limit %d: %w", ErrBadBlock, b.Kind, sc.Name, i, l, partition.TupleBytesMax, partition.ErrTupleTooLarge)
+			return fmt.Errorf("%w: %v block for table %q: tuple %d of %d bytes, limit %d: %w", ErrBadBlock, b.Kind, sc.Name, i, l, partition.TupleBytesMax, partition.ErrTupleTooLarge)
 		}
 		pos += l
 		a.ends = append(a.ends, pos)
 	}
 	if pos != len(b.Tuples) {
-		return 0, fmt.Errorf("%w: %v block for table %q: %d bytes after %d tuples", ErrBadBlock, b.Kind, sc.Name, len(b.Tuples)-pos, n)
+		return fmt.Errorf("%w: %v block for table %q: %d bytes after %d tuples", ErrBadBlock, b.Kind, sc.Name, len(b.Tuples)-pos, n)
 	}
-	return start, nil
+	return nil
 }

@@ -102,7 +102,7 @@
 // # Destination side
 //
 // Applier.Apply (or Apply) writes a block to the destination partition:
-// snapshot and upsert rows with Table.Upsert, delete keys with
+// snapshot and upsert rows with Table.UpsertTuples, delete keys with
 // Table.DeleteKey (a missing key is no error), so a resent block is
 // harmless. It checks the whole block first (kind, table, array header
 // against Count, every tuple against the table's schema or key), so a bad

@@ -11,8 +11,8 @@
 // package installs an Observer while a table stream is active, walks each
 // table with Table.AppendTuples (the snapshot cursor) and reads dirty
 // slots with Table.Tuple. A rejoin destination starts from Partition.Clear,
-// applies shipped rows with Table.Upsert and Table.DeleteKey, and checks
-// Partition.Digest against the source's at handoff.
+// applies shipped rows with Table.UpsertTuples and Table.DeleteKey, and
+// checks Partition.Digest against the source's at handoff.
 //
 // # Rows, slots and keys
 //
@@ -47,6 +47,9 @@
 //     doubling, with backward-shift deletion. Keys are not stored: a hash
 //     match is confirmed by reading the key out of the stored tuple, in
 //     place when the key columns lead the tuple, else into a scratch buffer.
+//     A large index misses the caches on nearly every lookup, so
+//     Table.UpsertTuples, the rejoin's apply path, loads the home buckets
+//     of a batch of rows first, letting their misses overlap, then writes.
 //
 // The slot table and the index keep their size when rows go; only
 // Partition.Clear shrinks them.

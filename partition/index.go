@@ -37,6 +37,9 @@ type pkIndex struct {
 	buckets []uint64
 	shift   uint32 // 32 - log2(len(buckets))
 	count   int
+	// touched keeps what touch loaded, so the compiler cannot drop loads
+	// whose only purpose is to bring buckets into the cache.
+	touched uint64
 }
 
 func newPKIndex() pkIndex {
@@ -92,6 +95,27 @@ func (ix *pkIndex) place(e uint64) {
 		i = (i + 1) & mask
 	}
 	ix.buckets[i] = e
+}
+
+// reserve grows the index now if n more inserts would make it grow, so
+// that none of them moves a bucket touch has loaded.
+func (ix *pkIndex) reserve(n int) {
+	for (ix.count+n)*indexLoadDen > len(ix.buckets)*indexLoadNum {
+		ix.grow()
+	}
+}
+
+// touch loads the home bucket of each row's key hash. A large index is far
+// bigger than the caches, so each lookup misses to DRAM (and the TLB); one
+// at a time, each waits for the last. These loads do not depend on one
+// another, so the CPU keeps many of them in flight, and the lookups and
+// inserts that follow find their buckets in the cache.
+func (ix *pkIndex) touch(rows []batchRow) {
+	var sum uint64
+	for i := range rows {
+		sum += ix.buckets[rows[i].h>>ix.shift]
+	}
+	ix.touched = sum
 }
 
 func (ix *pkIndex) grow() {

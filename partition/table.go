@@ -109,6 +109,26 @@ type Table struct {
 	cmpBuf     []byte // the key of an index candidate
 	oldBuf     []byte // the key of the row being replaced or deleted
 	evKey      []byte // the key tuple handed to Observer.OnDelete
+	// UpsertTuples' rows, and their keys when the key is not a prefix of
+	// the columns: as long as the largest run applied, a block.
+	batch     []batchRow
+	batchKeys []byte
+}
+
+// upsertBatchRows is how many rows UpsertTuples touches in the index ahead
+// of writing them: enough loads in flight to overlap their DRAM latency,
+// few enough that the buckets are still in the cache when written.
+const upsertBatchRows = 64
+
+// batchRow is what UpsertTuples learns of one row while it checks the run,
+// so that writing the row needs no second scan.
+type batchRow struct {
+	end int // where the row's tuple ends in the run
+	// The key fields are run[keyAt:keyEnd] when the key is a prefix of the
+	// columns, else batchKeys[keyAt:keyEnd] (behind the key's array
+	// header, which AppendKey writes too).
+	keyAt, keyEnd int
+	h             uint32 // keyHash of the key fields
 }
 
 func newTable(p *Partition, id TableID, s Schema) *Table {
@@ -254,7 +274,7 @@ func (t *Table) Update(s Slot, row []wire.Value) error {
 	if err != nil {
 		return err
 	}
-	return t.update(s, tuple)
+	return t.update(s, tuple, t.scannedKeyFields(tuple))
 }
 
 // UpdateTuple is Update with the row given as its canonical tuple.
@@ -265,7 +285,7 @@ func (t *Table) UpdateTuple(s Slot, tuple []byte) error {
 	if err := t.scanTuple(tuple); err != nil {
 		return err
 	}
-	return t.update(s, tuple)
+	return t.update(s, tuple, t.scannedKeyFields(tuple))
 }
 
 // Upsert writes tuple by its primary key: it updates the live row with
@@ -277,9 +297,88 @@ func (t *Table) Upsert(tuple []byte) (Slot, error) {
 	fields := t.scannedKeyFields(tuple)
 	h := keyHash(fields)
 	if s, ok := t.index.lookup(h, fields, t); ok {
-		return s, t.update(s, tuple)
+		return s, t.update(s, tuple, fields)
 	}
 	return t.insertAbsent(tuple, h, 0, false)
+}
+
+// UpsertTuples writes count rows by their primary keys, as Upsert would one
+// after the other. run holds their canonical tuples back to back, with
+// nothing before, between or after them. It checks the whole run before
+// writing anything: a run that is not exactly count tuples of the table,
+// holds a tuple longer than TupleBytesMax, or may not fit (the table's
+// rows plus count above SlotsMax) is an error wrapping ErrSchema,
+// ErrTupleTooLarge or ErrTableFull, and changes nothing.
+//
+// It is the rejoin's apply path: it scans each tuple once, and looks up
+// the keys a batch at a time (see pkIndex.touch).
+func (t *Table) UpsertTuples(run []byte, count int) error {
+	if err := t.scanRun(run, count); err != nil {
+		return err
+	}
+	// Checked: no write below can fail, short of a bug.
+	start := 0
+	for i := 0; i < len(t.batch); i += upsertBatchRows {
+		rows := t.batch[i:min(i+upsertBatchRows, len(t.batch))]
+		t.index.reserve(len(rows))
+		t.index.touch(rows)
+		for _, r := range rows {
+			tuple := run[start:r.end:r.end]
+			start = r.end
+			fields := run[r.keyAt:r.keyEnd]
+			if !t.keyPrefix {
+				fields = t.batchKeys[r.keyAt:r.keyEnd]
+			}
+			var err error
+			if s, ok := t.index.lookup(r.h, fields, t); ok {
+				err = t.update(s, tuple, fields)
+			} else {
+				_, err = t.insertAbsent(tuple, r.h, 0, false)
+			}
+			if err != nil {
+				panic(fmt.Sprintf("partition: table %q: checked upsert failed: %v", t.schema.Name, err))
+			}
+		}
+	}
+	return nil
+}
+
+// scanRun checks run for UpsertTuples and leaves each row's end, key and
+// key hash in t.batch.
+func (t *Table) scanRun(run []byte, count int) error {
+	if count < 0 || t.live+count > SlotsMax {
+		return fmt.Errorf("%w: table %q with %d rows cannot take %d more", ErrTableFull, t.schema.Name, t.live, count)
+	}
+	t.batch = t.batch[:0]
+	t.batchKeys = t.batchKeys[:0]
+	pos := 0
+	for i := range count {
+		n, err := wire.ScanTuple(run[pos:], t.types, t.offs)
+		if err != nil {
+			return fmt.Errorf("%w: table %q: tuple %d at byte %d: %w", ErrSchema, t.schema.Name, i, pos, err)
+		}
+		if n > TupleBytesMax {
+			return fmt.Errorf("%w: table %q: tuple %d of %d bytes, limit %d", ErrTupleTooLarge, t.schema.Name, i, n, TupleBytesMax)
+		}
+		r := batchRow{end: pos + n}
+		var fields []byte
+		if t.keyPrefix {
+			r.keyAt, r.keyEnd = pos+t.offs[0], pos+t.offs[len(t.schema.Key)]
+			fields = run[r.keyAt:r.keyEnd]
+		} else {
+			r.keyAt = len(t.batchKeys) + len(t.keyHdr)
+			t.batchKeys = wire.AppendKey(t.batchKeys, run[pos:r.end], t.offs, t.schema.Key)
+			r.keyEnd = len(t.batchKeys)
+			fields = t.batchKeys[r.keyAt:r.keyEnd]
+		}
+		r.h = keyHash(fields)
+		t.batch = append(t.batch, r)
+		pos = r.end
+	}
+	if pos != len(run) {
+		return fmt.Errorf("%w: table %q: %d bytes after %d tuples", ErrSchema, t.schema.Name, len(run)-pos, count)
+	}
+	return nil
 }
 
 // Delete removes the row in slot s and frees the slot.
@@ -396,8 +495,8 @@ func (t *Table) insert(tuple []byte, at Slot, useAt bool) (Slot, error) {
 }
 
 // insertAbsent inserts a scanned tuple whose key, hashing to h, the caller
-// has just looked up and not found; Upsert, the rejoin's apply path,
-// saves the second lookup this way.
+// has just looked up and not found; Upsert and UpsertTuples, the rejoin's
+// apply path, save the second lookup this way.
 func (t *Table) insertAbsent(tuple []byte, h uint32, at Slot, useAt bool) (Slot, error) {
 	var s Slot
 	switch {
@@ -425,11 +524,11 @@ func (t *Table) insertAbsent(tuple []byte, h uint32, at Slot, useAt bool) (Slot,
 	return s, nil
 }
 
-// update replaces the live row in slot s by tuple, scanned into t.offs.
-func (t *Table) update(s Slot, tuple []byte) error {
+// update replaces the live row in slot s by tuple, whose key fields are
+// newFields.
+func (t *Table) update(s Slot, tuple, newFields []byte) error {
 	e := t.ent(s)
 	old := t.tupleAt(e)
-	newFields := t.scannedKeyFields(tuple)
 	oldFields := t.storedKeyFields(old, &t.oldBuf)
 	obs := t.p.observer
 	keyChanged := !bytes.Equal(oldFields, newFields)
