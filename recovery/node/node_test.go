@@ -381,7 +381,17 @@ func TestCutLinkResumes(t *testing.T) {
 		dst = st.Replicas[0].Rejoin
 		return st.Replicas[0].State == StateLive
 	})
-	final := nodeStatus(t, c.nodes[1].addrs).Replicas[0].Sources[0]
+	// The source publishes its status on its own ticks: wait for it to
+	// say its attempt is over before reading what it streamed.
+	var final RejoinStatus
+	waitUntil(t, 10*time.Second, "the source's attempt done", func() bool {
+		srcs := nodeStatus(t, c.nodes[1].addrs).Replicas[0].Sources
+		if len(srcs) == 0 {
+			return false
+		}
+		final = srcs[0]
+		return final.Phase == "done"
+	})
 	t.Logf("held at %d rows; source after: epoch %d, %d rows, %d blocks resent; destination epoch %d", src.SnapshotRows, final.Epoch, final.Rows, final.BlocksResent, dst.Epoch)
 	if final.Epoch != src.Epoch || dst.Epoch != src.Epoch {
 		t.Fatalf("the attempt restarted: epochs %d, %d, %d", src.Epoch, final.Epoch, dst.Epoch)
