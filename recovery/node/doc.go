@@ -98,8 +98,10 @@
 //
 // # Admin HTTP
 //
-// GET /status (Status as JSON), GET /metrics (Prometheus), and the fault
-// points the demo and tests use, each applied on the replica's goroutine:
+// GET /status (Status as JSON), GET /metrics (Prometheus), GET
+// /debug/pprof/ (Go's profiles: the admin address is loopback by default,
+// and it is an operator's port, not a client's), and the fault points the
+// demo and tests use, each applied on the replica's goroutine:
 // POST /fault/hold?partition=P&rows=N (the source holds the destination's
 // acks once its snapshot has sent N rows), /fault/release, /fault/cut-link
 // (close the rejoin's TCP connection), /fault/pause-executor?for=D (the

@@ -4,14 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// httpHandler serves the admin endpoints: status, metrics, and the fault
-// points the demo and the tests use.
+// httpHandler serves the admin endpoints: status, metrics, Go's profiles,
+// and the fault points the demo and the tests use.
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
@@ -19,6 +20,13 @@ func (n *Node) httpHandler() http.Handler {
 		_ = json.NewEncoder(w).Encode(n.Status())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	// Go's profiles, so a slow rejoin or write path can be profiled on the
+	// node that shows it, under its real load.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("POST /fault/hold", n.fault(func(r *replica, q map[string]string) error {
 		rows, err := strconv.ParseInt(q["rows"], 10, 64)
 		if err != nil || rows < 1 {

@@ -423,6 +423,16 @@ func TestCutLinkResumes(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	// And its profiles are there to be read.
+	resp, err = http.Get("http://" + c.nodes[1].addrs.HTTP + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile: total") {
+		t.Errorf("/debug/pprof/goroutine: %s: %.200s", resp.Status, body)
+	}
 }
 
 func waitUntil(t *testing.T, d time.Duration, what string, f func() bool) {

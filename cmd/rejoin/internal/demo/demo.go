@@ -468,12 +468,13 @@ func (r *run) main(ctx context.Context) error {
 
 	outage := w.Phase()
 	r.sum.WritesPerSecOutage = outage.PerSec
-	if _, err := r.ps.start(ctx, victimID); err != nil {
+	vp, err := r.ps.start(ctx, victimID)
+	if err != nil {
 		return err
 	}
 	restartAt := time.Now()
 	r.restarted = append(r.restarted, victim)
-	r.eventf("restarted %s (same id, same data dir): its replicas rejoin (writes while it was down: %.0f/s)", victim, outage.PerSec)
+	r.eventf("restarted %s (same id, same data dir; http %s): its replicas rejoin (writes while it was down: %.0f/s)", victim, vp.ready.HTTP, outage.PerSec)
 
 	var b *bars
 	if cfg.Progress && !cfg.JSON {
