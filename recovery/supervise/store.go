@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -213,7 +212,7 @@ func (s *Snapshot) add(prefix string, kv *mvccpb.KeyValue) error {
 		}
 		s.Replicas[r.Partition] = append(s.Replicas[r.Partition], r)
 	case claimsPrefix:
-		p, dest, err := parsePair(strings.TrimPrefix(string(kv.Key), claimsPrefix))
+		p, dest, err := parseRecordKey(kv.Key, claimsPrefix)
 		if err != nil {
 			return err
 		}
