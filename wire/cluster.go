@@ -9,7 +9,7 @@ import (
 )
 
 // The cluster messages: what nodes and clients say to each other outside a
-// rejoin (recovery/node/CONTRACT.md). A connection opens with a Hello
+// rejoin (recovery/node's doc). A connection opens with a Hello
 // naming its kind; then
 //   - HelloClient: Calls one way, Replies the other, pipelined, matched
 //     by Req;
@@ -144,6 +144,10 @@ type Reply struct {
 	Out  []byte
 	Err  string
 	Each []ReplicaOut
+	// Uncertain: the txn was sequenced and sent, but no replica's result
+	// came back, so it may or may not have committed. Err says why. A
+	// client must not take such a reply for a failure.
+	Uncertain bool
 }
 
 // ReplicaOut is one replica's result in Reply.Each.
@@ -230,7 +234,7 @@ const (
 	beatFields       = 1 // [id]
 	doneFields       = 4 // [partition, id, out, err]
 	callFields       = 5 // [req, partition, proc, params, each]
-	replyFields      = 5 // [req, id, out, err, [replicaOut, ...]]
+	replyFields      = 6 // [req, id, out, err, [replicaOut, ...], uncertain]
 	replicaOutFields = 3 // [node, out, err]
 	repairFields     = 3 // [partition, initiator, after]
 	repairEndFields  = 4 // [partition, initiator, last, err]
@@ -286,7 +290,7 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 			dst = appendBin(dst, o.Out)
 			dst = appendStr(dst, truncateText(o.Err, ErrTextBytesMax))
 		}
-		return dst, true
+		return appendBool(dst, m.Uncertain), true
 	case *Repair:
 		dst = AppendArrayHeader(dst, repairFields)
 		dst = appendUint(dst, uint64(m.Partition))
@@ -414,6 +418,7 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 				o.Err = r.str(ErrTextBytesMax)
 			}
 		}
+		p.Uncertain = r.bool()
 		return &p
 	case MsgRepair:
 		var x Repair

@@ -50,12 +50,12 @@
 //	Beat      [txnID]
 //	Done      [partition, txnID, out, err]
 //	Call      [req, partition, proc, params, each]
-//	Reply     [req, txnID, out, err, [[node, out, err], ...]]
+//	Reply     [req, txnID, out, err, [[node, out, err], ...], uncertain]
 //	Repair    [partition, initiator, after]
 //	RepairEnd [partition, initiator, last, err]
 //
 // All numbers are msgpack unsigned ints; node, proc and err are str,
-// params and out are bin holding a tuple, each is a bool. The message type
+// params and out are bin holding a tuple, each and uncertain are bools. The message type
 // is not in the message; the frame header carries it.
 //
 // # Frames

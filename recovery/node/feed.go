@@ -228,6 +228,9 @@ type call struct {
 	req     *wire.Call
 	id      txnid.ID
 	waiting map[string]bool
+	// sent: the txn went out on at least one feed, so without a result
+	// its outcome is unknown, not a failure.
+	sent    bool
 	replied bool
 	reply   wire.Reply
 	send    func(*wire.Reply)
@@ -277,7 +280,9 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 		}
 		if !f.send(txn) {
 			delete(c.waiting, f.node)
+			continue
 		}
+		c.sent = true
 	}
 	in.lastSend = time.Now()
 	in.maybeReply(c)
@@ -355,8 +360,14 @@ func (in *initiator) maybeReply(c *call) {
 	delete(in.pending, c.id)
 	r := c.reply
 	r.Req, r.ID = c.req.Req, c.id
-	if !c.replied {
-		r.Err = "no live replica answered: the txn's outcome is unknown"
+	switch {
+	case c.replied:
+	case c.sent:
+		// Every replica it was sent to was lost before answering: it may
+		// have run on some of them. Only the client can decide what to do.
+		r.Err, r.Uncertain = "no live replica answered: the txn's outcome is unknown", true
+	default:
+		r.Err = "the txn reached no live replica"
 	}
 	c.send(&r)
 }

@@ -230,6 +230,31 @@ func TestDropMidCall(t *testing.T) {
 	}
 }
 
+// TestLostReplicasUncertain: a node that sent the txn but lost every
+// replica before one answered says so; the caller gets ErrUncertain, never
+// ErrProcedure ("did not commit"), since the write may have happened.
+func TestLostReplicasUncertain(t *testing.T) {
+	checkLeaks(t)
+	hook := func(_ string, call *wire.Call) (clienttest.Action, time.Duration) {
+		if bytes.Contains(call.Params, []byte("lost")) {
+			return clienttest.Lost, 0
+		}
+		return clienttest.Answer, 0
+	}
+	v := newEnv(t, 2, 1, hook)
+	c := v.open(t, Options{})
+	ctx := testCtx(t, 20*time.Second)
+	_, err := c.Upsert(ctx, "kv", kv("k", "lost")...)
+	if !errors.Is(err, ErrUncertain) || errors.Is(err, ErrProcedure) {
+		t.Fatalf("call whose replicas were lost: %v; want ErrUncertain only", err)
+	}
+	// The write did happen on the fake: uncertain means it may have.
+	row, err := c.Read(ctx, "kv", wire.Bytes([]byte("k")))
+	if err != nil || string(row[1].Bytes) != "lost" {
+		t.Fatalf("read back: %v %v", row, err)
+	}
+}
+
 func TestTimeoutUncertain(t *testing.T) {
 	checkLeaks(t)
 	hook := func(_ string, call *wire.Call) (clienttest.Action, time.Duration) {

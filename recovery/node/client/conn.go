@@ -284,6 +284,9 @@ func (cn *conn) read() {
 // next Recv.
 func decodeReply(nodeID, proc string, r *wire.Reply) answer {
 	res := Result{ID: r.ID, Node: nodeID}
+	if r.Uncertain {
+		return answer{res: res, err: fmt.Errorf("%w: %s via node %s: %s", ErrUncertain, proc, nodeID, r.Err)}
+	}
 	if r.Err != "" {
 		return answer{res: res, err: fmt.Errorf("%w: %s: %s", ErrProcedure, proc, r.Err)}
 	}

@@ -4,7 +4,7 @@
 // count and the tables) and the live node records (supervise.Nodes), and
 // talks to the nodes over stream.Conn: a wire.Hello{Kind: HelloClient},
 // then wire.Call frames answered by wire.Reply frames, pipelined and
-// matched by Req (see recovery/node/CONTRACT.md).
+// matched by Req (the connection kinds are in recovery/node's doc).
 //
 // The client keeps at most one connection per node. A reader goroutine per
 // connection matches replies to calls; up to Options.PipelineMax calls are
@@ -18,8 +18,10 @@
 //   - ErrProcedure: the node answered with an error (Reply.Err); the txn
 //     did not commit.
 //   - ErrUncertain: the call was sent but no answer came (the connection
-//     broke, the call timed out, or the client was closed): the write may
-//     or may not have happened. The client never resends such a call.
+//     broke, the call timed out, or the client was closed), or the node
+//     answered that the txn went out but every replica it waited for was
+//     lost before answering (Reply.Uncertain): the write may or may not
+//     have happened. The client never resends such a call.
 //   - ErrNoNode: no allowed node could be reached; nothing was sent.
 //
 // Close ends every goroutine of the client.

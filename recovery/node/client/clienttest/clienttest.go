@@ -179,6 +179,9 @@ const (
 	DropAfter
 	// DropBefore closes the connection without executing the call.
 	DropBefore
+	// Lost executes the call and answers as a node whose replicas were all
+	// lost before they answered: Reply.Uncertain with an error.
+	Lost
 )
 
 // Hook picks a node's action for a call and a delay before the reply
@@ -297,6 +300,8 @@ func (n *Node) serve(sc *stream.Conn) {
 		}
 		r := n.exec(call)
 		switch act {
+		case Lost:
+			r = &wire.Reply{Req: call.Req, ID: r.ID, Err: "no live replica answered: the txn's outcome is unknown", Uncertain: true}
 		case Hang:
 			continue
 		case DropAfter:
