@@ -98,7 +98,10 @@ type Hello struct {
 	Node string
 	// Initiator is the sender's initiator id (HelloFeed).
 	Initiator uint16
-	// Partition and Epoch name the rejoin attempt (HelloRejoin).
+	// Partition and Epoch name the rejoin attempt (HelloRejoin). On a
+	// HelloFeed, Epoch is the initiator's incarnation: it grows with every
+	// start of the sender's process, so a receiver tells a new process's
+	// feed from a redial of the same one.
 	Partition uint32
 	Epoch     uint64
 }
@@ -158,12 +161,15 @@ type ReplicaOut struct {
 }
 
 // Repair asks a peer replica for every txn of Initiator on Partition with
-// an ID above After: the unacknowledged tail of a dead initiator's feed.
-// The peer answers with those Txns, in ID order, then a RepairEnd.
+// an ID above After that the initiator's incarnation Incarnation sent: the
+// unacknowledged tail of a dead incarnation's feed. The peer answers once
+// its own feed from that incarnation has ended, with those Txns, in ID
+// order, then a RepairEnd; txns of a later incarnation are not part of it.
 type Repair struct {
-	Partition uint32
-	Initiator uint16
-	After     txnid.ID
+	Partition   uint32
+	Initiator   uint16
+	After       txnid.ID
+	Incarnation uint64
 }
 
 // RepairEnd ends the answer to the Repair of Partition and Initiator. Last
@@ -236,7 +242,7 @@ const (
 	callFields       = 5 // [req, partition, proc, params, each]
 	replyFields      = 6 // [req, id, out, err, [replicaOut, ...], uncertain]
 	replicaOutFields = 3 // [node, out, err]
-	repairFields     = 3 // [partition, initiator, after]
+	repairFields     = 4 // [partition, initiator, after, incarnation]
 	repairEndFields  = 4 // [partition, initiator, last, err]
 )
 
@@ -295,7 +301,8 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 		dst = AppendArrayHeader(dst, repairFields)
 		dst = appendUint(dst, uint64(m.Partition))
 		dst = appendUint(dst, uint64(m.Initiator))
-		return appendUint(dst, uint64(m.After)), true
+		dst = appendUint(dst, uint64(m.After))
+		return appendUint(dst, m.Incarnation), true
 	case *RepairEnd:
 		dst = AppendArrayHeader(dst, repairEndFields)
 		dst = appendUint(dst, uint64(m.Partition))
@@ -426,6 +433,7 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 		x.Partition = uint32(r.uint(math.MaxUint32))
 		x.Initiator = uint16(r.uint(math.MaxUint16))
 		x.After = r.txnID()
+		x.Incarnation = r.uint(math.MaxUint64)
 		return &x
 	case MsgRepairEnd:
 		var e RepairEnd

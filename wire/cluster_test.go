@@ -72,8 +72,8 @@ func TestClusterDecodeErrors(t *testing.T) {
 	if !bytes.Equal(call, []byte{0x95, 1, 2, 0xa1, 'p', 0xc4, 1, 0x90, 0xc2}) {
 		t.Fatalf("call is %x", call)
 	}
-	repair := AppendMessage(nil, &Repair{Partition: 3, Initiator: 1, After: 5}) // 93 03 01 05
-	if !bytes.Equal(repair, []byte{0x93, 3, 1, 5}) {
+	repair := AppendMessage(nil, &Repair{Partition: 3, Initiator: 1, After: 5, Incarnation: 7}) // 94 03 01 05 07
+	if !bytes.Equal(repair, []byte{0x94, 3, 1, 5, 7}) {
 		t.Fatalf("repair is %x", repair)
 	}
 	repairEnd := AppendMessage(nil, &RepairEnd{Partition: 3, Initiator: 1, Last: 5, Err: "x"}) // 94 03 01 05 a1 78
@@ -119,14 +119,16 @@ func TestClusterDecodeErrors(t *testing.T) {
 		{"reply uncertain missing", MsgReply, reply(0x90), ErrTruncated},
 		{"reply uncertain int", MsgReply, reply(0x90, 0x01), ErrMalformed},
 		{"reply of 5 fields", MsgReply, append([]byte{0x95, 1, 2, 0xc4, 0, 0xa0}, 0x90), ErrMalformed},
-		{"repair too few fields", MsgRepair, []byte{0x92, 3, 1}, ErrMalformed},
-		{"repair too many fields", MsgRepair, []byte{0x94, 3, 1, 5, 0}, ErrMalformed},
+		{"repair too few fields", MsgRepair, []byte{0x93, 3, 1, 5}, ErrMalformed},
+		{"repair too many fields", MsgRepair, []byte{0x95, 3, 1, 5, 7, 0}, ErrMalformed},
 		{"repair trailing", MsgRepair, append(bytes.Clone(repair), 0), ErrMalformed},
-		{"repair after missing", MsgRepair, repair[:len(repair)-1], ErrTruncated},
-		{"repair initiator over uint16", MsgRepair, []byte{0x93, 3, 0xce, 0, 1, 0, 0, 5}, ErrMalformed},
-		{"repair partition over uint32", MsgRepair, []byte{0x93, 0xcf, 0, 0, 0, 1, 0, 0, 0, 0, 1, 5}, ErrMalformed},
-		{"repair after signed", MsgRepair, []byte{0x93, 3, 1, 0xd0, 0x80}, ErrMalformed},
-		{"repair initiator uint16 of 1", MsgRepair, []byte{0x93, 3, 0xcd, 0, 1, 5}, ErrNonCanonical},
+		{"repair incarnation missing", MsgRepair, repair[:len(repair)-1], ErrTruncated},
+		{"repair after missing", MsgRepair, repair[:len(repair)-2], ErrTruncated},
+		{"repair initiator over uint16", MsgRepair, []byte{0x94, 3, 0xce, 0, 1, 0, 0, 5, 7}, ErrMalformed},
+		{"repair partition over uint32", MsgRepair, []byte{0x94, 0xcf, 0, 0, 0, 1, 0, 0, 0, 0, 1, 5, 7}, ErrMalformed},
+		{"repair after signed", MsgRepair, []byte{0x94, 3, 1, 0xd0, 0x80, 7}, ErrMalformed},
+		{"repair incarnation signed", MsgRepair, []byte{0x94, 3, 1, 5, 0xd0, 0x80}, ErrMalformed},
+		{"repair initiator uint16 of 1", MsgRepair, []byte{0x94, 3, 0xcd, 0, 1, 5, 7}, ErrNonCanonical},
 		{"repair end too few fields", MsgRepairEnd, []byte{0x93, 3, 1, 5}, ErrMalformed},
 		{"repair end too many fields", MsgRepairEnd, []byte{0x95, 3, 1, 5, 0xa0, 0}, ErrMalformed},
 		{"repair end trailing", MsgRepairEnd, append(bytes.Clone(repairEnd), 0), ErrMalformed},

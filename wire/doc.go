@@ -51,7 +51,7 @@
 //	Done      [partition, txnID, out, err]
 //	Call      [req, partition, proc, params, each]
 //	Reply     [req, txnID, out, err, [[node, out, err], ...], uncertain]
-//	Repair    [partition, initiator, after]
+//	Repair    [partition, initiator, after, incarnation]
 //	RepairEnd [partition, initiator, last, err]
 //
 // All numbers are msgpack unsigned ints; node, proc and err are str,

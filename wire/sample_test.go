@@ -73,7 +73,7 @@ func sampleClusterMessages(t testing.TB) []Message {
 		}},
 		&Reply{Req: 8, Err: "no replica of partition 3 is live"},
 		&Reply{Req: 9, ID: txnid.ID(0x0123456789abd001), Err: "no live replica answered", Uncertain: true},
-		&Repair{Partition: 3, Initiator: 12, After: txnid.ID(0x0123456789abcdef)},
+		&Repair{Partition: 3, Initiator: 12, After: txnid.ID(0x0123456789abcdef), Incarnation: 1_700_000_000_123_456_789},
 		&RepairEnd{Partition: 3, Initiator: 12, Last: txnid.ID(0x0123456789abd000)},
 		&RepairEnd{Partition: 3, Initiator: math.MaxUint16, Err: "feed from initiator 65535 is still open"},
 	}

@@ -50,6 +50,9 @@ type Config struct {
 	// testSkip, in tests, keeps the initiator from sending txn id to
 	// node: a node that died half way through sending it.
 	testSkip func(node string, id txnid.ID) bool
+	// testRepairDelay, in tests, holds each repair answer this long: a
+	// repair still under way when the dead initiator's node is back.
+	testRepairDelay time.Duration
 }
 
 // NodeName is the id of node number n.

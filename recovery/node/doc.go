@@ -24,7 +24,9 @@
 //     read-only `digest` procedure: all replicas answer at one txn ID).
 //   - feed: an initiator's txns (wire.Txn) and heartbeats (wire.Beat) for
 //     every replica on the node; the node answers a wire.Done per
-//     executed txn. One feed per initiator and node, in txn-ID order.
+//     executed txn. One feed per initiator and node, in txn-ID order. The
+//     Hello's Epoch is the sending process's incarnation (its start
+//     time), so a receiver tells a restarted node's feed from a redial.
 //   - repair: a peer replica node asks for a dead initiator's txns past
 //     its prefix (wire.Repair); the answer is Txns and a wire.RepairEnd.
 //   - rejoin: one attempt (partition, epoch in the Hello), dialled by the
@@ -60,10 +62,21 @@
 // peer replica of its partition for that initiator's txns past its own
 // prefix (repair.go; each replica keeps the latest 16k per initiator) and
 // takes them in: every survivor runs the longest prefix any of them got.
-// A peer that cannot answer (its own feed from the initiator still open,
-// or the range no longer kept) fails the replica: it rejoins rather than
-// risk diverging. If the initiator's node lives on with no new feed, the
-// replicas may have missed txns: they fail and need a rejoin.
+// A peer that cannot answer (its own feed from that incarnation of the
+// initiator still open, or the range no longer kept) fails the replica:
+// it rejoins rather than risk diverging. If the initiator's process lives
+// on with no new feed, or opens a new feed itself (it stopped waiting for
+// this node meanwhile), the replicas may have missed txns: they fail and
+// need a rejoin.
+//
+// The feeds of one initiator are taken in one after the other: a feed
+// from a restarted node (a newer incarnation) is read only once the old
+// feed's tail is settled, so the repair never removes the initiator from
+// a replica's safe-point tracker after the new feed added it, and a peer
+// answers a repair of the old incarnation with its txns only, whatever
+// the new feed brought meanwhile. A txn or heartbeat that a replica, or
+// its rejoin attempt, cannot take in fails it (or aborts the attempt): a
+// replica never stays live with a hole in its feed.
 //
 // # Rejoins
 //

@@ -24,13 +24,25 @@ type feedIns struct {
 	n  *Node
 	mu sync.Mutex
 	by map[txnid.Initiator]*feedIn
+	// last is each initiator's latest feed, open or ended: a new feed
+	// waits for its tail to be resolved before it is read.
+	last map[txnid.Initiator]*feedIn
 }
 
 type feedIn struct {
 	in   txnid.Initiator
 	node string
+	// inc is the sending process's incarnation (its Hello's Epoch).
+	inc  uint64
 	conn *stream.Conn
 	q    chan wire.Message
+	// resolved is closed once this feed has ended and its tail is
+	// settled on every replica: repaired from the peers and the
+	// initiator removed, or the replicas failed.
+	resolved chan struct{}
+	// redialled is closed when a feed of the same incarnation replaces
+	// this one: the initiator lives, so its tail cannot be repaired.
+	redialled chan struct{}
 }
 
 // done sends a txn's result back to its initiator, without waiting.
@@ -49,19 +61,59 @@ func (f *feedIns) done(in txnid.Initiator, d *wire.Done) {
 	}
 }
 
+// admitFeed checks a feed's Hello before it is answered: a process older
+// than one already heard from is a leftover and is refused.
+func (f *feedIns) admitFeed(h *wire.Hello) error {
+	in := txnid.Initiator(h.Initiator)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if last := f.last[in]; last != nil && h.Epoch < last.inc {
+		return fmt.Errorf("feed from initiator %d of incarnation %d, older than %d already heard", in, h.Epoch, last.inc)
+	}
+	return nil
+}
+
 // serveFeed reads one initiator's feed until it ends.
+//
+// Each feed is one ordered stream, and a replica's executor tracks one
+// sequence per initiator, so the feeds of one initiator are taken in one
+// after the other: a new feed is read only once the previous one's tail is
+// settled. If the previous feed came from a process that is gone (a lower
+// incarnation), its tail is repaired from the peers and the initiator
+// removed; the new process then starts a fresh sequence. If it came from
+// the same process, that process lived on while this node had no feed
+// from it: it stopped waiting for this node's replicas and may have
+// committed txns they never got, so they fail and rejoin.
 func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	in := txnid.Initiator(h.Initiator)
-	fi := &feedIn{in: in, node: h.Node, conn: conn, q: make(chan wire.Message, feedQueueMax)}
+	fi := &feedIn{in: in, node: h.Node, inc: h.Epoch, conn: conn, q: make(chan wire.Message, feedQueueMax),
+		resolved: make(chan struct{}), redialled: make(chan struct{})}
 	n.feeds.mu.Lock()
-	old := n.feeds.by[in]
-	n.feeds.by[in] = fi
+	old, prev := n.feeds.by[in], n.feeds.last[in]
+	n.feeds.by[in], n.feeds.last[in] = fi, fi
 	n.feeds.mu.Unlock()
 	if old != nil {
 		old.conn.Close()
 	}
+	if prev != nil {
+		if prev.inc == fi.inc {
+			close(prev.redialled)
+		}
+		select {
+		case <-prev.resolved:
+		case <-n.ctx.Done():
+			close(fi.resolved)
+			return
+		}
+		if prev.inc == fi.inc {
+			why := fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process: txns sent meanwhile were not received", in, h.Node)
+			for _, r := range n.replicas {
+				r.do(func(r *replica) { r.fail(why) })
+			}
+		}
+	}
 	for _, r := range n.replicas {
-		r.do(func(r *replica) { r.addInitiator(in) })
+		r.do(func(r *replica) { r.addInitiator(in, fi.inc) })
 	}
 	writerDone, stop := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -73,16 +125,16 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	close(stop)
 	<-writerDone
 	n.feeds.mu.Lock()
-	current := n.feeds.by[in] == fi
-	if current {
+	if n.feeds.by[in] == fi {
 		delete(n.feeds.by, in)
 	}
 	n.feeds.mu.Unlock()
-	if !current || n.ctx.Err() != nil {
+	if n.ctx.Err() != nil {
+		close(fi.resolved)
 		return
 	}
 	n.log.Info("feed ended", "initiator", in, "node", h.Node, "err", err)
-	n.feedLost(in, h.Node)
+	n.feedLost(fi)
 }
 
 func (n *Node) readFeed(conn *stream.Conn) error {
@@ -114,15 +166,24 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 // can arrive: each replica repairs its tail of that initiator from its
 // peers (repair.go) and stops waiting for it, so a killed node stalls the
 // others' safe point only as long as its sockets take to close and one
-// round trip to each peer. If its node lives on (same incarnation, no new feed),
-// the replicas may have missed txns it sent: they fail and need a rejoin.
-// A new feed from it re-adds the initiator; a txn of it below what a
-// replica already executed is refused, which fails that replica too.
-func (n *Node) feedLost(in txnid.Initiator, node string) {
-	n.resolveAll(in, node)
+// round trip to each peer. If its process lives on (no feed of a newer
+// incarnation follows while its node is alive), the replicas may have
+// missed txns it sent: they fail and need a rejoin.
+func (n *Node) feedLost(fi *feedIn) {
+	ctx, cancel := context.WithCancel(n.ctx)
+	go func() {
+		select {
+		case <-fi.redialled:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	n.resolveAll(ctx, fi.in, fi.node, fi.inc)
+	cancel()
+	close(fi.resolved)
 	deadline := time.Now().Add(3 * n.cfg.NodeTTL)
 	for time.Now().Before(deadline) {
-		if !n.members.alive(node) || n.feedRestored(in) {
+		if !n.members.alive(fi.node) || n.feedSuperseded(fi) {
 			return
 		}
 		select {
@@ -131,18 +192,30 @@ func (n *Node) feedLost(in txnid.Initiator, node string) {
 			return
 		}
 	}
-	if n.feedRestored(in) || !n.members.alive(node) {
+	if n.feedSuperseded(fi) || !n.members.alive(fi.node) {
 		return
 	}
 	for _, r := range n.replicas {
-		r.do(func(r *replica) { r.fail(fmt.Sprintf("feed from initiator %d lost while its node %s lives", in, node)) })
+		r.do(func(r *replica) {
+			r.fail(fmt.Sprintf("feed from initiator %d lost while its node %s lives", fi.in, fi.node))
+		})
 	}
 }
 
-func (n *Node) feedRestored(in txnid.Initiator) bool {
+// feedSuperseded reports whether a feed newer than fi was opened.
+func (n *Node) feedSuperseded(fi *feedIn) bool {
 	n.feeds.mu.Lock()
 	defer n.feeds.mu.Unlock()
-	return n.feeds.by[in] != nil
+	return n.feeds.last[fi.in] != fi
+}
+
+// feedOpenUpTo reports whether a feed from in of incarnation inc or older
+// is still open here.
+func (n *Node) feedOpenUpTo(in txnid.Initiator, inc uint64) bool {
+	n.feeds.mu.Lock()
+	defer n.feeds.mu.Unlock()
+	f := n.feeds.by[in]
+	return f != nil && f.inc <= inc
 }
 
 // writeQueue writes q's messages to conn, flushing when q runs dry, until
@@ -450,7 +523,7 @@ func (in *initiator) openFeed(node, addr string, created int64) {
 	cfg.StallWindow = 0 // a feed may be idle one way; node death is etcd's to tell
 	conn, err := stream.Dial(ctx, addr, cfg)
 	if err == nil {
-		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID)})
+		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation()})
 		if err != nil {
 			conn.Close()
 		}

@@ -68,6 +68,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.log = cfg.Log.With("node", n.id)
 	n.members.n, n.feeds.n = n, n
 	n.feeds.by = map[txnid.Initiator]*feedIn{}
+	n.feeds.last = map[txnid.Initiator]*feedIn{}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("node: etcd: %w", err)
@@ -170,6 +171,12 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.log.Info("node stopped", "err", stopErr)
 	return stopErr
 }
+
+// incarnation tells this process's feeds from those of the node's earlier
+// and later processes: its start time, which grows across restarts as
+// long as the clock does not step back past a whole restart (a replica
+// then refuses the new process's txns as out of order, and rejoins).
+func (n *Node) incarnation() uint64 { return uint64(n.started.UnixNano()) }
 
 func (n *Node) goRun(f func()) {
 	n.wg.Add(1)
@@ -423,6 +430,10 @@ func (n *Node) serve(c *stream.Conn) {
 	case wire.HelloFeed:
 		if h.Initiator == 0 || int(h.Initiator) >= int(txnid.InitiatorsMax) {
 			refuse("feed from initiator %d", h.Initiator)
+			return
+		}
+		if err := n.feeds.admitFeed(h); err != nil {
+			refuse("%v", err)
 			return
 		}
 		if err := c.Send(n.ctx, &wire.Hello{Kind: h.Kind, Node: n.id}); err != nil {

@@ -98,10 +98,19 @@ func (c *cluster) start(id int) Addrs {
 
 func (c *cluster) startWith(id int, skip func(string, txnid.ID) bool) Addrs {
 	c.t.Helper()
+	return c.startCfg(id, func(cfg *Config) { cfg.testSkip = skip })
+}
+
+// startCfg starts node id with the test's config, changed by set.
+func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
+	c.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &runningNode{cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan Addrs, 1)
-	cfg := Config{ID: id, Etcd: c.e.Endpoints(), DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2, testSkip: skip}
+	cfg := Config{ID: id, Etcd: c.e.Endpoints(), DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2}
+	if set != nil {
+		set(&cfg)
+	}
 	go func() { rn.done <- Run(ctx, cfg, func(a Addrs) { ready <- a }) }()
 	select {
 	case rn.addrs = <-ready:

@@ -32,31 +32,35 @@ const recentMax = 1 << 14
 // still open, or the range no longer kept) fails the replica instead:
 // it rejoins rather than risk diverging.
 
-// txnRing keeps an initiator's latest txns taken in by a replica.
+// txnRing keeps an initiator's latest txns taken in by a replica, each
+// with the incarnation of the process that sent it.
 type txnRing struct {
 	txns []partition.Invocation
+	incs []uint64
 	head int // index of the oldest when full
 	// droppedTo is the highest ID dropped to make room: a peer asking
 	// from below it cannot be answered in full.
 	droppedTo txnid.ID
 }
 
-func (g *txnRing) push(inv partition.Invocation) {
+func (g *txnRing) push(inv partition.Invocation, inc uint64) {
 	if len(g.txns) < recentMax {
 		g.txns = append(g.txns, inv)
+		g.incs = append(g.incs, inc)
 		return
 	}
 	g.droppedTo = g.txns[g.head].ID
-	g.txns[g.head] = inv
+	g.txns[g.head], g.incs[g.head] = inv, inc
 	g.head = (g.head + 1) % len(g.txns)
 }
 
-// after returns the kept txns with ID > id, in order.
-func (g *txnRing) after(id txnid.ID) []partition.Invocation {
+// after returns the kept txns with ID > id sent by incarnation inc or an
+// older one, in order.
+func (g *txnRing) after(id txnid.ID, inc uint64) []partition.Invocation {
 	var out []partition.Invocation
 	for i := range g.txns {
-		inv := g.txns[(g.head+i)%len(g.txns)]
-		if inv.ID > id {
+		j := (g.head + i) % len(g.txns)
+		if inv := g.txns[j]; inv.ID > id && g.incs[j] <= inc {
 			out = append(out, inv)
 		}
 	}
@@ -78,7 +82,7 @@ func (r *replica) took(id txnid.ID, inv *partition.Invocation) {
 		g = &txnRing{}
 		r.recent[in] = g
 	}
-	g.push(*inv)
+	g.push(*inv, r.incOf[in])
 }
 
 // executing reports whether the replica takes in its feed: live, or
@@ -93,11 +97,16 @@ func (r *replica) repairTxn(inv partition.Invocation) {
 	r.onTxn(inv)
 }
 
-// resolveInitiator repairs r's tail of initiator in from its live peers,
-// then stops waiting for in. deadNode is the initiator's node.
-func (n *Node) resolveInitiator(r *replica, in txnid.Initiator, deadNode string) {
+// resolveInitiator repairs r's tail of initiator in's incarnation inc
+// from its live peers, then stops waiting for in. deadNode is the
+// initiator's node. If ctx ends first (the same process opened a new
+// feed: it lives, and its tail is not final), the replica fails.
+func (n *Node) resolveInitiator(ctx context.Context, r *replica, in txnid.Initiator, deadNode string, inc uint64) {
 	var failed []string
 	for _, pl := range n.members.view().placement[r.p] {
+		if ctx.Err() != nil {
+			break
+		}
 		if pl.node == n.id || pl.node == deadNode {
 			continue
 		}
@@ -105,16 +114,16 @@ func (n *Node) resolveInitiator(r *replica, in txnid.Initiator, deadNode string)
 		// again until it answers or etcd says it died too (then it
 		// holds nothing that will run).
 		deadline := time.Now().Add(3 * n.cfg.NodeTTL)
-		taken, err := n.repairFrom(r, in, pl.node)
-		for err != nil && n.members.alive(pl.node) && time.Now().Before(deadline) && n.ctx.Err() == nil {
+		taken, err := n.repairFrom(ctx, r, in, inc, pl.node)
+		for err != nil && n.members.alive(pl.node) && time.Now().Before(deadline) && ctx.Err() == nil {
 			select {
 			case <-time.After(200 * time.Millisecond):
-			case <-n.ctx.Done():
+			case <-ctx.Done():
 			}
-			taken, err = n.repairFrom(r, in, pl.node)
+			taken, err = n.repairFrom(ctx, r, in, inc, pl.node)
 		}
 		if err != nil {
-			if !n.members.alive(pl.node) || n.ctx.Err() != nil {
+			if !n.members.alive(pl.node) || ctx.Err() != nil {
 				continue
 			}
 			failed = append(failed, fmt.Sprintf("%s: %v", pl.node, err))
@@ -124,16 +133,21 @@ func (n *Node) resolveInitiator(r *replica, in txnid.Initiator, deadNode string)
 			n.log.Info("initiator tail repaired", "partition", r.p, "initiator", in, "from", pl.node, "txns", taken)
 		}
 	}
+	redialled := ctx.Err() != nil && n.ctx.Err() == nil
 	r.do(func(r *replica) {
 		r.removeInitiator(in)
-		if len(failed) > 0 {
+		switch {
+		case redialled:
+			r.fail(fmt.Sprintf("initiator %d's process lives on and re-opened its feed: its tail here is not final", in))
+		case len(failed) > 0:
 			r.fail(fmt.Sprintf("initiator %d's tail not repaired: %v", in, failed))
 		}
 	})
 }
 
-// repairFrom asks peer for in's txns past what r holds.
-func (n *Node) repairFrom(r *replica, in txnid.Initiator, peer string) (int, error) {
+// repairFrom asks peer for the txns of in's incarnation inc past what r
+// holds.
+func (n *Node) repairFrom(ctx context.Context, r *replica, in txnid.Initiator, inc uint64, peer string) (int, error) {
 	type state struct {
 		after txnid.ID
 		ok    bool
@@ -149,7 +163,7 @@ func (n *Node) repairFrom(r *replica, in txnid.Initiator, peer string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, repairTimeout)
+	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
 	cfg := n.streamConfig()
 	cfg.StallWindow = repairTimeout
@@ -163,7 +177,7 @@ func (n *Node) repairFrom(r *replica, in txnid.Initiator, peer string) (int, err
 	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloRepair, Node: n.id}); err != nil {
 		return 0, err
 	}
-	if err := conn.Send(ctx, &wire.Repair{Partition: r.p, Initiator: uint16(in), After: st.after}); err != nil {
+	if err := conn.Send(ctx, &wire.Repair{Partition: r.p, Initiator: uint16(in), After: st.after, Incarnation: inc}); err != nil {
 		return 0, err
 	}
 	taken := 0
@@ -224,18 +238,27 @@ func (n *Node) serveRepair(c *stream.Conn) {
 }
 
 // repairAnswer collects what this node's replica holds of the request's
-// initiator past After, once its own feed from that initiator has ended
-// (so what it holds is final).
+// initiator incarnation past After, once its own feed from that
+// incarnation has ended (so what it holds of it is final). A feed of a
+// newer incarnation may be open meanwhile: its txns are not part of the
+// answer.
 func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID, error) {
 	r := n.replicas[req.Partition]
 	if r == nil {
 		return nil, 0, fmt.Errorf("no replica of partition %d here", req.Partition)
 	}
 	in := txnid.Initiator(req.Initiator)
+	if d := n.cfg.testRepairDelay; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-n.ctx.Done():
+			return nil, 0, n.ctx.Err()
+		}
+	}
 	deadline := time.Now().Add(repairTimeout / 2)
-	for n.feedRestored(in) {
+	for n.feedOpenUpTo(in, req.Incarnation) {
 		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("the feed from initiator %d is still open here", in)
+			return nil, 0, fmt.Errorf("the feed from initiator %d (incarnation %d) is still open here", in, req.Incarnation)
 		}
 		select {
 		case <-time.After(20 * time.Millisecond):
@@ -258,7 +281,7 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 		case r.recent[in] == nil:
 			return answer{last: last}
 		default:
-			return answer{txns: r.recent[in].after(req.After), last: last}
+			return answer{txns: r.recent[in].after(req.After, req.Incarnation), last: last}
 		}
 	})
 	if !ok {
@@ -267,15 +290,15 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 	return a.txns, a.last, a.err
 }
 
-// resolveAll repairs every replica's tail of a dead initiator, in
-// parallel, and waits for them.
-func (n *Node) resolveAll(in txnid.Initiator, deadNode string) {
+// resolveAll repairs every replica's tail of a dead initiator
+// incarnation, in parallel, and waits for them.
+func (n *Node) resolveAll(ctx context.Context, in txnid.Initiator, deadNode string, inc uint64) {
 	var wg sync.WaitGroup
 	for _, r := range n.replicas {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n.resolveInitiator(r, in, deadNode)
+			n.resolveInitiator(ctx, r, in, deadNode, inc)
 		}()
 	}
 	wg.Wait()

@@ -57,6 +57,8 @@ type replica struct {
 	// latest txns: what the repair of a dead initiator's tail needs.
 	lastFrom map[txnid.Initiator]txnid.ID
 	recent   map[txnid.Initiator]*txnRing
+	// incOf is the incarnation of each initiator's current feed.
+	incOf map[txnid.Initiator]uint64
 	// holdRows arms the fault hold for the next source attempts (see
 	// srcAttempt.holdRows); 0: none.
 	holdRows int64
@@ -68,7 +70,7 @@ type replica struct {
 
 func newReplica(n *Node, p uint32, live bool) (*replica, error) {
 	r := &replica{n: n, p: p, in: make(chan event, inboxMax), initiators: map[txnid.Initiator]bool{}, state: StateNeedsRejoin,
-		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}}
+		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}, incOf: map[txnid.Initiator]uint64{}}
 	if live {
 		exec, err := r.newExecutor()
 		if err != nil {
@@ -228,10 +230,13 @@ func (r *replica) onTxn(inv partition.Invocation) {
 	switch {
 	case r.dst != nil:
 		if err := r.dst.proc.OnTxn(inv); err != nil {
-			r.n.log.Warn("rejoin buffer refused a txn", "partition", r.p, "txn", inv.ID, "err", err)
-		} else {
-			r.took(inv.ID, &inv)
+			// A txn of the feed that is not taken in leaves a hole: a
+			// live replica is no longer a copy, an attempt would build one
+			// that is not.
+			r.refused(fmt.Sprintf("txn %v refused: %v", inv.ID, err))
+			return
 		}
+		r.took(inv.ID, &inv)
 		r.checkDest()
 	case r.exec != nil:
 		if err := r.exec.Offer(inv); err != nil {
@@ -249,10 +254,10 @@ func (r *replica) onBeat(id txnid.ID) {
 	switch {
 	case r.dst != nil:
 		if err := r.dst.proc.OnHeartbeat(id); err != nil {
-			r.n.log.Warn("rejoin buffer refused a heartbeat", "partition", r.p, "id", id, "err", err)
-		} else {
-			r.took(id, nil)
+			r.refused(fmt.Sprintf("heartbeat %v refused: %v", id, err))
+			return
 		}
+		r.took(id, nil)
 		r.checkDest()
 	case r.exec != nil:
 		if err := r.exec.Heartbeat(id); err != nil {
@@ -263,8 +268,21 @@ func (r *replica) onBeat(id txnid.ID) {
 	}
 }
 
-// addInitiator: a feed from in opened. Its first message follows.
-func (r *replica) addInitiator(in txnid.Initiator) {
+// refused ends what the replica was doing after its rejoin attempt, or the
+// replica it made live, could not take in a message of the feed.
+func (r *replica) refused(why string) {
+	if r.dst != nil && !r.dst.live {
+		r.dst.proc.Abort(wire.AbortInternal, why)
+		r.checkDest()
+		return
+	}
+	r.fail(why)
+}
+
+// addInitiator: a feed from in's incarnation inc opened. Its first
+// message follows.
+func (r *replica) addInitiator(in txnid.Initiator, inc uint64) {
+	r.incOf[in] = inc
 	if r.initiators[in] {
 		return
 	}
