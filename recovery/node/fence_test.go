@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -286,3 +287,72 @@ func TestRejoinHelloChecksClaim(t *testing.T) {
 	}
 }
 
+// TestPartitionNodeFailureEndsRejoin (seed 003, DESIGN.md step 8): three
+// replicas; n3 rejoins from a source held mid-snapshot; the third node,
+// neither source nor destination, stops. The destination ends its
+// attempt, the failure handling starts a fresh one with a higher epoch,
+// and it completes with the source's digest.
+func TestPartitionNodeFailureEndsRejoin(t *testing.T) {
+	c := newCluster(t, 3, layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	rows := make([]wire.Value, 0, 2+2*400)
+	for b := range 50 {
+		rows = append(rows[:0], wire.String("kv"), wire.Int64(400))
+		for i := range 400 {
+			rows = append(rows, wire.Bytes(fmt.Appendf(nil, "key-%08d", b*400+i)), wire.Bytes(make([]byte, 1000)))
+		}
+		if _, err := cl.call(0, partition.ProcUpsertMany, false, rows...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.stop(3)
+	for _, id := range []int{1, 2} {
+		fault(t, c.nodes[id].addrs, "/fault/hold?partition=0&rows=5000")
+	}
+	a3 := c.start(3)
+	var src, other int
+	var held RejoinStatus
+	waitUntil(t, 20*time.Second, "a source to hold mid-snapshot", func() bool {
+		for _, id := range []int{1, 2} {
+			st := nodeStatus(t, c.nodes[id].addrs)
+			if len(st.Replicas[0].Sources) == 1 && st.Replicas[0].Sources[0].Held {
+				src, other, held = id, 3-id, st.Replicas[0].Sources[0]
+				return true
+			}
+		}
+		return false
+	})
+	c.stop(other)
+	var ended RejoinStatus
+	waitUntil(t, 20*time.Second, "the destination to end its attempt", func() bool {
+		r := nodeStatus(t, a3).Replicas[0].Rejoin
+		if r != nil && r.Epoch == held.Epoch && r.Err != "" {
+			ended = *r
+			return true
+		}
+		return false
+	})
+	if !strings.Contains(ended.Err, fmt.Sprintf("node %s of partition 0 failed", NodeName(other))) {
+		t.Fatalf("attempt %d ended with %q", ended.Epoch, ended.Err)
+	}
+	fault(t, c.nodes[src].addrs, "/fault/release?partition=0")
+	var live RejoinStatus
+	waitUntil(t, 40*time.Second, "n3 live", func() bool {
+		st := nodeStatus(t, a3).Replicas[0]
+		if st.State == StateLive && st.Rejoin != nil {
+			live = *st.Rejoin
+			return true
+		}
+		return false
+	})
+	t.Logf("held attempt %d ended: %s; live by attempt %d from %s", held.Epoch, ended.Err, live.Epoch, live.Peer)
+	if live.Epoch <= held.Epoch {
+		t.Fatalf("n3 went live by epoch %d, not above the held attempt's %d", live.Epoch, held.Epoch)
+	}
+	cls := dialClient(t, c.nodes[src].addrs.TCP)
+	for i := range 100 {
+		upsert(t, cls, 1, i)
+	}
+	checkDigests(t, cls, 1, 2)
+}

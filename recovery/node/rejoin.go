@@ -430,7 +430,9 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 	started := false
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
-	go func() {
+	// Counted in n.wg: its drain outlives runSource by up to 3 s, and Run
+	// returns only after every goroutine it started has ended.
+	n.goRun(func() {
 		select {
 		case <-att.claim.Lost():
 			r.do(func(r *replica) {
@@ -457,7 +459,7 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 		case <-ctx.Done():
 		}
 		att.link.cut()
-	}()
+	})
 	var lastErr error
 	var brokeAt time.Time
 	for ctx.Err() == nil && !ended(att.end) {
