@@ -219,6 +219,12 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 		n.log.Warn("the data directory and the cluster disagree on whether this node is new; the cluster decides",
 			"empty_data_dir", report.First, "incarnation", inc.Count)
 	}
+	if inc.First() && !report.First {
+		// The directory's epochs are another cluster's revisions.
+		if err := n.store.ResetEpochs(); err != nil {
+			return err
+		}
+	}
 	reps, err := supervise.Replicas(ctx, n.cli)
 	if err != nil {
 		return err

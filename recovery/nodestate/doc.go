@@ -23,7 +23,9 @@
 // The highest epoch per partition (RaiseEpoch, HighestEpoch) is the
 // destination's fence across attempts and restarts: the node raises it,
 // synced, before an attempt of a higher epoch starts, and refuses any
-// attempt below it. Open keeps it as it was.
+// attempt at or below it but the running one. Open keeps it as it was;
+// ResetEpochs forgets it, for a node's first start in a cluster, whose
+// epochs (its etcd's revisions) the directory's cannot be compared with.
 //
 // Invariants: the clean marker exists only between a Close and the next
 // Open; every write is synced before it returns, so a record read after a

@@ -83,6 +83,7 @@ var (
 	replicaLower = []byte("replica/")
 	replicaUpper = []byte("replica0") // '0' follows '/'
 	epochLower   = []byte("epoch/")
+	epochUpper   = []byte("epoch0") // '0' follows '/'
 )
 
 func replicaKey(partition uint32) []byte {
@@ -278,6 +279,23 @@ func (s *Store) RaiseEpoch(p uint32, epoch uint64) error {
 	}
 	if err := s.db.Set(epochKey(p), encodeEpoch(epoch), pebble.Sync); err != nil {
 		return fmt.Errorf("nodestate: raise epoch of %d: %w", p, err)
+	}
+	return nil
+}
+
+// ResetEpochs forgets every partition's highest epoch, synced. The node
+// calls it on its first start in a cluster (supervise.Incarnate): epochs
+// are that cluster's etcd revisions, so any the directory holds come from
+// another cluster, and would refuse every attempt of this one until its
+// revisions caught up.
+func (s *Store) ResetEpochs() error {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	if err := s.db.DeleteRange(epochLower, epochUpper, pebble.Sync); err != nil {
+		return fmt.Errorf("nodestate: reset epochs: %w", err)
 	}
 	return nil
 }

@@ -234,4 +234,19 @@ func TestEpochFence(t *testing.T) {
 	if want := []Replica{{Partition: 5, State: NeedsRejoin}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas %v: an epoch key must not read as a replica", got)
 	}
+	// A first start in another cluster forgets them all, and only them.
+	if err := s.ResetEpochs(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []uint32{5, 6} {
+		if e, err := s.HighestEpoch(p); err != nil || e != 0 {
+			t.Fatalf("partition %d after the reset: epoch %d, %v", p, e, err)
+		}
+	}
+	if got, err := s.Replicas(); err != nil || len(got) != 1 {
+		t.Fatalf("replicas after the epochs' reset: %v, %v", got, err)
+	}
+	if err := s.RaiseEpoch(5, 1); err != nil {
+		t.Fatalf("epoch 1 after the reset: %v", err)
+	}
 }
