@@ -12,6 +12,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// incarnationsPrefix holds the incarnation records (see doc.go's key
+// layout).
+const incarnationsPrefix = keyRoot + "incarnations/"
+
 // incarnateTriesMax bounds Incarnate's compare-and-swap retries: only two
 // processes of one node id starting at once race on the key.
 const incarnateTriesMax = 8

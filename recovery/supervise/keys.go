@@ -12,18 +12,17 @@ import (
 // recovery/claim; this package reads the claims prefix directly because
 // claim exports no listing of claim keys.
 const (
-	keyRoot            = "/rejoin/"
-	nodesPrefix        = keyRoot + "nodes/"
-	replicasPrefix     = keyRoot + "replicas/"
-	assignPrefix       = keyRoot + "assign/"
-	claimsPrefix       = keyRoot + "claims/"
-	incarnationsPrefix = keyRoot + "incarnations/"
-	electionPrefix     = keyRoot + "supervisor"
-	partitionDigits    = 10
-	nodeIDBytesMax     = claim.NodeBytesMax
-	addressBytesMax    = 256
-	snapshotKeysMax    = claim.TasksMax // per prefix, as claim bounds its listings
-	snapshotPageKeys   = 512
+	keyRoot          = "/rejoin/"
+	nodesPrefix      = keyRoot + "nodes/"
+	replicasPrefix   = keyRoot + "replicas/"
+	assignPrefix     = keyRoot + "assign/"
+	claimsPrefix     = keyRoot + "claims/"
+	electionPrefix   = keyRoot + "supervisor"
+	partitionDigits  = 10
+	nodeIDBytesMax   = claim.NodeBytesMax
+	addressBytesMax  = 256
+	snapshotKeysMax  = claim.TasksMax // per prefix, as claim bounds its listings
+	snapshotPageKeys = 512
 )
 
 func partitionSegment(p uint32) string { return fmt.Sprintf("%0*d", partitionDigits, p) }
