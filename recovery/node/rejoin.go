@@ -76,15 +76,15 @@ func (a *srcAttempt) pause(ctx context.Context) {
 
 // dstAttempt is one rejoin that rebuilds a replica of this node.
 type dstAttempt struct {
-	peer  string
-	epoch uint64
-	// watch are the nodes whose failure ends the attempt (partitionWatch).
-	watch   []string
+	peer    string
+	epoch   uint64
 	started time.Time
 	link    *link
 	proc    *recovery.Destination
 	exec    *partition.Executor
 	live    bool
+	// watch are the nodes whose failure ends the attempt (partitionWatch).
+	watch []string
 	// attachMu orders the connections of the attempt.
 	attachMu sync.Mutex
 }
