@@ -11,13 +11,22 @@
 // (partitions, replicas, tables) is one JSON value under layout.Key,
 // written once by layout.Init together with the placement
 // (supervise.Place); every initial replica starts live, since an empty
-// cluster's copies are trivially equal.
+// cluster's copies are trivially equal. Whether a start is the node's
+// first is etcd's to say, not the data directory's: each start raises the
+// node's incarnation (supervise.Incarnate), and only incarnation 1 brings
+// replicas up live, where the placement says live (DESIGN.md
+// "Incarnations and fencing"). A first incarnation over a directory that
+// held a record forgets the directory's epochs (another cluster's).
 //
 // # Connections
 //
 // One TCP port carries wire frames (stream.Conn). The dialer's first
-// frame is a wire.Hello naming the connection's kind; the node answers
-// with its own Hello, or a wire.Reply with the reason it refuses:
+// frame is a wire.Hello naming the connection's kind and the dialer's
+// node; the node answers with its own Hello, naming itself, or a
+// wire.Reply with the reason it refuses. A node that dials a peer (feed,
+// repair, rejoin) refuses an answer that names another node than the one
+// it dialled: the address it read from etcd may belong to another
+// process by now.
 //
 //   - client: wire.Call in, wire.Reply out, pipelined, matched by Req.
 //     Call.Each asks for every replica's result (verify uses it with the
@@ -30,7 +39,10 @@
 //   - repair: a peer replica node asks for a dead initiator's txns past
 //     its prefix (wire.Repair); the answer is Txns and a wire.RepairEnd.
 //   - rejoin: one attempt (partition, epoch in the Hello), dialled by the
-//     source; then the recovery messages both ways.
+//     source; then the recovery messages both ways. The destination first
+//     checks in etcd that the task's claim stands at that epoch and is
+//     held by the Hello's node (the source claims with
+//     supervise.ExecutorID, which names it; supervise.ClaimHolder).
 //
 // # The replica loop
 //
@@ -80,9 +92,10 @@
 //
 // # Rejoins
 //
-// A restarted node (its pebble record exists) finds its replicas'
-// content gone: before it registers, every one is set to needs-rejoin in
-// its record and in etcd, so no initiator waits for it. It then opens
+// A node that ran before in the cluster (incarnation above 1, whatever its
+// data directory holds) finds its replicas' content gone: before it
+// registers, every one is set to needs-rejoin in its record and in etcd,
+// so no initiator waits for it. It then opens
 // their rejoin tasks, at most IncomingMax at once (the per-node limit);
 // the supervisor (any node may win the election) assigns each a live
 // source.
@@ -97,7 +110,12 @@
 //
 // The destination starts a fresh executor and recovery.Destination per
 // attempt; a higher epoch supersedes the current attempt, a lower one is
-// refused. Until an attempt starts, a needs-rejoin replica drops the
+// refused. Each replica keeps the highest epoch it has started an attempt
+// at (its fence), in the node's record (nodestate.RaiseEpoch, synced
+// before the attempt starts) and read back at start: an epoch at or below
+// it is refused unless it is the running attempt's, resumed from the same
+// node, so an attempt that ended, before or after a restart, never
+// starts again. Until an attempt starts, a needs-rejoin replica drops the
 // feed: the attempt buffers from its own start, which is all the
 // handshake needs. A live destination goes on routing the feed through
 // its processor, which takes txns below E that arrive late as heartbeats.
@@ -107,7 +125,12 @@
 // frames queued for the old connection are dropped and Resume sends again
 // what the peer may have lost, at most one window of blocks. A peer whose
 // node dies (no record in etcd) ends the attempt on the other side
-// (DESIGN.md step 8).
+// (DESIGN.md step 8). The destination also ends its attempt, with
+// wire.AbortNodeFailed (seed 003's "hara kiri"), when any other node
+// whose replica of the partition was live at the attempt's start fails:
+// its record gone or its replica no longer live. The source sees the
+// abort and requeues; its next attempt watches the nodes live at its own
+// start, so a node already down never ends attempts over and over.
 //
 // # Admin HTTP
 //

@@ -523,7 +523,7 @@ func (in *initiator) openFeed(node, addr string, created int64) {
 	cfg.StallWindow = 0 // a feed may be idle one way; node death is etcd's to tell
 	conn, err := stream.Dial(ctx, addr, cfg)
 	if err == nil {
-		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation()})
+		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation()}, node)
 		if err != nil {
 			conn.Close()
 		}

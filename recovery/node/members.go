@@ -70,8 +70,51 @@ func (m *members) refresh() error {
 	return nil
 }
 
-// run refreshes the view, and ends the rejoin attempts whose peer died
-// (DESIGN.md step 8: the recovering side terminates its rejoin).
+// partitionWatch lists the nodes whose failure ends a destination attempt
+// of partition p on node self (DESIGN.md step 8, seed 003's "hara kiri"):
+// those whose replica of p is live in v when the attempt starts. The
+// destination itself is not one, nor is a node whose replica is not live
+// then (dead, or rejoining too): it failed before the attempt began, and
+// counting it would end every attempt until it came back. A nil view (no
+// membership read yet) watches nobody.
+func partitionWatch(v *view, p uint32, self string) []string {
+	if v == nil {
+		return nil
+	}
+	var out []string
+	for _, rp := range v.placement[p] {
+		if _, alive := v.nodes[rp.node]; alive && rp.live && rp.node != self {
+			out = append(out, rp.node)
+		}
+	}
+	return out
+}
+
+// failedNode returns a watched node that has failed in v: its record is
+// gone (its lease ended) or its replica of p is no longer live (it failed
+// it, or the node restarted and set it to needs-rejoin).
+func failedNode(v *view, p uint32, watch []string) (string, bool) {
+	for _, node := range watch {
+		if _, ok := v.nodes[node]; !ok {
+			return node, true
+		}
+		live := false
+		for _, rp := range v.placement[p] {
+			if rp.node == node {
+				live = rp.live
+				break
+			}
+		}
+		if !live {
+			return node, true
+		}
+	}
+	return "", false
+}
+
+// run refreshes the view, and ends the rejoin attempts whose peer or, on
+// the destination, any node of the partition failed (DESIGN.md step 8:
+// the recovering side terminates its rejoin).
 func (m *members) run() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()

@@ -203,11 +203,28 @@ func waitCluster(ctx context.Context, cli *clientv3.Client) (layout.Config, erro
 }
 
 // hostReplicas builds the replicas the placement gives this node. On a
-// node's first start in a new cluster its replicas are live (empty, like
+// node's first start in the cluster its replicas are live (empty, like
 // every copy); after any earlier run their content died with the process
 // (seed 004): they need a rejoin, which is recorded before the node
-// registers, so no initiator waits for them.
+// registers, so no initiator waits for them. Which start this is, etcd
+// says (supervise.Incarnate), never the data directory alone: a wiped or
+// new directory on a node that ran before must not bring empty replicas
+// up live (DESIGN.md "Incarnations and fencing").
 func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) error {
+	inc, err := supervise.Incarnate(ctx, n.cli, n.id, n.started)
+	if err != nil {
+		return err
+	}
+	if report.First != inc.First() {
+		n.log.Warn("the data directory and the cluster disagree on whether this node is new; the cluster decides",
+			"empty_data_dir", report.First, "incarnation", inc.Count)
+	}
+	if inc.First() && !report.First {
+		// The directory's epochs are another cluster's revisions.
+		if err := n.store.ResetEpochs(); err != nil {
+			return err
+		}
+	}
 	reps, err := supervise.Replicas(ctx, n.cli)
 	if err != nil {
 		return err
@@ -217,7 +234,7 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 		if rp.Node != n.id {
 			continue
 		}
-		live := report.First && rp.State == supervise.ReplicaLive
+		live := inc.First() && rp.State == supervise.ReplicaLive
 		state := nodestate.NeedsRejoin
 		if live {
 			state = nodestate.Live
@@ -459,6 +476,10 @@ func (n *Node) serveRejoin(c *stream.Conn, h *wire.Hello, refuse func(string, ..
 		refuse("no replica of partition %d here", h.Partition)
 		return
 	}
+	if err := n.checkHolder(h); err != nil {
+		refuse("%v", err)
+		return
+	}
 	type started struct {
 		att *dstAttempt
 		err error
@@ -505,6 +526,31 @@ func (n *Node) serveRejoin(c *stream.Conn, h *wire.Hello, refuse func(string, ..
 	})
 }
 
+// holderReadTimeout bounds the destination's read of a task's claim.
+const holderReadTimeout = 2 * time.Second
+
+// checkHolder checks a rejoin hello against etcd: the dialer says it is
+// node h.Node working the attempt of epoch h.Epoch on this node's replica
+// of h.Partition, so the task's claim must stand, at that epoch, held by
+// that node (supervise.ExecutorID names it). A process that took a dead
+// node's address, or an executor whose claim is gone, is refused before
+// the replica hears of it.
+func (n *Node) checkHolder(h *wire.Hello) error {
+	task := claim.Task{Partition: h.Partition, Dest: n.id}
+	ctx, cancel := context.WithTimeout(n.ctx, holderReadTimeout)
+	defer cancel()
+	hold, found, err := supervise.ClaimHolder(ctx, n.cli, task)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return fmt.Errorf("no claim on task %s: %s at epoch %d holds none", task, h.Node, h.Epoch)
+	case hold.Node != h.Node || hold.Epoch != h.Epoch:
+		return fmt.Errorf("the claim on task %s is %q's at epoch %d, not %q's at %d", task, hold.Node, hold.Epoch, h.Node, h.Epoch)
+	}
+	return nil
+}
+
 // serveClient answers one client's calls through the initiator.
 func (n *Node) serveClient(c *stream.Conn) {
 	q := make(chan wire.Message, feedQueueMax)
@@ -541,8 +587,11 @@ func (n *Node) serveClient(c *stream.Conn) {
 	}
 }
 
-// hello sends h on a dialled connection and waits for the peer's.
-func hello(ctx context.Context, c *stream.Conn, h *wire.Hello) error {
+// hello sends h on a dialled connection and waits for the peer's, which
+// must name node want, the node the dialer meant to reach: an address
+// from etcd may since have been taken by another process. An empty want
+// takes any node (a client dialling an address it was given).
+func hello(ctx context.Context, c *stream.Conn, h *wire.Hello, want string) error {
 	if err := c.Send(ctx, h); err != nil {
 		return err
 	}
@@ -552,6 +601,9 @@ func hello(ctx context.Context, c *stream.Conn, h *wire.Hello) error {
 	}
 	switch m := m.(type) {
 	case *wire.Hello:
+		if want != "" && m.Node != want {
+			return fmt.Errorf("%v hello answered by node %q, not %q", h.Kind, m.Node, want)
+		}
 		return nil
 	case *wire.Reply:
 		return fmt.Errorf("refused: %s", m.Err)

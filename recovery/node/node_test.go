@@ -173,7 +173,7 @@ func dialClient(t *testing.T, addr string) *rawClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloClient, Node: "test"}); err != nil {
+	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloClient, Node: "test"}, ""); err != nil {
 		t.Fatal(err)
 	}
 	return &rawClient{conn: conn}
@@ -512,4 +512,40 @@ func TestDeadInitiatorTailRepaired(t *testing.T) {
 	if st.Replicas[0].State != StateLive {
 		t.Fatalf("n2's replica is %s", st.Replicas[0].State)
 	}
+}
+
+// TestWipedDataDirRejoins: a node restarted with an empty data directory
+// is not a new node: etcd says it ran before, so every replica of it
+// rejoins from a live one instead of starting live and empty.
+func TestWipedDataDirRejoins(t *testing.T) {
+	c := newCluster(t, 3, kv())
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 2)
+	for i := range 1000 {
+		upsert(t, cl, 2, i)
+	}
+	c.stop(3)
+	if err := os.RemoveAll(filepath.Join(c.dir, NodeName(3))); err != nil {
+		t.Fatal(err)
+	}
+	a3 := c.start(3)
+	st := nodeStatus(t, a3)
+	if len(st.Replicas) == 0 {
+		t.Fatal("n3 hosts no replica")
+	}
+	for _, r := range st.Replicas {
+		if r.State == StateLive && r.Rejoin == nil {
+			t.Fatalf("n3 started with partition %d live and empty (%d rows)", r.Partition, r.Rows)
+		}
+	}
+	waitUntil(t, 30*time.Second, "every replica live", func() bool { return allLive(t, c) })
+	for _, r := range nodeStatus(t, a3).Replicas {
+		if r.Rejoin == nil || r.Rejoin.Phase != "live" {
+			t.Fatalf("partition %d on n3 is %s without a rejoin (%+v)", r.Partition, r.State, r.Rejoin)
+		}
+	}
+	for i := 1000; i < 1100; i++ {
+		upsert(t, cl, 2, i)
+	}
+	checkDigests(t, cl, 2, 2)
 }

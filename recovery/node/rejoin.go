@@ -83,6 +83,8 @@ type dstAttempt struct {
 	proc    *recovery.Destination
 	exec    *partition.Executor
 	live    bool
+	// watch are the nodes whose failure ends the attempt (partitionWatch).
+	watch []string
 	// attachMu orders the connections of the attempt.
 	attachMu sync.Mutex
 }
@@ -220,7 +222,11 @@ func (r *replica) flushRejoins() {
 
 // ---- destination side, on the replica goroutine ----
 
-// startDest begins an attempt of epoch from peer, superseding a lower one.
+// startDest begins an attempt of epoch from peer, superseding a lower one,
+// or resumes the current attempt on a new connection (same epoch and
+// peer). An epoch at or below the replica's fence is refused unless it is
+// the current attempt's: an attempt that ended, here or in an earlier run
+// of the node, never starts again.
 func (r *replica) startDest(peer string, epoch uint64) (*dstAttempt, error) {
 	if r.state == StateLive {
 		return nil, fmt.Errorf("replica %d is live", r.p)
@@ -230,14 +236,14 @@ func (r *replica) startDest(peer string, epoch uint64) (*dstAttempt, error) {
 			return nil, fmt.Errorf("epoch %d is below the current attempt's %d", epoch, r.dst.epoch)
 		}
 		if epoch == r.dst.epoch {
+			if peer != r.dst.peer {
+				return nil, fmt.Errorf("the attempt of epoch %d is %s's, not %s's", epoch, r.dst.peer, peer)
+			}
 			return r.dst, nil
 		}
-		r.dst.proc.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", epoch))
-		r.endDest()
 	}
-	exec, err := r.newExecutor()
-	if err != nil {
-		return nil, err
+	if epoch <= r.fence {
+		return nil, fmt.Errorf("epoch %d is not above %d, the highest replica %d has seen", epoch, r.fence, r.p)
 	}
 	ins := make([]txnid.Initiator, 0, len(r.initiators))
 	for in := range r.initiators {
@@ -245,6 +251,20 @@ func (r *replica) startDest(peer string, epoch uint64) (*dstAttempt, error) {
 	}
 	if len(ins) == 0 {
 		return nil, fmt.Errorf("replica %d hears no initiator yet", r.p)
+	}
+	// Durable before anything of the attempt happens: once it has, a
+	// restart must not take this epoch again.
+	if err := r.n.store.RaiseEpoch(r.p, epoch); err != nil {
+		return nil, err
+	}
+	r.fence = epoch
+	if r.dst != nil {
+		r.dst.proc.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", epoch))
+		r.endDest()
+	}
+	exec, err := r.newExecutor()
+	if err != nil {
+		return nil, err
 	}
 	proc, err := recovery.NewDestination(exec, recovery.DestinationConfig{
 		Header:         wire.MsgHeader{Epoch: epoch, Partition: r.p},
@@ -255,7 +275,8 @@ func (r *replica) startDest(peer string, epoch uint64) (*dstAttempt, error) {
 	if err != nil {
 		return nil, err
 	}
-	att := &dstAttempt{peer: peer, epoch: epoch, started: time.Now(), link: newLink(wire.CodecNone), proc: proc, exec: exec}
+	att := &dstAttempt{peer: peer, epoch: epoch, watch: partitionWatch(r.n.members.view(), r.p, r.n.id),
+		started: time.Now(), link: newLink(wire.CodecNone), proc: proc, exec: exec}
 	r.dst, r.exec, r.state = att, nil, StateRejoining
 	r.n.replicaRejoining(r.p, epoch)
 	r.publish()
@@ -379,7 +400,7 @@ func (n *Node) takeAssignment(a supervise.Assignment) {
 		decline("over the outgoing limit")
 		return
 	}
-	c, err := claim.Acquire(n.ctx, n.cli, a.Task, claim.NewExecutorID(), n.cfg.ClaimTTL, claim.WithWindow(n.cfg.ClaimWindow))
+	c, err := claim.Acquire(n.ctx, n.cli, a.Task, supervise.ExecutorID(n.id), n.cfg.ClaimTTL, claim.WithWindow(n.cfg.ClaimWindow))
 	if err != nil {
 		n.log.Info("claim not taken", "task", a.Task, "err", err)
 		return
@@ -409,7 +430,9 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 	started := false
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
-	go func() {
+	// Counted in n.wg: its drain outlives runSource by up to 3 s, and Run
+	// returns only after every goroutine it started has ended.
+	n.goRun(func() {
 		select {
 		case <-att.claim.Lost():
 			r.do(func(r *replica) {
@@ -436,7 +459,7 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 		case <-ctx.Done():
 		}
 		att.link.cut()
-	}()
+	})
 	var lastErr error
 	var brokeAt time.Time
 	for ctx.Err() == nil && !ended(att.end) {
@@ -570,7 +593,7 @@ func (n *Node) dialRejoin(ctx context.Context, att *srcAttempt) (*stream.Conn, e
 	if err != nil {
 		return nil, err
 	}
-	if err := hello(dctx, conn, &wire.Hello{Kind: wire.HelloRejoin, Node: n.id, Partition: att.task.Partition, Epoch: att.epoch}); err != nil {
+	if err := hello(dctx, conn, &wire.Hello{Kind: wire.HelloRejoin, Node: n.id, Partition: att.task.Partition, Epoch: att.epoch}, att.task.Dest); err != nil {
 		conn.Close()
 		return nil, err
 	}

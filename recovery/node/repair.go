@@ -174,7 +174,7 @@ func (n *Node) repairFrom(ctx context.Context, r *replica, in txnid.Initiator, i
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloRepair, Node: n.id}); err != nil {
+	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloRepair, Node: n.id}, peer); err != nil {
 		return 0, err
 	}
 	if err := conn.Send(ctx, &wire.Repair{Partition: r.p, Initiator: uint16(in), After: st.after, Incarnation: inc}); err != nil {

@@ -62,6 +62,12 @@ type replica struct {
 	// holdRows arms the fault hold for the next source attempts (see
 	// srcAttempt.holdRows); 0: none.
 	holdRows int64
+	// fence is the highest rejoin epoch this replica has seen as
+	// destination, read from the node's record at start and raised there,
+	// synced, before an attempt starts: no attempt at or below it starts
+	// again, across attempts and restarts (DESIGN.md "Incarnations and
+	// fencing").
+	fence uint64
 
 	status atomic.Pointer[ReplicaStatus]
 	// lastDst and lastSrc keep the latest attempts' status after they end.
@@ -71,6 +77,11 @@ type replica struct {
 func newReplica(n *Node, p uint32, live bool) (*replica, error) {
 	r := &replica{n: n, p: p, in: make(chan event, inboxMax), initiators: map[txnid.Initiator]bool{}, state: StateNeedsRejoin,
 		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}, incOf: map[txnid.Initiator]uint64{}}
+	fence, err := n.store.HighestEpoch(p)
+	if err != nil {
+		return nil, err
+	}
+	r.fence = fence
 	if live {
 		exec, err := r.newExecutor()
 		if err != nil {
@@ -383,11 +394,17 @@ func rejoinStatus(role, peer string, epoch uint64, state recovery.State, m recov
 	}
 }
 
-// checkPeers ends an attempt whose other side's node died.
+// checkPeers ends an attempt whose other side's node died and, on the
+// destination, an attempt during which a node of the partition failed
+// (DESIGN.md step 8): the source's failure handling, seeing the attempt
+// end, starts a fresh one, which watches the nodes live at its start.
 func (r *replica) checkPeers(v *view) {
 	if r.dst != nil && !r.dst.live {
 		if _, ok := v.nodes[r.dst.peer]; !ok {
 			r.dst.proc.Abort(wire.AbortNodeFailed, "source node "+r.dst.peer+" died")
+			r.checkDest()
+		} else if node, failed := failedNode(v, r.p, r.dst.watch); failed {
+			r.dst.proc.Abort(wire.AbortNodeFailed, fmt.Sprintf("node %s of partition %d failed", node, r.p))
 			r.checkDest()
 		}
 	}

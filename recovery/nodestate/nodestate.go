@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -20,6 +21,9 @@ var (
 	ErrCorrupt = errors.New("nodestate: corrupt record")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("nodestate: closed")
+	// ErrStaleEpoch: a fencing epoch below the highest the record holds
+	// for the partition.
+	ErrStaleEpoch = errors.New("nodestate: stale epoch")
 )
 
 // ReplicaState is the durable state of one partition replica.
@@ -78,10 +82,16 @@ var (
 	keyClean     = []byte("node/clean")
 	replicaLower = []byte("replica/")
 	replicaUpper = []byte("replica0") // '0' follows '/'
+	epochLower   = []byte("epoch/")
+	epochUpper   = []byte("epoch0") // '0' follows '/'
 )
 
 func replicaKey(partition uint32) []byte {
 	return binary.BigEndian.AppendUint32(append([]byte(nil), replicaLower...), partition)
+}
+
+func epochKey(partition uint32) []byte {
+	return binary.BigEndian.AppendUint32(append([]byte(nil), epochLower...), partition)
 }
 
 // Store is an open node record. Its methods are safe for concurrent use
@@ -90,6 +100,8 @@ type Store struct {
 	db     *pebble.DB
 	nodeID string
 	log    *slog.Logger
+	// epochMu makes RaiseEpoch's read and write one step.
+	epochMu sync.Mutex
 }
 
 // Open opens (or creates) the record of node nodeID in dir, checks it is
@@ -238,6 +250,56 @@ func (s *Store) Replicas() ([]Replica, error) {
 	return out, nil
 }
 
+// HighestEpoch returns the highest fencing epoch recorded for partition
+// p's rejoin attempts on this node, 0 if none. Open leaves it as it was:
+// unlike a replica's state, it outlives every run of the node.
+func (s *Store) HighestEpoch(p uint32) (uint64, error) {
+	v, found, err := s.get(epochKey(p))
+	if err != nil || !found {
+		return 0, err
+	}
+	return decodeEpoch(epochKey(p), v)
+}
+
+// RaiseEpoch records epoch as the highest seen for partition p, synced,
+// before it returns. An epoch equal to the recorded one changes nothing;
+// a lower one is refused with ErrStaleEpoch and changes nothing either.
+func (s *Store) RaiseEpoch(p uint32, epoch uint64) error {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	high, err := s.HighestEpoch(p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case epoch < high:
+		return fmt.Errorf("%w: partition %d: epoch %d is below %d", ErrStaleEpoch, p, epoch, high)
+	case epoch == high:
+		return nil
+	}
+	if err := s.db.Set(epochKey(p), encodeEpoch(epoch), pebble.Sync); err != nil {
+		return fmt.Errorf("nodestate: raise epoch of %d: %w", p, err)
+	}
+	return nil
+}
+
+// ResetEpochs forgets every partition's highest epoch, synced. The node
+// calls it on its first start in a cluster (supervise.Incarnate): epochs
+// are that cluster's etcd revisions, so any the directory holds come from
+// another cluster, and would refuse every attempt of this one until its
+// revisions caught up.
+func (s *Store) ResetEpochs() error {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	if err := s.db.DeleteRange(epochLower, epochUpper, pebble.Sync); err != nil {
+		return fmt.Errorf("nodestate: reset epochs: %w", err)
+	}
+	return nil
+}
+
 // Close writes the clean-shutdown marker, synced, and closes the record.
 // Closing twice is an error-free no-op.
 func (s *Store) Close() error {
@@ -275,6 +337,21 @@ func decodeReplica(key, v []byte) (Replica, error) {
 		return Replica{}, fmt.Errorf("%w: replica %d in state %d", ErrCorrupt, r.Partition, v[0])
 	}
 	return r, nil
+}
+
+// An epoch's value: the epoch (8 bytes, big-endian), never 0 (RaiseEpoch
+// writes only above the 0 of no record).
+func encodeEpoch(e uint64) []byte { return binary.BigEndian.AppendUint64(nil, e) }
+
+func decodeEpoch(key, v []byte) (uint64, error) {
+	if len(key) != len(epochLower)+4 || !bytes.HasPrefix(key, epochLower) || len(v) != 8 {
+		return 0, fmt.Errorf("%w: epoch key %x value %x", ErrCorrupt, key, v)
+	}
+	e := binary.BigEndian.Uint64(v)
+	if e == 0 {
+		return 0, fmt.Errorf("%w: partition %d: epoch 0", ErrCorrupt, binary.BigEndian.Uint32(key[len(epochLower):]))
+	}
+	return e, nil
 }
 
 // The start time's value: Unix milliseconds (8 bytes, big-endian).

@@ -40,6 +40,10 @@ func runChild(dir string) int {
 			return 1
 		}
 	}
+	if err := s.RaiseEpoch(2, 42); err != nil {
+		fmt.Println("raise:", err)
+		return 1
+	}
 	fmt.Println("ready")
 	// The parent kills this process; the sleep only bounds it if the
 	// parent died first.
@@ -109,6 +113,13 @@ func TestSIGKILLIsUnexpectedShutdown(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas after restart %v, want every one needs-rejoin", got)
 	}
+	// The rejoin's epoch outlives the kill, and fences its stale messages.
+	if e, err := s.HighestEpoch(2); err != nil || e != 42 {
+		t.Fatalf("highest epoch after the kill %d, %v, want 42", e, err)
+	}
+	if err := s.RaiseEpoch(2, 41); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("epoch 41 after 42: %v, want ErrStaleEpoch", err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +177,76 @@ func TestRecordLifecycle(t *testing.T) {
 	defer s.Close()
 	if rep.Unexpected || rep.Reset != 2 || len(rep.Interrupted) != 1 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// TestEpochFence: the highest epoch per partition only grows, is kept by
+// Open (which resets every replica's state), and is per partition.
+func TestEpochFence(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := Open(dir, "n1", t0, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := s.HighestEpoch(5); err != nil || e != 0 {
+		t.Fatalf("no epoch yet: %d, %v", e, err)
+	}
+	for _, e := range []uint64{10, 10, 12} {
+		if err := s.RaiseEpoch(5, e); err != nil {
+			t.Fatalf("raise to %d: %v", e, err)
+		}
+	}
+	if err := s.RaiseEpoch(5, 11); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("11 after 12: %v, want ErrStaleEpoch", err)
+	}
+	if err := s.RaiseEpoch(6, 3); err != nil {
+		t.Fatalf("another partition: %v", err)
+	}
+	if err := s.SetReplica(Replica{Partition: 5, State: Rejoining, Epoch: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, rep, err := Open(dir, "n1", t0.Add(time.Minute), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if rep.Reset != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	for p, want := range map[uint32]uint64{5: 12, 6: 3, 7: 0} {
+		if e, err := s.HighestEpoch(p); err != nil || e != want {
+			t.Fatalf("partition %d after a restart: epoch %d, %v, want %d", p, e, err, want)
+		}
+	}
+	if err := s.RaiseEpoch(5, 12); err != nil {
+		t.Fatalf("the same epoch again: %v", err)
+	}
+	if err := s.RaiseEpoch(5, 1); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("1 after 12, restarted: %v, want ErrStaleEpoch", err)
+	}
+	got, err := s.Replicas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Replica{{Partition: 5, State: NeedsRejoin}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("replicas %v: an epoch key must not read as a replica", got)
+	}
+	// A first start in another cluster forgets them all, and only them.
+	if err := s.ResetEpochs(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []uint32{5, 6} {
+		if e, err := s.HighestEpoch(p); err != nil || e != 0 {
+			t.Fatalf("partition %d after the reset: epoch %d, %v", p, e, err)
+		}
+	}
+	if got, err := s.Replicas(); err != nil || len(got) != 1 {
+		t.Fatalf("replicas after the epochs' reset: %v, %v", got, err)
+	}
+	if err := s.RaiseEpoch(5, 1); err != nil {
+		t.Fatalf("epoch 1 after the reset: %v", err)
 	}
 }

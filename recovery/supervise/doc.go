@@ -18,8 +18,12 @@
 //     is the supervisor's liveness) runs passes and the health task; the
 //     others wait in Campaign and take over within the session TTL when it
 //     dies.
-//   - A node records the state of its replicas with SetReplica (after
+//   - A node calls Incarnate at every start, before it reads the
+//     placement: only its first incarnation may start replicas live. It
+//     records the state of its replicas with SetReplica (after
 //     nodestate.Open at start, and when a rejoin ends).
+//   - A destination calls ClaimHolder on a rejoin hello: the claim must
+//     stand at the hello's epoch and name the hello's node.
 //   - The executor on an assigned source watches its assignments, claims
 //     the task (claim.Acquire: the claim's epoch is the attempt's fencing
 //     epoch), or refuses it with Decline when over its limit, and reports
@@ -36,9 +40,18 @@
 //	/rejoin/assign/<P,10 digits>/<D>  Assignment JSON (source, seq, opened,
 //	                                  assigned_at, superseded, declined,
 //	                                  reason), written by the supervisor
+//	/rejoin/incarnations/<node>       Incarnation JSON (count, started):
+//	                                  raised by one at each start of the
+//	                                  node (Incarnate), no lease; count 1
+//	                                  is the only start whose replicas may
+//	                                  be live (DESIGN.md "Incarnations and
+//	                                  fencing")
 //	/rejoin/supervisor/<lease>        the election (concurrency.Election)
 //	/rejoin/claims/..., /rejoin/tasks/...  recovery/claim's claims and task
-//	                                  records (see its doc)
+//	                                  records (see its doc); a node's
+//	                                  source claims with ExecutorID,
+//	                                  "<node>/host:pid:nonce", so that
+//	                                  ClaimHolder names the node
 //
 // # When a task is reassigned
 //

@@ -21,13 +21,15 @@ const (
 // the fuzzed kind. The key is the prefix and the fuzzed suffix: every
 // record is read by a range over its prefix (rangeAll) or by a key built
 // on it (GetAssignment), so a key without it never reaches a decoder.
-var recordPrefixes = [...]string{nodesPrefix, replicasPrefix, assignPrefix}
+var recordPrefixes = [...]string{nodesPrefix, replicasPrefix, assignPrefix, incarnationsPrefix, claimsPrefix}
 
-// FuzzDecodeRecord feeds decodeNode, decodeReplica or decodeAssignment
-// (by kind) a record of any suffix and value. Each must refuse it with an
-// error or decode it into a record that re-encodes (encode, as the
-// writers store it) to a value that decodes to the same record again,
-// under the same key. encoding/json takes more than one spelling of a
+// FuzzDecodeRecord feeds decodeNode, decodeReplica, decodeAssignment or
+// decodeIncarnation (by kind) a record of any suffix and value. Each must
+// refuse it with an error or decode it into a record that re-encodes
+// (encode, as the writers store it) to a value that decodes to the same
+// record again, under the same key. decodeHolder reads a claim key,
+// whose value is claim's executor id, not JSON: what it takes from the
+// key and the value must be there. encoding/json takes more than one spelling of a
 // record, so what round-trips is the record, not the bytes.
 //
 // Anything refused is ErrCorrupt, and anything accepted can be written
@@ -80,6 +82,28 @@ func FuzzDecodeRecord(f *testing.F) {
 				t.Fatalf("assignment %+v from key %q", a, kv(value).Key)
 			}
 			checkReencodes(t, a, func(v []byte) (Assignment, error) { return decodeAssignment(kv(v)) }, a.AssignedAt)
+		case incarnationsPrefix:
+			i, err := decodeIncarnation(kv(value))
+			if err != nil {
+				checkCorrupt(t, err)
+				return
+			}
+			if IncarnationKey(i.Node) != string(kv(value).Key) || i.ModRevision != fuzzModified || i.Count == 0 {
+				t.Fatalf("incarnation %+v from key %q", i, kv(value).Key)
+			}
+			checkReencodes(t, i, func(v []byte) (Incarnation, error) { return decodeIncarnation(kv(v)) }, i.Started)
+		case claimsPrefix:
+			h, err := decodeHolder(kv(value))
+			if err != nil {
+				checkCorrupt(t, err)
+				return
+			}
+			if h.Task.ClaimKey() != string(kv(value).Key) || h.Epoch != fuzzCreated || h.Executor != string(value) {
+				t.Fatalf("holder %+v from key %q", h, kv(value).Key)
+			}
+			if h.Node != "" && (!strings.HasPrefix(h.Executor, h.Node+"/") || checkID("node id", h.Node, nodeIDBytesMax) != nil) {
+				t.Fatalf("holder %+v: node not the executor's", h)
+			}
 		}
 	})
 }
@@ -119,6 +143,21 @@ var fuzzSeeds = []struct {
 	{2, "0000000007/n3", strings.Replace(assignJSON, `["n4","n5"]`, `null`, 1)},
 	{2, "0000000007/n3", assignJSON + ` x`},
 	{2, "n3", assignJSON},
+	{3, "n1", `{"count":1,"started":"2026-11-22T10:00:00.5Z"}`},
+	{3, "n2", `{"count":18446744073709551615,"started":"2026-11-22T11:00:00+01:00"}`},
+	{3, "n3", `{"count":0,"started":"2026-11-22T10:00:00Z"}`},
+	{3, "n3", `{"count":-1,"started":"2026-11-22T10:00:00Z"}`},
+	{3, "n3", `{"count":2}`},
+	{3, "n3/x", `{"count":2,"started":"2026-11-22T10:00:00Z"}`},
+	{3, "", `{"count":2,"started":"2026-11-22T10:00:00Z"}`},
+	{3, "n4", `null`},
+	{4, "0000000007/n3", "n1/host:42:0011223344556677"},
+	{4, "0000000007/n3", "host:42:0011223344556677"},
+	{4, "0000000007/n3", "/host:42:0011223344556677"},
+	{4, "0000000007/n3", "n\x01/host"},
+	{4, "0000000007/n3", ""},
+	{4, "7/n3", "n1/host:42:00"},
+	{4, "0000000007/n3/x", "n1/host:42:00"},
 }
 
 // checkCorrupt checks that a refusal is ErrCorrupt.
