@@ -1,0 +1,240 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+func onePartition() layout.Config {
+	return layout.Config{Partitions: 1, Replicas: 1, Tables: []layout.Table{layout.KV()}}
+}
+
+// tryClient dials a client connection and says hello; the error is the
+// node's refusal, if it refuses.
+func tryClient(t *testing.T, addr string) (*rawClient, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := stream.Dial(ctx, addr, stream.Config{Codec: wire.CodecNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloClient, Node: "test"}, ""); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &rawClient{conn: conn}, nil
+}
+
+// TestHelloDeadline: a connection that never completes its hello (no
+// byte at all, or half a frame header) is closed once HelloTimeout has
+// passed, while a connection that said hello in time stays open past it.
+func TestHelloDeadline(t *testing.T) {
+	c := newClusterStarting(t, 1, 0, onePartition())
+	c.tweak = func(cfg *Config) { cfg.HelloTimeout = 300 * time.Millisecond }
+	a := c.start(1)
+	cl := dialClient(t, a.TCP)
+	waitWritable(t, cl, 1)
+
+	dial := func() net.Conn {
+		nc, err := net.DialTimeout("tcp", a.TCP, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		return nc
+	}
+	silent, partial := dial(), dial()
+	if _, err := partial.Write([]byte{0x01}); err != nil { // one byte of a frame header
+		t.Fatal(err)
+	}
+	for name, nc := range map[string]net.Conn{"silent": silent, "partial": partial} {
+		if err := nc.SetReadDeadline(time.Now().Add(15 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := nc.Read(make([]byte, 64))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s dialer: connection still open 15 s after a hello deadline of 300 ms", name)
+		}
+		if err == nil {
+			t.Fatalf("%s dialer: read %d bytes, want the connection closed", name, n)
+		}
+	}
+	// The client that said hello in time is past the deadline and served.
+	time.Sleep(600 * time.Millisecond)
+	upsert(t, cl, 1, 1)
+}
+
+// TestConnsMax: past ConnsMax connections the node refuses a new one
+// with a reply that says why, serves the connections it has, and takes
+// a new one once a slot frees.
+func TestConnsMax(t *testing.T) {
+	const connsMax = 4
+	c := newClusterStarting(t, 1, 0, onePartition())
+	c.tweak = func(cfg *Config) { cfg.ConnsMax = connsMax }
+	a := c.start(1)
+	first := dialClient(t, a.TCP)
+	waitWritable(t, first, 1) // the node's feed to itself is open: one slot
+	open := []*rawClient{first}
+	var refusal error
+	for range connsMax {
+		cl, err := tryClient(t, a.TCP)
+		if err != nil {
+			refusal = err
+			break
+		}
+		open = append(open, cl)
+	}
+	if refusal == nil {
+		t.Fatalf("%d client connections and a feed accepted with ConnsMax %d", len(open), connsMax)
+	}
+	if !strings.Contains(refusal.Error(), "connection limit") {
+		t.Fatalf("refusal %q does not say the connection limit was reached", refusal)
+	}
+	t.Logf("after %d clients: %v", len(open), refusal)
+	for i, cl := range open {
+		if _, err := cl.call(0, partition.ProcDigest, false); err != nil {
+			t.Fatalf("client %d after the refusal: %v", i, err)
+		}
+	}
+	open[len(open)-1].conn.Close()
+	waitUntil(t, 10*time.Second, "a new client accepted once one closed", func() bool {
+		cl, err := tryClient(t, a.TCP)
+		if err != nil {
+			return false
+		}
+		cl.conn.Close()
+		return true
+	})
+}
+
+// TestClientBackPressure: a client pipelines reads whose replies it does
+// not read. Once the node's replies stop draining, the bytes the
+// connection has in flight stay within ClientBytesMax plus the replies of
+// the calls already admitted, and the node stops reading the connection
+// rather than close it. When the client reads again, every call is
+// answered, in order.
+func TestClientBackPressure(t *testing.T) {
+	const (
+		bytesMax = 512 << 10
+		calls    = 600
+		keyBytes = 32 << 10
+		valBytes = 32 << 10
+	)
+	var peak atomic.Int64
+	var read atomic.Int64
+	c := newClusterStarting(t, 1, 0, onePartition())
+	c.tweak = func(cfg *Config) {
+		cfg.ClientBytesMax = bytesMax
+		cfg.testClientBytes = func(inflight int64, n int) {
+			for {
+				p := peak.Load()
+				if inflight <= p || peak.CompareAndSwap(p, inflight) {
+					break
+				}
+			}
+			read.Store(int64(n))
+		}
+	}
+	a := c.start(1)
+	cl := dialClient(t, a.TCP)
+	waitWritable(t, cl, 1)
+	// Random bytes, so that the node's frames do not compress.
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func(n int) wire.Value {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return wire.Bytes(b)
+	}
+	key := random(keyBytes)
+	if _, err := cl.call(0, partition.ProcUpsert, false, wire.String("kv"), key, random(valBytes)); err != nil {
+		t.Fatal(err)
+	}
+	params, err := wire.NewTupleEncoder().AppendTuple(nil, []wire.Value{wire.String("kv"), key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := read.Load()
+	first := cl.req + 1
+
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range uint64(calls) {
+			// Send blocks once the node stops reading and TCP's buffers
+			// are full; the test's reads below unblock it.
+			if err := cl.conn.Send(context.Background(), &wire.Call{Req: first + i, Partition: 0, Proc: partition.ProcRead, Params: params}); err != nil {
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	defer wg.Wait()
+	defer func() {
+		if t.Failed() {
+			cl.conn.Close() // unblock the sender
+		}
+	}()
+
+	// Wait until the node has stopped reading: its count of calls read
+	// holds still for a second.
+	last, since := read.Load(), time.Now()
+	waitUntil(t, 60*time.Second, "the node to stop reading the client", func() bool {
+		if n := read.Load(); n != last {
+			last, since = n, time.Now()
+			return false
+		}
+		return time.Since(since) > time.Second
+	})
+	admitted := read.Load() - before
+	callBytes := int64(len(params) + len(partition.ProcRead) + clientCallOverheadBytes)
+	replyBytes := int64(keyBytes + valBytes + 64 + clientCallOverheadBytes)
+	bound := bytesMax + (bytesMax/callBytes+1)*replyBytes
+	t.Logf("client sent %d calls, node read %d, peak in flight %d bytes (bound %d)", sent.Load(), admitted, peak.Load(), bound)
+	if admitted >= calls {
+		t.Fatalf("the node read all %d calls while the client read no reply", calls)
+	}
+	if p := peak.Load(); p > bound {
+		t.Fatalf("peak bytes in flight %d, want <= %d (ClientBytesMax %d and the replies of the calls admitted)", p, bound, bytesMax)
+	}
+
+	for i := range uint64(calls) {
+		m, err := cl.conn.Recv()
+		if err != nil {
+			t.Fatalf("reply %d of %d: %v", i+1, calls, err)
+		}
+		r, ok := m.(*wire.Reply)
+		switch {
+		case !ok:
+			t.Fatalf("reply %d: got %v", i+1, m.Type())
+		case r.Err != "":
+			t.Fatalf("reply %d: %s", i+1, r.Err)
+		case r.Req != first+i:
+			t.Fatalf("reply %d answers call %d, want %d: out of order", i+1, r.Req-first+1, i+1)
+		case len(r.Out) < keyBytes+valBytes:
+			t.Fatalf("reply %d: %d bytes of output, want the row (%d bytes and more)", i+1, len(r.Out), keyBytes+valBytes)
+		}
+	}
+	wg.Wait()
+	if n := sent.Load(); n != calls {
+		t.Fatalf("%d calls sent, want %d", n, calls)
+	}
+}
