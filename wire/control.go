@@ -140,15 +140,14 @@ func (*Heartbeat) Type() MsgType { return MsgHeartbeat }
 // Hold is the destination's back-pressure on the source (docs/DESIGN.md
 // "Bounds"). The destination buffers every txn of the partition until the
 // handoff, so its buffer grows with the partition's write rate for as long
-// as the rejoin lasts: On says the buffer passed its hold mark and asks
-// the source to hold execution of the partition while it streams, which
-// slows the partition's writes (their replies wait for the source) and so
-// its clients, not the feed that also carries every other partition's
-// txns. Off says the buffer is back under the mark. The destination sends
-// it when the state changes, and again after a resume.
+// as the rejoin lasts. Hold says the buffer passed its hold mark: the
+// source holds execution of the partition while it streams, until the
+// handoff. That slows the partition's writes (their replies wait for the
+// source) and so its clients, not the feed, which also carries every
+// other partition's txns. The destination sends it once, and again after
+// a resume.
 type Hold struct {
 	MsgHeader
-	On bool
 }
 
 // Type implements Message.

@@ -41,7 +41,7 @@
 //	Handoff   [epoch, partition, txnID, digest, lastSeq, rows]
 //	Abort     [epoch, partition, reason, text]
 //	Heartbeat [epoch, partition, tick]
-//	Hold      [epoch, partition, on]   (type 16: added after the cluster messages)
+//	Hold      [epoch, partition]   (type 16: added after the cluster messages)
 //
 // The cluster messages have no MsgHeader (Header returns the zero one;
 // MsgType.Rejoin tells the two families apart):

@@ -41,7 +41,7 @@ const (
 
 // Rejoin messages added after the cluster messages.
 const (
-	MsgHold MsgType = 16 // destination -> source: hold execution while my buffer is full, or no longer
+	MsgHold MsgType = 16 // destination -> source: my buffer is past its hold mark, hold execution
 )
 
 func (t MsgType) String() string {
@@ -132,7 +132,7 @@ const (
 	handoffFields   = headerFields + 4
 	abortFields     = headerFields + 2
 	heartbeatFields = headerFields + 1
-	holdFields      = headerFields + 1
+	holdFields      = headerFields
 )
 
 // AppendMessage appends the encoding of m to dst: a msgpack array of the
@@ -173,8 +173,7 @@ func AppendMessage(dst []byte, m Message) []byte {
 		dst = appendMsgHeader(dst, heartbeatFields, m.MsgHeader)
 		return appendUint(dst, m.Tick)
 	case *Hold:
-		dst = appendMsgHeader(dst, holdFields, m.MsgHeader)
-		return appendBool(dst, m.On)
+		return appendMsgHeader(dst, holdFields, m.MsgHeader)
 	}
 	if out, ok := appendCluster(dst, m); ok {
 		return out
@@ -249,7 +248,6 @@ func DecodeMessage(t MsgType, payload []byte) (Message, error) {
 	case MsgHold:
 		var h Hold
 		r.header(holdFields, &h.MsgHeader)
-		h.On = r.bool()
 		m = &h
 	default:
 		if m = decodeCluster(t, &r); m == nil {

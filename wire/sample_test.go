@@ -84,7 +84,7 @@ func allSampleMessages(t testing.TB) []Message {
 	msgs := append(sampleMessages(t), sampleClusterMessages(t)...)
 	// Rejoin messages added later go last, so the seeds named by index
 	// keep their names.
-	return append(msgs, &Hold{MsgHeader: MsgHeader{Epoch: 42, Partition: 300}, On: true})
+	return append(msgs, &Hold{MsgHeader: MsgHeader{Epoch: 42, Partition: 300}})
 }
 
 // compressibleBlock returns a Block big enough to be worth compressing.
