@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -60,7 +61,13 @@ type Config struct {
 	// node stops reading the connection until replies drain: TCP passes
 	// the back-pressure on to the client, whose calls all get answered.
 	ClientBytesMax int64
-	Log            *slog.Logger
+	// RejoinBufferBytesMax bounds the txns a rejoining replica buffers
+	// until its handoff, in bytes (default recovery.BufferBytesMaxDefault,
+	// 512 MiB); past half of it the source holds the partition's
+	// execution (wire.Hold) until the handoff. A node buffers for at most
+	// IncomingMax rejoins at once.
+	RejoinBufferBytesMax int64
+	Log                  *slog.Logger
 
 	// testClientBytes, in tests, sees the bytes a client connection has
 	// in flight each time they grow, and the calls read from it so far.
@@ -121,7 +128,12 @@ func (c *Config) defaults() error {
 	if c.ClientBytesMax == 0 {
 		c.ClientBytesMax = ClientBytesMaxDefault
 	}
+	if c.RejoinBufferBytesMax == 0 {
+		c.RejoinBufferBytesMax = recovery.BufferBytesMaxDefault
+	}
 	switch {
+	case c.RejoinBufferBytesMax < 2:
+		return fmt.Errorf("%w: RejoinBufferBytesMax %d, want >= 2", ErrConfig, c.RejoinBufferBytesMax)
 	case c.ConnsMax < 1:
 		return fmt.Errorf("%w: ConnsMax %d, want >= 1", ErrConfig, c.ConnsMax)
 	case c.HelloTimeout < 0:

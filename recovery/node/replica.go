@@ -382,15 +382,17 @@ func rejoinStatus(role, peer string, epoch uint64, state recovery.State, m recov
 	rows := m.Snapshot.Rows + m.Upserts.Rows + m.Deletes.Rows
 	return RejoinStatus{
 		Role: role, Peer: peer, Epoch: epoch, Phase: state.String(),
-		Rows:          int64(rows),
-		Bytes:         int64(m.Snapshot.Bytes + m.Upserts.Bytes + m.Deletes.Bytes),
-		SnapshotRows:  int64(m.Snapshot.Rows),
-		Rounds:        m.Rounds,
-		LogBytesPeak:  m.LogBytesPeak,
-		ThrottledMs:   float64(m.ThrottledTicks) * float64(tickEvery) / float64(time.Millisecond),
-		BlocksResent:  m.BlocksResent,
-		StaleRejected: m.StaleRejected,
-		Started:       started,
+		Rows:            int64(rows),
+		Bytes:           int64(m.Snapshot.Bytes + m.Upserts.Bytes + m.Deletes.Bytes),
+		SnapshotRows:    int64(m.Snapshot.Rows),
+		Rounds:          m.Rounds,
+		LogBytesPeak:    m.LogBytesPeak,
+		ThrottledMs:     float64(m.ThrottledTicks) * float64(tickEvery) / float64(time.Millisecond),
+		PeerHoldMs:      float64(m.PeerHoldTicks) * float64(tickEvery) / float64(time.Millisecond),
+		BufferBytesPeak: m.BufferBytesPeak,
+		BlocksResent:    m.BlocksResent,
+		StaleRejected:   m.StaleRejected,
+		Started:         started,
 	}
 }
 
