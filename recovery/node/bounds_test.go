@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -237,4 +238,91 @@ func TestClientBackPressure(t *testing.T) {
 	if n := sent.Load(); n != calls {
 		t.Fatalf("%d calls sent, want %d", n, calls)
 	}
+}
+
+// TestRejoinBufferHoldsSource: writes go on while a rejoin's stream is
+// held mid-snapshot. Once the destination's buffer passes half of
+// RejoinBufferBytesMax, its source holds the partition's execution: the
+// writes wait instead of the buffer growing or the attempt aborting, and
+// when the stream moves again the rejoin ends live, the waiting writes
+// are answered, and the replicas agree.
+func TestRejoinBufferHoldsSource(t *testing.T) {
+	const bufferMax = 64 << 10
+	c := newClusterStarting(t, 2, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	c.tweak = func(cfg *Config) { cfg.RejoinBufferBytesMax = bufferMax }
+	c.start(1)
+	c.start(2)
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	rows := make([]wire.Value, 0, 2+2*400)
+	for b := range 100 {
+		rows = append(rows[:0], wire.String("kv"), wire.Int64(400))
+		for i := range 400 {
+			rows = append(rows, wire.Bytes(fmt.Appendf(nil, "key-%08d", b*400+i)), wire.Bytes(make([]byte, 1000)))
+		}
+		if _, err := cl.call(0, partition.ProcUpsertMany, false, rows...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.stop(2)
+	fault(t, c.nodes[1].addrs, "/fault/hold?partition=0&rows=10000")
+	a2 := c.start(2)
+	waitUntil(t, 20*time.Second, "the source to hold mid-snapshot", func() bool {
+		st := nodeStatus(t, c.nodes[1].addrs)
+		return len(st.Replicas[0].Sources) == 1 && st.Replicas[0].Sources[0].Held
+	})
+
+	// Writes of ~1 KB, one at a time: each waits for the source.
+	const writes = 200
+	writer := dialClient(t, c.nodes[1].addrs.TCP)
+	var done atomic.Int64
+	werr := make(chan error, 1)
+	go func() {
+		for i := range writes {
+			key := wire.Bytes(fmt.Appendf(nil, "new-%08d", i))
+			if _, err := writer.call(0, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes(make([]byte, 1000))); err != nil {
+				werr <- fmt.Errorf("write %d: %w", i, err)
+				return
+			}
+			done.Add(1)
+		}
+		werr <- nil
+	}()
+	defer func() {
+		if t.Failed() {
+			writer.conn.Close() // unblock the writer
+		}
+	}()
+	var src RejoinStatus
+	waitUntil(t, 20*time.Second, "the source to hold for the destination", func() bool {
+		src = nodeStatus(t, c.nodes[1].addrs).Replicas[0].Sources[0]
+		return src.PeerHoldMs > 0
+	})
+	held := done.Load()
+	time.Sleep(300 * time.Millisecond)
+	dst := nodeStatus(t, a2).Replicas[0]
+	t.Logf("hold after %d writes; %d after 300 ms more; destination %s, buffer peak %d bytes", held, done.Load(), dst.Rejoin.Phase, dst.Rejoin.BufferBytesPeak)
+	if n := done.Load(); n >= writes {
+		t.Fatalf("all %d writes answered while the source held", n)
+	}
+	if dst.State != StateRejoining || dst.Rejoin.Err != "" {
+		t.Fatalf("destination %s (%s), want still rejoining", dst.State, dst.Rejoin.Err)
+	}
+	if p := dst.Rejoin.BufferBytesPeak; p <= bufferMax/2 || p > bufferMax {
+		t.Fatalf("buffer peak %d bytes, want past the mark %d and within %d", p, bufferMax/2, bufferMax)
+	}
+
+	fault(t, c.nodes[1].addrs, "/fault/release?partition=0")
+	waitUntil(t, 30*time.Second, "the destination live", func() bool {
+		return nodeStatus(t, a2).Replicas[0].State == StateLive
+	})
+	select {
+	case err := <-werr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("writes still waiting 30 s after the handoff (%d of %d answered)", done.Load(), writes)
+	}
+	checkDigests(t, cl, 1, 2)
 }
