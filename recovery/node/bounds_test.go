@@ -19,6 +19,16 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
+// storeMax raises a to v if v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
 func onePartition() layout.Config {
 	return layout.Config{Partitions: 1, Replicas: 1, Tables: []layout.Table{layout.KV()}}
 }
@@ -142,13 +152,8 @@ func TestClientBackPressure(t *testing.T) {
 	c.tweak = func(cfg *Config) {
 		cfg.ClientBytesMax = bytesMax
 		cfg.testClientBytes = func(inflight int64, n int) {
-			for {
-				p := peak.Load()
-				if inflight <= p || peak.CompareAndSwap(p, inflight) {
-					break
-				}
-			}
-			read.Store(int64(n))
+			storeMax(&peak, inflight)
+			storeMax(&read, int64(n))
 		}
 	}
 	a := c.start(1)

@@ -623,8 +623,9 @@ func (n *Node) serveClient(c *stream.Conn) {
 			return
 		}
 		calls++
+		nth := calls
 		if hook != nil {
-			hook(used, calls)
+			hook(used, nth)
 		}
 		req := *call
 		req.Params = append([]byte(nil), call.Params...)
@@ -632,7 +633,7 @@ func (n *Node) serveClient(c *stream.Conn) {
 			rw := replyBytes(r)
 			used := b.add(rw)
 			if hook != nil {
-				hook(used, calls)
+				hook(used, nth)
 			}
 			select {
 			case q <- clientReply{r: r, bytes: w + rw}:
