@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +20,17 @@ import (
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/wire"
 )
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
 
 // storeMax raises a to v if v is larger.
 func storeMax(a *atomic.Int64, v int64) {
@@ -121,6 +134,15 @@ func TestConnsMax(t *testing.T) {
 		if _, err := cl.call(0, partition.ProcDigest, false); err != nil {
 			t.Fatalf("client %d after the refusal: %v", i, err)
 		}
+	}
+	resp, err := http.Get("http://" + a.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "rejoin_conns_refused_total 1\n") {
+		t.Errorf("/metrics does not count the refusal:\n%s", grepLines(string(body), "refused"))
 	}
 	open[len(open)-1].conn.Close()
 	waitUntil(t, 10*time.Second, "a new client accepted once one closed", func() bool {
@@ -330,4 +352,57 @@ func TestRejoinBufferHoldsSource(t *testing.T) {
 		t.Fatalf("writes still waiting 30 s after the handoff (%d of %d answered)", done.Load(), writes)
 	}
 	checkDigests(t, cl, 1, 2)
+}
+
+// TestHelloConnDeadline: the hello deadline bounds the node's answer too
+// (a dialer that does not read it), and the first write that goes through
+// lifts it for reads and writes alike.
+func TestHelloConnDeadline(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	// net.Pipe has no buffer: a write waits for the peer to read.
+	a, b := net.Pipe()
+	defer b.Close()
+	hc, err := newHelloConn(a, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hc.Write([]byte("answer")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("answer to a dialer that does not read: %v, want the deadline exceeded", err)
+	}
+	hc.Close()
+
+	a, b = net.Pipe()
+	defer b.Close()
+	if hc, err = newHelloConn(a, timeout); err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	got := make(chan error, 2)
+	go func() {
+		buf := make([]byte, 6)
+		for range 2 {
+			_, err := io.ReadFull(b, buf)
+			got <- err
+		}
+	}()
+	if _, err := hc.Write([]byte("answer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * timeout)
+	if _, err := hc.Write([]byte("later!")); err != nil {
+		t.Fatalf("a write past the hello deadline after the answer: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(2 * timeout)
+		_, _ = b.Write([]byte{1})
+	}()
+	if _, err := hc.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("a read past the hello deadline after the answer: %v", err)
+	}
 }

@@ -390,6 +390,7 @@ func (n *Node) accept(ln net.Listener) {
 	var mu sync.Mutex
 	conns := map[*stream.Conn]bool{}
 	refusing := make(chan struct{}, refusingMax)
+	var lastRefusalLog time.Time
 	defer func() {
 		mu.Lock()
 		for c := range conns {
@@ -411,7 +412,11 @@ func (n *Node) accept(ln net.Listener) {
 		open := len(conns)
 		mu.Unlock()
 		if open >= n.cfg.ConnsMax {
-			n.log.Warn("connection refused: limit reached", "from", nc.RemoteAddr(), "open", open, "conns_max", n.cfg.ConnsMax)
+			n.metrics.refused.Inc()
+			if time.Since(lastRefusalLog) >= time.Second { // a flood logs once a second
+				lastRefusalLog = time.Now()
+				n.log.Warn("connection refused: limit reached", "from", nc.RemoteAddr(), "open", open, "conns_max", n.cfg.ConnsMax)
+			}
 			select {
 			case refusing <- struct{}{}:
 				wg.Add(1)
