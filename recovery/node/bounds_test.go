@@ -69,8 +69,7 @@ func tryClient(t *testing.T, addr string) (*rawClient, error) {
 // passed, while a connection that said hello in time stays open past it.
 func TestHelloDeadline(t *testing.T) {
 	c := newClusterStarting(t, 1, 0, onePartition())
-	c.tweak = func(cfg *Config) { cfg.HelloTimeout = 300 * time.Millisecond }
-	a := c.start(1)
+	a := c.startCfg(1, func(cfg *Config) { cfg.HelloTimeout = 300 * time.Millisecond })
 	cl := dialClient(t, a.TCP)
 	waitWritable(t, cl, 1)
 
@@ -109,8 +108,7 @@ func TestHelloDeadline(t *testing.T) {
 func TestConnsMax(t *testing.T) {
 	const connsMax = 4
 	c := newClusterStarting(t, 1, 0, onePartition())
-	c.tweak = func(cfg *Config) { cfg.ConnsMax = connsMax }
-	a := c.start(1)
+	a := c.startCfg(1, func(cfg *Config) { cfg.ConnsMax = connsMax })
 	first := dialClient(t, a.TCP)
 	waitWritable(t, first, 1) // the node's feed to itself is open: one slot
 	open := []*rawClient{first}
@@ -171,14 +169,13 @@ func TestClientBackPressure(t *testing.T) {
 	var peak atomic.Int64
 	var read atomic.Int64
 	c := newClusterStarting(t, 1, 0, onePartition())
-	c.tweak = func(cfg *Config) {
+	a := c.startCfg(1, func(cfg *Config) {
 		cfg.ClientBytesMax = bytesMax
 		cfg.testClientBytes = func(inflight int64, n int) {
 			storeMax(&peak, inflight)
 			storeMax(&read, int64(n))
 		}
-	}
-	a := c.start(1)
+	})
 	cl := dialClient(t, a.TCP)
 	waitWritable(t, cl, 1)
 	// Random bytes, so that the node's frames do not compress.
@@ -276,9 +273,9 @@ func TestClientBackPressure(t *testing.T) {
 func TestRejoinBufferHoldsSource(t *testing.T) {
 	const bufferMax = 64 << 10
 	c := newClusterStarting(t, 2, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
-	c.tweak = func(cfg *Config) { cfg.RejoinBufferBytesMax = bufferMax }
-	c.start(1)
-	c.start(2)
+	small := func(cfg *Config) { cfg.RejoinBufferBytesMax = bufferMax }
+	c.startCfg(1, small)
+	c.startCfg(2, small)
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, 1)
 	rows := make([]wire.Value, 0, 2+2*400)
@@ -293,7 +290,7 @@ func TestRejoinBufferHoldsSource(t *testing.T) {
 	}
 	c.stop(2)
 	fault(t, c.nodes[1].addrs, "/fault/hold?partition=0&rows=10000")
-	a2 := c.start(2)
+	a2 := c.startCfg(2, small)
 	waitUntil(t, 20*time.Second, "the source to hold mid-snapshot", func() bool {
 		st := nodeStatus(t, c.nodes[1].addrs)
 		return len(st.Replicas[0].Sources) == 1 && st.Replicas[0].Sources[0].Held

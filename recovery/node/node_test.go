@@ -46,8 +46,6 @@ type cluster struct {
 	cfg   layout.Config
 	mu    sync.Mutex
 	nodes map[int]*runningNode
-	// tweak, if set, adjusts each node's Config before it starts.
-	tweak func(*Config)
 }
 
 type runningNode struct {
@@ -110,9 +108,6 @@ func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
 	rn := &runningNode{cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan Addrs, 1)
 	cfg := Config{ID: id, Etcd: c.e.Endpoints(), DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2}
-	if c.tweak != nil {
-		c.tweak(&cfg)
-	}
 	if set != nil {
 		set(&cfg)
 	}
