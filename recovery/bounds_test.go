@@ -143,3 +143,50 @@ func TestSourceHoldsForDestination(t *testing.T) {
 		t.Fatalf("digests differ at %v: %x vs %x", r.src.LastExecuted(), a, b)
 	}
 }
+
+// TestDestinationResumeResendsHold: a hold may be lost with a broken
+// connection; Resume sends it again, in every state before the handoff.
+func TestDestinationResumeResendsHold(t *testing.T) {
+	ins := []txnid.Initiator{1, 2}
+	exec := newReplica(t, ins)
+	d, err := NewDestination(exec, DestinationConfig{
+		Header: wire.MsgHeader{Epoch: 3, Partition: 1}, Initiators: ins, StallTicksMax: 50, HeartbeatTicks: 5,
+		BufferBytesMax: 1 << 20, BufferHoldBytes: 1000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := txnid.EpochUnixMillis + 5000
+	gen, err := txnid.NewGenerator(1, func() int64 { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Initiator 2 is not heard yet: the destination still buffers.
+	for range 10 {
+		if err := d.OnTxn(partition.Invocation{ID: gen.Next(), Proc: partition.ProcUpsert, Params: make([]byte, 200)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := holds(d.Outbox()); d.State() != StateBuffering || n != 1 {
+		t.Fatalf("state %s, %d holds sent; want buffering and one", d.State(), n)
+	}
+	d.Resume()
+	if n := holds(d.Outbox()); n != 1 {
+		t.Fatalf("resume while buffering sent %d holds, want 1", n)
+	}
+	gen2, err := txnid.NewGenerator(2, func() int64 { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.OnHeartbeat(gen2.Next()); err != nil {
+		t.Fatal(err)
+	}
+	if d.State() != StateProposing {
+		t.Fatalf("state %s, want proposing", d.State())
+	}
+	d.Outbox()
+	d.Resume()
+	if n := holds(d.Outbox()); n != 1 {
+		t.Fatalf("resume while proposing sent %d holds, want 1", n)
+	}
+}

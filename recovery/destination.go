@@ -342,6 +342,11 @@ func (d *Destination) Resume() {
 		d.send(&wire.Propose{MsgHeader: d.header, TxnID: d.p})
 	case StateStreaming, StateCatchingUp:
 		d.send(&wire.Ack{MsgHeader: d.header, Seq: d.applied})
+	case StateBuffering:
+		if d.holding { // a hold asked before the proposal
+			d.send(&wire.Hold{MsgHeader: d.header})
+		}
+		return
 	default:
 		return
 	}
