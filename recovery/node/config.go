@@ -52,7 +52,9 @@ type Config struct {
 	ConnsMax int
 	// HelloTimeout bounds how long an accepted connection may take to
 	// send its Hello, and the node to write its answer (default 5 s): a
-	// dialer that says nothing holds no connection slot for longer.
+	// dialer that says nothing holds no connection slot for longer. A
+	// rejoin hello's answer waits for a read of the task's claim in etcd
+	// (up to 2 s), so a value below that refuses rejoins when etcd is slow.
 	HelloTimeout time.Duration
 	// ClientBytesMax bounds the calls one client connection has in flight,
 	// in bytes: each call's params and procedure name plus a fixed
