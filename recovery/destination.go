@@ -22,6 +22,31 @@ type DestinationConfig struct {
 	// HeartbeatTicks: send a heartbeat when nothing else was sent for this
 	// long.
 	HeartbeatTicks int
+	// BufferBytesMax bounds the txns buffered until the handoff, counted
+	// by TxnBytes (0: BufferBytesMaxDefault). A txn past it is refused
+	// with ErrBufferFull and the attempt aborts (wire.AbortOverload): the
+	// last resort, which the hold below is there to avoid.
+	BufferBytesMax int64
+	// BufferHoldBytes is the hold mark (0: half of BufferBytesMax). Past
+	// it the destination sends wire.Hold and the source holds execution
+	// of the partition while it streams, which stops the partition's
+	// writes (docs/DESIGN.md "Bounds"). The room between the mark and
+	// BufferBytesMax takes the partition's txns already in flight then.
+	BufferHoldBytes int64
+}
+
+// Bounds of the destination's buffer.
+const (
+	// BufferBytesMaxDefault is BufferBytesMax when the config gives none.
+	BufferBytesMaxDefault = 512 << 20
+	// TxnOverheadBytes is what a buffered txn costs beyond its params and
+	// procedure name: its Invocation in the executor's queue.
+	TxnOverheadBytes = 64
+)
+
+// TxnBytes is what inv costs in the destination's buffer.
+func TxnBytes(inv partition.Invocation) int64 {
+	return int64(len(inv.Params)+len(inv.Proc)) + TxnOverheadBytes
 }
 
 // Validate checks every limit.
@@ -33,8 +58,26 @@ func (c DestinationConfig) Validate() error {
 		return fmt.Errorf("%w: StallTicksMax %d, want >= 1", ErrConfig, c.StallTicksMax)
 	case c.HeartbeatTicks < 1 || c.HeartbeatTicks >= c.StallTicksMax:
 		return fmt.Errorf("%w: HeartbeatTicks %d, want 1..%d (below StallTicksMax)", ErrConfig, c.HeartbeatTicks, c.StallTicksMax-1)
+	case c.BufferBytesMax < 0:
+		return fmt.Errorf("%w: BufferBytesMax %d, want >= 0", ErrConfig, c.BufferBytesMax)
+	case c.BufferHoldBytes < 0 || c.BufferHoldBytes >= c.bufferBytesMax():
+		return fmt.Errorf("%w: BufferHoldBytes %d, want 0..%d (below BufferBytesMax)", ErrConfig, c.BufferHoldBytes, c.bufferBytesMax()-1)
 	}
 	return nil
+}
+
+func (c DestinationConfig) bufferBytesMax() int64 {
+	if c.BufferBytesMax == 0 {
+		return BufferBytesMaxDefault
+	}
+	return c.BufferBytesMax
+}
+
+func (c DestinationConfig) bufferHoldBytes() int64 {
+	if c.BufferHoldBytes == 0 {
+		return c.bufferBytesMax() / 2
+	}
+	return c.BufferHoldBytes
 }
 
 // holdAll is the destination executor's gate until it goes live: it
@@ -67,6 +110,12 @@ type Destination struct {
 
 	p, s, e txnid.ID // proposed P, answered S, handoff E
 	applied uint64   // Seq of the last block applied
+
+	// buffered counts the bytes (TxnBytes) of the txns buffered while the
+	// attempt runs. Invariant: buffered <= BufferBytesMax; holding is set
+	// once buffered passed BufferBytesHold and the Hold went out.
+	buffered int64
+	holding  bool
 }
 
 // NewDestination starts a destination attempt on exec's partition: it
@@ -94,7 +143,10 @@ func (d *Destination) Metrics() Metrics { return d.m }
 
 // OnTxn buffers a transaction of the partition's feed. While the attempt
 // runs, the executor only queues it; after the handoff it runs in order.
-// A full buffer aborts the attempt: the rejoin outran the buffer.
+// Past the hold mark the destination asks the source to hold (wire.Hold);
+// a txn that would take the buffer past BufferBytesMax is refused with
+// ErrBufferFull and aborts the attempt, as does a full executor queue: a
+// buffer missing a txn cannot go live.
 func (d *Destination) OnTxn(inv partition.Invocation) error {
 	if d.state == StateLive && inv.ID < d.e {
 		// The feed lags the stream: this txn's effect came with the
@@ -102,14 +154,40 @@ func (d *Destination) OnTxn(inv partition.Invocation) error {
 		d.m.TxnsLate++
 		return d.exec.Heartbeat(inv.ID)
 	}
+	var cost int64
+	if d.state != StateLive {
+		cost = TxnBytes(inv)
+		if limit := d.cfg.bufferBytesMax(); d.buffered+cost > limit {
+			err := fmt.Errorf("%w: txn %v of %d bytes with %d buffered, BufferBytesMax %d", ErrBufferFull, inv.ID, cost, d.buffered, limit)
+			if !d.state.Final() {
+				d.abort(wire.AbortOverload, "transaction buffer full despite the hold: "+err.Error(), false)
+			}
+			return err
+		}
+	}
 	if err := d.exec.Offer(inv); err != nil {
 		if errors.Is(err, partition.ErrQueueFull) && !d.state.Final() {
 			d.abort(wire.AbortOverload, "transaction buffer full: "+err.Error(), false)
 		}
 		return err
 	}
+	d.buffered += cost
+	d.m.BufferBytesPeak = max(d.m.BufferBytesPeak, d.buffered)
+	d.maybeHold()
 	d.observe(inv.ID)
 	return nil
+}
+
+// maybeHold sends the Hold once the buffer is past its mark. The buffer
+// drains only at the handoff, so the hold lasts until then: it stops the
+// partition's writes and lets the stream finish, where the buffer's room
+// would otherwise run out (docs/DESIGN.md "Bounds").
+func (d *Destination) maybeHold() {
+	if d.holding || d.state.Final() || d.buffered <= d.cfg.bufferHoldBytes() {
+		return
+	}
+	d.holding = true
+	d.send(&wire.Hold{MsgHeader: d.header})
 }
 
 // OnHeartbeat records an initiator's heartbeat.
@@ -248,6 +326,8 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 	}
 	d.e = m.TxnID
 	d.m.TxnsDropped = d.exec.ResetTo(m.TxnID)
+	// The buffer is the live replica's queue now, bounded as any.
+	d.buffered = 0
 	d.exec.SetGate(nil)
 	d.move(StateLive)
 	return nil
@@ -262,8 +342,16 @@ func (d *Destination) Resume() {
 		d.send(&wire.Propose{MsgHeader: d.header, TxnID: d.p})
 	case StateStreaming, StateCatchingUp:
 		d.send(&wire.Ack{MsgHeader: d.header, Seq: d.applied})
+	case StateBuffering:
+		if d.holding { // a hold asked before the proposal
+			d.send(&wire.Hold{MsgHeader: d.header})
+		}
+		return
 	default:
 		return
+	}
+	if d.holding {
+		d.send(&wire.Hold{MsgHeader: d.header})
 	}
 	d.idleTicks = 0
 }

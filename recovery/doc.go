@@ -35,8 +35,14 @@
 //     E = max(S, last executed + 1) with its digest and row count. The
 //     destination goes live only with equal digests, drops its buffered
 //     txns below E, and takes late feed txns below E as heartbeats.
+//   - The destination's buffer is bounded in bytes (BufferBytesMax). Past
+//     its hold mark it sends Hold, and the source runs no txn while it
+//     streams, until the handoff: the partition's writes stop, not the
+//     feed that carries every partition (docs/DESIGN.md "Bounds"). A txn
+//     past the bound all the same is refused (ErrBufferFull) and aborts
+//     the attempt.
 //   - A broken connection is resumed (Resume on both sides) by resending
-//     at most one window of blocks.
+//     at most one window of blocks, and the hold if one was asked.
 //
 // # Invariants
 //

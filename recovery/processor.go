@@ -21,6 +21,9 @@ var (
 	ErrAborted = errors.New("recovery: attempt aborted")
 	// ErrConfig: a processor's configuration is out of range.
 	ErrConfig = errors.New("recovery: bad config")
+	// ErrBufferFull: a txn would take the destination's buffer past
+	// BufferBytesMax; the attempt aborts (wire.AbortOverload).
+	ErrBufferFull = errors.New("recovery: destination buffer full")
 )
 
 // AbortError is why an attempt aborted: the reason that travels in
@@ -70,6 +73,12 @@ type Metrics struct {
 	// it went live: their effect came with the snapshot, so they are taken
 	// as heartbeats.
 	TxnsLate int
+	// BufferBytesPeak is the destination's buffer's peak before the
+	// handoff, in the bytes BufferBytesMax counts.
+	BufferBytesPeak int64
+	// PeerHoldTicks counts ticks after which the source was holding
+	// execution because the destination asked it to (wire.Hold).
+	PeerHoldTicks int64
 }
 
 // checkHeader applies the fencing rule to an incoming message: a lower

@@ -106,6 +106,9 @@ type Source struct {
 	holdTick uint64   // when the handoff hold began
 
 	p txnid.ID // the proposal answered, to recognise it resent
+	// peerHold: the destination's buffer passed its hold mark (wire.Hold);
+	// from then on no txn runs while the source streams.
+	peerHold bool
 	// blocks holds the last WindowBlocksMax+1 blocks sent, by Seq like
 	// bufs, so every unacknowledged block can be sent again on a new
 	// connection (Resume).
@@ -167,7 +170,9 @@ func (s *Source) Metrics() Metrics {
 // BeforeTxn implements partition.Gate. Before S it lets everything run; the
 // txn at S activates the stream first (every txn below S has run, so the
 // partition is at the boundary); from then on the stream's throttle
-// decides, and it holds everything during the handoff.
+// decides, unless the destination asked for a hold (wire.Hold), and it
+// holds everything during the handoff. A hold before S waits for S: the
+// txns below it must run for the stream to start at all.
 func (s *Source) BeforeTxn(next txnid.ID) bool {
 	switch s.state {
 	case StateAwaitingBoundary:
@@ -175,11 +180,18 @@ func (s *Source) BeforeTxn(next txnid.ID) bool {
 			return true
 		}
 		s.activate()
-		if s.state != StateStreaming {
+		if s.state != StateStreaming || s.peerHold {
 			return false
 		}
 		return s.stream.BeforeTxn(next)
-	case StateStreaming, StateCatchingUp, StateHandingOff:
+	case StateStreaming, StateCatchingUp:
+		if s.peerHold {
+			// The stream closes the last txn's account at its next entry
+			// (Pump or Tick), so skipping it here loses nothing.
+			return false
+		}
+		return s.stream.BeforeTxn(next)
+	case StateHandingOff:
 		return s.stream.BeforeTxn(next)
 	}
 	return true
@@ -204,6 +216,12 @@ func (s *Source) OnMessage(m wire.Message) error {
 		if s.sent == s.acked && s.state != StateAwaitingBoundary {
 			s.idleTicks = 0
 		}
+		return nil
+	case *wire.Hold:
+		// Held until the handoff: the destination's buffer drains only
+		// then. The stream goes on, and with no txn running the change
+		// log stops growing, so the rounds end sooner.
+		s.peerHold = true
 		return nil
 	}
 	return s.protocol("unexpected %s in state %s", m.Type(), s.state)
@@ -392,6 +410,9 @@ func (s *Source) Tick() {
 	}
 	if s.stream != nil {
 		s.stream.Tick()
+	}
+	if s.peerHold && (s.state == StateStreaming || s.state == StateCatchingUp) {
+		s.m.PeerHoldTicks++
 	}
 	if s.state == StateAwaitingBoundary {
 		if safe, ok := s.exec.Safe(); ok && safe != s.lastSafe {

@@ -136,3 +136,19 @@ type Heartbeat struct {
 
 // Type implements Message.
 func (*Heartbeat) Type() MsgType { return MsgHeartbeat }
+
+// Hold is the destination's back-pressure on the source (docs/DESIGN.md
+// "Bounds"). The destination buffers every txn of the partition until the
+// handoff, so its buffer grows with the partition's write rate for as long
+// as the rejoin lasts. Hold says the buffer passed its hold mark: the
+// source holds execution of the partition while it streams, until the
+// handoff. That slows the partition's writes (their replies wait for the
+// source) and so its clients, not the feed, which also carries every
+// other partition's txns. The destination sends it once, and again after
+// a resume.
+type Hold struct {
+	MsgHeader
+}
+
+// Type implements Message.
+func (*Hold) Type() MsgType { return MsgHold }

@@ -13,7 +13,7 @@
 //     BlockWriter (AppendStored) until TupleBytes reaches the block budget,
 //     then takes the Frame.
 //   - recovery builds and consumes the protocol messages (Propose, Answer,
-//     Block, Ack, Handoff, Abort, Heartbeat) in its state machines.
+//     Block, Ack, Handoff, Abort, Heartbeat, Hold) in its state machines.
 //   - recovery/node and its client speak the cluster messages (Hello, Txn,
 //     Beat, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
 //     frames.
@@ -41,6 +41,7 @@
 //	Handoff   [epoch, partition, txnID, digest, lastSeq, rows]
 //	Abort     [epoch, partition, reason, text]
 //	Heartbeat [epoch, partition, tick]
+//	Hold      [epoch, partition]   (type 16: added after the cluster messages)
 //
 // The cluster messages have no MsgHeader (Header returns the zero one;
 // MsgType.Rejoin tells the two families apart):

@@ -39,6 +39,11 @@ const (
 	MsgRepairEnd MsgType = 15 // replica -> replica: end of the Txns answering a Repair
 )
 
+// Rejoin messages added after the cluster messages.
+const (
+	MsgHold MsgType = 16 // destination -> source: my buffer is past its hold mark, hold execution
+)
+
 func (t MsgType) String() string {
 	switch t {
 	case MsgPropose:
@@ -71,16 +76,19 @@ func (t MsgType) String() string {
 		return "Repair"
 	case MsgRepairEnd:
 		return "RepairEnd"
+	case MsgHold:
+		return "Hold"
 	}
 	return "MsgType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Valid reports whether t is a known message type.
-func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgRepairEnd }
+func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgHold }
 
 // Rejoin reports whether t is a message of the rejoin protocol (Propose to
-// Heartbeat), which has a MsgHeader, as opposed to a cluster message.
-func (t MsgType) Rejoin() bool { return t >= MsgPropose && t <= MsgHeartbeat }
+// Heartbeat, and Hold), which has a MsgHeader, as opposed to a cluster
+// message.
+func (t MsgType) Rejoin() bool { return t >= MsgPropose && t <= MsgHeartbeat || t == MsgHold }
 
 // MsgHeader is what every message of a rejoin carries, so that a receiver
 // can drop a message of a superseded attempt (DESIGN.md step 1) before
@@ -99,7 +107,7 @@ func (h MsgHeader) Header() MsgHeader { return h }
 
 // Message is one message of the rejoin protocol or of the cluster. The
 // implementations are the pointer types *Propose, *Answer, *Block, *Ack,
-// *Handoff, *Abort and *Heartbeat (the rejoin messages), and *Hello, *Txn,
+// *Handoff, *Abort, *Heartbeat and *Hold (the rejoin messages), and *Hello, *Txn,
 // *Beat, *Done, *Call, *Reply, *Repair and *RepairEnd (the cluster
 // messages, cluster.go);
 // DecodeMessage returns one of them and AppendMessage takes one.
@@ -124,6 +132,7 @@ const (
 	handoffFields   = headerFields + 4
 	abortFields     = headerFields + 2
 	heartbeatFields = headerFields + 1
+	holdFields      = headerFields
 )
 
 // AppendMessage appends the encoding of m to dst: a msgpack array of the
@@ -163,6 +172,8 @@ func AppendMessage(dst []byte, m Message) []byte {
 	case *Heartbeat:
 		dst = appendMsgHeader(dst, heartbeatFields, m.MsgHeader)
 		return appendUint(dst, m.Tick)
+	case *Hold:
+		return appendMsgHeader(dst, holdFields, m.MsgHeader)
 	}
 	if out, ok := appendCluster(dst, m); ok {
 		return out
@@ -233,6 +244,10 @@ func DecodeMessage(t MsgType, payload []byte) (Message, error) {
 		var h Heartbeat
 		r.header(heartbeatFields, &h.MsgHeader)
 		h.Tick = r.uint(math.MaxUint64)
+		m = &h
+	case MsgHold:
+		var h Hold
+		r.header(holdFields, &h.MsgHeader)
 		m = &h
 	default:
 		if m = decodeCluster(t, &r); m == nil {

@@ -115,7 +115,7 @@ func TestDecodeMessageErrors(t *testing.T) {
 		want    error
 	}{
 		{"unknown type 0", 0, ack, ErrUnknownType},
-		{"unknown type 16", 16, ack, ErrUnknownType},
+		{"unknown type 17", 17, ack, ErrUnknownType},
 		{"unknown type 255", 255, ack, ErrUnknownType},
 		{"empty", MsgAck, nil, ErrTruncated},
 		{"not an array", MsgAck, []byte{0x05}, ErrMalformed},
@@ -238,7 +238,7 @@ func TestEnumStrings(t *testing.T) {
 			t.Fatal("empty enum name")
 		}
 	}
-	if AbortReason(200).Valid() || !AbortInternal.Valid() || MsgType(16).Valid() || !MsgRepairEnd.Valid() || MsgHello.Rejoin() || !MsgHeartbeat.Rejoin() || Codec(3).Valid() {
+	if AbortReason(200).Valid() || !AbortInternal.Valid() || MsgType(17).Valid() || !MsgHold.Valid() || !MsgHold.Rejoin() || MsgHello.Rejoin() || !MsgHeartbeat.Rejoin() || Codec(3).Valid() {
 		t.Fatal("Valid disagrees with the enums")
 	}
 }

@@ -81,7 +81,10 @@ func sampleClusterMessages(t testing.TB) []Message {
 
 // allSampleMessages returns the rejoin and the cluster samples.
 func allSampleMessages(t testing.TB) []Message {
-	return append(sampleMessages(t), sampleClusterMessages(t)...)
+	msgs := append(sampleMessages(t), sampleClusterMessages(t)...)
+	// Rejoin messages added later go last, so the seeds named by index
+	// keep their names.
+	return append(msgs, &Hold{MsgHeader: MsgHeader{Epoch: 42, Partition: 300}})
 }
 
 // compressibleBlock returns a Block big enough to be worth compressing.

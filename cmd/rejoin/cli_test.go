@@ -40,6 +40,23 @@ func TestNodeFlags(t *testing.T) {
 	}
 }
 
+// TestNodeBoundFlags: the node's bounds that deserve a flag reach its
+// config.
+func TestNodeBoundFlags(t *testing.T) {
+	fs := newFlagSet("node", &bytes.Buffer{})
+	f := newNodeFlags(fs)
+	if err := fs.Parse([]string{"--id", "1", "--etcd", "http://a:2379", "--data", "/d", "--conns-max", "9", "--rejoin-buffer-bytes", "1048576"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.config(&bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConnsMax != 9 || cfg.RejoinBufferBytesMax != 1<<20 {
+		t.Fatalf("ConnsMax %d, RejoinBufferBytesMax %d; want 9 and %d", cfg.ConnsMax, cfg.RejoinBufferBytesMax, 1<<20)
+	}
+}
+
 func TestReadyLineRoundTrip(t *testing.T) {
 	line := readyLine(node.Addrs{Node: "n3", TCP: "127.0.0.1:1", HTTP: "127.0.0.1:2"})
 	if line != "ready node=n3 tcp=127.0.0.1:1 http=127.0.0.1:2" {

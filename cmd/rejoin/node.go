@@ -47,6 +47,8 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.IntVar(&f.cfg.IncomingMax, "incoming-max", 0, "rejoins run at once as destination (0: 2)")
 	fs.IntVar(&f.cfg.OutgoingMax, "outgoing-max", 0, "rejoins served at once as source (0: 2)")
 	fs.Int64Var(&f.cfg.RateBytesPerSec, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
+	fs.IntVar(&f.cfg.ConnsMax, "conns-max", 0, "TCP connections the node serves at once; one more is refused (0: 256)")
+	fs.Int64Var(&f.cfg.RejoinBufferBytesMax, "rejoin-buffer-bytes", 0, "bytes of txns a rejoining replica may buffer; past half, its source holds the partition's writes (0: 512 MiB)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return f

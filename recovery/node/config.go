@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -45,8 +46,34 @@ type Config struct {
 	// BeatEvery is how often the initiator sends a heartbeat on an idle
 	// feed (default 2 ms).
 	BeatEvery time.Duration
-	Log       *slog.Logger
+	// ConnsMax bounds the TCP connections the node has accepted and not
+	// yet closed, of every kind (default 256). One past it gets a
+	// wire.Reply saying so and is closed; the others are served on.
+	ConnsMax int
+	// HelloTimeout bounds how long an accepted connection may take to
+	// send its Hello, and the node to write its answer (default 5 s): a
+	// dialer that says nothing holds no connection slot for longer. A
+	// rejoin hello's answer waits for a read of the task's claim in etcd
+	// (up to 2 s), so a value below that refuses rejoins when etcd is slow.
+	HelloTimeout time.Duration
+	// ClientBytesMax bounds the calls one client connection has in flight,
+	// in bytes: each call's params and procedure name plus a fixed
+	// overhead, and its reply once queued, until the reply is written
+	// (default 4 MiB, one call of wire.ProcTupleBytesMax). Past it the
+	// node stops reading the connection until replies drain: TCP passes
+	// the back-pressure on to the client, whose calls all get answered.
+	ClientBytesMax int64
+	// RejoinBufferBytesMax bounds the txns a rejoining replica buffers
+	// until its handoff, in bytes (default recovery.BufferBytesMaxDefault,
+	// 512 MiB); past half of it the source holds the partition's
+	// execution (wire.Hold) until the handoff. A node buffers for at most
+	// IncomingMax rejoins at once.
+	RejoinBufferBytesMax int64
+	Log                  *slog.Logger
 
+	// testClientBytes, in tests, sees the bytes a client connection has
+	// in flight each time they grow, and the calls read from it so far.
+	testClientBytes func(inflight int64, calls int)
 	// testSkip, in tests, keeps the initiator from sending txn id to
 	// node: a node that died half way through sending it.
 	testSkip func(node string, id txnid.ID) bool
@@ -54,6 +81,13 @@ type Config struct {
 	// repair still under way when the dead initiator's node is back.
 	testRepairDelay time.Duration
 }
+
+// Defaults of Config's limits.
+const (
+	ConnsMaxDefault       = 256
+	HelloTimeoutDefault   = 5 * time.Second
+	ClientBytesMaxDefault = 4 << 20
+)
 
 // NodeName is the id of node number n.
 func NodeName(n int) string { return fmt.Sprintf("n%d", n) }
@@ -88,6 +122,26 @@ func (c *Config) defaults() error {
 	}
 	if c.OutgoingMax == 0 {
 		c.OutgoingMax = 2
+	}
+	if c.ConnsMax == 0 {
+		c.ConnsMax = ConnsMaxDefault
+	}
+	def(&c.HelloTimeout, HelloTimeoutDefault)
+	if c.ClientBytesMax == 0 {
+		c.ClientBytesMax = ClientBytesMaxDefault
+	}
+	if c.RejoinBufferBytesMax == 0 {
+		c.RejoinBufferBytesMax = recovery.BufferBytesMaxDefault
+	}
+	switch {
+	case c.RejoinBufferBytesMax < 2:
+		return fmt.Errorf("%w: RejoinBufferBytesMax %d, want >= 2", ErrConfig, c.RejoinBufferBytesMax)
+	case c.ConnsMax < 1:
+		return fmt.Errorf("%w: ConnsMax %d, want >= 1", ErrConfig, c.ConnsMax)
+	case c.HelloTimeout < 0:
+		return fmt.Errorf("%w: HelloTimeout %v, want > 0", ErrConfig, c.HelloTimeout)
+	case c.ClientBytesMax < clientCallOverheadBytes:
+		return fmt.Errorf("%w: ClientBytesMax %d, want >= %d", ErrConfig, c.ClientBytesMax, clientCallOverheadBytes)
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()

@@ -44,6 +44,15 @@
 //     held by the Hello's node (the source claims with
 //     supervise.ExecutorID, which names it; supervise.ClaimHolder).
 //
+// The node serves at most ConnsMax connections at once: one more is
+// answered with a Reply that says the connection limit is reached, and
+// closed. A connection has HelloTimeout to say hello and be answered
+// (conns.go: the deadline is set at accept and lifted by the node's first
+// write, its answer). A client connection's calls in flight, with their
+// replies until written, are bounded by ClientBytesMax: past it the node
+// stops reading the connection until replies drain, so TCP slows the
+// client and every call is still answered (docs/DESIGN.md "Bounds").
+//
 // # The replica loop
 //
 // Each replica is one goroutine owning its executor, its partition and
@@ -120,6 +129,15 @@
 // handshake needs. A live destination goes on routing the feed through
 // its processor, which takes txns below E that arrive late as heartbeats.
 //
+// The attempt's buffer is bounded in bytes (RejoinBufferBytesMax). The
+// feed is never held up for it: it carries every replica's txns, and a
+// live replica must not wait on a rejoining one. Instead, past half the
+// bound the destination sends wire.Hold and its source runs no txn of the
+// partition until the handoff; the initiators wait for the source, the
+// partition's calls stay in flight, and each client connection's byte
+// bound stops its client. Only a buffer full despite the hold aborts the
+// attempt (docs/DESIGN.md "Bounds").
+//
 // A broken rejoin link is redialled by the source for resumeGrace; a new
 // connection with the same epoch resumes the attempt on both sides: the
 // frames queued for the old connection are dropped and Resume sends again
@@ -148,6 +166,10 @@
 //
 //   - Only a replica's goroutine touches its executor and processors.
 //   - Every queue is bounded: replica inboxes, feed queues (a full one
-//     closes the feed rather than wait), a rejoin link's frames.
+//     closes the feed rather than wait), a rejoin link's frames, a
+//     client connection's calls and replies (in bytes: a full one stops
+//     reading), a rejoin's buffer (in bytes: a full one holds the
+//     source), the connections (ConnsMax) and each one's hello
+//     (HelloTimeout).
 //   - Run returns only after every goroutine it started has ended.
 package node

@@ -221,25 +221,34 @@ func (n *Node) feedOpenUpTo(in txnid.Initiator, inc uint64) bool {
 // writeQueue writes q's messages to conn, flushing when q runs dry, until
 // the connection fails or ctx ends.
 func writeQueue(ctx context.Context, conn *stream.Conn, q <-chan wire.Message, stop <-chan struct{}) {
+	writeQueueOf(ctx, conn, q, stop, func(m wire.Message) wire.Message { return m }, nil)
+}
+
+// writeQueueOf is writeQueue for queues of T, msg's message each, calling
+// wrote (if not nil) once each is written.
+func writeQueueOf[T any](ctx context.Context, conn *stream.Conn, q <-chan T, stop <-chan struct{}, msg func(T) wire.Message, wrote func(T)) {
 	for {
-		var m wire.Message
+		var e T
 		select {
-		case m = <-q:
+		case e = <-q:
 		case <-ctx.Done():
 			conn.Close()
 			return
 		case <-stop:
 			return
 		}
-		for m != nil {
-			if err := conn.Write(ctx, m); err != nil {
+		for more := true; more; {
+			if err := conn.Write(ctx, msg(e)); err != nil {
 				conn.Close()
 				return
 			}
+			if wrote != nil {
+				wrote(e)
+			}
 			select {
-			case m = <-q:
+			case e = <-q:
 			default:
-				m = nil
+				more = false
 			}
 		}
 		if err := conn.Flush(); err != nil {

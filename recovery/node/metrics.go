@@ -14,6 +14,8 @@ type metrics struct {
 	reg      *prometheus.Registry
 	txns     prometheus.Counter
 	attempts *prometheus.CounterVec
+	// refused counts connections refused past ConnsMax.
+	refused prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -25,8 +27,11 @@ func newMetrics(n *Node) *metrics {
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rejoin_attempts_total", Help: "Rejoin attempts ended, by role and outcome.",
 		}, []string{"role", "outcome"}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rejoin_conns_refused_total", Help: "TCP connections refused because the node served ConnsMax already.",
+		}),
 	}
-	m.reg.MustRegister(m.txns, m.attempts, &replicaCollector{n: n},
+	m.reg.MustRegister(m.txns, m.attempts, m.refused, &replicaCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -382,11 +382,15 @@ func (n *Node) streamConfig() stream.Config {
 	return cfg
 }
 
-// accept serves the node's TCP connections until the listener closes.
+// accept serves the node's TCP connections until the listener closes: at
+// most ConnsMax at once (one more is refused with a reply that says so),
+// each given HelloTimeout to say hello and be answered.
 func (n *Node) accept(ln net.Listener) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	conns := map[*stream.Conn]bool{}
+	refusing := make(chan struct{}, refusingMax)
+	var lastRefusalLog time.Time
 	defer func() {
 		mu.Lock()
 		for c := range conns {
@@ -404,9 +408,37 @@ func (n *Node) accept(ln net.Listener) {
 		if err != nil {
 			return
 		}
+		mu.Lock()
+		open := len(conns)
+		mu.Unlock()
+		if open >= n.cfg.ConnsMax {
+			n.metrics.refused.Inc()
+			if time.Since(lastRefusalLog) >= time.Second { // a flood logs once a second
+				lastRefusalLog = time.Now()
+				n.log.Warn("connection refused: limit reached", "from", nc.RemoteAddr(), "open", open, "conns_max", n.cfg.ConnsMax)
+			}
+			select {
+			case refusing <- struct{}{}:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-refusing }()
+					n.refuseConn(nc, open)
+				}()
+			default:
+				nc.Close() // refusals pile up: no word for this one
+			}
+			continue
+		}
 		cfg := n.streamConfig()
 		cfg.StallWindow = 0
-		c := stream.NewConn(nc, cfg)
+		setKeepAlive(nc, cfg.KeepAlive)
+		hc, err := newHelloConn(nc, n.cfg.HelloTimeout)
+		if err != nil {
+			nc.Close()
+			continue
+		}
+		c := stream.NewConn(hc, cfg)
 		mu.Lock()
 		conns[c] = true
 		mu.Unlock()
@@ -551,26 +583,31 @@ func (n *Node) checkHolder(h *wire.Hello) error {
 	return nil
 }
 
-// serveClient answers one client's calls through the initiator.
+// serveClient answers one client's calls through the initiator. It reads
+// the next call only while the connection's calls in flight and replies
+// not yet written fit in ClientBytesMax; past it, it stops reading until
+// replies drain, and TCP holds the client back (docs/DESIGN.md "Bounds").
 func (n *Node) serveClient(c *stream.Conn) {
-	q := make(chan wire.Message, feedQueueMax)
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	b := newClientBudget(n.cfg.ClientBytesMax)
+	// Every call admitted has one reply, and the budget admits at most
+	// callsMax calls: a send never finds the queue full.
+	q := make(chan clientReply, b.callsMax())
 	stop, writerDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		writeQueue(n.ctx, c, q, stop)
+		defer cancel() // a reader waiting for the budget stops too
+		writeQueueOf(ctx, c, q, stop, func(r clientReply) wire.Message { return r.r },
+			func(r clientReply) { b.release(r.bytes) })
 	}()
 	defer func() {
 		c.Close()
 		close(stop)
 		<-writerDone
 	}()
-	send := func(r *wire.Reply) {
-		select {
-		case q <- r:
-		default:
-			c.Close() // the client stopped reading
-		}
-	}
+	hook := n.cfg.testClientBytes
+	calls := 0
 	for {
 		m, err := c.Recv()
 		if err != nil {
@@ -578,12 +615,37 @@ func (n *Node) serveClient(c *stream.Conn) {
 		}
 		call, ok := m.(*wire.Call)
 		if !ok {
-			send(&wire.Reply{Err: fmt.Sprintf("expected a call, got %v", m.Type())})
+			// Nothing is in flight for it: it goes past the budget.
+			select {
+			case q <- clientReply{r: &wire.Reply{Err: fmt.Sprintf("expected a call, got %v", m.Type())}}:
+			default:
+			}
 			return
+		}
+		w := callBytes(call)
+		used, err := b.acquire(ctx, w)
+		if err != nil {
+			return
+		}
+		calls++
+		nth := calls
+		if hook != nil {
+			hook(used, nth)
 		}
 		req := *call
 		req.Params = append([]byte(nil), call.Params...)
-		n.init.submit(&req, send)
+		n.init.submit(&req, func(r *wire.Reply) {
+			rw := replyBytes(r)
+			used := b.add(rw)
+			if hook != nil {
+				hook(used, nth)
+			}
+			select {
+			case q <- clientReply{r: r, bytes: w + rw}:
+			default:
+				c.Close() // a bug: more replies than calls admitted
+			}
+		})
 	}
 }
 

@@ -271,6 +271,7 @@ func (r *replica) startDest(peer string, epoch uint64) (*dstAttempt, error) {
 		Initiators:     ins,
 		StallTicksMax:  stallTicks,
 		HeartbeatTicks: 10,
+		BufferBytesMax: r.n.cfg.RejoinBufferBytesMax,
 	})
 	if err != nil {
 		return nil, err

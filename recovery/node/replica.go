@@ -380,7 +380,7 @@ func (r *replica) publish() {
 
 func rejoinStatus(role, peer string, epoch uint64, state recovery.State, m recovery.Metrics, started time.Time) RejoinStatus {
 	rows := m.Snapshot.Rows + m.Upserts.Rows + m.Deletes.Rows
-	return RejoinStatus{
+	st := RejoinStatus{
 		Role: role, Peer: peer, Epoch: epoch, Phase: state.String(),
 		Rows:          int64(rows),
 		Bytes:         int64(m.Snapshot.Bytes + m.Upserts.Bytes + m.Deletes.Bytes),
@@ -392,6 +392,9 @@ func rejoinStatus(role, peer string, epoch uint64, state recovery.State, m recov
 		StaleRejected: m.StaleRejected,
 		Started:       started,
 	}
+	st.PeerHoldMs = float64(m.PeerHoldTicks) * float64(tickEvery) / float64(time.Millisecond)
+	st.BufferBytesPeak = m.BufferBytesPeak
+	return st
 }
 
 // checkPeers ends an attempt whose other side's node died and, on the

@@ -53,6 +53,11 @@ type RejoinStatus struct {
 	Rounds       int     `json:"rounds"`
 	LogBytesPeak int     `json:"log_bytes_peak"`
 	ThrottledMs  float64 `json:"throttled_ms"`
+	// PeerHoldMs is how long the source held execution because the
+	// destination's buffer passed its mark (wire.Hold; source side), and
+	// BufferBytesPeak the destination's buffer's peak (destination side).
+	PeerHoldMs      float64 `json:"peer_hold_ms,omitempty"`
+	BufferBytesPeak int64   `json:"buffer_bytes_peak,omitempty"`
 	// HandoffPauseMs is the source's wall-time hold for the handoff
 	// (source side only).
 	HandoffPauseMs float64   `json:"handoff_pause_ms"`
