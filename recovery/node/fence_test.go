@@ -27,7 +27,7 @@ func testNode(t *testing.T, dir string) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Node{id: "n9", log: testLog(t), schemas: []partition.Schema{s}, procs: partition.NewBuiltinRegistry()}
+	n := &Node{id: "n9", log: testLog(t), limited: newLimitedLog(testLog(t), logEveryDefault), schemas: []partition.Schema{s}, procs: partition.NewBuiltinRegistry()}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.ctx = ctx
 	n.members.n = n

@@ -27,9 +27,11 @@ import (
 
 // Node is one running node process.
 type Node struct {
-	cfg     Config
-	id      string
-	log     *slog.Logger
+	cfg Config
+	id  string
+	log *slog.Logger
+	// limited logs the conditions that repeat (see limitedLog).
+	limited *limitedLog
 	ctx     context.Context
 	cli     *clientv3.Client
 	reg     *supervise.Node
@@ -66,6 +68,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	}
 	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}}
 	n.log = cfg.Log.With("node", n.id)
+	n.limited = newLimitedLog(n.log, logEveryDefault)
 	n.members.n, n.feeds.n = n, n
 	n.feeds.by = map[txnid.Initiator]*feedIn{}
 	n.feeds.last = map[txnid.Initiator]*feedIn{}
@@ -390,7 +393,6 @@ func (n *Node) accept(ln net.Listener) {
 	var mu sync.Mutex
 	conns := map[*stream.Conn]bool{}
 	refusing := make(chan struct{}, refusingMax)
-	var lastRefusalLog time.Time
 	defer func() {
 		mu.Lock()
 		for c := range conns {
@@ -413,10 +415,7 @@ func (n *Node) accept(ln net.Listener) {
 		mu.Unlock()
 		if open >= n.cfg.ConnsMax {
 			n.metrics.refused.Inc()
-			if time.Since(lastRefusalLog) >= time.Second { // a flood logs once a second
-				lastRefusalLog = time.Now()
-				n.log.Warn("connection refused: limit reached", "from", nc.RemoteAddr(), "open", open, "conns_max", n.cfg.ConnsMax)
-			}
+			n.limited.Log(slog.LevelWarn, "conns-max", "connection refused: limit reached", "from", nc.RemoteAddr(), "open", open, "conns_max", n.cfg.ConnsMax)
 			select {
 			case refusing <- struct{}{}:
 				wg.Add(1)

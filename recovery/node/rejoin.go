@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,7 +132,7 @@ func (r *replica) onSourceMessage(att *srcAttempt, m wire.Message) {
 	}
 	att.lastCheck = time.Now()
 	if err := att.proc.OnMessage(m); err != nil {
-		r.n.log.Info("source refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
+		r.n.limited.Log(slog.LevelInfo, fmt.Sprintf("source-refused/%d/%v", r.p, m.Type()), "source refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
 	}
 	r.checkSource()
 }
@@ -289,7 +290,7 @@ func (r *replica) onDestMessage(att *dstAttempt, m wire.Message) {
 		return
 	}
 	if err := att.proc.OnMessage(m); err != nil {
-		r.n.log.Info("destination refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
+		r.n.limited.Log(slog.LevelInfo, fmt.Sprintf("dest-refused/%d/%v", r.p, m.Type()), "destination refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
 	}
 	r.checkDest()
 }
