@@ -333,6 +333,12 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d out of range (%d partitions)", req.Partition, in.n.cluster.Partitions)})
 		return
 	}
+	if !view.bootstrapped {
+		// A node of the placement has never started: its replicas will
+		// come up live and empty, so nothing may be written before.
+		send(&wire.Reply{Req: req.Req, Err: "the cluster is not bootstrapped yet: a node of its placement has never started"})
+		return
+	}
 	view = in.waitFeeds(req.Partition, view)
 	in.mu.Lock()
 	c := &call{req: req, waiting: map[string]bool{}, send: send}

@@ -15,11 +15,16 @@ type members struct {
 	n  *Node
 	mu sync.Mutex
 	v  *view
+	// booted: once the cluster is bootstrapped it stays so.
+	booted bool
 }
 
 type view struct {
 	nodes     map[string]supervise.NodeRecord
 	placement map[uint32][]replicaPlace
+	// bootstrapped: every node of the placement has started once, so
+	// client calls may be taken (supervise.Bootstrapped).
+	bootstrapped bool
 }
 
 type replicaPlace struct {
@@ -65,7 +70,16 @@ func (m *members) refresh() error {
 		v.placement[r.Partition] = append(v.placement[r.Partition], replicaPlace{node: r.Node, live: alive && r.State == supervise.ReplicaLive})
 	}
 	m.mu.Lock()
-	m.v = v
+	booted := m.booted
+	m.mu.Unlock()
+	if !booted {
+		if booted, err = supervise.Bootstrapped(m.n.ctx, m.n.cli, placedNodes(reps)); err != nil {
+			return err
+		}
+	}
+	v.bootstrapped = booted
+	m.mu.Lock()
+	m.v, m.booted = v, booted
 	m.mu.Unlock()
 	return nil
 }

@@ -205,16 +205,22 @@ func waitCluster(ctx context.Context, cli *clientv3.Client) (layout.Config, erro
 	}
 }
 
-// hostReplicas builds the replicas the placement gives this node. On a
-// node's first start in the cluster its replicas are live (empty, like
-// every copy); after any earlier run their content died with the process
-// (seed 004): they need a rejoin, which is recorded before the node
-// registers, so no initiator waits for them. Which start this is, etcd
-// says (supervise.Incarnate), never the data directory alone: a wiped or
-// new directory on a node that ran before must not bring empty replicas
-// up live (DESIGN.md "Incarnations and fencing").
+// hostReplicas builds the replicas the placement gives this node. Until
+// every node of the placement has started once (the cluster is
+// bootstrapped) no node takes a client call, so every copy is empty and a
+// starting node's replicas are live; after that, whatever a replica held
+// died with its process (seed 004): it needs a rejoin, which is recorded
+// before the node registers, so no initiator waits for it. Which case
+// this is, etcd says (supervise.Incarnate), never the data directory: a
+// wiped or new directory on a node that ran before, or a node that starts
+// for the first time after the others took writes, must not bring empty
+// replicas up live (DESIGN.md "Incarnations and fencing").
 func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) error {
-	inc, err := supervise.Incarnate(ctx, n.cli, n.id, n.started)
+	reps, err := supervise.Replicas(ctx, n.cli)
+	if err != nil {
+		return err
+	}
+	inc, err := supervise.Incarnate(ctx, n.cli, n.id, placedNodes(reps), n.started)
 	if err != nil {
 		return err
 	}
@@ -228,16 +234,12 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 			return err
 		}
 	}
-	reps, err := supervise.Replicas(ctx, n.cli)
-	if err != nil {
-		return err
-	}
 	n.replicas = map[uint32]*replica{}
 	for _, rp := range reps {
 		if rp.Node != n.id {
 			continue
 		}
-		live := inc.First() && rp.State == supervise.ReplicaLive
+		live := !inc.Bootstrapped && rp.State == supervise.ReplicaLive
 		state := nodestate.NeedsRejoin
 		if live {
 			state = nodestate.Live
@@ -257,6 +259,20 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 		n.log.Warn("the placement gives this node no replica")
 	}
 	return nil
+}
+
+// placedNodes lists the nodes the placement gives a replica, once each.
+func placedNodes(reps []supervise.Replica) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, rp := range reps {
+		if !seen[rp.Node] {
+			seen[rp.Node] = true
+			out = append(out, rp.Node)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // replicaRejoining records an attempt's start (an interim state).

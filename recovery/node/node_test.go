@@ -303,8 +303,8 @@ func supervisorReplicas(c *cluster) (map[string]bool, error) {
 	return out, nil
 }
 
-// waitWritable waits until every partition takes a write: the nodes'
-// feeds are open and their replicas live.
+// waitWritable waits until every partition takes a write: the cluster is
+// bootstrapped, the nodes' feeds are open and their replicas live.
 func waitWritable(t *testing.T, c *rawClient, parts uint32) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -314,7 +314,8 @@ func waitWritable(t *testing.T, c *rawClient, parts uint32) {
 			if err == nil {
 				break
 			}
-			if !strings.Contains(err.Error(), "no live replica") || time.Now().After(deadline) {
+			waiting := strings.Contains(err.Error(), "no live replica") || strings.Contains(err.Error(), "not bootstrapped")
+			if !waiting || time.Now().After(deadline) {
 				t.Fatalf("partition %d not writable: %v", p, err)
 			}
 			time.Sleep(50 * time.Millisecond)

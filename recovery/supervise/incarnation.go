@@ -44,47 +44,99 @@ func (i Incarnation) First() bool { return i.Count == 1 }
 // IncarnationKey is the etcd key of a node's incarnation record.
 func IncarnationKey(node string) string { return incarnationsPrefix + node }
 
+// Started is what Incarnate returns: the node's new incarnation, and
+// whether the cluster was bootstrapped before it.
+type Started struct {
+	Incarnation
+	// Bootstrapped: before this start, every node of the placement had
+	// started at least once, so the cluster may have taken writes (see
+	// Bootstrapped). A replica may start live only when it was not: until
+	// then no write was taken anywhere, and every copy is empty.
+	Bootstrapped bool
+}
+
 // Incarnate records a new start of node at now and returns its
-// incarnation: the count is raised by one in a compare-and-swap on the
-// key's ModRevision (created with count 1 if absent), so two processes
-// starting as the same node never get the same count.
-func Incarnate(ctx context.Context, cli *clientv3.Client, node string, now time.Time) (Incarnation, error) {
+// incarnation: the count is raised by one in a compare-and-swap (created
+// with count 1 if absent), so two processes starting as the same node
+// never get the same count. placed lists the nodes of the placement; the
+// write is conditional on no incarnation record having changed since they
+// were read, so Bootstrapped is decided at the same revision as the count.
+func Incarnate(ctx context.Context, cli *clientv3.Client, node string, placed []string, now time.Time) (Started, error) {
 	if err := checkID("node id", node, nodeIDBytesMax); err != nil {
-		return Incarnation{}, err
+		return Started{}, err
 	}
 	key := IncarnationKey(node)
 	for range incarnateTriesMax {
-		resp, err := cli.Get(ctx, key)
+		all, rev, err := incarnations(ctx, cli)
 		if err != nil {
-			return Incarnation{}, fmt.Errorf("supervise: read incarnation of %s: %w", node, err)
+			return Started{}, err
 		}
 		next := Incarnation{Node: node, Count: 1, Started: normalize(now)}
-		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-		if len(resp.Kvs) == 1 {
-			cur, err := decodeIncarnation(resp.Kvs[0])
-			if err != nil {
-				return Incarnation{}, err
-			}
+		if cur, ok := all[node]; ok {
 			if cur.Count == math.MaxUint64 {
-				return Incarnation{}, fmt.Errorf("%w: incarnation of %s: count at its maximum", ErrCorrupt, node)
+				return Started{}, fmt.Errorf("%w: incarnation of %s: count at its maximum", ErrCorrupt, node)
 			}
 			next.Count = cur.Count + 1
-			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", cur.ModRevision)
 		}
 		val, err := encode(next)
 		if err != nil {
-			return Incarnation{}, err
+			return Started{}, err
 		}
-		tx, err := cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, val)).Commit()
+		// No record under the prefix changed since the read: neither ours
+		// (another process of this node) nor another node's first start.
+		unchanged := clientv3.Compare(clientv3.ModRevision(incarnationsPrefix), "<", rev+1).WithPrefix()
+		tx, err := cli.Txn(ctx).If(unchanged).Then(clientv3.OpPut(key, val)).Commit()
 		if err != nil {
-			return Incarnation{}, fmt.Errorf("supervise: record incarnation of %s: %w", node, err)
+			return Started{}, fmt.Errorf("supervise: record incarnation of %s: %w", node, err)
 		}
 		if tx.Succeeded {
 			next.ModRevision = tx.Header.Revision
-			return next, nil
+			return Started{Incarnation: next, Bootstrapped: bootstrapped(all, placed)}, nil
 		}
 	}
-	return Incarnation{}, fmt.Errorf("supervise: incarnation of %s: lost %d races for the key", node, incarnateTriesMax)
+	return Started{}, fmt.Errorf("supervise: incarnation of %s: lost %d races for the key", node, incarnateTriesMax)
+}
+
+// Bootstrapped reports whether every node of placed has started at least
+// once. Until then the nodes take no client call (recovery/node), so
+// every replica of the cluster is empty and equal, and a node that starts
+// (again) may bring its replicas up live; from then on a replica that
+// starts holds nothing that the others hold, and must rejoin.
+func Bootstrapped(ctx context.Context, cli *clientv3.Client, placed []string) (bool, error) {
+	all, _, err := incarnations(ctx, cli)
+	if err != nil {
+		return false, err
+	}
+	return bootstrapped(all, placed), nil
+}
+
+func bootstrapped(all map[string]Incarnation, placed []string) bool {
+	for _, node := range placed {
+		if _, ok := all[node]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// incarnations reads every incarnation record, at one revision.
+func incarnations(ctx context.Context, cli *clientv3.Client) (map[string]Incarnation, int64, error) {
+	resp, err := cli.Get(ctx, incarnationsPrefix, clientv3.WithPrefix(), clientv3.WithLimit(snapshotKeysMax+1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("supervise: read incarnations: %w", err)
+	}
+	if len(resp.Kvs) > snapshotKeysMax {
+		return nil, 0, fmt.Errorf("%w: more than %d incarnation records", ErrCorrupt, snapshotKeysMax)
+	}
+	all := make(map[string]Incarnation, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		inc, err := decodeIncarnation(kv)
+		if err != nil {
+			return nil, 0, err
+		}
+		all[inc.Node] = inc
+	}
+	return all, resp.Header.Revision, nil
 }
 
 func decodeIncarnation(kv *mvccpb.KeyValue) (Incarnation, error) {

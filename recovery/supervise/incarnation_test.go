@@ -18,14 +18,14 @@ func TestIncarnate(t *testing.T) {
 	cli := newClient(t, e)
 	ctx := testCtx(t, 20*time.Second)
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	first, err := Incarnate(ctx, cli, "n1", now)
+	first, err := Incarnate(ctx, cli, "n1", nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !first.First() || first.Count != 1 || first.Node != "n1" || !first.Started.Equal(now) {
 		t.Fatalf("first start: %+v", first)
 	}
-	again, err := Incarnate(ctx, cli, "n1", now.Add(time.Second))
+	again, err := Incarnate(ctx, cli, "n1", nil, now.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestIncarnate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inc, err := Incarnate(ctx, cli, "n2", now)
+			inc, err := Incarnate(ctx, cli, "n2", nil, now)
 			counts[i], errs[i] = inc.Count, err
 		}()
 	}
@@ -57,14 +57,55 @@ func TestIncarnate(t *testing.T) {
 		seen[c] = true
 	}
 
-	if _, err := Incarnate(ctx, cli, "n/3", now); !errors.Is(err, ErrBadName) {
+	if _, err := Incarnate(ctx, cli, "n/3", nil, now); !errors.Is(err, ErrBadName) {
 		t.Fatalf("node id with '/': %v", err)
 	}
 	if _, err := cli.Put(ctx, IncarnationKey("n4"), `{"count":0}`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Incarnate(ctx, cli, "n4", now); !errors.Is(err, ErrCorrupt) {
+	if _, err := Incarnate(ctx, cli, "n4", nil, now); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("corrupt record: %v", err)
+	}
+}
+
+// TestBootstrapped: a start is told whether every node of the placement
+// had started before it; only then may the cluster have taken writes, and
+// only then must a starting node's replicas rejoin. Restarts before that
+// (nothing written yet) still come up as before bootstrap.
+func TestBootstrapped(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	cli := newClient(t, e)
+	ctx := testCtx(t, 20*time.Second)
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	placed := []string{"n1", "n2"}
+	step := func(node string, wantCount uint64, wantBootstrapped bool) {
+		t.Helper()
+		st, err := Incarnate(ctx, cli, node, placed, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Count != wantCount || st.Bootstrapped != wantBootstrapped {
+			t.Fatalf("%s: count %d bootstrapped %v; want %d %v", node, st.Count, st.Bootstrapped, wantCount, wantBootstrapped)
+		}
+	}
+	check := func(want bool) {
+		t.Helper()
+		got, err := Bootstrapped(ctx, cli, placed)
+		if err != nil || got != want {
+			t.Fatalf("Bootstrapped = %v, %v; want %v", got, err, want)
+		}
+	}
+	check(false)
+	step("n1", 1, false)
+	step("n1", 2, false) // n2 never started: nothing was written yet
+	check(false)
+	step("n2", 1, false) // its own start completes the bootstrap
+	check(true)
+	step("n1", 3, true)
+	step("n2", 2, true)
+	if ok, err := Bootstrapped(ctx, cli, append(placed, "n3")); err != nil || ok {
+		t.Fatalf("a node that never started: bootstrapped %v, %v", ok, err)
 	}
 }
 
