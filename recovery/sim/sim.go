@@ -529,7 +529,19 @@ func (w *world) quiet() bool {
 			return false
 		}
 	}
-	return len(w.ghostSrc.q)+len(w.ghostDst.q) == 0
+	if len(w.ghostSrc.q)+len(w.ghostDst.q) > 0 {
+		return false
+	}
+	// A claim whose executor died with its node is given back by no one:
+	// it goes when its lease runs out, at most ClaimTTLTicks from its last
+	// keepalive, and the final check wants no claim left. Wait for it.
+	// Any other claim still held at the end is a bug the check reports.
+	if c := w.coord.claim; w.claims && c != nil {
+		if a := w.attemptOf(c.epoch); a != nil && a.x != nil && a.x.dead {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *world) result() Result {
