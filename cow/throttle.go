@@ -15,9 +15,9 @@ import "github.com/rejoin-db/rejoin/txnid"
 //   - Round budget: while a catch-up round is in flight, a txn starts
 //     only while the log being filled (the next round's) is empty or
 //     holds less than half of what the round in flight started with. The
-//     round's end lifts it. This is the rule that makes catch-up converge (see
-//     roundBudgetSpent); it binds only when writes would fill more than
-//     half a round in the time that round takes to ship.
+//     round's end lifts it. This is the rule that makes catch-up
+//     converge (see roundBudgetSpent); it binds only when writes would
+//     fill more than half a round in the time that round takes to ship.
 //   - Pace: at a tick, if over the last window the log grew by more than
 //     shipping drained and it is above the low-water mark, pacing starts:
 //     at most PaceTxnsPerTick txns run per tick. It stops as soon as the
@@ -106,10 +106,9 @@ func (s *Stream) closeTxn() {
 // BeforeTxn implements partition.Gate: it reports whether the next txn
 // may run now. It holds every txn while the log is above
 // ChangeLogBytesMax - ChangeLogTxnBytesMax or while the round in flight's
-// budget is spent, paces them while pacing, and
-// holds everything from FinalDelta until Deactivate so that the
-// partition stays exactly at the handoff point. Once the stream is
-// inactive it lets everything through.
+// budget is spent, paces them while pacing, and holds everything from
+// FinalDelta until Deactivate so that the partition stays exactly at the
+// handoff point. Once the stream is inactive it lets everything through.
 func (s *Stream) BeforeTxn(next txnid.ID) bool {
 	s.closeTxn()
 	th := &s.th
