@@ -54,10 +54,10 @@ func TestSeeds(t *testing.T) {
 		return
 	}
 	var c struct {
-		throttled, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd, superseded int
-		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss, duplicates    int
-		kinds                                                                                            [faultKinds]int
-		phases                                                                                           [phases]int
+		throttled, roundBudget, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd, superseded int
+		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss, duplicates                 int
+		kinds                                                                                                         [faultKinds]int
+		phases                                                                                                        [phases]int
 	}
 	for _, r := range results {
 		s := r.Stats
@@ -67,6 +67,7 @@ func TestSeeds(t *testing.T) {
 			}
 		}
 		count(&c.throttled, s.ThrottledTicks > 0)
+		count(&c.roundBudget, s.TxnsHeldForRound > 0)
 		count(&c.stale, s.StaleDelivered > 0)
 		count(&c.rounds, s.Rounds > 1)
 		count(&c.unnoticed, s.CutsUnnoticed > 0)
@@ -114,6 +115,7 @@ func TestSeeds(t *testing.T) {
 		}
 	}
 	want("the throttle engaged", c.throttled, 10)
+	want("a txn held for its catch-up round's budget", c.roundBudget, 10)
 	want("a superseded attempt's message delivered to a newer one", c.stale, 10)
 	want("several catch-up rounds", c.rounds, 60)
 	want("a cut side left to time out", c.unnoticed, 5)
