@@ -87,12 +87,23 @@
 //     rejoin because the source is busy. Shipping blocks never waits for a
 //     txn, so a caller that keeps cutting blocks and starting rounds always
 //     drains the log and lifts a hold.
+//   - Catch-up converges (docs/DESIGN.md, "Catch-up convergence"): with
+//     R_k the log bytes round k starts with and T the most log bytes one
+//     txn adds, R_{k+1} <= R_k/2 + T for a caller that starts each round
+//     as soon as the last is shipped, whatever the block size, window and
+//     write rate.
 //
 // # Throttle
 //
 // The Stream is the executor's gate. Before each txn (BeforeTxn) it holds
 // while the log is above the hold mark (ChangeLogBytesMax -
-// ChangeLogTxnBytesMax). At each Tick it compares, over the last
+// ChangeLogTxnBytesMax), and, while a catch-up round is in flight, while
+// the log being filled is not empty and holds at least half of what that
+// round started with (the round budget, RoundBudgetSpent): the round's
+// end lifts it. The budget binds only when writes would fill more than
+// half a round in the time the round takes to ship, and it is what makes
+// the rounds shrink whatever the block size, window and write rate. At
+// each Tick it compares, over the last
 // ThrottleWindowTicks ticks, the bytes the log grew by with the bytes
 // shipping drained; if it grew more and the log is above
 // PaceLowWaterBytes, it paces: at most PaceTxnsPerTick txns per tick, until

@@ -66,10 +66,14 @@ type Metrics struct {
 	// because the log was above the hold mark, or because the tick's pace
 	// was used up. A txn asked about again counts again.
 	TxnsHeld, TxnsPaced int64
+	// TxnsHeldForRound counts the refusals because the round in flight's
+	// budget was used up (see RoundBudgetSpent).
+	TxnsHeldForRound int64
 	// TxnsHeldForHandoff counts the refusals from FinalDelta on.
 	TxnsHeldForHandoff int64
 	// Ticks counts Tick calls; ThrottledTicks those after which the gate
-	// was pacing or holding; PaceStarts how many times pacing began.
+	// was pacing, holding, or holding for the round's budget; PaceStarts
+	// how many times pacing began.
 	Ticks, ThrottledTicks, PaceStarts int64
 }
 
@@ -203,6 +207,7 @@ func (s *Stream) startRound(ph Phase) error {
 	// round is empty between rounds (endRound reset it), so after the
 	// swap cur is a fresh log that keeps the old one's buffers.
 	s.cur, s.round = s.round, s.cur
+	s.th.roundStartBytes = s.round.bytes
 	s.rKind, s.rTable, s.rNext = wire.BlockDeletes, 0, 0
 	s.m.Rounds++
 	s.setPhase(ph)

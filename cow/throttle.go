@@ -7,17 +7,26 @@ import "github.com/rejoin-db/rejoin/txnid"
 // by ticks and events (log bytes added, log bytes cut into blocks, txns
 // asking to run), never by a clock, so a seeded run replays exactly.
 //
-// Two rules, checked before every txn (BeforeTxn):
+// Three rules, checked before every txn (BeforeTxn):
 //
 //   - Hold: while the log is above holdAboveBytes (ChangeLogBytesMax -
 //     ChangeLogTxnBytesMax) no txn runs. Shipping blocks, which never
 //     waits for a txn, drains the log and lifts the hold.
+//   - Round budget: while a catch-up round is in flight, a txn starts
+//     only while the log being filled (the next round's) is empty or
+//     holds less than half of what the round in flight started with. The
+//     round's end lifts it. This is the rule that makes catch-up
+//     converge (see roundBudgetSpent); it binds only when writes would
+//     fill more than half a round in the time that round takes to ship.
 //   - Pace: at a tick, if over the last window the log grew by more than
 //     shipping drained and it is above the low-water mark, pacing starts:
 //     at most PaceTxnsPerTick txns run per tick. It stops as soon as the
-//     log is at or below the low-water mark.
+//     log is at or below the low-water mark. Pacing smooths the rate while
+//     the snapshot ships; it cannot by itself make rounds shrink, since
+//     its unit is txns, not the bytes shipping drains (a round of one-row
+//     blocks may ship slower than PaceTxnsPerTick txns per tick dirty).
 //
-// Neither ever fails anything: throttling only slows the source.
+// None ever fails anything: throttling only slows the source.
 type throttle struct {
 	holdAboveBytes int
 	lowWaterBytes  int
@@ -32,6 +41,11 @@ type throttle struct {
 	sumAdded, sumDrained   int64
 	// tickAdded and tickDrained count the tick in progress.
 	tickAdded, tickDrained int64
+
+	// roundStartBytes is the log bytes the round in flight (the last one
+	// started) began with, R_k; the round budget lets the next round's
+	// log grow to below half of it.
+	roundStartBytes int
 
 	pacing bool
 	// txnsThisTick counts the txns let through since the last tick.
@@ -91,10 +105,10 @@ func (s *Stream) closeTxn() {
 
 // BeforeTxn implements partition.Gate: it reports whether the next txn
 // may run now. It holds every txn while the log is above
-// ChangeLogBytesMax - ChangeLogTxnBytesMax, paces them while pacing, and
-// holds everything from FinalDelta until Deactivate so that the
-// partition stays exactly at the handoff point. Once the stream is
-// inactive it lets everything through.
+// ChangeLogBytesMax - ChangeLogTxnBytesMax or while the round in flight's
+// budget is spent, paces them while pacing, and holds everything from
+// FinalDelta until Deactivate so that the partition stays exactly at the
+// handoff point. Once the stream is inactive it lets everything through.
 func (s *Stream) BeforeTxn(next txnid.ID) bool {
 	s.closeTxn()
 	th := &s.th
@@ -107,6 +121,10 @@ func (s *Stream) BeforeTxn(next txnid.ID) bool {
 	}
 	if s.LogBytes() > th.holdAboveBytes {
 		s.m.TxnsHeld++
+		return false
+	}
+	if s.roundBudgetSpent() {
+		s.m.TxnsHeldForRound++
 		return false
 	}
 	s.maybeStopPacing()
@@ -143,10 +161,41 @@ func (s *Stream) Tick() {
 		s.m.PaceStarts++
 	}
 	s.m.Ticks++
-	if th.pacing || s.LogBytes() > th.holdAboveBytes {
+	if th.pacing || s.LogBytes() > th.holdAboveBytes || s.roundBudgetSpent() {
 		s.m.ThrottledTicks++
 	}
 }
+
+// roundBudgetSpent reports whether the round in flight's budget is used
+// up: the log being filled, which becomes the next round, is not empty
+// and holds at least half of what the round in flight started with. An
+// empty log always lets one txn in, so that a caller that starts round
+// after round, empty ones included, never starves the executor.
+//
+// The bound it guarantees (docs/DESIGN.md, "Catch-up convergence"): let
+// R_k be the log bytes round k starts with and T the most log bytes one
+// txn adds (at most ChangeLogTxnBytesMax for every txn not counted in
+// TxnsOverReserve). A txn starts during round k only while the new log
+// is empty or holds less than R_k/2, and then adds at most T, so a caller
+// that starts round k+1 as soon as round k is shipped (recovery.Source
+// does, within the same call) gets
+//
+//	R_{k+1} <= R_k/2 + T,  hence  R_k <= R_1/2^(k-1) + 2T,
+//
+// whatever the block size, the window and the write rate: the rounds
+// shrink geometrically to at most 2T, all rounds together ship at most
+// 2*R_1 + 2T per round, and each round ends once its R_k bytes are cut
+// into blocks, which never waits for a txn. R_1, what the snapshot left,
+// is at most ChangeLogBytesMax (the hold). Changes logged between rounds,
+// by a caller that waits there, are not limited.
+func (s *Stream) roundBudgetSpent() bool {
+	return s.phase == PhaseRound && s.cur.bytes > 0 && 2*s.cur.bytes >= s.th.roundStartBytes
+}
+
+// RoundBudgetSpent reports whether the gate holds every txn until the
+// round in flight is shipped, because the next round's log already holds
+// half of what this round started with.
+func (s *Stream) RoundBudgetSpent() bool { return s.roundBudgetSpent() }
 
 // maybeStopPacing ends pacing once the log is at or below the low-water
 // mark. At, not only below: with a mark of 0, pacing must end when the log

@@ -228,3 +228,105 @@ func TestLogBoundUnderHeavyWrites(t *testing.T) {
 		t.Fatalf("the log peaked at %d, never above the hold mark: the bound was not tested", m.LogBytesPeak)
 	}
 }
+
+// The round budget: while round k is in flight, a txn starts only while
+// the log being filled is empty or holds less than half of what round k
+// started with, so the next round is at most half of round k plus one
+// txn's bytes.
+// Shipping the round's blocks does not lift it; the round's end does.
+func TestRoundBudget(t *testing.T) {
+	src, s, sh := behindSetup(t, 40, testConfig())
+	for i := range 10 { // 10 txns of 4 bytes: round 1 starts with 40
+		if !gatedUpdate(t, s, src, i) {
+			t.Fatalf("txn %d held between rounds with %d log bytes", i, s.LogBytes())
+		}
+	}
+	if err := s.StartRound(); err != nil {
+		t.Fatal(err)
+	}
+	sh.blocks(1)
+	for i := 10; i < 15; i++ { // from 0 to 20 bytes: each starts below 20
+		if !gatedUpdate(t, s, src, i) {
+			t.Fatalf("txn %d held with %d bytes logged in a round of 40", i, s.cur.bytes)
+		}
+	}
+	if gatedUpdate(t, s, src, 15) {
+		t.Fatalf("txn ran with %d bytes logged in a round of 40, half used up", s.cur.bytes)
+	}
+	sh.blocks(3)
+	if gatedUpdate(t, s, src, 15) {
+		t.Fatal("txn ran before the round ended")
+	}
+	if !s.RoundBudgetSpent() {
+		t.Fatal("RoundBudgetSpent false while the gate holds for the round")
+	}
+	s.Tick()
+	sh.drain()
+	if s.Phase() != PhaseBetweenRounds || s.RoundBudgetSpent() {
+		t.Fatalf("phase %v, budget spent %v after the round shipped", s.Phase(), s.RoundBudgetSpent())
+	}
+	if !gatedUpdate(t, s, src, 15) {
+		t.Fatal("txn held after the round ended")
+	}
+	m := s.Metrics()
+	if m.TxnsHeldForRound != 2 || m.TxnsHeld != 0 || m.TxnsPaced != 0 || m.ThrottledTicks != 1 {
+		t.Fatalf("metrics %+v, want 2 txns held for the round and 1 throttled tick", m)
+	}
+	sh.finish(src)
+}
+
+// Catch-up converges whatever the write rate: a writer that asks to run
+// twenty times per block cut, against one-row blocks, with each round
+// started as soon as the last is shipped (as recovery.Source does). Every
+// round is at most half the one before plus one txn's bytes, so the rounds
+// fall to a few txns' worth of log.
+func TestRoundsConverge(t *testing.T) {
+	const rows, asksPerBlock, roundsMax = 200, 20, 40
+	src, s, sh := behindSetup(t, rows, testConfig())
+	rng := rand.New(rand.NewPCG(9, 9))
+	txnBytesMax := dirtyEntryBytes // an update of one slot
+	for range 10 * asksPerBlock {  // what the writer did during the snapshot
+		gatedUpdate(t, s, src, rng.IntN(rows))
+	}
+	var sizes []int
+	for len(sizes) < roundsMax {
+		for range asksPerBlock {
+			gatedUpdate(t, s, src, rng.IntN(rows))
+		}
+		if sh.next() {
+			continue
+		}
+		sizes = append(sizes, s.LogBytes())
+		if err := s.StartRound(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("round sizes: %v", sizes)
+	for k := 1; k < len(sizes); k++ {
+		if 2*sizes[k] > sizes[k-1]+2*txnBytesMax {
+			t.Fatalf("round %d started with %d bytes after a round of %d: want at most half plus %d", k+1, sizes[k], sizes[k-1], txnBytesMax)
+		}
+	}
+	if last := sizes[len(sizes)-1]; last > 2*txnBytesMax {
+		t.Fatalf("after %d rounds the round holds %d bytes, want at most %d", roundsMax, last, 2*txnBytesMax)
+	}
+	sh.finish(src)
+}
+
+// An empty log always lets one txn in, even during a round that started
+// empty: a caller that starts round after round must not starve the
+// executor (the log bound under heavy writes does that, with its rounds
+// started back to back).
+func TestEmptyRoundLetsOneTxnIn(t *testing.T) {
+	src, s, sh := behindSetup(t, 4, testConfig())
+	if err := s.StartRound(); err != nil { // an empty round
+		t.Fatal(err)
+	}
+	if !gatedUpdate(t, s, src, 0) {
+		t.Fatal("txn held with an empty log during an empty round")
+	}
+	if gatedUpdate(t, s, src, 1) {
+		t.Fatalf("second txn ran with %d bytes logged during a round that started empty", s.cur.bytes)
+	}
+	sh.finish(src)
+}

@@ -316,9 +316,13 @@ func (s *Source) advance() bool {
 		if s.state == StateStreaming {
 			s.move(StateCatchingUp)
 		}
-		// Rounds repeat while the log is above the handoff size; the
-		// stream's throttle makes it shrink when writes outpace shipping,
-		// and RoundsMax ends the loop whatever happens.
+		// Rounds repeat while the log is above the handoff size, and
+		// RoundsMax ends the loop whatever happens. The next round starts
+		// here, the moment the last one is shipped, which is what the
+		// stream's round budget needs to guarantee that each round is at
+		// most half the last plus one txn's log bytes (docs/DESIGN.md,
+		// "Catch-up convergence"): the rounds shrink whatever the write
+		// rate.
 		if s.stream.LogBytes() <= s.cfg.HandoffLogBytesMax || s.stream.Metrics().Rounds >= s.cfg.RoundsMax {
 			return s.beginHandoff()
 		}

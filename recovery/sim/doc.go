@@ -101,7 +101,10 @@
 //     messages may take a late route to a newer attempt's processor, which
 //     must reject them by epoch.
 //   - The throttle: a quarter of the runs get a change log small enough
-//     that the source holds and paces its execution.
+//     that the source holds and paces its execution; and wherever writes
+//     outpace shipping during catch-up (one-row blocks, a window of one
+//     block), the round budget holds it for part of each round, so the
+//     rounds shrink (docs/DESIGN.md, "Catch-up convergence").
 //
 // # What it does not model
 //
@@ -154,7 +157,9 @@
 //	    the loss, or of waking if it was frozen then, and after it stops
 //	    its processor sends nothing but its Abort. The supervisor starts an
 //	    attempt only when the task has no claim. At the end no claim is
-//	    left and the task is done by the live attempt. With
+//	    left and the task is done by the live attempt (a run ends only
+//	    once the claim of an executor that died with its node has run out
+//	    its lease: nobody gives it back). With
 //	    Knobs.LeaseGuard (half the seeds: an executor also stops, before
 //	    anything else, once its own reckoning of its lease has run out) no
 //	    write is accepted, and no destination goes live, for an executor
