@@ -1,0 +1,153 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// loadRows writes rows rows of valueBytes-byte values to partition 0, 400
+// to a txn.
+func loadRows(t *testing.T, cl *rawClient, rows, valueBytes int) {
+	t.Helper()
+	vals := make([]wire.Value, 0, 2+2*400)
+	for b := 0; b < rows; b += 400 {
+		n := min(400, rows-b)
+		vals = append(vals[:0], wire.String("kv"), wire.Int64(int64(n)))
+		for i := range n {
+			vals = append(vals, wire.Bytes(fmt.Appendf(nil, "key-%08d", b+i)), wire.Bytes(make([]byte, valueBytes)))
+		}
+		if _, err := cl.call(0, partition.ProcUpsertMany, false, vals...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// taskRecord reads the rejoin task of partition 0 onto n2.
+func taskRecord(t *testing.T, c *cluster) claim.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec, err := claim.GetTask(ctx, c.admin, claim.Task{Partition: 0, Dest: NodeName(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestSlowRejoinFinishesInOneAttempt: a rate-limited rejoin that takes
+// several times the health task's stale limit keeps its task, because its
+// source refreshes the task record as blocks are acknowledged (DESIGN.md
+// step 1). It ends live in its first attempt. Without the refresh the
+// health task resets the task every stale limit and each new attempt
+// starts from zero, forever.
+func TestSlowRejoinFinishesInOneAttempt(t *testing.T) {
+	const staleAfter = 2 * time.Second
+	c := newClusterStarting(t, 2, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	slow := func(cfg *Config) {
+		cfg.Codec = wire.CodecNone // the limit counts the rows' own bytes
+		cfg.RateBytesPerSec = 500 << 10
+		cfg.ClaimTTL, cfg.ClaimWindow = 3*time.Second, 750*time.Millisecond
+		cfg.testStaleAfter = staleAfter
+	}
+	c.startCfg(1, slow)
+	c.startCfg(2, slow)
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	// About 4 MB: eight seconds at the rate limit, four stale limits.
+	loadRows(t, cl, 4000, 1000)
+	c.stop(2)
+	started := time.Now()
+	a2 := c.startCfg(2, slow)
+	waitUntil(t, 45*time.Second, "n2's replica live", func() bool {
+		return nodeStatus(t, a2).Replicas[0].State == StateLive
+	})
+	took := time.Since(started)
+	if took < 3*staleAfter {
+		t.Fatalf("the rejoin took %s, under three stale limits (%s): the test lost its point", took, staleAfter)
+	}
+	var rec claim.Record
+	waitUntil(t, 10*time.Second, "the task done", func() bool {
+		rec = taskRecord(t, c)
+		return rec.Status == claim.StatusDone
+	})
+	t.Logf("rejoin took %s (stale limit %s); task %s after %d attempts", took, staleAfter, rec.Status, rec.Attempts)
+	if rec.Attempts != 1 {
+		t.Fatalf("task done after %d attempts, want 1: a rejoin that made progress was reset", rec.Attempts)
+	}
+	for i := range 50 {
+		upsert(t, cl, 1, i)
+	}
+	checkDigests(t, cl, 1, 2)
+}
+
+// TestFailedHandoffRejoinsAgain: the source's first Handoff is lost on its
+// way and its second arrives with a wrong digest. Neither attempt may end
+// done: with no HandoffAck the first source aborts after its stall window,
+// the destination refuses the second and aborts it. Each time the task
+// goes back to pending, and the third attempt brings the replica live
+// with the same digest as the source's.
+func TestFailedHandoffRejoinsAgain(t *testing.T) {
+	c := newClusterStarting(t, 2, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	var mu sync.Mutex
+	var epochs []uint64
+	var lost, corrupted int
+	hook := func(epoch uint64, h *wire.Handoff) *wire.Handoff {
+		mu.Lock()
+		defer mu.Unlock()
+		i := slices.Index(epochs, epoch)
+		if i < 0 {
+			epochs = append(epochs, epoch)
+			i = len(epochs) - 1
+		}
+		switch i {
+		case 0:
+			lost++
+			return nil
+		case 1:
+			corrupted++
+			h.Digest ^= 1
+		}
+		return h
+	}
+	c.startCfg(1, func(cfg *Config) {
+		cfg.testHandoff = hook
+		cfg.testSourceStallTicks = 150 // 1.5 s without the ack
+	})
+	c.start(2)
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	loadRows(t, cl, 2000, 50)
+	c.stop(2)
+	a2 := c.start(2)
+	i := 0
+	waitUntil(t, 60*time.Second, "n2's replica live", func() bool {
+		upsert(t, cl, 1, i) // writes go on throughout
+		i++
+		return nodeStatus(t, a2).Replicas[0].State == StateLive
+	})
+	var rec claim.Record
+	waitUntil(t, 10*time.Second, "the task done", func() bool {
+		rec = taskRecord(t, c)
+		return rec.Status == claim.StatusDone
+	})
+	mu.Lock()
+	n, l, k := len(epochs), lost, corrupted
+	mu.Unlock()
+	t.Logf("handoffs of %d attempts (lost %d, corrupted %d); task done after %d attempts at epoch %d", n, l, k, rec.Attempts, rec.Epoch)
+	if n < 3 || l == 0 || k == 0 || rec.Attempts < 3 {
+		t.Fatalf("%d attempts handed off (%d lost, %d corrupted), task done after %d starts; want the third to finish", n, l, k, rec.Attempts)
+	}
+	for j := range 50 {
+		upsert(t, cl, 1, i+j)
+	}
+	checkDigests(t, cl, 1, 2)
+}
