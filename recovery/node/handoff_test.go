@@ -2,15 +2,19 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/nodestate"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -150,4 +154,80 @@ func TestFailedHandoffRejoinsAgain(t *testing.T) {
 		upsert(t, cl, 1, i+j)
 	}
 	checkDigests(t, cl, 1, 2)
+}
+
+// TestNewerAttemptSupersedesSource: the health task reset a task (its
+// claim key deleted) and a newer attempt claimed it before the running
+// source noticed. The replica's one source slot goes to the newer epoch:
+// the old attempt aborts as superseded. An older epoch, or another task's
+// attempt, is refused while one runs.
+func TestNewerAttemptSupersedesSource(t *testing.T) {
+	e, err := claim.StartEmbedded(filepath.Join(t.TempDir(), "etcd"), claim.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop) // after the claims' releases: cleanups run last first
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	schema, err := layout.KV().Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, _, err := nodestate.Open(filepath.Join(t.TempDir(), "n1"), "n1", time.Now(), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	n := &Node{cfg: Config{ClaimWindow: 5 * time.Second}, id: "n1", log: testLog(t), ctx: ctx, cli: cli, store: store,
+		procs: partition.NewBuiltinRegistry(), schemas: []partition.Schema{schema}}
+	n.metrics = newMetrics(n)
+	r, err := newReplica(n, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addInitiator(1, 1)
+	task := claim.Task{Partition: 0, Dest: "n2"}
+	attempt := func(task claim.Task) *srcAttempt {
+		t.Helper()
+		c, err := claim.Acquire(ctx, cli, task, claim.NewExecutorID(), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Release(context.Background()) })
+		return &srcAttempt{task: task, claim: c, epoch: c.Epoch(), started: time.Now(), link: newLink(wire.CodecNone), end: make(chan struct{})}
+	}
+	old := attempt(task)
+	if err := r.startSource(old); err != nil {
+		t.Fatal(err)
+	}
+	// The reset: the claim key goes; the old executor learns of it only
+	// at its next check, up to a window later.
+	if _, err := cli.Delete(ctx, task.ClaimKey()); err != nil {
+		t.Fatal(err)
+	}
+	newer := attempt(task)
+	if err := r.startSource(newer); err != nil {
+		t.Fatalf("epoch %d refused while epoch %d runs: %v", newer.epoch, old.epoch, err)
+	}
+	var ae *recovery.AbortError
+	if r.src != newer || !ended(old.end) || !errors.As(old.err, &ae) || ae.Reason != wire.AbortStaleEpoch {
+		t.Fatalf("after the newer attempt: source of epoch %d, old attempt ended %v with %v", r.src.epoch, ended(old.end), old.err)
+	}
+	stale := &srcAttempt{task: task, claim: old.claim, epoch: old.epoch, link: newLink(wire.CodecNone), end: make(chan struct{})}
+	if err := r.startSource(stale); err == nil || r.src != newer {
+		t.Fatalf("the superseded epoch %d started again: %v", old.epoch, err)
+	}
+	other := attempt(claim.Task{Partition: 0, Dest: "n3"})
+	if err := r.startSource(other); err == nil || r.src != newer {
+		t.Fatalf("another task's attempt (epoch %d) took the running one's place: %v", other.epoch, err)
+	}
+	r.stop()
+	if r.src != nil || !ended(newer.end) {
+		t.Fatal("the newer attempt outlived the replica's stop")
+	}
 }
