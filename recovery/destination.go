@@ -327,7 +327,8 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 	for _, t := range p.Tables() {
 		rows += uint64(t.Len())
 	}
-	if got := p.Digest(); got != m.Digest || rows != m.Rows {
+	got := p.Digest()
+	if got != m.Digest || rows != m.Rows {
 		d.abort(wire.AbortDigestMismatch, fmt.Sprintf("at %v: digest %016x with %d rows, source has %016x with %d rows", m.TxnID, got, rows, m.Digest, m.Rows), false)
 		return d.Err()
 	}
@@ -337,7 +338,7 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 	d.buffered = 0
 	d.exec.SetGate(nil)
 	d.move(StateLive)
-	d.ack = &wire.HandoffAck{MsgHeader: d.header, TxnID: m.TxnID, Digest: m.Digest}
+	d.ack = &wire.HandoffAck{MsgHeader: d.header, TxnID: m.TxnID, Digest: got}
 	d.send(d.ack)
 	return nil
 }
