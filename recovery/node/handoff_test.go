@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -133,11 +135,30 @@ func TestFailedHandoffRejoinsAgain(t *testing.T) {
 	c.stop(2)
 	a2 := c.start(2)
 	i := 0
+	// Why each failed attempt was requeued, as its record says until the
+	// next attempt starts (at least half a second later).
+	notes := map[string]bool{}
 	waitUntil(t, 60*time.Second, "n2's replica live", func() bool {
 		upsert(t, cl, 1, i) // writes go on throughout
 		i++
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rec, err := claim.GetTask(rctx, c.admin, claim.Task{Partition: 0, Dest: NodeName(2)})
+		cancel()
+		if err == nil && rec.Status == claim.StatusPending && rec.Note != "" {
+			notes[rec.Note] = true
+		}
 		return nodeStatus(t, a2).Replicas[0].State == StateLive
 	})
+	var sawLost, sawMismatch bool
+	for note := range notes {
+		sawLost = sawLost || strings.Contains(note, "(timeout, local)") && strings.Contains(note, "handing-off")
+		// The destination's abort reached the source: it did not have
+		// to wait out its stall window.
+		sawMismatch = sawMismatch || strings.Contains(note, "(digest-mismatch, peer)")
+	}
+	if !sawLost || !sawMismatch {
+		t.Errorf("requeue notes %q: want a source timed out handing off and one told of the digest mismatch", slices.Sorted(maps.Keys(notes)))
+	}
 	var rec claim.Record
 	waitUntil(t, 10*time.Second, "the task done", func() bool {
 		rec = taskRecord(t, c)

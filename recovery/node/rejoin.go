@@ -416,7 +416,12 @@ func (r *replica) endDest() {
 	r.n.metrics.observeRejoin(r.p, st)
 	r.dst, r.exec, r.state = nil, nil, StateNeedsRejoin
 	r.n.log.Info("rejoin attempt ended", "partition", r.p, "epoch", att.epoch, "err", st.Err)
-	r.n.goRun(att.link.close)
+	r.n.goRun(func() {
+		// The Abort goes out first: a source that never hears of a
+		// digest mismatch waits out its stall window for the ack.
+		att.link.drain(time.Second)
+		att.link.close()
+	})
 	r.publish()
 }
 
