@@ -84,6 +84,9 @@ type Config struct {
 	// as a source, with the attempt's epoch, and returns what to send
 	// instead: nil loses it, a changed digest corrupts it.
 	testHandoff func(epoch uint64, h *wire.Handoff) *wire.Handoff
+	// testLoseHandoffAck, in tests, loses every HandoffAck this node
+	// sends as a destination.
+	testLoseHandoffAck bool
 	// testStaleAfter, in tests, replaces the stale limit of running tasks
 	// this node's supervisor resets (default staleAfter).
 	testStaleAfter time.Duration

@@ -252,3 +252,50 @@ func TestNewerAttemptSupersedesSource(t *testing.T) {
 		t.Fatal("the newer attempt outlived the replica's stop")
 	}
 }
+
+// TestLostHandoffAckStaysDone: the destination goes live and its
+// HandoffAck is lost. The source cannot tell a lost ack from a lost
+// handoff: it times out and requeues. The destination's own completion
+// (it is live at E with the source's digest) stands: the task is done
+// once, the requeue changes nothing, no new attempt starts, and the
+// replica stays live.
+func TestLostHandoffAckStaysDone(t *testing.T) {
+	c := newClusterStarting(t, 2, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	c.startCfg(1, func(cfg *Config) { cfg.testSourceStallTicks = 150 })
+	c.startCfg(2, func(cfg *Config) { cfg.testLoseHandoffAck = true })
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	loadRows(t, cl, 2000, 50)
+	c.stop(2)
+	a2 := c.startCfg(2, func(cfg *Config) { cfg.testLoseHandoffAck = true })
+	waitUntil(t, 30*time.Second, "n2's replica live", func() bool {
+		return nodeStatus(t, a2).Replicas[0].State == StateLive
+	})
+	// The source gives up waiting for the ack after its stall window.
+	var src RejoinStatus
+	waitUntil(t, 20*time.Second, "the source's attempt to end", func() bool {
+		srcs := nodeStatus(t, c.nodes[1].addrs).Replicas[0].Sources
+		if len(srcs) == 0 || srcs[0].Ended.IsZero() {
+			return false
+		}
+		src = srcs[0]
+		return true
+	})
+	if src.Phase != "aborted" || !strings.Contains(src.Err, "handing-off") {
+		t.Fatalf("source ended %s (%s); want aborted waiting for the ack", src.Phase, src.Err)
+	}
+	// Its requeue has been tried (it follows the end at once); a new
+	// attempt would come half a second after it.
+	time.Sleep(2 * time.Second)
+	rec := taskRecord(t, c)
+	if rec.Status != claim.StatusDone || rec.Attempts != 1 {
+		t.Fatalf("task %s after %d attempts (note %q); want done after 1", rec.Status, rec.Attempts, rec.Note)
+	}
+	if st := nodeStatus(t, a2).Replicas[0]; st.State != StateLive || st.Rejoin == nil || st.Rejoin.Epoch != src.Epoch {
+		t.Fatalf("n2's replica %s after the source's abort", st.State)
+	}
+	for i := range 50 {
+		upsert(t, cl, 1, i)
+	}
+	checkDigests(t, cl, 1, 2)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -372,7 +373,11 @@ func (r *replica) checkDest() {
 		}
 		return
 	}
-	if err := att.link.queue(att.proc.Outbox()); err != nil {
+	msgs := att.proc.Outbox()
+	if r.n.cfg.testLoseHandoffAck {
+		msgs = slices.DeleteFunc(msgs, func(m wire.Message) bool { return m.Type() == wire.MsgHandoffAck })
+	}
+	if err := att.link.queue(msgs); err != nil {
 		att.proc.Abort(wire.AbortInternal, err.Error())
 	}
 	switch att.proc.State() {
@@ -636,8 +641,16 @@ func (n *Node) finishAttempt(att *srcAttempt, lastErr error) {
 		n.log.Info("rejoin served", "task", att.task, "epoch", att.epoch)
 		return
 	}
+	_, rerr := claim.Requeue(ctx, n.cli, att.claim.Attempt(), wire.ErrText(err), time.Now())
+	if errors.Is(rerr, claim.ErrTaskFinal) {
+		// Typically the destination completed the task itself: it went
+		// live with our digest and only its HandoffAck was lost. Done is
+		// done; nothing to retry.
+		n.log.Info("rejoin attempt failed, but its task is final", "task", att.task, "epoch", att.epoch, "err", err, "requeue", rerr)
+		return
+	}
 	n.log.Info("rejoin attempt failed; requeued", "task", att.task, "epoch", att.epoch, "err", err)
-	if _, rerr := claim.Requeue(ctx, n.cli, att.claim.Attempt(), wire.ErrText(err), time.Now()); rerr != nil && n.ctx.Err() == nil {
+	if rerr != nil && n.ctx.Err() == nil {
 		n.log.Info("requeue", "task", att.task, "err", rerr)
 	}
 	n.goRun(func() {
