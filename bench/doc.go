@@ -55,8 +55,10 @@
 //     after the codec.
 //   - handoff-ms: the wall time the source held execution for the
 //     handoff, from the start of the driver call in which its state became
-//     handing-off until it was seen done; so never under-reported. It
-//     includes shipping the final delta and waiting for window room.
+//     handing-off until it was seen to have sent the Handoff (it executes
+//     on while it awaits the destination's HandoffAck); so never
+//     under-reported. It includes shipping the final delta and waiting
+//     for window room.
 //   - rounds: catch-up rounds, the final delta included (1 means the
 //     snapshot was followed directly by the handoff's delta).
 //   - write-ratio: the source's executed txns per second from the start of

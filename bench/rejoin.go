@@ -378,7 +378,7 @@ func (res *RejoinResult) fill(cfg RejoinConfig, src *sourceDriver, dst *destinat
 	res.RowsPerSec = float64(res.Rows) / res.Seconds
 	res.MBPerSec = float64(res.Bytes) / 1e6 / res.Seconds
 	res.WireMBPerSec = float64(res.WireBytes) / 1e6 / res.Seconds
-	res.HandoffPause = src.doneAt.Sub(src.holdAt)
+	res.HandoffPause = src.releasedAt.Sub(src.holdAt)
 	res.HandoffPauseTicks = m.HandoffPauseTicks
 	res.Rounds = m.Rounds
 	res.LogBytesPeak = m.LogBytesPeak

@@ -25,10 +25,12 @@ type sourceDriver struct {
 	// holdAt is when the source began holding execution for the handoff:
 	// the start of the call in which its state became handing-off (or
 	// done, when both happened in one call), so the pause is never under-
-	// reported. doneAt is when it was first seen done.
-	holdAt, doneAt time.Time
-	executedAtDone int64
-	metrics        recovery.Metrics
+	// reported. releasedAt is when it was first seen to have sent the
+	// Handoff, which ends the hold; doneAt when it was first seen done
+	// (the destination's HandoffAck came back).
+	holdAt, releasedAt, doneAt time.Time
+	executedAtDone             int64
+	metrics                    recovery.Metrics
 	// queuePeak is the most txns queued at the source while the rejoin ran:
 	// how far execution fell behind the feed.
 	queuePeak int
@@ -130,11 +132,17 @@ func (s *sourceDriver) call(f func()) error {
 		if s.holdAt.IsZero() {
 			s.holdAt = before
 		}
+		if s.releasedAt.IsZero() && s.proc.HandoffSent() {
+			s.releasedAt = time.Now()
+		}
 	case recovery.StateDone:
 		if s.holdAt.IsZero() {
 			s.holdAt = before
 		}
 		s.doneAt = time.Now()
+		if s.releasedAt.IsZero() {
+			s.releasedAt = s.doneAt
+		}
 		s.executedAtDone = s.executed.Load()
 		s.metrics = s.proc.Metrics()
 		close(s.done)

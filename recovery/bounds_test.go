@@ -112,7 +112,8 @@ func TestSourceHoldsForDestination(t *testing.T) {
 	if r.dest, err = NewDestination(r.dst, dcfg); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 200000 && !r.dest.State().Final(); i++ {
+	// Until both have ended: the source is done with the HandoffAck.
+	for i := 0; i < 200000 && !(r.dest.State().Final() && r.source.State().Final()); i++ {
 		if r.src.Queued() < inflight {
 			r.feed(true)
 		}

@@ -90,7 +90,9 @@ func (holdAll) BeforeTxn(txnid.ID) bool { return false }
 // attempt that rebuilds a partition replica. It buffers the partition's
 // transaction feed from the start, proposes P, applies the snapshot and
 // catch-up blocks in order, checks the digest at the handoff txn E, drops
-// its buffered txns below E and lets its executor run from E on.
+// its buffered txns below E, lets its executor run from E on, and tells
+// the source so (HandoffAck): the rejoin is done only when the source has
+// that acknowledgement (DESIGN.md step 7).
 //
 // Like Source it has no I/O and no clock. The driver feeds it the
 // initiators' traffic (OnTxn, OnHeartbeat), the source's messages
@@ -116,6 +118,11 @@ type Destination struct {
 	// once buffered passed BufferBytesHold and the Hold went out.
 	buffered int64
 	holding  bool
+
+	// ack is the HandoffAck sent on going live, kept so Resume can send it
+	// again: the digest it carries is the one at E, which the partition
+	// has left behind since.
+	ack *wire.HandoffAck
 }
 
 // NewDestination starts a destination attempt on exec's partition: it
@@ -202,7 +209,7 @@ func (d *Destination) OnHeartbeat(id txnid.ID) error {
 func (d *Destination) observe(id txnid.ID) {
 	d.cov.Observe(id)
 	if d.state == StateBuffering {
-		d.idleTicks = 0
+		d.progressed()
 		d.maybePropose()
 	}
 }
@@ -245,7 +252,7 @@ func (d *Destination) OnMessage(m wire.Message) error {
 		return d.Err()
 	case *wire.Heartbeat:
 		if d.state != StateBuffering {
-			d.idleTicks = 0
+			d.progressed()
 		}
 		return nil
 	}
@@ -268,7 +275,7 @@ func (d *Destination) onAnswer(m *wire.Answer) error {
 		return d.protocol("answer %v below proposal %v", m.TxnID, d.p)
 	}
 	d.s = m.TxnID
-	d.idleTicks = 0
+	d.progressed()
 	d.move(StateStreaming)
 	return nil
 }
@@ -298,7 +305,7 @@ func (d *Destination) onBlock(m *wire.Block) error {
 		return d.Err()
 	}
 	d.applied = m.Seq
-	d.idleTicks = 0
+	d.progressed()
 	d.m.addBlock(m.Kind, m.Count, len(m.Tuples))
 	d.send(&wire.Ack{MsgHeader: d.header, Seq: m.Seq})
 	return nil
@@ -320,7 +327,8 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 	for _, t := range p.Tables() {
 		rows += uint64(t.Len())
 	}
-	if got := p.Digest(); got != m.Digest || rows != m.Rows {
+	got := p.Digest()
+	if got != m.Digest || rows != m.Rows {
 		d.abort(wire.AbortDigestMismatch, fmt.Sprintf("at %v: digest %016x with %d rows, source has %016x with %d rows", m.TxnID, got, rows, m.Digest, m.Rows), false)
 		return d.Err()
 	}
@@ -330,12 +338,15 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 	d.buffered = 0
 	d.exec.SetGate(nil)
 	d.move(StateLive)
+	d.ack = &wire.HandoffAck{MsgHeader: d.header, TxnID: m.TxnID, Digest: got}
+	d.send(d.ack)
 	return nil
 }
 
 // Resume sends again, for a new connection after the old one broke, what
-// the source may have lost with it: the proposal, or the last
-// acknowledgement so the source learns at once how far it got.
+// the source may have lost with it: the proposal, the last
+// acknowledgement so the source learns at once how far it got, or, once
+// live, the HandoffAck the source waits for to be done.
 func (d *Destination) Resume() {
 	switch d.state {
 	case StateProposing:
@@ -347,13 +358,16 @@ func (d *Destination) Resume() {
 			d.send(&wire.Hold{MsgHeader: d.header})
 		}
 		return
+	case StateLive:
+		d.send(d.ack)
+		return
 	default:
 		return
 	}
 	if d.holding {
 		d.send(&wire.Hold{MsgHeader: d.header})
 	}
-	d.idleTicks = 0
+	d.progressed()
 }
 
 // Tick advances the attempt's clock: the heartbeat and stall detection.

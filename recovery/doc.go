@@ -32,9 +32,16 @@
 //     WindowBlocksMax unacknowledged blocks; rounds end when the change log
 //     is at most HandoffLogBytesMax or after RoundsMax.
 //   - The source holds execution, ships the final delta, and hands off at
-//     E = max(S, last executed + 1) with its digest and row count. The
-//     destination goes live only with equal digests, drops its buffered
-//     txns below E, and takes late feed txns below E as heartbeats.
+//     E = max(S, last executed + 1) with its digest and row count, then
+//     executes on. The destination goes live only with equal digests,
+//     drops its buffered txns below E, takes late feed txns below E as
+//     heartbeats, and answers HandoffAck{E, digest}.
+//   - The source is done only with that ack in hand, naming its E and
+//     digest. A lost handoff (no ack within the stall window; the
+//     destination's heartbeats do not count then), the destination's
+//     abort (a digest mismatch) or an ack with another digest abort the
+//     attempt, so the driver requeues the task instead of reporting it
+//     done: a failed handoff is never a silent one.
 //   - The destination's buffer is bounded in bytes (BufferBytesMax). Past
 //     its hold mark it sends Hold, and the source runs no txn while it
 //     streams, until the handoff: the partition's writes stop, not the
@@ -42,7 +49,11 @@
 //     past the bound all the same is refused (ErrBufferFull) and aborts
 //     the attempt.
 //   - A broken connection is resumed (Resume on both sides) by resending
-//     at most one window of blocks, and the hold if one was asked.
+//     at most one window of blocks, the hold if one was asked, the
+//     Handoff once sent, and the HandoffAck once live.
+//   - Progress counts what resets a side's stall count; the driver
+//     refreshes the task record when it moves, so a long rejoin that
+//     makes progress is never taken for a dead one (DESIGN.md step 1).
 //
 // # Invariants
 //
@@ -55,5 +66,6 @@
 //     exactly once, in Seq order.
 //   - Every phase has a stall timeout. Every abort leaves the source as it
 //     was before activation (no stream, no gate) and the destination empty.
-//   - A digest mismatch at the handoff is a failed rejoin, never a live one.
+//   - A digest mismatch at the handoff is a failed rejoin, never a live one,
+//     and never a done one at the source.
 package recovery

@@ -124,6 +124,21 @@ type side struct {
 	tick      uint64
 	idleTicks int // ticks without progress; what counts as progress is each side's
 	quietTick int // ticks since anything was sent
+	// progress counts the events that reset idleTicks: what the driver
+	// reports to the task record (DESIGN.md step 1). It only grows.
+	progress uint64
+}
+
+// Progress counts the attempt's progress so far: every event that reset
+// its stall count (an acknowledged block, the answer, the handoff's
+// acknowledgement...). It only grows, so a driver that sees it move knows
+// the attempt is alive, whatever its age (DESIGN.md step 1).
+func (c *side) Progress() uint64 { return c.progress }
+
+// progressed notes progress: the stall count starts again.
+func (c *side) progressed() {
+	c.idleTicks = 0
+	c.progress++
 }
 
 // State returns the attempt's state.

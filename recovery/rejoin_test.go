@@ -191,7 +191,9 @@ func TestRejoinInProcess(t *testing.T) {
 		cfg.WindowBlocksMax = 1 + int(seed%4)
 		cfg.HandoffLogBytesMax = int(seed%3) * 32 // 0: rounds go on until the log is empty or RoundsMax
 		r := newInProcess(t, seed, 300, cfg)
-		for i := 0; i < 5000 && !r.dest.State().Final(); i++ {
+		// Until both have ended: the source is done only once the
+		// destination's HandoffAck reached it.
+		for i := 0; i < 5000 && !(r.dest.State().Final() && r.source.State().Final()); i++ {
 			r.feed(true)
 			r.stepSource(r.rng.IntN(3))
 			if i%3 == 0 {
@@ -321,7 +323,7 @@ func TestRejoinDigestMismatchFails(t *testing.T) {
 	cfg.Stream.BlockBytesMax = 512
 	r := newInProcess(t, 3, 100, cfg)
 	corrupted := false
-	for i := 0; i < 5000 && !r.dest.State().Final(); i++ {
+	for i := 0; i < 5000 && !(r.dest.State().Final() && r.source.State().Final()); i++ {
 		r.feed(true)
 		r.stepSource(1)
 		if !corrupted {
@@ -349,6 +351,98 @@ func TestRejoinDigestMismatchFails(t *testing.T) {
 	}
 	if r.dst.Partition().Tables()[0].Len() != 0 {
 		t.Fatal("destination kept rows after a digest mismatch")
+	}
+	// The source hears of it: the attempt failed, it is not done.
+	if r.source.State() != StateAborted || !errors.As(r.source.Err(), &ae) || ae.Reason != wire.AbortDigestMismatch || !ae.Remote {
+		t.Fatalf("source %s with %v; want aborted by the destination's digest mismatch", r.source.State(), r.source.Err())
+	}
+}
+
+// TestHandoffLostAborts loses the Handoff on its way: the destination
+// never goes live and heartbeats on. The source must not count the
+// attempt done: with no HandoffAck it aborts after its stall window,
+// whatever the destination's heartbeats, and the destination follows.
+func TestHandoffLostAborts(t *testing.T) {
+	cfg := DefaultSourceConfig(wire.MsgHeader{})
+	cfg.Stream.BlockBytesMax = 512
+	cfg.StallTicksMax = 60
+	r := newInProcess(t, 3, 100, cfg)
+	lost, lostAt := false, 0
+	for i := 0; i < 5000 && !(r.dest.State().Final() && r.source.State().Final()); i++ {
+		r.feed(true)
+		r.stepSource(1)
+		for _, m := range r.source.Outbox() {
+			if _, ok := m.(*wire.Handoff); ok && !lost {
+				lost, lostAt = true, i
+				continue
+			}
+			r.toDest = append(r.toDest, m)
+		}
+		r.exchange()
+		r.source.Tick()
+		r.dest.Tick()
+		if lost && r.source.State() == StateDone {
+			t.Fatalf("source done at step %d with its handoff lost", i)
+		}
+	}
+	if !lost {
+		t.Fatal("no handoff to lose")
+	}
+	var ae *AbortError
+	if r.source.State() != StateAborted || !errors.As(r.source.Err(), &ae) || ae.Reason != wire.AbortTimeout {
+		t.Fatalf("source %s with %v; want aborted by its stall timeout", r.source.State(), r.source.Err())
+	}
+	if r.dest.State() != StateAborted || r.dst.Partition().Tables()[0].Len() != 0 {
+		t.Fatalf("destination %s with %d rows; want aborted and empty", r.dest.State(), r.dst.Partition().Tables()[0].Len())
+	}
+	t.Logf("handoff lost at step %d; %v", lostAt, r.source.Err())
+}
+
+// TestHandoffAckChecked: the source is done only by a HandoffAck naming
+// the E and the digest it handed off; another digest fails the attempt.
+func TestHandoffAckChecked(t *testing.T) {
+	for _, bad := range []bool{false, true} {
+		cfg := DefaultSourceConfig(wire.MsgHeader{})
+		cfg.Stream.BlockBytesMax = 512
+		r := newInProcess(t, 4, 100, cfg)
+		live := func() bool { return r.dest.State() == StateLive }
+		for i := 0; i < 5000 && !live(); i++ {
+			r.feed(true)
+			r.stepSource(1)
+			r.exchangeUntil(live)
+		}
+		// exchangeUntil stops with the destination's last messages still
+		// in its outbox: the ack is held back.
+		var ack *wire.HandoffAck
+		for _, m := range r.dest.Outbox() {
+			if a, ok := m.(*wire.HandoffAck); ok {
+				ack = a
+				continue
+			}
+			r.toSource = append(r.toSource, m)
+		}
+		if ack == nil || r.dest.State() != StateLive {
+			t.Fatalf("destination %s, no HandoffAck", r.dest.State())
+		}
+		for len(r.toSource) > 0 {
+			m := r.toSource[0]
+			r.toSource = r.toSource[1:]
+			_ = r.source.OnMessage(m)
+		}
+		if st := r.source.State(); st != StateHandingOff || !r.source.HandoffSent() {
+			t.Fatalf("source %s before the ack (handoff sent %v); want handing-off", st, r.source.HandoffSent())
+		}
+		if bad {
+			ack.Digest ^= 1
+		}
+		err := r.source.OnMessage(ack)
+		var ae *AbortError
+		switch {
+		case !bad && (err != nil || r.source.State() != StateDone):
+			t.Fatalf("good ack: source %s, %v", r.source.State(), err)
+		case bad && (r.source.State() != StateAborted || !errors.As(err, &ae) || ae.Reason != wire.AbortDigestMismatch):
+			t.Fatalf("ack with another digest: source %s, %v; want aborted for a digest mismatch", r.source.State(), err)
+		}
 	}
 }
 
@@ -439,7 +533,9 @@ func TestRejoinResumesAfterDrops(t *testing.T) {
 		cfg.HandoffLogBytesMax = 32
 		r := newInProcess(t, seed, 200, cfg)
 		drops := 0
-		for i := 0; i < 20000 && !(r.dest.State() == StateLive && len(r.toDest) == 0); i++ {
+		// Drops go on after the destination is live: the HandoffAck may
+		// be lost too, and is sent again by Resume.
+		for i := 0; i < 20000 && !(r.dest.State() == StateLive && r.source.State() == StateDone); i++ {
 			r.feed(true)
 			r.stepSource(r.rng.IntN(3))
 			if i%3 == 0 {
@@ -465,7 +561,7 @@ func TestRejoinResumesAfterDrops(t *testing.T) {
 				}
 			}
 		}
-		if r.dest.State() != StateLive {
+		if r.dest.State() != StateLive || r.source.State() != StateDone {
 			t.Fatalf("seed %d after %d drops: destination %s (%v), source %s (%v)", seed, drops, r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
 		}
 		for i := 0; i < 30; i++ {
@@ -473,7 +569,7 @@ func TestRejoinResumesAfterDrops(t *testing.T) {
 		}
 		r.settleAndCompare(seed)
 	}
-	for _, st := range []State{StateProposing, StateStreaming, StateCatchingUp} {
+	for _, st := range []State{StateProposing, StateStreaming, StateCatchingUp, StateLive} {
 		if !statesSeen[st] {
 			t.Errorf("no drop happened with the destination %s; seen %v", st, statesSeen)
 		}

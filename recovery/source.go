@@ -76,8 +76,9 @@ func (c SourceConfig) Validate() error {
 // Source is the RecoverySourceProcessor: the source side of one rejoin
 // attempt, on the live replica the partition is copied from. It answers
 // the destination's proposal, activates the table stream at the boundary
-// S, ships the snapshot and the catch-up rounds under the window, and
-// hands off at E.
+// S, ships the snapshot and the catch-up rounds under the window, hands
+// off at E, and is done only when the destination acknowledges the
+// handoff: live at E with the same digest (DESIGN.md step 7).
 //
 // It is a state machine with no I/O and no clock: the driver feeds it the
 // peer's messages (OnMessage) and ticks (Tick), calls Pump between two
@@ -88,9 +89,11 @@ func (c SourceConfig) Validate() error {
 // handoff. Like the executor, it belongs to the executor's goroutine.
 //
 // Invariants: at most WindowBlocksMax blocks are unacknowledged; blocks
-// carry consecutive sequence numbers from 1; when the attempt ends, by
-// handoff or abort, the stream is deactivated and the gate removed, so the
-// source partition is as it would be without the attempt.
+// carry consecutive sequence numbers from 1; once the Handoff is sent, and
+// whenever the attempt ends, the stream is deactivated and the gate
+// removed, so the source partition is as it would be without the attempt
+// (it executes on while the HandoffAck is awaited); StateDone is reached
+// only by a HandoffAck that names the E and the digest handed off.
 type Source struct {
 	side
 	cfg    SourceConfig
@@ -112,8 +115,12 @@ type Source struct {
 	// blocks holds the last WindowBlocksMax+1 blocks sent, by Seq like
 	// bufs, so every unacknowledged block can be sent again on a new
 	// connection (Resume).
-	blocks  []*wire.Block
-	handoff *wire.Handoff // once sent, for Resume
+	blocks []*wire.Block
+	// handoff is the Handoff once sent: for Resume, and to check the
+	// HandoffAck against. From then on the source awaits that ack in
+	// StateHandingOff, with the stream and the gate released.
+	handoff  *wire.Handoff
+	released bool // the stream is deactivated and the gate removed
 
 	// bufs are WindowBlocksMax+1 block buffers, used in turn by Seq. Block
 	// Seq n reuses the buffer of block n-WindowBlocksMax-1, which the
@@ -192,6 +199,9 @@ func (s *Source) BeforeTxn(next txnid.ID) bool {
 		}
 		return s.stream.BeforeTxn(next)
 	case StateHandingOff:
+		if s.released {
+			return true // awaiting the HandoffAck; the gate is gone anyway
+		}
 		return s.stream.BeforeTxn(next)
 	}
 	return true
@@ -209,12 +219,18 @@ func (s *Source) OnMessage(m wire.Message) error {
 		return s.onPropose(m)
 	case *wire.Ack:
 		return s.onAck(m)
+	case *wire.HandoffAck:
+		return s.onHandoffAck(m)
 	case *wire.Abort:
 		s.abort(m.Reason, m.Text, true)
 		return s.Err()
 	case *wire.Heartbeat:
-		if s.sent == s.acked && s.state != StateAwaitingBoundary {
-			s.idleTicks = 0
+		// With nothing outstanding, the peer's heartbeat is as much as it
+		// can say. Once the handoff is sent, only its ack will do: a
+		// destination that never got the Handoff heartbeats on, and must
+		// not keep this attempt alive.
+		if s.sent == s.acked && s.state != StateAwaitingBoundary && s.handoff == nil {
+			s.progressed()
 		}
 		return nil
 	case *wire.Hold:
@@ -245,7 +261,7 @@ func (s *Source) onPropose(m *wire.Propose) error {
 	s.p = m.TxnID
 	s.s = Answer(s.exec, m.TxnID)
 	s.move(StateAwaitingBoundary)
-	s.idleTicks = 0
+	s.progressed()
 	s.lastSafe, _ = s.exec.Safe()
 	s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s})
 	s.Pump()
@@ -258,9 +274,27 @@ func (s *Source) onAck(m *wire.Ack) error {
 	}
 	if m.Seq > s.acked {
 		s.acked = m.Seq
-		s.idleTicks = 0
+		s.progressed()
 	}
 	s.Pump()
+	return nil
+}
+
+// onHandoffAck ends the attempt: the destination is live at E with the
+// digest handed off. An ack that names another E or digest is a replica
+// live with other content than the source's: the attempt fails, loudly
+// (DESIGN.md step 7).
+func (s *Source) onHandoffAck(m *wire.HandoffAck) error {
+	if s.handoff == nil {
+		return s.protocol("handoff ack in state %s, no handoff sent", s.state)
+	}
+	if m.TxnID != s.handoff.TxnID || m.Digest != s.handoff.Digest {
+		s.abort(wire.AbortDigestMismatch, fmt.Sprintf("destination live at %v with digest %016x; handed off at %v with %016x",
+			m.TxnID, m.Digest, s.handoff.TxnID, s.handoff.Digest), false)
+		return s.Err()
+	}
+	s.progressed()
+	s.move(StateDone)
 	return nil
 }
 
@@ -279,7 +313,7 @@ func (s *Source) activate() {
 	}
 	s.stream = st
 	s.move(StateStreaming)
-	s.idleTicks = 0
+	s.progressed()
 }
 
 // Pump does what the source can do now, between two transactions: reach
@@ -290,7 +324,7 @@ func (s *Source) Pump() {
 	if s.state == StateAwaitingBoundary && AtBoundary(s.exec, s.s) {
 		s.activate()
 	}
-	for !s.state.Final() && s.state != StateAnswering && s.state != StateAwaitingBoundary {
+	for !s.state.Final() && s.state != StateAnswering && s.state != StateAwaitingBoundary && s.handoff == nil {
 		if s.sent-s.acked >= uint64(s.cfg.WindowBlocksMax) {
 			return
 		}
@@ -349,9 +383,11 @@ func (s *Source) beginHandoff() bool {
 	return true
 }
 
-// finishHandoff ends the attempt at E: every txn < E has executed at the
-// source and none >= E (it holds execution), and every block that brings
-// the destination there is sent.
+// finishHandoff hands off at E: every txn < E has executed at the source
+// and none >= E (it holds execution), and every block that brings the
+// destination there is sent. The source executes on at once; the attempt
+// stays handing-off until the destination's HandoffAck (onHandoffAck), or
+// aborts if none comes within the stall window.
 func (s *Source) finishHandoff() {
 	p := s.exec.Partition()
 	e := max(s.s, s.exec.LastExecuted()+1)
@@ -363,8 +399,11 @@ func (s *Source) finishHandoff() {
 	s.send(s.handoff)
 	s.m.HandoffPauseTicks = s.tick - s.holdTick
 	s.release()
-	s.move(StateDone)
 }
+
+// HandoffSent reports whether the Handoff is sent: from then on the source
+// executes again and awaits the destination's HandoffAck.
+func (s *Source) HandoffSent() bool { return s.handoff != nil }
 
 func (s *Source) sendBlock(b cow.Block) {
 	s.sent++
@@ -400,19 +439,22 @@ func (s *Source) Resume() {
 	if s.handoff != nil {
 		s.send(s.handoff)
 	}
-	s.idleTicks = 0
+	s.progressed()
 }
 
 // Tick advances the attempt's clock by one tick: throttle windows, the
 // heartbeat, and stall detection. Progress, which resets the stall count,
 // is: any message from the peer while waiting for its proposal, the safe
 // txn ID moving while executing up to S, and an acknowledgement (or the
-// peer's heartbeat with nothing outstanding) while streaming.
+// peer's heartbeat with nothing outstanding) while streaming; once the
+// Handoff is sent, an acknowledgement only, of a block or of the handoff.
+// So a lost Handoff, or a destination that never goes live, ends the
+// attempt after the stall window instead of leaving it done.
 func (s *Source) Tick() {
 	if s.state.Final() {
 		return
 	}
-	if s.stream != nil {
+	if s.stream != nil && !s.released {
 		s.stream.Tick()
 	}
 	if s.peerHold && (s.state == StateStreaming || s.state == StateCatchingUp) {
@@ -420,7 +462,8 @@ func (s *Source) Tick() {
 	}
 	if s.state == StateAwaitingBoundary {
 		if safe, ok := s.exec.Safe(); ok && safe != s.lastSafe {
-			s.lastSafe, s.idleTicks = safe, 0
+			s.lastSafe = safe
+			s.progressed()
 		}
 	}
 	if s.countTick(s.cfg.StallTicksMax, s.cfg.HeartbeatTicks) {
@@ -445,8 +488,13 @@ func (s *Source) abort(reason wire.AbortReason, text string, remote bool) {
 }
 
 // release gives the partition back: no stream, no gate. The deactivated
-// stream stays referenced for its metrics.
+// stream stays referenced for its metrics. It runs once: after the
+// handoff the gate may already be another attempt's.
 func (s *Source) release() {
+	if s.released {
+		return
+	}
+	s.released = true
 	if s.stream != nil {
 		s.stream.Deactivate()
 	}

@@ -18,6 +18,12 @@ import "fmt"
 //	    │                │                  │              │               │
 //	    └────────────────┴──────────────────┴──────────────┴───────────────┴──► aborted
 //
+// The source reaches done only by the destination's HandoffAck (live at E
+// with the digest handed off); from handing-off, a lost handoff (no ack
+// within the stall window), the destination's abort (a digest mismatch)
+// or an ack with another digest all lead to aborted, so the rejoin is
+// attempted again rather than counted done (DESIGN.md step 7).
+//
 // Aborted and live/done are final: a new attempt is a new processor.
 type State uint8
 
@@ -36,11 +42,15 @@ const (
 	// StateCatchingUp: catch-up rounds of the change log flow.
 	StateCatchingUp
 	// StateHandingOff: the source holds execution at E and ships the last
-	// delta; the destination applies it and checks the digest.
+	// delta and the Handoff, then executes on with its stream freed and
+	// awaits the HandoffAck; the destination applies the delta and checks
+	// the digest.
 	StateHandingOff
-	// StateLive: the destination executes from E on; the rejoin is done.
+	// StateLive: the destination executes from E on and has sent its
+	// HandoffAck.
 	StateLive
-	// StateDone: the source shipped the handoff and its stream is freed.
+	// StateDone: the destination acknowledged the handoff (live at E with
+	// the source's digest): the rejoin is done.
 	StateDone
 	// StateAborted: the attempt ended without a live replica; everything it
 	// held is freed.

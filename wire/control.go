@@ -61,6 +61,23 @@ type Handoff struct {
 // Type implements Message.
 func (*Handoff) Type() MsgType { return MsgHandoff }
 
+// HandoffAck is the destination's answer to Handoff (DESIGN.md step 7): it
+// went live at E with this digest, which the source compares with the one
+// it handed off. Only then is the rejoin done; a source that hears no
+// HandoffAck takes the attempt as failed, so a lost handoff or a
+// mismatch can never end as a silent success.
+type HandoffAck struct {
+	MsgHeader
+	// TxnID is E, as the Handoff carried it.
+	TxnID txnid.ID
+	// Digest is the destination's partition digest at E, when it went
+	// live: equal to Handoff.Digest, or it would not have.
+	Digest uint64
+}
+
+// Type implements Message.
+func (*HandoffAck) Type() MsgType { return MsgHandoffAck }
+
 // AbortTextBytesMax bounds Abort.Text. AppendMessage cuts a longer text;
 // DecodeMessage refuses one with ErrTooLarge.
 const AbortTextBytesMax = 512

@@ -13,7 +13,8 @@
 //     BlockWriter (AppendStored) until TupleBytes reaches the block budget,
 //     then takes the Frame.
 //   - recovery builds and consumes the protocol messages (Propose, Answer,
-//     Block, Ack, Handoff, Abort, Heartbeat, Hold) in its state machines.
+//     Block, Ack, Handoff, Abort, Heartbeat, Hold, HandoffAck) in its state
+//     machines.
 //   - recovery/node and its client speak the cluster messages (Hello, Txn,
 //     Beat, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
 //     frames.
@@ -42,6 +43,7 @@
 //	Abort     [epoch, partition, reason, text]
 //	Heartbeat [epoch, partition, tick]
 //	Hold      [epoch, partition]   (type 16: added after the cluster messages)
+//	HandoffAck [epoch, partition, txnID, digest]   (type 17, likewise)
 //
 // The cluster messages have no MsgHeader (Header returns the zero one;
 // MsgType.Rejoin tells the two families apart):

@@ -119,7 +119,7 @@ func FuzzDecodeBlock(f *testing.F) {
 // controlTypes are the message types other than Block: the rejoin control
 // messages and the cluster messages.
 var controlTypes = []MsgType{MsgPropose, MsgAnswer, MsgAck, MsgHandoff, MsgAbort, MsgHeartbeat,
-	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply, MsgRepair, MsgRepairEnd, MsgHold}
+	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply, MsgRepair, MsgRepairEnd, MsgHold, MsgHandoffAck}
 
 func FuzzDecodeControl(f *testing.F) {
 	for _, m := range allSampleMessages(f) {
@@ -331,9 +331,12 @@ func TestWriteFuzzSeeds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The cluster messages go last, so the rejoin seeds keep their names.
+	// The cluster messages come after the first rejoin messages and the
+	// block, and the rejoin messages numbered after them (Hold,
+	// HandoffAck) last, so every seed keeps its name.
 	msgs := append(sampleMessages(t), compressibleBlock(t))
 	msgs = append(msgs, sampleClusterMessages(t)...)
+	msgs = append(msgs, lateRejoinMessages()...)
 	for _, c := range allCodecs {
 		for i, m := range msgs {
 			fr := mustFrame(t, m, c)

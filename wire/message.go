@@ -41,7 +41,8 @@ const (
 
 // Rejoin messages added after the cluster messages.
 const (
-	MsgHold MsgType = 16 // destination -> source: my buffer is past its hold mark, hold execution
+	MsgHold       MsgType = 16 // destination -> source: my buffer is past its hold mark, hold execution
+	MsgHandoffAck MsgType = 17 // destination -> source: live at E with this digest
 )
 
 func (t MsgType) String() string {
@@ -78,17 +79,21 @@ func (t MsgType) String() string {
 		return "RepairEnd"
 	case MsgHold:
 		return "Hold"
+	case MsgHandoffAck:
+		return "HandoffAck"
 	}
 	return "MsgType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Valid reports whether t is a known message type.
-func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgHold }
+func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgHandoffAck }
 
 // Rejoin reports whether t is a message of the rejoin protocol (Propose to
-// Heartbeat, and Hold), which has a MsgHeader, as opposed to a cluster
-// message.
-func (t MsgType) Rejoin() bool { return t >= MsgPropose && t <= MsgHeartbeat || t == MsgHold }
+// Heartbeat, Hold and HandoffAck), which has a MsgHeader, as opposed to a
+// cluster message.
+func (t MsgType) Rejoin() bool {
+	return t >= MsgPropose && t <= MsgHeartbeat || t == MsgHold || t == MsgHandoffAck
+}
 
 // MsgHeader is what every message of a rejoin carries, so that a receiver
 // can drop a message of a superseded attempt (DESIGN.md step 1) before
@@ -107,7 +112,7 @@ func (h MsgHeader) Header() MsgHeader { return h }
 
 // Message is one message of the rejoin protocol or of the cluster. The
 // implementations are the pointer types *Propose, *Answer, *Block, *Ack,
-// *Handoff, *Abort, *Heartbeat and *Hold (the rejoin messages), and *Hello, *Txn,
+// *Handoff, *Abort, *Heartbeat, *Hold and *HandoffAck (the rejoin messages), and *Hello, *Txn,
 // *Beat, *Done, *Call, *Reply, *Repair and *RepairEnd (the cluster
 // messages, cluster.go);
 // DecodeMessage returns one of them and AppendMessage takes one.
@@ -124,15 +129,16 @@ type Message interface {
 // Field counts of each message's msgpack array, header fields included.
 // Part of the format: a message with another count is ErrMalformed.
 const (
-	headerFields    = 2
-	proposeFields   = headerFields + 1
-	answerFields    = headerFields + 1
-	blockFields     = headerFields + 4
-	ackFields       = headerFields + 1
-	handoffFields   = headerFields + 4
-	abortFields     = headerFields + 2
-	heartbeatFields = headerFields + 1
-	holdFields      = headerFields
+	headerFields     = 2
+	proposeFields    = headerFields + 1
+	answerFields     = headerFields + 1
+	blockFields      = headerFields + 4
+	ackFields        = headerFields + 1
+	handoffFields    = headerFields + 4
+	abortFields      = headerFields + 2
+	heartbeatFields  = headerFields + 1
+	holdFields       = headerFields
+	handoffAckFields = headerFields + 2
 )
 
 // AppendMessage appends the encoding of m to dst: a msgpack array of the
@@ -174,6 +180,10 @@ func AppendMessage(dst []byte, m Message) []byte {
 		return appendUint(dst, m.Tick)
 	case *Hold:
 		return appendMsgHeader(dst, holdFields, m.MsgHeader)
+	case *HandoffAck:
+		dst = appendMsgHeader(dst, handoffAckFields, m.MsgHeader)
+		dst = appendUint(dst, uint64(m.TxnID))
+		return appendUint(dst, m.Digest)
 	}
 	if out, ok := appendCluster(dst, m); ok {
 		return out
@@ -248,6 +258,12 @@ func DecodeMessage(t MsgType, payload []byte) (Message, error) {
 	case MsgHold:
 		var h Hold
 		r.header(holdFields, &h.MsgHeader)
+		m = &h
+	case MsgHandoffAck:
+		var h HandoffAck
+		r.header(handoffAckFields, &h.MsgHeader)
+		h.TxnID = r.txnID()
+		h.Digest = r.uint(math.MaxUint64)
 		m = &h
 	default:
 		if m = decodeCluster(t, &r); m == nil {

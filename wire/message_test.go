@@ -115,7 +115,7 @@ func TestDecodeMessageErrors(t *testing.T) {
 		want    error
 	}{
 		{"unknown type 0", 0, ack, ErrUnknownType},
-		{"unknown type 17", 17, ack, ErrUnknownType},
+		{"unknown type 18", 18, ack, ErrUnknownType},
 		{"unknown type 255", 255, ack, ErrUnknownType},
 		{"empty", MsgAck, nil, ErrTruncated},
 		{"not an array", MsgAck, []byte{0x05}, ErrMalformed},
@@ -228,7 +228,7 @@ func TestAbortTextCut(t *testing.T) {
 
 func TestEnumStrings(t *testing.T) {
 	for _, s := range []string{
-		MsgType(0).String(), MsgBlock.String(), MsgType(200).String(), MsgReply.String(), MsgRepairEnd.String(),
+		MsgType(0).String(), MsgBlock.String(), MsgType(200).String(), MsgReply.String(), MsgRepairEnd.String(), MsgHandoffAck.String(),
 		HelloKind(0).String(), HelloFeed.String(), HelloRepair.String(),
 		BlockKind(0).String(), BlockUpserts.String(),
 		CodecS2.String(), Codec(9).String(),
@@ -238,7 +238,7 @@ func TestEnumStrings(t *testing.T) {
 			t.Fatal("empty enum name")
 		}
 	}
-	if AbortReason(200).Valid() || !AbortInternal.Valid() || MsgType(17).Valid() || !MsgHold.Valid() || !MsgHold.Rejoin() || MsgHello.Rejoin() || !MsgHeartbeat.Rejoin() || Codec(3).Valid() {
+	if AbortReason(200).Valid() || !AbortInternal.Valid() || MsgType(18).Valid() || !MsgHold.Valid() || !MsgHold.Rejoin() || !MsgHandoffAck.Valid() || !MsgHandoffAck.Rejoin() || MsgHello.Rejoin() || !MsgHeartbeat.Rejoin() || Codec(3).Valid() {
 		t.Fatal("Valid disagrees with the enums")
 	}
 }

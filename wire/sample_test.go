@@ -82,9 +82,18 @@ func sampleClusterMessages(t testing.TB) []Message {
 // allSampleMessages returns the rejoin and the cluster samples.
 func allSampleMessages(t testing.TB) []Message {
 	msgs := append(sampleMessages(t), sampleClusterMessages(t)...)
-	// Rejoin messages added later go last, so the seeds named by index
-	// keep their names.
-	return append(msgs, &Hold{MsgHeader: MsgHeader{Epoch: 42, Partition: 300}})
+	return append(msgs, lateRejoinMessages()...)
+}
+
+// lateRejoinMessages are the rejoin messages numbered after the cluster
+// messages, in type order, with fixed contents the golden files pin. They
+// go last, so the seeds named by index keep their names.
+func lateRejoinMessages() []Message {
+	h := MsgHeader{Epoch: 42, Partition: 300}
+	return []Message{
+		&Hold{MsgHeader: h},
+		&HandoffAck{MsgHeader: h, TxnID: txnid.ID(0x0123456789abd000), Digest: 0xfeedfacecafebeef},
+	}
 }
 
 // compressibleBlock returns a Block big enough to be worth compressing.

@@ -8,8 +8,10 @@
 // fencing epoch that goes into wire.MsgHeader.Epoch of every message of the
 // attempt. While the attempt runs, the executor selects on Claim.Lost and
 // stops at once, writing nothing more, when it closes; it refreshes its
-// task record with Touch, and ends with MarkDone, Requeue or MarkFailed and
-// then Release. The coordinator's leader (supervision) opens tasks with
+// task record with Touch whenever the attempt has made progress (at most
+// once a window), so that the record's age is the time since its last
+// progress, and ends with MarkDone, Requeue or MarkFailed and then
+// Release. The coordinator's leader (supervision) opens tasks with
 // CreateTask and runs ResetStale as its periodic health task. cmd/rejoin
 // starts StartEmbedded for the single-machine setup; tests use it too.
 //

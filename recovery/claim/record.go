@@ -108,7 +108,8 @@ type Record struct {
 	Executor string `json:"executor,omitempty"`
 	Epoch    uint64 `json:"epoch,omitempty"`
 	// UpdatedAt is when the record last changed, by the writer's clock; a
-	// running attempt refreshes it (Touch) so ResetStale can tell it alive.
+	// running attempt refreshes it (Touch) when it makes progress, so
+	// ResetStale tells a slow but moving rejoin from a stuck one.
 	UpdatedAt time.Time `json:"updated_at"`
 	// Note says why the last move was made (a reset, a failure).
 	Note string `json:"note,omitempty"`

@@ -152,8 +152,12 @@ func StartTask(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Ti
 	})
 }
 
-// Touch refreshes the running task's UpdatedAt, as its holder. Call it
-// more often than the staleness ResetStale is run with.
+// Touch refreshes the running task's UpdatedAt, as its holder. An
+// executor calls it when its attempt has made progress since the last
+// call (blocks acknowledged, the handoff acknowledged), so UpdatedAt says
+// when the attempt last moved, not when it started: a rejoin that moves
+// on is never stale however long it runs, one that stalls is (DESIGN.md
+// step 1). Call it more often than the staleness ResetStale is run with.
 func Touch(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Time) (Record, error) {
 	now = normalize(now)
 	return updateAsHolder(ctx, cli, a, func(r Record) (Record, bool, error) {

@@ -80,6 +80,38 @@ type Config struct {
 	// testRepairDelay, in tests, holds each repair answer this long: a
 	// repair still under way when the dead initiator's node is back.
 	testRepairDelay time.Duration
+	// testHandoff, in tests, gets a copy of every Handoff this node sends
+	// as a source, with the attempt's epoch, and returns what to send
+	// instead: nil loses it, a changed digest corrupts it.
+	testHandoff func(epoch uint64, h *wire.Handoff) *wire.Handoff
+	// testLoseHandoffAck, in tests, loses every HandoffAck this node
+	// sends as a destination.
+	testLoseHandoffAck bool
+	// testStaleAfter, in tests, replaces the stale limit of running tasks
+	// this node's supervisor resets (default staleAfter).
+	testStaleAfter time.Duration
+	// testSourceStallTicks, in tests, replaces the stall window of this
+	// node's source attempts (default stallTicks).
+	testSourceStallTicks int
+}
+
+// staleAfter is the health task's limit for a running task whose record
+// its executor has not refreshed: the source's stall window (an attempt
+// that makes no progress for it aborts by itself) plus two claim windows
+// (it refreshes the record on progress at most once a window), so a
+// rejoin that makes progress is never reset, however long it takes.
+func (c *Config) staleAfter() time.Duration {
+	if c.testStaleAfter > 0 {
+		return c.testStaleAfter
+	}
+	return time.Duration(c.sourceStallTicks())*tickEvery + 2*c.ClaimWindow
+}
+
+func (c *Config) sourceStallTicks() int {
+	if c.testSourceStallTicks > 0 {
+		return c.testSourceStallTicks
+	}
+	return stallTicks
 }
 
 // Defaults of Config's limits.

@@ -114,8 +114,20 @@
 // marks it running, dials the destination and starts a recovery.Source
 // on the replica. Before any message of the attempt is sent the replica
 // checks the claim's lease guard (Claim.Held); a claim that may have
-// expired aborts the attempt. The outcome is reported with
-// supervise.Complete, or the task requeued, and the claim released.
+// expired aborts the attempt. While the attempt makes progress (the
+// processor's Progress moves: blocks acknowledged, the handoff
+// acknowledged) the replica refreshes the task record (claim.Touch), at
+// most once a claim window, so the supervisor's health task, which resets
+// a running task left untouched for the stall window plus two claim
+// windows, never resets a rejoin that moves on, however long it takes. A
+// newer attempt at the same task supersedes the source attempt running on
+// the replica; another task's waits for it to end. The attempt is done
+// only when the destination's HandoffAck says it is live at E with the
+// source's digest: then supervise.Complete; on any failure, after the
+// last block too (the handoff lost, a digest mismatch, an abort), the
+// task is requeued, and the claim released. The destination completes the
+// task as well when it goes live, so a lost ack costs nothing: whichever
+// of Requeue and Complete lands first, the task ends done.
 //
 // The destination starts a fresh executor and recovery.Destination per
 // attempt; a higher epoch supersedes the current attempt, a lower one is

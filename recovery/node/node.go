@@ -301,9 +301,14 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 		}
 		if live {
 			// The destination completes the task too (seed 001: any
-			// attempt's completion stands): a source that dies between
-			// its handoff and its own Complete leaves no task open that
-			// would send new attempts to a replica already live.
+			// attempt's completion stands). It went live only with the
+			// source's digest at E, which is what done means, so its word
+			// is as good as the source's HandoffAck. A source that dies
+			// after the handoff, or whose ack was lost and which requeues
+			// the task, leaves no task open that would send new attempts
+			// to a replica already live: whichever lands first, Requeue
+			// then meets a done task (ErrTaskFinal), or Complete moves a
+			// requeued one from pending to done.
 			a := claim.Attempt{Task: claim.Task{Partition: p, Dest: n.id}, Executor: n.id + ":destination", Epoch: epoch}
 			if _, _, err := supervise.Complete(ctx, n.cli, a, time.Now(), n.log); err != nil {
 				n.log.Warn("complete rejoin task", "task", a.Task, "err", err)
@@ -379,7 +384,8 @@ func (n *Node) hearsEveryone() bool {
 // supervise campaigns for the supervisor's role, again after a lost
 // session, until the node stops.
 func (n *Node) supervise() {
-	sup, err := supervise.New(n.cli, supervise.Config{NodeID: n.id, SessionTTL: n.cfg.NodeTTL, Log: n.log})
+	sup, err := supervise.New(n.cli, supervise.Config{NodeID: n.id, SessionTTL: n.cfg.NodeTTL, Log: n.log,
+		Health: supervise.HealthLimits{StaleAfter: n.cfg.staleAfter()}})
 	if err != nil {
 		n.log.Error("supervisor", "err", err)
 		return

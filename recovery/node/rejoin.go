@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,11 +45,19 @@ type srcAttempt struct {
 	heldAcks []wire.Message
 	// lastCheck is when checkSource last ran, before the next call into
 	// proc; holdAt is the lastCheck before the call in which the source
-	// began to hand off, doneAt when it was seen done. So the handoff
-	// pause holdAt..doneAt is wall time, never under-reported.
+	// began to hand off, doneAt when it was seen to have sent the Handoff
+	// and released the partition. So the handoff pause holdAt..doneAt is
+	// wall time, never under-reported.
 	lastCheck, holdAt, doneAt time.Time
 	// pauseUntil (unix nanos): the attempt's I/O stands still until then.
 	pauseUntil atomic.Int64
+
+	// touchedAt and touched are when the task record was last refreshed
+	// and the proc's Progress then; touching is set while a refresh is
+	// in flight. Replica goroutine, but touching.
+	touchedAt time.Time
+	touched   uint64
+	touching  atomic.Bool
 }
 
 func (a *srcAttempt) status() RejoinStatus {
@@ -96,16 +105,24 @@ func (a *dstAttempt) status() RejoinStatus {
 
 // ---- source side, on the replica goroutine ----
 
-// startSource begins serving att on this replica.
+// startSource begins serving att on this replica. A newer attempt at the
+// same task supersedes the one running here (its claim is gone, whether
+// or not it has noticed yet: DESIGN.md step 1); another task waits for
+// the replica's one source attempt to end.
 func (r *replica) startSource(att *srcAttempt) error {
 	if r.state != StateLive || r.exec == nil {
 		return fmt.Errorf("replica %d is %s, not live", r.p, r.state)
 	}
-	if r.src != nil {
-		return fmt.Errorf("replica %d already serves a rejoin (epoch %d)", r.p, r.src.epoch)
+	if old := r.src; old != nil {
+		if old.task != att.task || att.epoch <= old.epoch {
+			return fmt.Errorf("replica %d already serves a rejoin (%s, epoch %d)", r.p, old.task, old.epoch)
+		}
+		r.n.log.Info("source attempt superseded", "task", old.task, "epoch", old.epoch, "by", att.epoch)
+		old.proc.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", att.epoch))
+		r.checkSource()
 	}
 	cfg := recovery.DefaultSourceConfig(wire.MsgHeader{Epoch: att.epoch, Partition: r.p})
-	cfg.StallTicksMax = stallTicks
+	cfg.StallTicksMax = r.n.cfg.sourceStallTicks()
 	proc, err := recovery.NewSource(r.exec, cfg)
 	if err != nil {
 		return err
@@ -113,6 +130,7 @@ func (r *replica) startSource(att *srcAttempt) error {
 	att.proc = proc
 	att.holdRows = r.holdRows
 	att.lastCheck = time.Now()
+	att.touchedAt = att.lastCheck
 	r.src = att
 	r.checkSource()
 	return nil
@@ -169,27 +187,78 @@ func (r *replica) checkSource() {
 		att.proc.Abort(wire.AbortClaimLost, "claim not certainly held")
 		msgs = att.proc.Outbox()
 	}
+	if f := r.n.cfg.testHandoff; f != nil {
+		msgs = testHandoffs(f, att.epoch, msgs)
+	}
 	if err := att.link.queue(msgs); err != nil {
 		att.proc.Abort(wire.AbortInternal, err.Error())
 		_ = att.link.queue(att.proc.Outbox())
 	}
 	now := time.Now()
+	r.maybeTouch(att, now)
 	switch att.proc.State() {
 	case recovery.StateHandingOff:
 		if att.holdAt.IsZero() {
 			att.holdAt = att.lastCheck
 		}
+		if att.doneAt.IsZero() && att.proc.HandoffSent() {
+			att.doneAt = now
+		}
 	case recovery.StateDone:
+		// Only the destination's HandoffAck gets here: it is live at E
+		// with our digest.
 		if att.holdAt.IsZero() {
 			att.holdAt = att.lastCheck
 		}
-		att.doneAt = now
+		if att.doneAt.IsZero() {
+			att.doneAt = now
+		}
 		r.endSource()
 	case recovery.StateAborted:
 		att.err = att.proc.Err()
 		r.endSource()
 	}
 	att.lastCheck = now
+}
+
+// maybeTouch refreshes the task record when the attempt made progress
+// since the last refresh, at most once a claim window, off the replica
+// goroutine. The record's age is then the time since the attempt's last
+// progress, give or take a window, which is what the health task judges
+// it by (DESIGN.md step 1): a long rejoin that moves on is never reset.
+func (r *replica) maybeTouch(att *srcAttempt, now time.Time) {
+	p := att.proc.Progress()
+	if p == att.touched || att.proc.State().Final() || now.Sub(att.touchedAt) < att.claim.Window() || att.touching.Load() {
+		return
+	}
+	att.touched, att.touchedAt = p, now
+	att.touching.Store(true)
+	r.n.goRun(func() {
+		defer att.touching.Store(false)
+		ctx, cancel := context.WithTimeout(r.n.ctx, att.claim.Window())
+		defer cancel()
+		if _, err := claim.Touch(ctx, r.n.cli, att.claim.Attempt(), time.Now()); err != nil && r.n.ctx.Err() == nil {
+			// Not the holder any more: the claim's own checks end the
+			// attempt within a window.
+			r.n.log.Info("touch rejoin task", "task", att.task, "epoch", att.epoch, "err", err)
+		}
+	})
+}
+
+// testHandoffs passes every Handoff in msgs through the test hook f.
+func testHandoffs(f func(uint64, *wire.Handoff) *wire.Handoff, epoch uint64, msgs []wire.Message) []wire.Message {
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		if h, ok := m.(*wire.Handoff); ok {
+			c := *h // the source keeps its own to check the ack against
+			if n := f(epoch, &c); n != nil {
+				out = append(out, n)
+			}
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func (r *replica) endSource() {
@@ -304,7 +373,11 @@ func (r *replica) checkDest() {
 		}
 		return
 	}
-	if err := att.link.queue(att.proc.Outbox()); err != nil {
+	msgs := att.proc.Outbox()
+	if r.n.cfg.testLoseHandoffAck {
+		msgs = slices.DeleteFunc(msgs, func(m wire.Message) bool { return m.Type() == wire.MsgHandoffAck })
+	}
+	if err := att.link.queue(msgs); err != nil {
 		att.proc.Abort(wire.AbortInternal, err.Error())
 	}
 	switch att.proc.State() {
@@ -319,8 +392,10 @@ func (r *replica) checkDest() {
 			"rows", st.Rows, "seconds", st.Ended.Sub(att.started).Seconds())
 		r.n.replicaChanged(r.p, true, att.epoch)
 		r.n.goRun(func() {
-			// The source closes the connection once it is done; the
-			// writer ends with it, or with this close.
+			// The HandoffAck goes out first: the source is done only
+			// with it. The source closes the connection once it is done;
+			// the writer ends with it, or with this close.
+			att.link.drain(3 * time.Second)
 			select {
 			case <-time.After(time.Second):
 			case <-r.n.ctx.Done():
@@ -346,7 +421,12 @@ func (r *replica) endDest() {
 	r.n.metrics.observeRejoin(r.p, st)
 	r.dst, r.exec, r.state = nil, nil, StateNeedsRejoin
 	r.n.log.Info("rejoin attempt ended", "partition", r.p, "epoch", att.epoch, "err", st.Err)
-	r.n.goRun(att.link.close)
+	r.n.goRun(func() {
+		// The Abort goes out first: a source that never hears of a
+		// digest mismatch waits out its stall window for the ack.
+		att.link.drain(time.Second)
+		att.link.close()
+	})
 	r.publish()
 }
 
@@ -561,8 +641,16 @@ func (n *Node) finishAttempt(att *srcAttempt, lastErr error) {
 		n.log.Info("rejoin served", "task", att.task, "epoch", att.epoch)
 		return
 	}
+	_, rerr := claim.Requeue(ctx, n.cli, att.claim.Attempt(), wire.ErrText(err), time.Now())
+	if errors.Is(rerr, claim.ErrTaskFinal) {
+		// Typically the destination completed the task itself: it went
+		// live with our digest and only its HandoffAck was lost. Done is
+		// done; nothing to retry.
+		n.log.Info("rejoin attempt failed, but its task is final", "task", att.task, "epoch", att.epoch, "err", err, "requeue", rerr)
+		return
+	}
 	n.log.Info("rejoin attempt failed; requeued", "task", att.task, "epoch", att.epoch, "err", err)
-	if _, rerr := claim.Requeue(ctx, n.cli, att.claim.Attempt(), wire.ErrText(err), time.Now()); rerr != nil && n.ctx.Err() == nil {
+	if rerr != nil && n.ctx.Err() == nil {
 		n.log.Info("requeue", "task", att.task, "err", rerr)
 	}
 	n.goRun(func() {

@@ -182,6 +182,8 @@ func (w *world) describe(m wire.Message) string {
 		return fmt.Sprintf("ack e%d #%d", h.Epoch, m.Seq)
 	case *wire.Handoff:
 		return fmt.Sprintf("handoff e%d E=%v rows=%d last=#%d", h.Epoch, m.TxnID, m.Rows, m.LastSeq)
+	case *wire.HandoffAck:
+		return fmt.Sprintf("handoff-ack e%d E=%v", h.Epoch, m.TxnID)
 	case *wire.Abort:
 		return fmt.Sprintf("abort e%d %s: %s", h.Epoch, m.Reason, m.Text)
 	case *wire.Heartbeat:

@@ -568,7 +568,7 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 		eq = "DIFFER"
 	}
 	fmt.Fprintf(&b, "source and oracle at %v: digests %s\n", w.srcExec.LastExecuted(), eq)
-	if sa := w.srcAttempt(); sa == nil || sa.src.State().Final() {
+	if sa := w.srcAttempt(); sa == nil || sa.src.State().Final() || sa.src.HandoffSent() {
 		fmt.Fprintf(&b, "source executor: gate %v, stream %v\n", hasGate(w.srcExec), hasObserver(w.srcExec.Partition()))
 	}
 	return b.String()

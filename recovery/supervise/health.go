@@ -20,6 +20,12 @@ type HealthLimits struct {
 	RemoveAfter time.Duration
 	// StaleAfter is passed to claim.ResetStale: a running task not touched
 	// for this long is put back to pending even if its claim stands.
+	// Executors touch their task when it makes progress, so this is the
+	// time without progress after which a rejoin counts as stuck; it must
+	// exceed the executors' own stall window plus their touch interval (a
+	// claim window), or a rejoin that moves on would be reset under its
+	// executor (recovery/node sets the stall window plus two claim
+	// windows).
 	StaleAfter time.Duration
 }
 
