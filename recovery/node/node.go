@@ -54,6 +54,11 @@ type Node struct {
 	// that are not live yet: at most cfg.IncomingMax at once.
 	openMu sync.Mutex
 	opened map[uint32]bool
+
+	// unpub are the replicas whose latest state change etcd did not take:
+	// registration republishes them (registration.go).
+	pubMu sync.Mutex
+	unpub map[uint32]bool
 }
 
 // Run runs the node until ctx ends or its registration is lost. ready, if
@@ -64,7 +69,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
-	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}}
+	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{}}
 	n.log = cfg.Log.With("node", n.id)
 	n.members.n, n.feeds.n = n, n
 	n.feeds.by = map[txnid.Initiator]*feedIn{}
@@ -119,11 +124,13 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		return err
 	}
 	n.reg = reg
-	// The node's work ends when asked to stop or when the registration
-	// is lost (seed 002), whichever comes first.
-	nctx, ncancel := context.WithCancel(reg.Context())
+	// The node runs until asked to stop, or until a newer incarnation of
+	// its id takes its record over. A lost registration does not stop it
+	// (docs/DESIGN.md "Without the coordinator"): only the work that needs
+	// one does, term by term (registration).
+	nctx, ncancel := context.WithCancel(ctx)
 	defer ncancel()
-	stopWatch := context.AfterFunc(ctx, ncancel)
+	stopWatch := context.AfterFunc(reg.Context(), ncancel)
 	defer stopWatch()
 	n.ctx = nctx
 	defer func() {
@@ -149,8 +156,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.goRun(n.init.run)
 	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
-	n.goRun(n.openTasks)
-	n.goRun(n.supervise)
+	n.goRun(n.registration)
 	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.replicas),
 		"first_start", report.First, "unexpected_shutdown", report.Unexpected)
 	if ready != nil {
@@ -255,6 +261,9 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 		defer cancel()
 		if err := supervise.SetReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate}); err != nil {
 			n.log.Error("publish replica state", "partition", p, "err", err)
+			n.unpublished(p, true)
+		} else {
+			n.unpublished(p, false)
 		}
 		if live {
 			// The destination completes the task too (seed 001: any
@@ -275,12 +284,12 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 // openTasks opens the rejoin tasks of replicas that need one, at most
 // IncomingMax at once (the per-node limit): the supervisor assigns each a
 // source.
-func (n *Node) openTasks() {
+func (n *Node) openTasks(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -303,7 +312,7 @@ func (n *Node) openTasks() {
 				continue
 			}
 			task := claim.Task{Partition: p, Dest: n.id}
-			_, err := claim.CreateTask(n.ctx, n.cli, task, time.Now())
+			_, err := claim.CreateTask(ctx, n.cli, task, time.Now())
 			if err != nil && !errors.Is(err, claim.ErrTaskOpen) {
 				n.log.Warn("open rejoin task", "task", task, "err", err)
 				continue
@@ -334,19 +343,19 @@ func (n *Node) hearsEveryone() bool {
 }
 
 // supervise campaigns for the supervisor's role, again after a lost
-// session, until the node stops.
-func (n *Node) supervise() {
+// session, until ctx (the registration's term) ends.
+func (n *Node) supervise(ctx context.Context) {
 	sup, err := supervise.New(n.cli, supervise.Config{NodeID: n.id, SessionTTL: n.cfg.NodeTTL, Log: n.log})
 	if err != nil {
 		n.log.Error("supervisor", "err", err)
 		return
 	}
-	for n.ctx.Err() == nil {
-		if err := sup.Run(n.ctx); err != nil && n.ctx.Err() == nil {
+	for ctx.Err() == nil {
+		if err := sup.Run(ctx); err != nil && ctx.Err() == nil {
 			n.log.Info("supervisor run ended", "err", err)
 			select {
 			case <-time.After(200 * time.Millisecond):
-			case <-n.ctx.Done():
+			case <-ctx.Done():
 			}
 		}
 	}

@@ -46,6 +46,10 @@ type cluster struct {
 	cfg   layout.Config
 	mu    sync.Mutex
 	nodes map[int]*runningNode
+	// etcd, if set, are the endpoints the nodes are given (a proxy's);
+	// nodeTTL, if set, their lease TTL.
+	etcd    []string
+	nodeTTL time.Duration
 }
 
 type runningNode struct {
@@ -62,6 +66,13 @@ func newCluster(t *testing.T, nodes int, cfg layout.Config) *cluster {
 // newClusterStarting places replicas on nodes n1..n<nodes> and starts the
 // first started of them.
 func newClusterStarting(t *testing.T, nodes, started int, cfg layout.Config) *cluster {
+	t.Helper()
+	return newClusterWith(t, nodes, started, cfg, nil)
+}
+
+// newClusterWith is newClusterStarting with a hook that sets the
+// cluster's options (c.etcd, c.nodeTTL) before any node starts.
+func newClusterWith(t *testing.T, nodes, started int, cfg layout.Config, opts func(*cluster)) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	e, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
@@ -84,6 +95,9 @@ func newClusterStarting(t *testing.T, nodes, started int, cfg layout.Config) *cl
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, e: e, admin: admin, dir: dir, cfg: cfg, nodes: map[int]*runningNode{}}
+	if opts != nil {
+		opts(c)
+	}
 	t.Cleanup(c.stopAll)
 	for i := 1; i <= started; i++ {
 		c.start(i)
@@ -101,7 +115,11 @@ func (c *cluster) startWith(id int, skip func(string, txnid.ID) bool) Addrs {
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &runningNode{cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan Addrs, 1)
-	cfg := Config{ID: id, Etcd: c.e.Endpoints(), DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2, testSkip: skip}
+	endpoints := c.e.Endpoints()
+	if c.etcd != nil {
+		endpoints = c.etcd
+	}
+	cfg := Config{ID: id, Etcd: endpoints, NodeTTL: c.nodeTTL, DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2, testSkip: skip}
 	go func() { rn.done <- Run(ctx, cfg, func(a Addrs) { ready <- a }) }()
 	select {
 	case rn.addrs = <-ready:

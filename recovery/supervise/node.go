@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -86,6 +87,9 @@ type Node struct {
 	life   context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when run has returned
+	// lastOK (unix nanos) is the current term's keep loop's lastOK: the
+	// node was registered then.
+	lastOK atomic.Int64
 
 	mu     sync.Mutex
 	rec    NodeRecord // the current term's, as last written
@@ -169,6 +173,7 @@ func Register(ctx context.Context, cli *clientv3.Client, id string, opts NodeOpt
 		return nil, err
 	}
 	n.term, n.rec = t, rec
+	n.lastOK.Store(t.since.UnixNano())
 	go n.run()
 	return n, nil
 }
@@ -198,8 +203,13 @@ func (n *Node) Term() *Term {
 	return n.term
 }
 
-// Registered reports whether the current term lasts.
-func (n *Node) Registered() bool { return n.Term().ctx.Err() == nil }
+// Registered reports whether the current term lasts and an update
+// reached etcd within the last window: a node stalled past its window
+// (its process paused) is not registered from the moment it runs again,
+// before its keep loop has noticed.
+func (n *Node) Registered() bool {
+	return n.Term().ctx.Err() == nil && time.Since(time.Unix(0, n.lastOK.Load())) < n.window
+}
 
 // NextTerm waits for a term after `after` and returns the current one
 // (later terms may have begun and ended meanwhile: compare Lapses). It
@@ -370,6 +380,7 @@ func (n *Node) newTerm(lease clientv3.LeaseID, created int64, since time.Time, l
 
 // install makes t the current term.
 func (n *Node) install(t *Term, rec NodeRecord) {
+	n.lastOK.Store(t.since.UnixNano())
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.term, n.rec = t, rec
@@ -510,6 +521,7 @@ func (n *Node) keep(t *Term) error {
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	lastOK := t.since
+	n.lastOK.Store(lastOK.UnixNano())
 	for {
 		select {
 		case <-n.life.Done():
@@ -541,6 +553,7 @@ func (n *Node) keep(t *Term) error {
 			return fmt.Errorf("%w: %w: %v", ErrNodeLost, ErrUnreachable, err)
 		case err == nil:
 			lastOK = sent
+			n.lastOK.Store(lastOK.UnixNano())
 		}
 		timer.Reset(max(0, min(interval, time.Until(lastOK.Add(n.window)))))
 	}
