@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,8 +80,8 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	}
 	defer cli.Close()
 	n.cli = cli
-	if n.cluster, err = waitCluster(ctx, cli); err != nil {
-		return err
+	if n.cluster, err = waitCluster(ctx, cli, cfg.EtcdTimeout); err != nil {
+		return n.stepErr(ctx, "read the cluster layout", err)
 	}
 	for _, t := range n.cluster.Tables {
 		s, err := t.Schema()
@@ -101,7 +102,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 			err = cerr
 		}
 	}()
-	if err := n.hostReplicas(ctx, report); err != nil {
+	if err := n.startStep(ctx, "read the placement", func(ctx context.Context) error { return n.hostReplicas(ctx, report) }); err != nil {
 		return err
 	}
 
@@ -117,10 +118,13 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	defer hln.Close()
 	n.addrs = Addrs{Node: n.id, TCP: ln.Addr().String(), HTTP: hln.Addr().String()}
 
-	reg, err := supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
-		Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Log: n.log,
-	})
-	if err != nil {
+	var reg *supervise.Node
+	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
+		reg, err = supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
+			Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Log: n.log,
+		})
+		return err
+	}); err != nil {
 		return err
 	}
 	n.reg = reg
@@ -185,13 +189,42 @@ func (n *Node) goRun(f func()) {
 	}()
 }
 
-// waitCluster waits (bounded) for the cluster's config to be written.
-func waitCluster(ctx context.Context, cli *clientv3.Client) (layout.Config, error) {
-	deadline := time.Now().Add(30 * time.Second)
+// startStep runs one step of the node's start that waits on etcd, under
+// its own deadline of cfg.EtcdTimeout, and names the step and the bound
+// in its error.
+func (n *Node) startStep(ctx context.Context, what string, step func(context.Context) error) error {
+	sctx, cancel := context.WithTimeout(ctx, n.cfg.EtcdTimeout)
+	defer cancel()
+	if err := step(sctx); err != nil {
+		return n.stepErr(ctx, what, err)
+	}
+	return nil
+}
+
+// stepErr names a failed start step, and the bound when it timed out.
+func (n *Node) stepErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("node: %s: etcd at %s did not answer within %s (--etcd-timeout): %w", what, strings.Join(n.cfg.Etcd, ","), n.cfg.EtcdTimeout, err)
+	}
+	return fmt.Errorf("node: %s: %w", what, err)
+}
+
+// waitCluster waits for the cluster's config to be written: each read
+// bounded by readTimeout, the whole by clusterWaitMax (etcd answers, but
+// nobody initialised the cluster yet).
+func waitCluster(ctx context.Context, cli *clientv3.Client, readTimeout time.Duration) (layout.Config, error) {
+	deadline := time.Now().Add(clusterWaitMax)
 	for {
-		c, err := layout.Read(ctx, cli)
-		if !errors.Is(err, layout.ErrMissing) || time.Now().After(deadline) {
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
+		c, err := layout.Read(rctx, cli)
+		cancel()
+		switch {
+		case err == nil:
+			return c, nil
+		case !errors.Is(err, layout.ErrMissing):
 			return c, err
+		case time.Now().After(deadline):
+			return c, fmt.Errorf("%w: none written in %s", err, clusterWaitMax)
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):
