@@ -49,14 +49,16 @@ func (n *Node) registration() {
 			}()
 		}
 		<-ctx.Done()
+		if out == nil && n.ctx.Err() == nil {
+			// At once: a feed that breaks and opens again from here on
+			// must not count as open throughout.
+			out = &outage{feeds: n.feedsNow(), lapses: t.Lapses}
+		}
 		wg.Wait()
 		stop()
 		cancel()
 		if n.ctx.Err() != nil {
 			return
-		}
-		if out == nil {
-			out = &outage{feeds: n.feedsNow(), lapses: t.Lapses}
 		}
 		n.log.Warn("registration lost: replicas, feeds and execution go on; rejoin work, task opening, supervision and new calls stop until etcd answers",
 			"term", t.Seq, "cause", t.Err())
