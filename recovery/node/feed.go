@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -361,6 +362,26 @@ func (in *initiator) dropNodeLocked(node string) {
 	}
 }
 
+// dropNotLiveLocked stops waiting for the replicas v no longer has live:
+// a replica that failed (needs a rejoin) drops its feed and will not
+// answer, though its node lives (e.g. one failed after a lapsed
+// registration, docs/DESIGN.md "Without the coordinator"). The call's
+// other live replicas hold the txn. in.mu held.
+func (in *initiator) dropNotLiveLocked(v *view) {
+	for _, c := range in.pending {
+		changed := false
+		for node := range c.waiting {
+			if !slices.ContainsFunc(v.placement[c.req.Partition], func(rp replicaPlace) bool { return rp.node == node && rp.live }) {
+				delete(c.waiting, node)
+				changed = true
+			}
+		}
+		if changed {
+			in.maybeReply(c)
+		}
+	}
+}
+
 // maybeReply answers the client once nothing is waited for; in.mu held.
 func (in *initiator) maybeReply(c *call) {
 	if len(c.waiting) > 0 {
@@ -434,6 +455,7 @@ func (in *initiator) run() {
 					f.close() // a new process: the old connection is stale
 				}
 			}
+			in.dropNotLiveLocked(view)
 			in.mu.Unlock()
 			for node, rec := range view.nodes {
 				in.mu.Lock()

@@ -46,9 +46,9 @@ type cluster struct {
 	cfg   layout.Config
 	mu    sync.Mutex
 	nodes map[int]*runningNode
-	// etcd, if set, are the endpoints the nodes are given (a proxy's);
-	// nodeTTL, if set, their lease TTL.
-	etcd    []string
+	// etcdFor, if set, gives node id its etcd endpoints (a proxy's);
+	// nodeTTL, if set, is their lease TTL.
+	etcdFor func(id int) []string
 	nodeTTL time.Duration
 }
 
@@ -71,7 +71,7 @@ func newClusterStarting(t *testing.T, nodes, started int, cfg layout.Config) *cl
 }
 
 // newClusterWith is newClusterStarting with a hook that sets the
-// cluster's options (c.etcd, c.nodeTTL) before any node starts.
+// cluster's options (c.etcdFor, c.nodeTTL) before any node starts.
 func newClusterWith(t *testing.T, nodes, started int, cfg layout.Config, opts func(*cluster)) *cluster {
 	t.Helper()
 	dir := t.TempDir()
@@ -116,8 +116,8 @@ func (c *cluster) startWith(id int, skip func(string, txnid.ID) bool) Addrs {
 	rn := &runningNode{cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan Addrs, 1)
 	endpoints := c.e.Endpoints()
-	if c.etcd != nil {
-		endpoints = c.etcd
+	if c.etcdFor != nil {
+		endpoints = c.etcdFor(id)
 	}
 	cfg := Config{ID: id, Etcd: endpoints, NodeTTL: c.nodeTTL, DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2, testSkip: skip}
 	go func() { rn.done <- Run(ctx, cfg, func(a Addrs) { ready <- a }) }()

@@ -30,7 +30,8 @@ func TestEtcdOutageKeepsNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(px.Close)
-		c.etcd, c.nodeTTL = []string{px.Endpoint()}, ttl
+		c.etcdFor = func(int) []string { return []string{px.Endpoint()} }
+		c.nodeTTL = ttl
 	})
 	const parts = 4
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
@@ -126,5 +127,111 @@ func TestEtcdOutageKeepsNodes(t *testing.T) {
 		if _, err := cl.call(p, partition.ProcRead, false, wire.String("kv"), key); err != nil {
 			t.Fatalf("acknowledged write %d lost: %v", i, err)
 		}
+	}
+}
+
+// TestLapsedNodeMissedNewInitiator: n2 alone loses etcd (its own proxy
+// frozen) until its lease expires; meanwhile a new node n4 (no replica of
+// its own) starts and writes: its initiator, which takes n2 for dead,
+// never opens a feed to n2, so n2's replicas miss those txns. When n2
+// registers again it finds n4 without a feed that stayed open: its
+// replicas must not stay live; they rejoin, and every digest matches.
+// With n4 stopped before n2 is back, only etcd's history of
+// registrations names it.
+func TestLapsedNodeMissedNewInitiator(t *testing.T) {
+	for _, stopNew := range []bool{false, true} {
+		t.Run(fmt.Sprintf("new-node-stopped=%v", stopNew), func(t *testing.T) { testLapsedMissed(t, stopNew) })
+	}
+}
+
+func testLapsedMissed(t *testing.T, stopNew bool) {
+	const ttl = 2 * time.Second
+	const parts = 2
+	var px *faultnet.Proxy
+	c := newClusterWith(t, 3, 3, kv(), func(c *cluster) {
+		var err error
+		px, err = faultnet.Start(c.e.Endpoints()[0][len("http://"):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(px.Close)
+		c.etcdFor = func(id int) []string {
+			if id == 2 {
+				return []string{px.Endpoint()}
+			}
+			return c.e.Endpoints()
+		}
+		c.nodeTTL = ttl
+	})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, parts)
+	for i := range 500 {
+		upsert(t, cl, parts, i)
+	}
+	px.Freeze()
+	waitUntil(t, 3*ttl+5*time.Second, "n2's lease to expire", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		nodes, err := supervise.Nodes(ctx, c.admin)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.ID == "n2" {
+				return false
+			}
+		}
+		return true
+	})
+	c.start(4)
+	cl4 := dialClient(t, c.nodes[4].addrs.TCP)
+	waitWritable(t, cl4, parts)
+	for i := 500; i < 1000; i++ {
+		upsert(t, cl4, parts, i)
+	}
+	if stopNew {
+		c.stop(4)
+	}
+	px.Thaw()
+	waitUntil(t, 20*time.Second, "n2 registered again", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		nodes, err := supervise.Nodes(ctx, c.admin)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.ID == "n2" {
+				return true
+			}
+		}
+		return false
+	})
+	// Once n2 is back every replica must end live with the same content:
+	// those of n2 after a rejoin.
+	i := 1000
+	waitUntil(t, 60*time.Second, "every replica live", func() bool {
+		upsert(t, cl, parts, i)
+		i++
+		return allLive(t, c)
+	})
+	for j := range 100 {
+		upsert(t, cl, parts, i+j)
+	}
+	// n1's initiator sees a replica live within a membership poll.
+	waitUntil(t, 5*time.Second, "every replica answering n1's calls", func() bool {
+		for p := range uint32(parts) {
+			r, err := cl.call(p, partition.ProcDigest, true)
+			if err != nil || len(r.Each) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	checkDigests(t, cl, parts, 2)
+	select {
+	case err := <-c.nodes[2].done:
+		t.Fatalf("n2 exited: %v", err)
+	default:
 	}
 }

@@ -2,10 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/txnid"
@@ -25,8 +28,10 @@ type outage struct {
 	// feeds are the feeds in from each initiator when the earliest
 	// unsettled loss began.
 	feeds map[txnid.Initiator]*feedIn
-	// lapses is Term.Lapses of the term that was lost then.
+	// lapses and rev are Term.Lapses and Term.Revision of the term that
+	// was lost then: the node was registered at revision rev.
 	lapses int
+	rev    int64
 }
 
 // registration runs the work that needs the node's registration, one
@@ -37,7 +42,7 @@ func (n *Node) registration() {
 	for {
 		ctx, cancel := context.WithCancel(n.ctx)
 		stop := context.AfterFunc(t.Context(), cancel)
-		if out != nil && n.settle(ctx, out, t.Lapses > out.lapses) {
+		if out != nil && n.settle(ctx, out, t) {
 			out = nil
 		}
 		var wg sync.WaitGroup
@@ -52,7 +57,7 @@ func (n *Node) registration() {
 		if out == nil && n.ctx.Err() == nil {
 			// At once: a feed that breaks and opens again from here on
 			// must not count as open throughout.
-			out = &outage{feeds: n.feedsNow(), lapses: t.Lapses}
+			out = &outage{feeds: n.feedsNow(), lapses: t.Lapses, rev: t.Revision()}
 		}
 		wg.Wait()
 		stop()
@@ -79,28 +84,47 @@ func (n *Node) registration() {
 // takes for dead (feed.go). An initiator of a live node without such a
 // feed (a new process, or a feed that broke and was opened again) may
 // have sequenced txns that never reached this node: then every replica
-// is failed and rejoins. False: the term ended before the view could be
-// read; the next term settles it.
-func (n *Node) settle(ctx context.Context, out *outage, lapsed bool) bool {
-	if !lapsed {
+// is failed and rejoins. The nodes checked are those of the view read
+// after registering again, and every node that registered between the
+// last revision this node was registered at and its new record (etcd's
+// history: also those dead since); a node registering later sees this
+// one and waits for its feed to it. A history that cannot be read counts
+// as a gap. False: the term ended before the check could be made; the
+// next term makes it.
+func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool {
+	if t.Lapses == out.lapses {
 		n.log.Info("registration resumed on its lease: no node took this one for dead, its replicas missed nothing")
 		return true
 	}
-	// The view read after registering holds every node that registered
-	// while this one was unregistered; one that registers later sees this
-	// node and waits for its feed to it.
+	var meanwhile []supervise.NodeRecord
 	for {
 		err := n.members.refresh()
 		if err == nil {
+			hctx, cancel := context.WithTimeout(ctx, historyTimeout)
+			meanwhile, err = supervise.RegisteredBetween(hctx, n.cli, out.rev, t.Created)
+			cancel()
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				meanwhile, err = []supervise.NodeRecord{{ID: "(history compacted)"}}, nil
+			}
+		}
+		if err == nil {
 			break
 		}
+		n.log.Info("reading the membership after a lapse", "err", err)
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
 			return false
 		}
 	}
-	gaps := n.feedGaps(n.members.view(), out.feeds)
+	ids := map[string]bool{}
+	for node := range n.members.view().nodes {
+		ids[node] = true
+	}
+	for _, rec := range meanwhile {
+		ids[rec.ID] = true
+	}
+	gaps := n.feedGaps(ids, out.feeds)
 	if len(gaps) == 0 {
 		n.log.Info("registration lapsed; the feed of every live node stayed open throughout: replicas stay live")
 		return true
@@ -112,9 +136,9 @@ func (n *Node) settle(ctx context.Context, out *outage, lapsed bool) bool {
 	return true
 }
 
-// feedGaps lists the nodes of v whose initiator's feed into this node is
-// not the one open in before.
-func (n *Node) feedGaps(v *view, before map[txnid.Initiator]*feedIn) []string {
+// feedGaps lists the nodes whose initiator's feed into this node is not
+// the one open in before.
+func (n *Node) feedGaps(nodes map[string]bool, before map[txnid.Initiator]*feedIn) []string {
 	n.feeds.mu.Lock()
 	byNode := map[string]*feedIn{}
 	for _, fi := range n.feeds.by {
@@ -122,7 +146,7 @@ func (n *Node) feedGaps(v *view, before map[txnid.Initiator]*feedIn) []string {
 	}
 	n.feeds.mu.Unlock()
 	var gaps []string
-	for node := range v.nodes {
+	for node := range nodes {
 		if fi := byNode[node]; fi == nil || before[fi.in] != fi {
 			gaps = append(gaps, node)
 		}
@@ -141,6 +165,10 @@ func (n *Node) feedsNow() map[txnid.Initiator]*feedIn {
 	}
 	return out
 }
+
+// historyTimeout bounds the read of the registrations made while the
+// node was not registered.
+const historyTimeout = 10 * time.Second
 
 // unpublished marks replica p's state as not written to etcd (etcd did
 // not answer); published clears it.

@@ -120,6 +120,8 @@ type Term struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// rev is the revision of the term's latest write etcd applied.
+	rev    atomic.Int64
 	ka     <-chan *clientv3.LeaseKeepAliveResponse
 	stopKA context.CancelFunc
 	// since is the send time of the write or read that showed the record
@@ -135,6 +137,10 @@ func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
 
 // Err is nil while the term lasts, then why it ended.
 func (t *Term) Err() error { return context.Cause(t.ctx) }
+
+// Revision is the etcd revision of the term's latest record write (its
+// creation, then each activity update): the node was registered then.
+func (t *Term) Revision() int64 { return t.rev.Load() }
 
 // Register registers node id and starts keeping it registered. A record
 // left by an earlier incarnation of id, its lease alive or not, is
@@ -375,7 +381,9 @@ func (n *Node) newTerm(lease clientv3.LeaseID, created int64, since time.Time, l
 		n.lapses++
 	}
 	ctx, cancel := context.WithCancelCause(n.life)
-	return &Term{Seq: seq, Lapses: n.lapses, Lease: lease, Created: created, ctx: ctx, cancel: cancel, ka: ka, stopKA: stopKA, since: since}, nil
+	t := &Term{Seq: seq, Lapses: n.lapses, Lease: lease, Created: created, ctx: ctx, cancel: cancel, ka: ka, stopKA: stopKA, since: since}
+	t.rev.Store(created)
+	return t, nil
 }
 
 // install makes t the current term.
@@ -588,8 +596,49 @@ func (n *Node) touch(ctx context.Context, now time.Time) error {
 	}
 	n.mu.Lock()
 	n.rec.LastActive, n.rec.ModRevision = rec.LastActive, resp.Header.Revision
+	n.term.rev.Store(resp.Header.Revision)
 	n.mu.Unlock()
 	return nil
+}
+
+// RegisteredBetween returns the node records created (a registration,
+// first or again) at revisions in (after, upto], from etcd's history: the
+// nodes that registered meanwhile, also those whose record is gone since.
+// upto must be the revision of a node record write (a term's Created),
+// which ends the read; the read is bounded by ctx. A history compacted
+// past after is an error (etcd's ErrCompacted).
+func RegisteredBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) ([]NodeRecord, error) {
+	if after >= upto {
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var out []NodeRecord
+	for resp := range cli.Watch(ctx, nodesPrefix, clientv3.WithPrefix(), clientv3.WithRev(after+1)) {
+		if err := resp.Err(); err != nil {
+			return nil, fmt.Errorf("supervise: node registrations after revision %d: %w", after, err)
+		}
+		for _, ev := range resp.Events {
+			kv := ev.Kv
+			if kv.ModRevision > upto {
+				return out, nil
+			}
+			if ev.Type == clientv3.EventTypePut && kv.CreateRevision == kv.ModRevision {
+				rec, err := decodeNode(kv)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, rec)
+			}
+			if kv.ModRevision == upto {
+				return out, nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("supervise: node registrations after revision %d: %w", after, err)
+	}
+	return nil, fmt.Errorf("supervise: node registrations after revision %d: watch ended", after)
 }
 
 // revokeQuietly revokes a lease with a short bound even when ctx is done:
