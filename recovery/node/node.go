@@ -62,10 +62,11 @@ type Node struct {
 	unpub map[uint32]bool
 }
 
-// Run runs the node until ctx ends or its registration is lost. ready, if
-// not nil, is called with the bound addresses once the node is registered.
-// On return every goroutine of the node has ended and its durable record
-// is closed (a clean shutdown).
+// Run runs the node until ctx ends, or a newer process of its id takes
+// its registration over (a lost registration does not end it: see
+// registration.go). ready, if not nil, is called with the bound addresses
+// once the node is registered. On return every goroutine of the node has
+// ended and its durable record is closed (a clean shutdown).
 func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := cfg.defaults(); err != nil {
 		return err
