@@ -57,6 +57,35 @@ func TestNodeBoundFlags(t *testing.T) {
 	}
 }
 
+// TestNodeUnreachableEtcdFailsWithinBound (issue 9 point 7): with nothing
+// listening at --etcd, `rejoin node` fails within its --etcd-timeout
+// (plus the machine's slack), naming the step and the bound, instead of
+// hanging; the bound defaults to node.EtcdTimeoutDefault.
+func TestNodeUnreachableEtcdFailsWithinBound(t *testing.T) {
+	fs := newFlagSet("node", &bytes.Buffer{})
+	if f := newNodeFlags(fs); f.cfg.EtcdTimeout != node.EtcdTimeoutDefault || node.EtcdTimeoutDefault != 10*time.Second {
+		t.Fatalf("--etcd-timeout defaults to %s", f.cfg.EtcdTimeout)
+	}
+	const bound = 2 * time.Second
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := run([]string{"node", "--id", "1", "--etcd", "http://127.0.0.1:1", "--data", t.TempDir(), "--etcd-timeout", bound.String()}, &stdout, &stderr)
+	took := time.Since(start)
+	t.Logf("exit %d after %s: %s", code, took, strings.TrimSpace(stderr.String()))
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr %q", code, stderr.String())
+	}
+	if took > bound+5*time.Second {
+		t.Fatalf("took %s, bound %s", took, bound)
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "read the cluster layout") || !strings.Contains(msg, "did not answer within 2s (--etcd-timeout)") {
+		t.Fatalf("error %q does not name the step and the bound", msg)
+	}
+	if stdout.Len() != 0 {
+		t.Fatalf("stdout %q", stdout.String())
+	}
+}
+
 func TestReadyLineRoundTrip(t *testing.T) {
 	line := readyLine(node.Addrs{Node: "n3", TCP: "127.0.0.1:1", HTTP: "127.0.0.1:2"})
 	if line != "ready node=n3 tcp=127.0.0.1:1 http=127.0.0.1:2" {

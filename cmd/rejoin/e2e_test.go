@@ -149,7 +149,7 @@ func TestDemoEndToEnd(t *testing.T) {
 				if sum.BlocksResent < 1 || sum.Attempts != sum.RejoinedTasks {
 					t.Errorf("cut-link: %d blocks resent, %d attempts for %d tasks; want a resume, no new attempt", sum.BlocksResent, sum.Attempts, sum.RejoinedTasks)
 				}
-			case demo.FaultKillSource, demo.FaultKillDestination, demo.FaultPauseExecutor:
+			case demo.FaultKillSource, demo.FaultKillDestination, demo.FaultPauseExecutor, demo.FaultPauseEtcd:
 				if sum.Attempts <= sum.RejoinedTasks {
 					t.Errorf("%s: %d attempts for %d tasks; the fault ended none", fault, sum.Attempts, sum.RejoinedTasks)
 				}
@@ -183,14 +183,15 @@ func TestDemoInterrupted(t *testing.T) {
 	checkNoNodes(t)
 }
 
-// checkNoNodes fails if a process of the test-built binary still runs.
+// checkNoNodes fails if a node or etcd process of the test-built binary
+// still runs.
 func checkNoNodes(t *testing.T) {
 	t.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err == nil && bytes.HasPrefix(b, []byte(binPath+"\x00node")) {
-			t.Errorf("node process left running: %s %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+		if err == nil && (bytes.HasPrefix(b, []byte(binPath+"\x00node")) || bytes.HasPrefix(b, []byte(binPath+"\x00etcd"))) {
+			t.Errorf("process left running: %s %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
 		}
 	}
 }

@@ -26,6 +26,12 @@ var commands = []command{
 	{"version", "print the version", runVersion},
 }
 
+// hiddenCommands run like commands but usage does not list them: they are
+// internals of the demo and the tests.
+var hiddenCommands = []command{
+	{"etcd", "run the embedded etcd as a process of its own (the demo's)", runEtcd},
+}
+
 // errUsage marks an error whose message is already a usage text; main exits 2.
 var errUsage = errors.New("usage")
 
@@ -41,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	for _, c := range commands {
+	for _, c := range append(commands[:len(commands):len(commands)], hiddenCommands...) {
 		if c.name != args[0] {
 			continue
 		}

@@ -22,7 +22,11 @@ partition replicas the placement gives it, runs an initiator for client
 calls, and rejoins its replicas after a restart. Once registered it prints
 one line on stdout:
   ready node=n<N> tcp=<addr> http=<addr>
-Logs go to stderr. SIGINT or SIGTERM stop it cleanly.
+Each wait on etcd before that is bounded by --etcd-timeout; past it the
+node exits 1 with the step that waited. Once ready, a node that loses etcd
+keeps running (its replicas stay, its rejoin work stops) and registers
+again when etcd answers. Logs go to stderr. SIGINT or SIGTERM stop it
+cleanly.
 
 flags:
 `
@@ -41,6 +45,7 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&f.cfg.Listen, "listen", "127.0.0.1:0", "TCP `address` for clients, feeds and rejoin streams")
 	fs.StringVar(&f.cfg.HTTP, "http", "127.0.0.1:0", "admin HTTP `address` (status, metrics, faults)")
 	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd `endpoints`")
+	fs.DurationVar(&f.cfg.EtcdTimeout, "etcd-timeout", node.EtcdTimeoutDefault, "bound of each wait on etcd before the node is ready (reading the layout and the placement, registering): past it the node exits with an error naming the step")
 	fs.StringVar(&f.cfg.DataDir, "data", "", "data `directory` (the node's durable record)")
 	fs.DurationVar(&f.cfg.NodeTTL, "node-ttl", 0, "node lease TTL in etcd (0: 4s)")
 	fs.DurationVar(&f.cfg.ClaimTTL, "claim-ttl", 0, "rejoin claim lease TTL (0: 5s)")
@@ -65,6 +70,8 @@ func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 		return cfg, errors.New("--etcd is required")
 	case cfg.DataDir == "":
 		return cfg, errors.New("--data is required")
+	case cfg.EtcdTimeout <= 0:
+		return cfg, fmt.Errorf("--etcd-timeout %s: want > 0", cfg.EtcdTimeout)
 	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {

@@ -25,6 +25,10 @@ type Config struct {
 	Listen, HTTP string
 	// Etcd lists the coordinator's endpoints.
 	Etcd []string
+	// EtcdTimeout bounds each wait on etcd before the node is ready
+	// (reading the layout and the placement, registering); one that
+	// expires fails Run with the step named. Default EtcdTimeoutDefault.
+	EtcdTimeout time.Duration
 	// DataDir holds the node's durable record (pebble).
 	DataDir string
 	// NodeTTL is the node's lease TTL in etcd (whole seconds, default 4 s):
@@ -121,6 +125,13 @@ const (
 	ClientBytesMaxDefault = 4 << 20
 )
 
+// EtcdTimeoutDefault is Config.EtcdTimeout's default.
+const EtcdTimeoutDefault = 10 * time.Second
+
+// clusterWaitMax bounds the wait for a cluster layout to be written, when
+// etcd answers that there is none yet.
+const clusterWaitMax = 30 * time.Second
+
 // NodeName is the id of node number n.
 func NodeName(n int) string { return fmt.Sprintf("n%d", n) }
 
@@ -138,6 +149,10 @@ func (c *Config) defaults() error {
 		if *d == 0 {
 			*d = v
 		}
+	}
+	def(&c.EtcdTimeout, EtcdTimeoutDefault)
+	if c.EtcdTimeout < 0 {
+		return fmt.Errorf("%w: etcd timeout %s", ErrConfig, c.EtcdTimeout)
 	}
 	def(&c.NodeTTL, 4*time.Second)
 	def(&c.ClaimTTL, 5*time.Second)

@@ -162,6 +162,24 @@
 // abort and requeues; its next attempt watches the nodes live at its own
 // start, so a node already down never ends attempts over and over.
 //
+// # Without the coordinator
+//
+// A lost registration (supervise.Term ended: etcd not reached for a
+// window, lease gone, record removed) does not stop the node
+// (registration.go, docs/DESIGN.md "Without the coordinator"). Its
+// replicas, its feeds and its execution go on, the view frozen at its
+// last read; its claims are released (its source attempts abort), and it
+// takes no assignment, opens no task, runs no supervisor and sequences no
+// new client call until it is registered again. Initiators keep their
+// feed to a node etcd takes for dead (they only stop waiting for it), and
+// tie a feed to the node's process (its record's Started), so a node that
+// re-registers receives every txn sequenced meanwhile. After a lapsed
+// registration, its replicas stay live only if every node registered now
+// or meanwhile has the feed into it that was open when the term ended;
+// otherwise they are failed and rejoin. An initiator stops waiting for a
+// replica that its view no longer has live. Every wait on etcd before the
+// node is ready is bounded by Config.EtcdTimeout (`--etcd-timeout`).
+//
 // # Admin HTTP
 //
 // GET /status (Status as JSON), GET /metrics (Prometheus), GET

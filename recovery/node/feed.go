@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -269,7 +270,7 @@ type initiator struct {
 	mu   sync.Mutex
 	gen  *txnid.Generator
 	outs map[string]*feedOut
-	// lost holds, per node, the incarnation (record revision) whose feed
+	// lost holds, per node, the incarnation (incarnation()) whose feed
 	// broke: a call does not wait for a feed to a node that went away.
 	lost     map[string]int64
 	pending  map[txnid.ID]*call
@@ -277,12 +278,14 @@ type initiator struct {
 }
 
 type feedOut struct {
-	node    string
-	created int64
-	conn    *stream.Conn
-	q       chan wire.Message
-	broken  chan struct{}
-	once    sync.Once
+	node string
+	// inc is the node's incarnation (incarnation()) the feed was opened
+	// to: the same process across its re-registrations.
+	inc    int64
+	conn   *stream.Conn
+	q      chan wire.Message
+	broken chan struct{}
+	once   sync.Once
 }
 
 func (f *feedOut) close() {
@@ -329,6 +332,13 @@ func newInitiator(n *Node) (*initiator, error) {
 // submit sequences a call and sends it to its partition's replicas.
 func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	view := in.n.members.view()
+	if !in.n.reg.Registered() {
+		// Its view may be stale and other nodes may take it for dead: a
+		// call sequenced now could miss a replica that went live
+		// meanwhile (docs/DESIGN.md "Without the coordinator").
+		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s is not registered in etcd (coordinator unreachable): it sequences no call until it is", in.n.id)})
+		return
+	}
 	if req.Partition >= in.n.cluster.Partitions {
 		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d out of range (%d partitions)", req.Partition, in.n.cluster.Partitions)})
 		return
@@ -391,7 +401,7 @@ func (in *initiator) waitFeeds(p uint32, view *view) *view {
 		missing := false
 		in.mu.Lock()
 		for _, rp := range view.placement[p] {
-			if rp.live && in.outs[rp.node] == nil && in.lost[rp.node] != view.nodes[rp.node].Created {
+			if rp.live && in.outs[rp.node] == nil && in.lost[rp.node] != incarnation(view.nodes[rp.node]) {
 				missing = true
 			}
 		}
@@ -432,9 +442,34 @@ func (in *initiator) onDone(node string, d *wire.Done) {
 func (in *initiator) dropNode(node string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	in.dropNodeLocked(node)
+}
+
+// dropNodeLocked stops waiting for node; in.mu held.
+func (in *initiator) dropNodeLocked(node string) {
 	for _, c := range in.pending {
 		if c.waiting[node] {
 			delete(c.waiting, node)
+			in.maybeReply(c)
+		}
+	}
+}
+
+// dropNotLiveLocked stops waiting for the replicas v no longer has live:
+// a replica that failed (needs a rejoin) drops its feed and will not
+// answer, though its node lives (e.g. one failed after a lapsed
+// registration, docs/DESIGN.md "Without the coordinator"). The call's
+// other live replicas hold the txn. in.mu held.
+func (in *initiator) dropNotLiveLocked(v *view) {
+	for _, c := range in.pending {
+		changed := false
+		for node := range c.waiting {
+			if !slices.ContainsFunc(v.placement[c.req.Partition], func(rp replicaPlace) bool { return rp.node == node && rp.live }) {
+				delete(c.waiting, node)
+				changed = true
+			}
+		}
+		if changed {
 			in.maybeReply(c)
 		}
 	}
@@ -507,10 +542,19 @@ func (in *initiator) run() {
 			in.mu.Lock()
 			for node, f := range in.outs {
 				rec, ok := view.nodes[node]
-				if !ok || rec.Created != f.created {
-					f.close()
+				switch {
+				case !ok:
+					// Taken for dead by etcd: stop waiting for it, but keep
+					// its feed. A dead process's connection breaks by
+					// itself; a process that only lost etcd goes on
+					// receiving every txn, so it misses none (docs/DESIGN.md
+					// "Without the coordinator").
+					in.dropNodeLocked(node)
+				case incarnation(rec) != f.inc:
+					f.close() // a new process: the old connection is stale
 				}
 			}
+			in.dropNotLiveLocked(view)
 			in.mu.Unlock()
 			for node, rec := range view.nodes {
 				in.mu.Lock()
@@ -524,7 +568,7 @@ func (in *initiator) run() {
 				go func() {
 					defer wg.Done()
 					defer func() { dialed <- node }()
-					in.openFeed(node, rec.Address, rec.Created)
+					in.openFeed(node, rec.Address, incarnation(rec))
 				}()
 			}
 		}
@@ -532,7 +576,7 @@ func (in *initiator) run() {
 }
 
 // openFeed dials node and runs the feed until it breaks.
-func (in *initiator) openFeed(node, addr string, created int64) {
+func (in *initiator) openFeed(node, addr string, inc int64) {
 	ctx, cancel := context.WithTimeout(in.n.ctx, 2*time.Second)
 	cfg := in.n.streamConfig()
 	cfg.StallWindow = 0 // a feed may be idle one way; node death is etcd's to tell
@@ -550,7 +594,7 @@ func (in *initiator) openFeed(node, addr string, created int64) {
 		}
 		return
 	}
-	f := &feedOut{node: node, created: created, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
+	f := &feedOut{node: node, inc: inc, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()
 	in.outs[node] = f
 	// The first message: the replicas' safe point hears from us at once.
@@ -577,7 +621,7 @@ func (in *initiator) openFeed(node, addr string, created int64) {
 	in.mu.Lock()
 	if in.outs[node] == f {
 		delete(in.outs, node)
-		in.lost[node] = f.created
+		in.lost[node] = f.inc
 	}
 	in.mu.Unlock()
 	in.dropNode(node)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -51,13 +52,25 @@ func (m *members) address(node string) (string, error) {
 	return rec.Address, nil
 }
 
+// incarnation names one process of a node: the Started its records keep
+// across the process's re-registrations. A feed is tied to it, not to one
+// registration, so a node that re-registers after losing etcd keeps its
+// feeds and misses no txn.
+func incarnation(rec supervise.NodeRecord) int64 { return rec.Started.UnixNano() }
+
+// refreshTimeout bounds one read of the view: with etcd unreachable the
+// view stays as last read (frozen) and the poll goes on.
+const refreshTimeout = 2 * time.Second
+
 // refresh reads etcd once.
 func (m *members) refresh() error {
-	nodes, err := supervise.Nodes(m.n.ctx, m.n.cli)
+	ctx, cancel := context.WithTimeout(m.n.ctx, refreshTimeout)
+	defer cancel()
+	nodes, err := supervise.Nodes(ctx, m.n.cli)
 	if err != nil {
 		return err
 	}
-	reps, err := supervise.Replicas(m.n.ctx, m.n.cli)
+	reps, err := supervise.Replicas(ctx, m.n.cli)
 	if err != nil {
 		return err
 	}
@@ -73,7 +86,7 @@ func (m *members) refresh() error {
 	booted := m.booted
 	m.mu.Unlock()
 	if !booted {
-		if booted, err = supervise.Bootstrapped(m.n.ctx, m.n.cli, placedNodes(reps)); err != nil {
+		if booted, err = supervise.Bootstrapped(ctx, m.n.cli, placedNodes(reps)); err != nil {
 			return err
 		}
 	}
@@ -132,6 +145,7 @@ func failedNode(v *view, p uint32, watch []string) (string, bool) {
 func (m *members) run() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-m.n.ctx.Done():
@@ -139,10 +153,15 @@ func (m *members) run() {
 		case <-t.C:
 		}
 		if err := m.refresh(); err != nil {
-			if m.n.ctx.Err() == nil {
-				m.n.log.Warn("reading cluster membership", "err", err)
+			if m.n.ctx.Err() == nil && !failing {
+				m.n.log.Warn("reading cluster membership; the view stays as last read", "err", err)
 			}
+			failing = true
 			continue
+		}
+		if failing {
+			m.n.log.Info("cluster membership read again")
+			failing = false
 		}
 		v := m.view()
 		for _, r := range m.n.replicas {

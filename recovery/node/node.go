@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,17 +57,23 @@ type Node struct {
 	// that are not live yet: at most cfg.IncomingMax at once.
 	openMu sync.Mutex
 	opened map[uint32]bool
+
+	// unpub are the replicas whose latest state change etcd did not take:
+	// registration republishes them (registration.go).
+	pubMu sync.Mutex
+	unpub map[uint32]bool
 }
 
-// Run runs the node until ctx ends or its registration is lost. ready, if
-// not nil, is called with the bound addresses once the node is registered.
-// On return every goroutine of the node has ended and its durable record
-// is closed (a clean shutdown).
+// Run runs the node until ctx ends, or a newer process of its id takes
+// its registration over (a lost registration does not end it: see
+// registration.go). ready, if not nil, is called with the bound addresses
+// once the node is registered. On return every goroutine of the node has
+// ended and its durable record is closed (a clean shutdown).
 func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
-	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}}
+	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{}}
 	n.log = cfg.Log.With("node", n.id)
 	n.limited = newLimitedLog(n.log, logEveryDefault)
 	n.members.n, n.feeds.n = n, n
@@ -78,8 +85,8 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	}
 	defer cli.Close()
 	n.cli = cli
-	if n.cluster, err = waitCluster(ctx, cli); err != nil {
-		return err
+	if n.cluster, err = waitCluster(ctx, cli, cfg.EtcdTimeout); err != nil {
+		return n.stepErr(ctx, "read the cluster layout", err)
 	}
 	for _, t := range n.cluster.Tables {
 		s, err := t.Schema()
@@ -100,7 +107,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 			err = cerr
 		}
 	}()
-	if err := n.hostReplicas(ctx, report); err != nil {
+	if err := n.startStep(ctx, "read the placement", func(ctx context.Context) error { return n.hostReplicas(ctx, report) }); err != nil {
 		return err
 	}
 
@@ -116,18 +123,23 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	defer hln.Close()
 	n.addrs = Addrs{Node: n.id, TCP: ln.Addr().String(), HTTP: hln.Addr().String()}
 
-	reg, err := supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
-		Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Log: n.log,
-	})
-	if err != nil {
+	var reg *supervise.Node
+	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
+		reg, err = supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
+			Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Log: n.log,
+		})
+		return err
+	}); err != nil {
 		return err
 	}
 	n.reg = reg
-	// The node's work ends when asked to stop or when the registration
-	// is lost (seed 002), whichever comes first.
-	nctx, ncancel := context.WithCancel(reg.Context())
+	// The node runs until asked to stop, or until a newer incarnation of
+	// its id takes its record over. A lost registration does not stop it
+	// (docs/DESIGN.md "Without the coordinator"): only the work that needs
+	// one does, term by term (registration).
+	nctx, ncancel := context.WithCancel(ctx)
 	defer ncancel()
-	stopWatch := context.AfterFunc(ctx, ncancel)
+	stopWatch := context.AfterFunc(reg.Context(), ncancel)
 	defer stopWatch()
 	n.ctx = nctx
 	defer func() {
@@ -153,8 +165,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.goRun(n.init.run)
 	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
-	n.goRun(n.openTasks)
-	n.goRun(n.supervise)
+	n.goRun(n.registration)
 	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.replicas),
 		"first_start", report.First, "unexpected_shutdown", report.Unexpected)
 	if ready != nil {
@@ -189,13 +200,42 @@ func (n *Node) goRun(f func()) {
 	}()
 }
 
-// waitCluster waits (bounded) for the cluster's config to be written.
-func waitCluster(ctx context.Context, cli *clientv3.Client) (layout.Config, error) {
-	deadline := time.Now().Add(30 * time.Second)
+// startStep runs one step of the node's start that waits on etcd, under
+// its own deadline of cfg.EtcdTimeout, and names the step and the bound
+// in its error.
+func (n *Node) startStep(ctx context.Context, what string, step func(context.Context) error) error {
+	sctx, cancel := context.WithTimeout(ctx, n.cfg.EtcdTimeout)
+	defer cancel()
+	if err := step(sctx); err != nil {
+		return n.stepErr(ctx, what, err)
+	}
+	return nil
+}
+
+// stepErr names a failed start step, and the bound when it timed out.
+func (n *Node) stepErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("node: %s: etcd at %s did not answer within %s (--etcd-timeout): %w", what, strings.Join(n.cfg.Etcd, ","), n.cfg.EtcdTimeout, err)
+	}
+	return fmt.Errorf("node: %s: %w", what, err)
+}
+
+// waitCluster waits for the cluster's config to be written: each read
+// bounded by readTimeout, the whole by clusterWaitMax (etcd answers, but
+// nobody initialised the cluster yet).
+func waitCluster(ctx context.Context, cli *clientv3.Client, readTimeout time.Duration) (layout.Config, error) {
+	deadline := time.Now().Add(clusterWaitMax)
 	for {
-		c, err := layout.Read(ctx, cli)
-		if !errors.Is(err, layout.ErrMissing) || time.Now().After(deadline) {
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
+		c, err := layout.Read(rctx, cli)
+		cancel()
+		switch {
+		case err == nil:
+			return c, nil
+		case !errors.Is(err, layout.ErrMissing):
 			return c, err
+		case time.Now().After(deadline):
+			return c, fmt.Errorf("%w: none written in %s", err, clusterWaitMax)
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):
@@ -298,6 +338,9 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 		defer cancel()
 		if err := supervise.SetReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate}); err != nil {
 			n.log.Error("publish replica state", "partition", p, "err", err)
+			n.unpublished(p, true)
+		} else {
+			n.unpublished(p, false)
 		}
 		if live {
 			// The destination completes the task too (seed 001: any
@@ -323,12 +366,12 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 // openTasks opens the rejoin tasks of replicas that need one, at most
 // IncomingMax at once (the per-node limit): the supervisor assigns each a
 // source.
-func (n *Node) openTasks() {
+func (n *Node) openTasks(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -351,7 +394,7 @@ func (n *Node) openTasks() {
 				continue
 			}
 			task := claim.Task{Partition: p, Dest: n.id}
-			_, err := claim.CreateTask(n.ctx, n.cli, task, time.Now())
+			_, err := claim.CreateTask(ctx, n.cli, task, time.Now())
 			if err != nil && !errors.Is(err, claim.ErrTaskOpen) {
 				n.log.Warn("open rejoin task", "task", task, "err", err)
 				continue
@@ -382,20 +425,20 @@ func (n *Node) hearsEveryone() bool {
 }
 
 // supervise campaigns for the supervisor's role, again after a lost
-// session, until the node stops.
-func (n *Node) supervise() {
+// session, until ctx (the registration's term) ends.
+func (n *Node) supervise(ctx context.Context) {
 	sup, err := supervise.New(n.cli, supervise.Config{NodeID: n.id, SessionTTL: n.cfg.NodeTTL, Log: n.log,
 		Health: supervise.HealthLimits{StaleAfter: n.cfg.staleAfter()}})
 	if err != nil {
 		n.log.Error("supervisor", "err", err)
 		return
 	}
-	for n.ctx.Err() == nil {
-		if err := sup.Run(n.ctx); err != nil && n.ctx.Err() == nil {
+	for ctx.Err() == nil {
+		if err := sup.Run(ctx); err != nil && ctx.Err() == nil {
 			n.log.Info("supervisor run ended", "err", err)
 			select {
 			case <-time.After(200 * time.Millisecond):
-			case <-n.ctx.Done():
+			case <-ctx.Done():
 			}
 		}
 	}

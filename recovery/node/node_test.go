@@ -46,6 +46,10 @@ type cluster struct {
 	cfg   layout.Config
 	mu    sync.Mutex
 	nodes map[int]*runningNode
+	// etcdFor, if set, gives node id its etcd endpoints (a proxy's);
+	// nodeTTL, if set, is their lease TTL.
+	etcdFor func(id int) []string
+	nodeTTL time.Duration
 }
 
 type runningNode struct {
@@ -62,6 +66,13 @@ func newCluster(t *testing.T, nodes int, cfg layout.Config) *cluster {
 // newClusterStarting places replicas on nodes n1..n<nodes> and starts the
 // first started of them.
 func newClusterStarting(t *testing.T, nodes, started int, cfg layout.Config) *cluster {
+	t.Helper()
+	return newClusterWith(t, nodes, started, cfg, nil)
+}
+
+// newClusterWith is newClusterStarting with a hook that sets the
+// cluster's options (c.etcdFor, c.nodeTTL) before any node starts.
+func newClusterWith(t *testing.T, nodes, started int, cfg layout.Config, opts func(*cluster)) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	e, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
@@ -84,6 +95,9 @@ func newClusterStarting(t *testing.T, nodes, started int, cfg layout.Config) *cl
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, e: e, admin: admin, dir: dir, cfg: cfg, nodes: map[int]*runningNode{}}
+	if opts != nil {
+		opts(c)
+	}
 	t.Cleanup(c.stopAll)
 	for i := 1; i <= started; i++ {
 		c.start(i)
@@ -107,7 +121,11 @@ func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &runningNode{cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan Addrs, 1)
-	cfg := Config{ID: id, Etcd: c.e.Endpoints(), DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2}
+	endpoints := c.e.Endpoints()
+	if c.etcdFor != nil {
+		endpoints = c.etcdFor(id)
+	}
+	cfg := Config{ID: id, Etcd: endpoints, NodeTTL: c.nodeTTL, DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2}
 	if set != nil {
 		set(&cfg)
 	}

@@ -449,6 +449,9 @@ func (n *Node) executor() {
 			continue
 		case <-t.C:
 		}
+		if !n.reg.Registered() {
+			continue // no new claim without a registration (registration.go)
+		}
 		mine, err := supervise.AssignedTo(n.ctx, n.cli, n.id)
 		if err != nil {
 			if n.ctx.Err() == nil {

@@ -7,12 +7,19 @@
 //
 // # Who calls it
 //
-//   - Every node process calls Register at start and derives all its
-//     rejoin work from Node.Context; it gives the claims it acquires to
-//     Node.Hold. A node cut off from etcd for a window, whose lease ended,
-//     or whose record the health task removed, has its Context cancelled
-//     and its claims released (seed 002): it stops before its lease can
-//     expire and its work be reassigned.
+//   - Every node process calls Register at start. Its registration goes
+//     through terms (Term): the node derives its rejoin work from the
+//     current term's Context and gives the claims it acquires to
+//     Node.Hold. A term cut off from etcd for a window, whose lease ended,
+//     or whose record the health task removed, ends and its claims are
+//     released (seed 002): the work stops before the lease can expire and
+//     be reassigned. The Node lives on and registers again when etcd
+//     answers (NextTerm): on the same lease if it outlived the outage,
+//     else on a new record, Term.Lapses counting that others may have
+//     taken it for dead meanwhile (docs/DESIGN.md "Without the
+//     coordinator"). Only Close, or a newer process registering under the
+//     same id (ErrSuperseded), ends the Node. RegisteredBetween reads from
+//     etcd's history which nodes registered while one was away.
 //   - Every node that may supervise runs a Supervisor (Run); the one that
 //     wins the election (concurrency.Election over a Session whose lease
 //     is the supervisor's liveness) runs passes and the health task; the
@@ -34,7 +41,11 @@
 //
 //	/rejoin/nodes/<node>              NodeRecord JSON (address, started,
 //	                                  last_active, status, outgoing_max);
-//	                                  on the node's lease: no key = dead
+//	                                  on the node's lease: no key = dead;
+//	                                  started names the process, kept
+//	                                  across its re-registrations; each
+//	                                  registration is a new key (its own
+//	                                  CreateRevision)
 //	/rejoin/replicas/<P,10 digits>/<node>  {"state":"live"|"needs-rejoin"};
 //	                                  no lease: placement outlives processes
 //	/rejoin/assign/<P,10 digits>/<D>  Assignment JSON (source, seq, opened,
@@ -96,9 +107,10 @@
 //     assignment), and is below its OutgoingMax counting the assignments
 //     of open tasks.
 //   - Every loop is bounded: a pass by PassActionsMax writes and
-//     PassTimeout; a listing by claim.TasksMax keys; a node's checks by
-//     its window; the leader loop and the node loop end with their
-//     context, their session or their lease.
+//     PassTimeout; a listing by claim.TasksMax keys; a node's checks and
+//     each try to register again by its window; the leader loop ends with
+//     its context or its session, the node loop with Close or
+//     ErrSuperseded.
 //
 // # Timing
 //
@@ -107,6 +119,7 @@
 // replaced after 1.7 to 2.5 s (the lease's TTL counted from its last
 // keepalive, which precedes the death by up to TTL/3, plus etcd's expiry
 // sweep); a dead source's task is reassigned and done by another source
-// within about 2.5 s; a node whose etcd stops gives up after one window
-// (500 ms in the tests), well before its 2 s lease expires.
+// within about 2.5 s; a node whose etcd stops ends its term after one
+// window (500 ms in the tests), well before its 2 s lease expires, and
+// registers again within a try interval (window/4) of etcd answering.
 package supervise

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,6 +32,16 @@ const (
 	giveUpTimeout = time.Second
 )
 
+// ErrSuperseded: another incarnation of the node id (a newer process)
+// registered over this one's record. The registration ends for good: two
+// processes with one id would share an initiator id.
+var ErrSuperseded = errors.New("supervise: record taken by another incarnation of the node")
+
+// registerAttemptsMax bounds the create-or-replace rounds of one
+// registration: each round either creates the record or deletes the one
+// it found, so more rounds mean another writer races this one.
+const registerAttemptsMax = 3
+
 // NodeOptions configure Register.
 type NodeOptions struct {
 	Address string
@@ -39,43 +50,102 @@ type NodeOptions struct {
 	// TTL of the node's lease (whole seconds). Default NodeTTLDefault.
 	TTL time.Duration
 	// Window: a node that reached etcd with no activity update for a
-	// window is lost (seed 002). Default and maximum TTL/2, so it gives up
-	// before its lease can expire and another node take its work over;
-	// at least claim.WindowMin.
+	// window loses its term (seed 002). Default and maximum TTL/2, so it
+	// gives up its claims before its lease can expire and another node
+	// take its work over; at least claim.WindowMin. A lost node tries to
+	// register again every Window/ActivityChecksPerWindow.
 	Window time.Duration
 	// OutgoingMax is stored in the record (see NodeRecord).
 	OutgoingMax int
 	Log         *slog.Logger
 }
 
-// Node is this process's registration in the cluster: the record under
-// NodeKey on a lease kept alive, and an activity update every
-// Window/ActivityChecksPerWindow. Context is cancelled, with the reason as
-// its cause, when the registration is lost: the lease ended, the record
-// was removed (by the health task), or no update reached etcd for a
-// window. All the node's rejoin work derives from Context, and the claims
-// given to Hold are released then, so a node cut off from etcd stops and
-// gives its work up (seed 002) before its lease expires and the
-// supervisor reassigns it.
+// Node is this process's registration in the cluster, from Register to
+// Close. It goes through terms (Term): a term is one unbroken
+// registration, the record under NodeKey on a lease kept alive and an
+// activity update every Window/ActivityChecksPerWindow. A term ends when
+// its lease ends, its record is removed, or no update reaches etcd for a
+// window; the claims given to Hold are then released (seed 002), and the
+// node keeps trying to register again until etcd answers, which starts
+// the next term. Only Close, or another incarnation taking the record
+// over (ErrSuperseded), ends the Node itself.
+//
+// Invariants: every record this process writes carries the same Started
+// (the process's incarnation), so a newer process is told from a
+// re-registration of this one; a term's record is the key with the
+// term's CreateRevision, and every update compares it, so an update
+// never lands on another incarnation's record.
 type Node struct {
-	cli    *clientv3.Client
-	log    *slog.Logger
-	lease  clientv3.LeaseID
-	window time.Duration
-	key    string
+	cli        *clientv3.Client
+	log        *slog.Logger
+	id, key    string
+	opts       NodeOptions
+	ttlSeconds int64
+	window     time.Duration
+	started    time.Time
+
+	life   context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when run has returned
+	// lastOK (unix nanos) is the current term's keep loop's lastOK: the
+	// node was registered then.
+	lastOK atomic.Int64
+
+	mu     sync.Mutex
+	rec    NodeRecord // the current term's, as last written
+	term   *Term
+	next   chan struct{} // closed when term is replaced
+	lapses int
+	claims []*claim.Claim // held; released when the term ends
+}
+
+// Term is one unbroken registration of a Node. Its Context is cancelled,
+// with the reason as its cause (wrapping ErrNodeLost, and ErrUnreachable
+// when etcd was not reached for a window), when the term ends; the work
+// that needs the registration (claims, rejoin tasks, supervision) derives
+// from it.
+type Term struct {
+	// Seq numbers the node's terms from 1.
+	Seq int
+	// Lapses counts the node's registrations that lapsed before this
+	// term began: each one's record was gone for a while (lease expired
+	// or record removed), so other nodes may have taken the node for
+	// dead then. A term that resumes the previous one's lease, which
+	// outlived an outage, has the same count.
+	Lapses int
+	// Lease and Created are the term's lease and its record's
+	// CreateRevision.
+	Lease   clientv3.LeaseID
+	Created int64
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when run has returned
-
-	mu     sync.Mutex
-	rec    NodeRecord     // as last written; Created fixed
-	claims []*claim.Claim // held; released on loss
+	// rev is the revision of the term's latest write etcd applied.
+	rev    atomic.Int64
+	ka     <-chan *clientv3.LeaseKeepAliveResponse
+	stopKA context.CancelFunc
+	// since is the send time of the write or read that showed the record
+	// standing at the term's start.
+	since time.Time
 }
 
-// Register registers node id and starts keeping it alive. A record left by
-// an earlier incarnation of id is overwritten: its lease is that
-// incarnation's, now ended or ending.
+// Context is cancelled when the term ends.
+func (t *Term) Context() context.Context { return t.ctx }
+
+// Done is Context().Done().
+func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
+
+// Err is nil while the term lasts, then why it ended.
+func (t *Term) Err() error { return context.Cause(t.ctx) }
+
+// Revision is the etcd revision of the term's latest record write (its
+// creation, then each activity update): the node was registered then.
+func (t *Term) Revision() int64 { return t.rev.Load() }
+
+// Register registers node id and starts keeping it registered. A record
+// left by an earlier incarnation of id, its lease alive or not, is
+// replaced by a new one (a new CreateRevision), so the earlier one's
+// updates fail.
 func Register(ctx context.Context, cli *clientv3.Client, id string, opts NodeOptions) (*Node, error) {
 	if err := checkID("node id", id, nodeIDBytesMax); err != nil {
 		return nil, err
@@ -100,61 +170,79 @@ func Register(ctx context.Context, cli *clientv3.Client, id string, opts NodeOpt
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	grant, err := cli.Grant(ctx, ttlSeconds)
-	if err != nil {
-		return nil, fmt.Errorf("supervise: grant lease for node %s: %w", id, err)
-	}
-	now := normalize(time.Now())
-	rec := NodeRecord{ID: id, Address: opts.Address, HTTP: opts.HTTP, Started: now, LastActive: now, Status: NodeReady, OutgoingMax: opts.OutgoingMax}
-	val, err := encode(rec)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := cli.Put(ctx, NodeKey(id), val, clientv3.WithLease(grant.ID), clientv3.WithPrevKV())
-	if err != nil {
-		revokeQuietly(ctx, cli, grant.ID)
-		return nil, fmt.Errorf("supervise: register node %s: %w", id, err)
-	}
-	if resp.PrevKv != nil && resp.PrevKv.Lease != 0 {
-		opts.Log.Info("supervise: node re-registered over an earlier incarnation", "node", id)
-	}
-	rec.Created, rec.ModRevision = resp.Header.Revision, resp.Header.Revision
-	runCtx, cancel := context.WithCancelCause(context.Background())
-	n := &Node{cli: cli, log: opts.Log, lease: grant.ID, window: opts.Window, key: NodeKey(id),
-		ctx: runCtx, cancel: cancel, done: make(chan struct{}), rec: rec}
-	ka, err := cli.KeepAlive(runCtx, grant.ID)
+	life, cancel := context.WithCancelCause(context.Background())
+	n := &Node{cli: cli, log: opts.Log, id: id, key: NodeKey(id), opts: opts, ttlSeconds: ttlSeconds, window: opts.Window,
+		started: normalize(time.Now()), life: life, cancel: cancel, done: make(chan struct{}), next: make(chan struct{})}
+	t, rec, err := n.register(ctx, false)
 	if err != nil {
 		cancel(err)
-		close(n.done)
-		revokeQuietly(ctx, cli, grant.ID)
-		return nil, fmt.Errorf("supervise: keep node %s alive: %w", id, err)
+		return nil, err
 	}
-	go n.run(ka, now)
+	n.term, n.rec = t, rec
+	n.lastOK.Store(t.since.UnixNano())
+	go n.run()
 	return n, nil
 }
 
 // ID returns the node id.
-func (n *Node) ID() string { return n.rec.ID }
+func (n *Node) ID() string { return n.id }
 
-// Lease returns the node's lease.
-func (n *Node) Lease() clientv3.LeaseID { return n.lease }
+// Lease returns the current term's lease.
+func (n *Node) Lease() clientv3.LeaseID { return n.Term().Lease }
 
-// Context is cancelled when the registration is lost or closed; its cause
-// (context.Cause) wraps ErrNodeLost, and ErrUnreachable when etcd was not
-// reached for a window.
-func (n *Node) Context() context.Context { return n.ctx }
+// Context is cancelled when the Node ends: Close, or another incarnation
+// took the record over. Its cause wraps ErrNodeLost (and ErrSuperseded).
+// A lost term does not end it: see Term.
+func (n *Node) Context() context.Context { return n.life }
 
 // Done is Context().Done().
-func (n *Node) Done() <-chan struct{} { return n.ctx.Done() }
+func (n *Node) Done() <-chan struct{} { return n.life.Done() }
 
-// Err is nil while registered, then why the registration ended.
-func (n *Node) Err() error { return context.Cause(n.ctx) }
+// Err is nil until the Node ends, then why.
+func (n *Node) Err() error { return context.Cause(n.life) }
 
-// Hold puts c among the claims released when the node is lost or closed.
-// A claim given after the loss is released at once.
+// Term returns the current term, or the last one, ended, while the node
+// is not registered.
+func (n *Node) Term() *Term {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.term
+}
+
+// Registered reports whether the current term lasts and an update
+// reached etcd within the last window: a node stalled past its window
+// (its process paused) is not registered from the moment it runs again,
+// before its keep loop has noticed.
+func (n *Node) Registered() bool {
+	return n.Term().ctx.Err() == nil && time.Since(time.Unix(0, n.lastOK.Load())) < n.window
+}
+
+// NextTerm waits for a term after `after` and returns the current one
+// (later terms may have begun and ended meanwhile: compare Lapses). It
+// fails when ctx ends or the Node ends.
+func (n *Node) NextTerm(ctx context.Context, after *Term) (*Term, error) {
+	for {
+		n.mu.Lock()
+		t, next := n.term, n.next
+		n.mu.Unlock()
+		if t.Seq > after.Seq {
+			return t, nil
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-n.life.Done():
+			return nil, n.Err()
+		}
+	}
+}
+
+// Hold puts c among the claims released when the current term ends. A
+// claim given while the node is not registered is released at once.
 func (n *Node) Hold(c *claim.Claim) error {
 	n.mu.Lock()
-	if n.ctx.Err() == nil {
+	if n.term.ctx.Err() == nil {
 		// Forget the claims that ended by themselves, so the list tracks
 		// what is held now.
 		kept := n.claims[:0]
@@ -172,9 +260,10 @@ func (n *Node) Hold(c *claim.Claim) error {
 		n.mu.Unlock()
 		return nil
 	}
+	err := n.term.Err()
 	n.mu.Unlock()
 	n.releaseAll([]*claim.Claim{c})
-	return n.Err()
+	return err
 }
 
 // Close leaves the cluster cleanly: stops the activity updates, releases
@@ -184,35 +273,231 @@ func (n *Node) Close(ctx context.Context) error {
 	n.cancel(fmt.Errorf("%w: closed", ErrNodeLost))
 	<-n.done
 	n.mu.Lock()
-	held := n.claims
+	held, created, lease := n.claims, n.rec.Created, n.term.Lease
 	n.claims = nil
 	n.mu.Unlock()
 	n.releaseAll(held)
 	_, err := n.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(n.key), "=", n.rec.Created)).
+		If(clientv3.Compare(clientv3.CreateRevision(n.key), "=", created)).
 		Then(clientv3.OpDelete(n.key)).
 		Commit()
-	revokeQuietly(ctx, n.cli, n.lease)
+	revokeQuietly(ctx, n.cli, lease)
 	if err != nil {
-		return fmt.Errorf("supervise: deregister node %s: %w", n.rec.ID, err)
+		return fmt.Errorf("supervise: deregister node %s: %w", n.id, err)
 	}
 	return nil
 }
 
-// lose ends the registration for cause and gives the work up.
-func (n *Node) lose(cause error) {
-	n.cancel(cause)
-	n.log.Warn("supervise: node lost its registration; stopping its rejoin work", "node", n.rec.ID, "cause", context.Cause(n.ctx))
+// record is the node's record as this process writes it at now.
+func (n *Node) record(now time.Time) NodeRecord {
+	now = normalize(now)
+	return NodeRecord{ID: n.id, Address: n.opts.Address, HTTP: n.opts.HTTP, Started: n.started, LastActive: now,
+		Status: NodeReady, OutgoingMax: n.opts.OutgoingMax}
+}
+
+// register writes a new record on a new lease and starts its keepalive.
+// again: this process registered before, and a record of another
+// incarnation means it was superseded.
+func (n *Node) register(ctx context.Context, again bool) (*Term, NodeRecord, error) {
+	grant, err := n.cli.Grant(ctx, n.ttlSeconds)
+	if err != nil {
+		return nil, NodeRecord{}, fmt.Errorf("supervise: grant lease for node %s: %w", n.id, err)
+	}
+	sent := time.Now()
+	rec := n.record(sent)
+	val, err := encode(rec)
+	if err == nil {
+		rec.Created, err = n.create(ctx, val, grant.ID, again)
+	}
+	if err != nil {
+		revokeQuietly(ctx, n.cli, grant.ID)
+		return nil, NodeRecord{}, err
+	}
+	rec.ModRevision = rec.Created
+	t, err := n.newTerm(grant.ID, rec.Created, sent, again)
+	if err != nil {
+		revokeQuietly(ctx, n.cli, grant.ID)
+		return nil, NodeRecord{}, err
+	}
+	return t, rec, nil
+}
+
+// create puts val under the node's key on lease as a new key and returns
+// its CreateRevision. A key already there is deleted first (compared by
+// its CreateRevision) unless it is another incarnation's and again is
+// set: a Put over it would keep its CreateRevision, which the earlier
+// incarnation's updates compare, and both would pass.
+func (n *Node) create(ctx context.Context, val string, lease clientv3.LeaseID, again bool) (int64, error) {
+	for range registerAttemptsMax {
+		resp, err := n.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(n.key), "=", 0)).
+			Then(clientv3.OpPut(n.key, val, clientv3.WithLease(lease))).
+			Else(clientv3.OpGet(n.key)).
+			Commit()
+		if err != nil {
+			return 0, fmt.Errorf("supervise: register node %s: %w", n.id, err)
+		}
+		if resp.Succeeded {
+			return resp.Header.Revision, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue // gone meanwhile
+		}
+		old, derr := decodeNode(kvs[0])
+		switch {
+		case derr == nil && !old.Started.Equal(n.started) && again:
+			return 0, fmt.Errorf("%w: %w: node %s registered by a process started %s", ErrNodeLost, ErrSuperseded, n.id, old.Started.Format(time.RFC3339Nano))
+		case derr == nil && !old.Started.Equal(n.started):
+			n.log.Info("supervise: node re-registered over an earlier incarnation", "node", n.id, "earlier_started", old.Started)
+		case derr != nil:
+			n.log.Warn("supervise: replacing an unreadable node record", "node", n.id, "err", derr)
+		}
+		if _, err := n.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(n.key), "=", kvs[0].CreateRevision)).
+			Then(clientv3.OpDelete(n.key)).
+			Commit(); err != nil {
+			return 0, fmt.Errorf("supervise: register node %s: replace the earlier record: %w", n.id, err)
+		}
+	}
+	return 0, fmt.Errorf("supervise: register node %s: the record changed under %d attempts", n.id, registerAttemptsMax)
+}
+
+// newTerm starts the keepalive of lease and returns the next term.
+func (n *Node) newTerm(lease clientv3.LeaseID, created int64, since time.Time, lapsed bool) (*Term, error) {
+	kctx, stopKA := context.WithCancel(n.life)
+	ka, err := n.cli.KeepAlive(kctx, lease)
+	if err != nil {
+		stopKA()
+		return nil, fmt.Errorf("supervise: keep node %s alive: %w", n.id, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seq := 1
+	if n.term != nil {
+		seq = n.term.Seq + 1
+	}
+	if lapsed {
+		n.lapses++
+	}
+	ctx, cancel := context.WithCancelCause(n.life)
+	t := &Term{Seq: seq, Lapses: n.lapses, Lease: lease, Created: created, ctx: ctx, cancel: cancel, ka: ka, stopKA: stopKA, since: since}
+	t.rev.Store(created)
+	return t, nil
+}
+
+// install makes t the current term.
+func (n *Node) install(t *Term, rec NodeRecord) {
+	n.lastOK.Store(t.since.UnixNano())
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.term, n.rec = t, rec
+	close(n.next)
+	n.next = make(chan struct{})
+}
+
+// run keeps the node registered, term after term, until the Node ends.
+func (n *Node) run() {
+	defer close(n.done)
+	for {
+		t := n.Term()
+		cause := n.keep(t)
+		if n.life.Err() != nil {
+			cause = context.Cause(n.life)
+		}
+		n.endTerm(t, cause)
+		if n.life.Err() != nil {
+			return
+		}
+		if !n.reregister(t, cause) {
+			return
+		}
+	}
+}
+
+// endTerm ends t for cause and gives its work up.
+func (n *Node) endTerm(t *Term, cause error) {
+	t.cancel(cause)
+	t.stopKA()
 	n.mu.Lock()
 	held := n.claims
 	n.claims = nil
 	n.mu.Unlock()
 	n.releaseAll(held)
-	if !errors.Is(cause, ErrUnreachable) {
-		// Free the record at once; with etcd unreachable the revoke could
-		// not be sent, and the lease expires by itself.
-		revokeQuietly(context.Background(), n.cli, n.lease)
+	if n.life.Err() != nil {
+		return // closing: Close deregisters
 	}
+	n.log.Warn("supervise: node lost its registration; its rejoin work stops, its process stays and registers again", "node", n.id, "term", t.Seq, "cause", t.Err())
+	if !errors.Is(cause, ErrUnreachable) {
+		// The record is gone or another's: the lease holds nothing of
+		// ours. With etcd unreachable it is kept, so that a term whose
+		// lease outlives the outage resumes it.
+		revokeQuietly(n.life, n.cli, t.Lease)
+	}
+}
+
+// reregister registers the node again after prev ended, trying every
+// Window/ActivityChecksPerWindow, each try bounded by a window, until it
+// succeeds or the Node ends (Close, or ErrSuperseded). False: ended.
+func (n *Node) reregister(prev *Term, cause error) bool {
+	interval := n.window / ActivityChecksPerWindow
+	var wait time.Duration
+	if errors.Is(cause, ErrUnreachable) {
+		wait = interval
+	}
+	started := time.Now()
+	for tries := 1; ; tries++ {
+		select {
+		case <-time.After(wait):
+		case <-n.life.Done():
+			return false
+		}
+		wait = interval
+		ctx, cancel := context.WithTimeout(n.life, n.window)
+		t, rec, err := n.reattach(ctx, prev)
+		cancel()
+		switch {
+		case err == nil:
+			n.install(t, rec)
+			n.log.Info("supervise: node registered again", "node", n.id, "term", t.Seq, "lapsed", t.Lapses > prev.Lapses,
+				"tries", tries, "unregistered_for", time.Since(started).Round(time.Millisecond))
+			return true
+		case errors.Is(err, ErrSuperseded):
+			n.log.Error("supervise: node superseded by another incarnation; it stops", "node", n.id, "err", err)
+			n.cancel(err)
+			return false
+		case n.life.Err() != nil:
+			return false
+		case tries == 1 || tries%100 == 0:
+			n.log.Info("supervise: registration not restored yet; retrying", "node", n.id, "tries", tries, "err", err)
+		}
+	}
+}
+
+// reattach starts the term after prev: it resumes prev's lease if the
+// record still stands on it (the lease outlived the outage, so no node
+// took this one for dead), and registers anew otherwise.
+func (n *Node) reattach(ctx context.Context, prev *Term) (*Term, NodeRecord, error) {
+	sent := time.Now()
+	resp, err := n.cli.Get(ctx, n.key)
+	if err != nil {
+		return nil, NodeRecord{}, err
+	}
+	if len(resp.Kvs) == 1 {
+		kv := resp.Kvs[0]
+		rec, derr := decodeNode(kv)
+		if derr == nil && !rec.Started.Equal(n.started) {
+			return nil, NodeRecord{}, fmt.Errorf("%w: %w: node %s registered by a process started %s", ErrNodeLost, ErrSuperseded, n.id, rec.Started.Format(time.RFC3339Nano))
+		}
+		if derr == nil && kv.Lease == int64(prev.Lease) && kv.CreateRevision == prev.Created {
+			t, err := n.newTerm(prev.Lease, prev.Created, sent, false)
+			if err != nil {
+				return nil, NodeRecord{}, err
+			}
+			return t, rec, nil
+		}
+	}
+	return n.register(ctx, true)
 }
 
 // releaseAll gives the claims up. Release ends a claim's goroutines and
@@ -231,62 +516,59 @@ func (n *Node) releaseAll(held []*claim.Claim) {
 	}
 }
 
-// run is the node's driver: it drains the lease keepalive and updates the
+// keep is one term's driver: it drains the lease keepalive and updates the
 // record's last activity ActivityChecksPerWindow times per window, until
-// the registration ends.
+// the term is lost (the cause is returned) or the Node ends (nil).
 //
 // Invariant: lastOK is the send time of the latest update etcd applied (at
-// first, the registration's), so the node was registered at lastOK; the
-// next update is never scheduled past lastOK + window, and the node is
+// first, the term's start), so the node was registered at lastOK; the
+// next update is never scheduled past lastOK + window, and the term is
 // declared lost by then unless an update succeeds.
-func (n *Node) run(ka <-chan *clientv3.LeaseKeepAliveResponse, registered time.Time) {
-	defer close(n.done)
+func (n *Node) keep(t *Term) error {
 	interval := n.window / ActivityChecksPerWindow
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
-	lastOK := registered
+	lastOK := t.since
+	n.lastOK.Store(lastOK.UnixNano())
 	for {
 		select {
-		case <-n.ctx.Done():
-			return
-		case _, ok := <-ka:
+		case <-n.life.Done():
+			return nil
+		case _, ok := <-t.ka:
 			if ok {
 				continue
 			}
-			if n.ctx.Err() != nil {
-				return // closed: the keepalive ended because we asked
+			if n.life.Err() != nil {
+				return nil // closed: the keepalive ended because we asked
 			}
-			n.lose(fmt.Errorf("%w: lease keepalive ended", ErrNodeLost))
-			return
+			return fmt.Errorf("%w: lease keepalive ended", ErrNodeLost)
 		case <-timer.C:
 		}
 		deadline := lastOK.Add(n.window)
 		sent := time.Now()
 		if !sent.Before(deadline) {
-			n.lose(fmt.Errorf("%w: %w: no update since %s", ErrNodeLost, ErrUnreachable, lastOK.Format(time.RFC3339Nano)))
-			return
+			return fmt.Errorf("%w: %w: no update since %s", ErrNodeLost, ErrUnreachable, lastOK.Format(time.RFC3339Nano))
 		}
-		rctx, cancel := context.WithDeadline(n.ctx, deadline)
+		rctx, cancel := context.WithDeadline(n.life, deadline)
 		err := n.touch(rctx, sent)
 		cancel()
 		switch {
-		case n.ctx.Err() != nil:
-			return
+		case n.life.Err() != nil:
+			return nil
 		case errors.Is(err, ErrNodeLost):
-			n.lose(err)
-			return
+			return err
 		case err != nil && !time.Now().Before(deadline):
-			n.lose(fmt.Errorf("%w: %w: %v", ErrNodeLost, ErrUnreachable, err))
-			return
+			return fmt.Errorf("%w: %w: %v", ErrNodeLost, ErrUnreachable, err)
 		case err == nil:
 			lastOK = sent
+			n.lastOK.Store(lastOK.UnixNano())
 		}
 		timer.Reset(max(0, min(interval, time.Until(lastOK.Add(n.window)))))
 	}
 }
 
 // touch writes the record with LastActive = now and status ready, only if
-// the key is still this incarnation's, keeping its lease.
+// the key is still this term's, keeping its lease.
 func (n *Node) touch(ctx context.Context, now time.Time) error {
 	n.mu.Lock()
 	rec := n.rec
@@ -299,17 +581,64 @@ func (n *Node) touch(ctx context.Context, now time.Time) error {
 	resp, err := n.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(n.key), "=", rec.Created)).
 		Then(clientv3.OpPut(n.key, val, clientv3.WithIgnoreLease())).
+		Else(clientv3.OpGet(n.key)).
 		Commit()
 	if err != nil {
 		return err
 	}
 	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			if other, derr := decodeNode(kvs[0]); derr == nil && !other.Started.Equal(n.started) {
+				return fmt.Errorf("%w: %w: node %s registered by a process started %s", ErrNodeLost, ErrSuperseded, rec.ID, other.Started.Format(time.RFC3339Nano))
+			}
+		}
 		return fmt.Errorf("%w: record of %s removed", ErrNodeLost, rec.ID)
 	}
 	n.mu.Lock()
 	n.rec.LastActive, n.rec.ModRevision = rec.LastActive, resp.Header.Revision
+	n.term.rev.Store(resp.Header.Revision)
 	n.mu.Unlock()
 	return nil
+}
+
+// RegisteredBetween returns the node records created (a registration,
+// first or again) at revisions in (after, upto], from etcd's history: the
+// nodes that registered meanwhile, also those whose record is gone since.
+// upto must be the revision of a node record write (a term's Created),
+// which ends the read; the read is bounded by ctx. A history compacted
+// past after is an error (etcd's ErrCompacted).
+func RegisteredBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) ([]NodeRecord, error) {
+	if after >= upto {
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var out []NodeRecord
+	for resp := range cli.Watch(ctx, nodesPrefix, clientv3.WithPrefix(), clientv3.WithRev(after+1)) {
+		if err := resp.Err(); err != nil {
+			return nil, fmt.Errorf("supervise: node registrations after revision %d: %w", after, err)
+		}
+		for _, ev := range resp.Events {
+			kv := ev.Kv
+			if kv.ModRevision > upto {
+				return out, nil
+			}
+			if ev.Type == clientv3.EventTypePut && kv.CreateRevision == kv.ModRevision {
+				rec, err := decodeNode(kv)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, rec)
+			}
+			if kv.ModRevision == upto {
+				return out, nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("supervise: node registrations after revision %d: %w", after, err)
+	}
+	return nil, fmt.Errorf("supervise: node registrations after revision %d: watch ended", after)
 }
 
 // revokeQuietly revokes a lease with a short bound even when ctx is done:

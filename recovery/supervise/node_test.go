@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/stream/faultnet"
 )
 
 // lossSlack is what a test allows past a one-window promise for the
@@ -47,9 +50,11 @@ func TestNodeRegisterAndClose(t *testing.T) {
 	}
 }
 
-// TestNodeUnreachable: with etcd stopped, the node's context ends within
-// its window (seed 002), before its lease could expire, and the claims it
-// holds are given up (their Lost closes).
+// TestNodeUnreachable: with etcd stopped, the node's term ends within its
+// window (seed 002), before its lease could expire, and the claims it
+// holds are given up (their Lost closes); the Node itself lives on, and
+// once etcd is back it registers again by itself (seed 002: it rejoins
+// the cluster when communication is restored).
 func TestNodeUnreachable(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
@@ -60,6 +65,8 @@ func TestNodeUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer n.Close(ctx)
+	first := n.Term()
 	// A claim with a long window of its own, so that it is the node that
 	// gives it up, not the claim's own checks.
 	c, err := claim.Acquire(ctx, cli, task13, claim.NewExecutorID(), 10*time.Second)
@@ -72,40 +79,42 @@ func TestNodeUnreachable(t *testing.T) {
 	stopped := time.Now()
 	e.Stop()
 	select {
-	case <-n.Done():
+	case <-first.Done():
 	case <-time.After(window + lossSlack):
-		t.Fatalf("node still registered %s after etcd stopped", time.Since(stopped))
+		t.Fatalf("term still on %s after etcd stopped", time.Since(stopped))
 	}
 	took := time.Since(stopped)
 	t.Logf("node gave up %s after etcd stopped (window %s, lease TTL 2s)", took, window)
-	if !errors.Is(n.Err(), ErrUnreachable) {
-		t.Fatalf("cause %v, want ErrUnreachable", n.Err())
+	if !errors.Is(first.Err(), ErrUnreachable) || n.Registered() {
+		t.Fatalf("cause %v (registered %v), want ErrUnreachable", first.Err(), n.Registered())
 	}
 	select {
 	case <-c.Lost():
 	case <-time.After(2 * time.Second):
 		t.Fatal("held claim not given up")
 	}
-	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	_ = n.Close(cctx) // etcd is down: the deregistration fails, bounded
-
-	// Once etcd is back the node registers again, as a new incarnation
-	// (seed 002: it rejoins the cluster when communication is restored).
+	if err := n.Err(); err != nil {
+		t.Fatalf("node ended: %v", err)
+	}
 	if err := e.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	n2, err := Register(ctx, cli, "n1", NodeOptions{TTL: 2 * time.Second, Window: window, Log: testLog(t)})
+	next, err := n.NextTerm(ctx, first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n2.Close(ctx); err != nil {
-		t.Fatal(err)
+	t.Logf("registered again %s after etcd stopped: term %d, lapses %d", time.Since(stopped), next.Seq, next.Lapses)
+	if next.Seq != 2 || next.Context().Err() != nil {
+		t.Fatalf("next term %+v, err %v", next, next.Err())
+	}
+	if _, ok := nodeRecord(t, ctx, cli, "n1"); !ok {
+		t.Fatal("no record after registering again")
 	}
 }
 
 // TestNodeRecordRemoved: a node whose record is deleted (the health task
-// removing it) is lost at its next activity update.
+// removing it) loses its term at its next activity update, then
+// registers again with a new record; its next term counts a lapse.
 func TestNodeRecordRemoved(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
@@ -116,15 +125,237 @@ func TestNodeRecordRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close(ctx)
+	first := n.Term()
 	if _, err := cli.Delete(ctx, NodeKey("n1")); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-n.Done():
+	case <-first.Done():
 	case <-time.After(400*time.Millisecond + lossSlack):
 		t.Fatal("node did not notice its record removed")
 	}
-	if !errors.Is(n.Err(), ErrNodeLost) || errors.Is(n.Err(), ErrUnreachable) {
-		t.Fatalf("cause %v", n.Err())
+	if !errors.Is(first.Err(), ErrNodeLost) || errors.Is(first.Err(), ErrUnreachable) {
+		t.Fatalf("cause %v", first.Err())
+	}
+	next, err := n.NextTerm(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Lapses != first.Lapses+1 || next.Created == first.Created || next.Lease == first.Lease {
+		t.Fatalf("term after the removal %+v, first %+v", next, first)
+	}
+}
+
+// TestNodeShortOutageResumesLease: etcd out of reach for more than the
+// window but less than the lease TTL: the term ends (claims given up),
+// and the next one resumes the same lease and record, with no lapse, so
+// no other node took this one for dead.
+func TestNodeShortOutageResumesLease(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	cli := newClientAt(t, px.Endpoint())
+	ctx := testCtx(t, 20*time.Second)
+	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: 4 * time.Second, Window: 500 * time.Millisecond, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = n.Close(cctx)
+	}()
+	first := n.Term()
+	px.Freeze()
+	select {
+	case <-first.Done():
+	case <-time.After(500*time.Millisecond + lossSlack):
+		t.Fatal("term did not end within its window")
+	}
+	px.Thaw()
+	next, err := n.NextTerm(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Lapses != first.Lapses || next.Lease != first.Lease || next.Created != first.Created {
+		t.Fatalf("term after a short outage %+v, first %+v: want the same lease and record", next, first)
+	}
+}
+
+// TestNodeSuperseded: a newer process registering under the same id ends
+// the older one's Node for good (two processes must not share an id),
+// and the older one's Close leaves the newer record alone.
+func TestNodeSuperseded(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	cli := newClient(t, e)
+	ctx := testCtx(t, 20*time.Second)
+	old, err := Register(ctx, cli, "n1", NodeOptions{TTL: 2 * time.Second, Window: 400 * time.Millisecond, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: 2 * time.Second, Window: 400 * time.Millisecond, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	select {
+	case <-old.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the older incarnation did not stop")
+	}
+	if !errors.Is(old.Err(), ErrSuperseded) {
+		t.Fatalf("cause %v, want ErrSuperseded", old.Err())
+	}
+	if err := old.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := nodeRecord(t, ctx, cli, "n1")
+	if !ok || r.Created != n.Term().Created || !n.Registered() {
+		t.Fatalf("newer record %+v (present %v) after the older one closed", r, ok)
+	}
+}
+
+// nodeRecord reads n1's record; ok false when there is none.
+func nodeRecord(t *testing.T, ctx context.Context, cli *clientv3.Client, id string) (NodeRecord, bool) {
+	t.Helper()
+	nodes, err := Nodes(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range nodes {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return NodeRecord{}, false
+}
+
+// TestNodeOutageLapsedRegistersAgain: etcd out of the node's reach (its
+// client's traffic frozen by a proxy) for 3 x its lease TTL, so the lease
+// expires in etcd: the node gives its claims up within its window, but
+// the registration is not ended for good: once etcd answers it registers
+// again (a new record, the process's Started kept) and goes on updating.
+func TestNodeOutageLapsedRegistersAgain(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	cli := newClientAt(t, px.Endpoint())
+	watch := newClient(t, e)
+	ctx := testCtx(t, 30*time.Second)
+	const ttl, window = 2 * time.Second, 500 * time.Millisecond
+	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: ttl, Window: window, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = n.Close(cctx)
+	}()
+	before, ok := nodeRecord(t, ctx, watch, "n1")
+	if !ok {
+		t.Fatal("no record after Register")
+	}
+	c, err := claim.Acquire(ctx, cli, task13, claim.NewExecutorID(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Hold(c); err != nil {
+		t.Fatal(err)
+	}
+	px.Freeze()
+	frozen := time.Now()
+	select {
+	case <-c.Lost():
+		t.Logf("held claim given up %s after etcd went out of reach (window %s)", time.Since(frozen), window)
+	case <-time.After(window + lossSlack + giveUpTimeout):
+		t.Fatal("held claim not given up within the window")
+	}
+	waitFor(t, 3*ttl+2*time.Second, "the lease to expire in etcd", func() bool {
+		_, ok := nodeRecord(t, ctx, watch, "n1")
+		return !ok
+	})
+	time.Sleep(3*ttl - time.Since(frozen))
+	if err := n.Err(); err != nil {
+		t.Fatalf("registration ended for good while etcd was out of reach: %v", err)
+	}
+	px.Thaw()
+	thawed := time.Now()
+	var again NodeRecord
+	waitFor(t, 10*time.Second, "the node registered again", func() bool {
+		r, ok := nodeRecord(t, ctx, watch, "n1")
+		again = r
+		return ok
+	})
+	t.Logf("registered again %s after etcd answered", time.Since(thawed))
+	if again.Created == before.Created || !again.Started.Equal(before.Started) {
+		t.Fatalf("record after the lapse %+v, before %+v: want a new key with the same Started", again, before)
+	}
+	// It stays registered: its updates pass.
+	waitFor(t, 3*time.Second, "an activity update of the new record", func() bool {
+		r, ok := nodeRecord(t, ctx, watch, "n1")
+		return ok && r.Created == again.Created && r.LastActive.After(again.LastActive)
+	})
+	if err := n.Err(); err != nil {
+		t.Fatalf("registration ended: %v", err)
+	}
+}
+
+// TestNodeReregisterOverLiveEarlierIncarnation (issue 10 item 1): a node
+// restarted before its earlier incarnation's lease expired registers over
+// that record and stays registered through its activity updates.
+func TestNodeReregisterOverLiveEarlierIncarnation(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	ctx := testCtx(t, 20*time.Second)
+	const window = 400 * time.Millisecond
+	// The earlier incarnation dies without a word: its client closes, its
+	// lease lives on for its TTL.
+	oldCli := newClient(t, e)
+	old, err := Register(ctx, oldCli, "n1", NodeOptions{TTL: 4 * time.Second, Window: window, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCli.Close()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = old.Close(cctx)
+	}()
+	cli := newClient(t, e)
+	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: 4 * time.Second, Window: window, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	first, ok := nodeRecord(t, ctx, cli, "n1")
+	if !ok {
+		t.Fatal("no record")
+	}
+	// Several windows of updates: every one must land on the same record.
+	deadline := time.Now().Add(4 * window)
+	for time.Now().Before(deadline) {
+		select {
+		case <-n.Done():
+			t.Fatalf("registration over the earlier incarnation lost: %v", n.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		r, ok := nodeRecord(t, ctx, cli, "n1")
+		if !ok || r.Created != first.Created {
+			t.Fatalf("record %+v (present %v), want the one created at %d", r, ok, first.Created)
+		}
+	}
+	last, _ := nodeRecord(t, ctx, cli, "n1")
+	if !last.LastActive.After(first.LastActive) {
+		t.Fatalf("no activity update landed: %v then %v", first.LastActive, last.LastActive)
 	}
 }

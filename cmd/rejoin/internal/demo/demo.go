@@ -15,6 +15,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/recovery/claim"
@@ -34,10 +35,15 @@ const (
 	FaultKillDestination Fault = "kill-destination"
 	FaultCutLink         Fault = "cut-link"
 	FaultPauseExecutor   Fault = "pause-executor"
+	// FaultPauseEtcd pauses etcd (SIGSTOP), run as a process of its own,
+	// for 3 x the node TTL plus a second: every node loses its
+	// registration, and its lease on resume, and must keep its process
+	// and its replicas (docs/DESIGN.md "Without the coordinator").
+	FaultPauseEtcd Fault = "pause-etcd"
 )
 
 // Faults lists them in --fault's order.
-var Faults = []Fault{FaultNone, FaultKillSource, FaultKillDestination, FaultCutLink, FaultPauseExecutor}
+var Faults = []Fault{FaultNone, FaultKillSource, FaultKillDestination, FaultCutLink, FaultPauseExecutor, FaultPauseEtcd}
 
 // Gateway is the node every write goes through; it is never a fault's
 // target, so the writer's acknowledgements come from a node that lives.
@@ -222,8 +228,11 @@ type run struct {
 	events io.Writer // where event lines go (above the bars while they run)
 	cli    *clientv3.Client
 	ps     *procs
-	hc     *http.Client
-	sum    Summary
+	// etcd is etcd's own process with FaultPauseEtcd; nil when it runs
+	// embedded in this one.
+	etcd *etcdProc
+	hc   *http.Client
+	sum  Summary
 	// seen attempts of rejoins into restarted nodes.
 	attempts map[string]bool
 	// restarted: node ids killed and restarted.
@@ -259,15 +268,29 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 		r.sum.Gateway = ""
 	}
 
-	etcd, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
-	if err != nil {
-		return r.sum, err
-	}
-	defer etcd.Stop()
-	r.sum.Etcd = strings.Join(etcd.Endpoints(), ",")
-	cli, err := etcd.Client()
-	if err != nil {
-		return r.sum, err
+	var cli *clientv3.Client
+	if cfg.Fault == FaultPauseEtcd {
+		// Its own process, so that pausing it pauses nothing else.
+		ep, err := startEtcdProc(ctx, cfg.Binary, dir)
+		if err != nil {
+			return r.sum, err
+		}
+		defer ep.stop(stopGrace)
+		r.etcd, r.sum.Etcd = ep, ep.endpoint
+		cli, err = clientv3.New(clientv3.Config{Endpoints: []string{ep.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return r.sum, err
+		}
+	} else {
+		etcd, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
+		if err != nil {
+			return r.sum, err
+		}
+		defer etcd.Stop()
+		r.sum.Etcd = strings.Join(etcd.Endpoints(), ",")
+		if cli, err = etcd.Client(); err != nil {
+			return r.sum, err
+		}
 	}
 	defer cli.Close()
 	r.cli = cli
@@ -859,6 +882,50 @@ func (r *run) inject(ctx context.Context, victimID int, hosted []uint32) error {
 		} else {
 			r.eventf("fault pause-executor: the executor of partition %d on %s stops for %s (2x the claim TTL) mid-snapshot", h.Partition, h.Source, 2*r.cfg.ClaimTTL)
 		}
+		return r.release(ctx, hosted)
+
+	case FaultPauseEtcd:
+		held, err := r.waitHeld(ctx, victim, hosted, anyHeld)
+		if err != nil {
+			return err
+		}
+		pause := 3*r.cfg.NodeTTL + time.Second
+		r.sum.FaultTarget = fmt.Sprintf("etcd (pid %d)", r.etcd.pid())
+		if err := r.etcd.pause(); err != nil {
+			return err
+		}
+		r.eventf("fault pause-etcd: paused etcd (SIGSTOP, pid %d) for %s (3x the node TTL + 1s) while %s held partition %d mid-snapshot",
+			r.etcd.pid(), pause, held[0].Source, held[0].Partition)
+		slept := sleep(ctx, pause)
+		if err := r.etcd.resume(); err != nil {
+			return err
+		}
+		if slept != nil {
+			return slept
+		}
+		resumed := time.Now()
+		r.eventf("resumed etcd (SIGCONT)")
+		if err := r.ps.exited(); err != nil {
+			return fmt.Errorf("a node exited while etcd was paused: %w", err)
+		}
+		// Registered and updating since the resume: a record read at once
+		// may be one whose lease etcd has not revoked yet.
+		if err := poll(ctx, 30*time.Second, "every node registered again", func() (bool, error) {
+			if err := r.ps.exited(); err != nil {
+				return false, err
+			}
+			nodes, err := supervise.Nodes(ctx, r.cli)
+			fresh := 0
+			for _, n := range nodes {
+				if n.LastActive.After(resumed) {
+					fresh++
+				}
+			}
+			return fresh == r.cfg.Nodes, err
+		}); err != nil {
+			return err
+		}
+		r.eventf("every node registered again %.1f s after etcd resumed; none exited", time.Since(resumed).Seconds())
 		return r.release(ctx, hosted)
 	}
 	return nil

@@ -1,0 +1,232 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/txnid"
+)
+
+// The node without the coordinator (docs/DESIGN.md "Without the
+// coordinator"): a lost registration ends only the work that needs one.
+// The replicas, their feeds and their execution go on, with the view
+// frozen at its last read; the rejoin work (claims, task opening,
+// supervision) stops, and the initiator sequences no new call. When the
+// node registers again, its replicas stay live if they provably missed
+// nothing, and are failed (needs-rejoin) otherwise.
+
+// outage is what the node keeps of its registration's losses until a
+// later term settles them.
+type outage struct {
+	// feeds are the feeds in from each initiator when the earliest
+	// unsettled loss began.
+	feeds map[txnid.Initiator]*feedIn
+	// lapses and rev are Term.Lapses and Term.Revision of the term that
+	// was lost then: the node was registered at revision rev.
+	lapses int
+	rev    int64
+}
+
+// registration runs the work that needs the node's registration, one
+// term of it at a time, until the node stops.
+func (n *Node) registration() {
+	t := n.reg.Term()
+	var out *outage
+	for {
+		ctx, cancel := context.WithCancel(n.ctx)
+		stop := context.AfterFunc(t.Context(), cancel)
+		if out != nil && n.settle(ctx, out, t) {
+			out = nil
+		}
+		var wg sync.WaitGroup
+		for _, f := range []func(context.Context){n.republishLoop, n.openTasks, n.supervise} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f(ctx)
+			}()
+		}
+		<-ctx.Done()
+		if out == nil && n.ctx.Err() == nil {
+			// At once: a feed that breaks and opens again from here on
+			// must not count as open throughout.
+			out = &outage{feeds: n.feedsNow(), lapses: t.Lapses, rev: t.Revision()}
+		}
+		wg.Wait()
+		stop()
+		cancel()
+		if n.ctx.Err() != nil {
+			return
+		}
+		n.log.Warn("registration lost: replicas, feeds and execution go on; rejoin work, task opening, supervision and new calls stop until etcd answers",
+			"term", t.Seq, "cause", t.Err())
+		next, err := n.reg.NextTerm(n.ctx, t)
+		if err != nil {
+			return
+		}
+		t = next
+	}
+}
+
+// settle decides, once the node is registered again, whether its replicas
+// may have missed txns while it was not. If its lease outlived the
+// outage, no node took it for dead: nothing was missed. If the lease
+// lapsed, other nodes stopped waiting for it, but every initiator whose
+// feed into this node stayed open (the same connection from before the
+// loss to now) sent it every txn: initiators keep a feed to a node etcd
+// takes for dead (feed.go). An initiator of a live node without such a
+// feed (a new process, or a feed that broke and was opened again) may
+// have sequenced txns that never reached this node: then every replica
+// is failed and rejoins. The nodes checked are those of the view read
+// after registering again, and every node that registered between the
+// last revision this node was registered at and its new record (etcd's
+// history: also those dead since); a node registering later sees this
+// one and waits for its feed to it. A history that cannot be read counts
+// as a gap. False: the term ended before the check could be made; the
+// next term makes it.
+func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool {
+	if t.Lapses == out.lapses {
+		n.log.Info("registration resumed on its lease: no node took this one for dead, its replicas missed nothing")
+		return true
+	}
+	var meanwhile []supervise.NodeRecord
+	for {
+		err := n.members.refresh()
+		if err == nil {
+			hctx, cancel := context.WithTimeout(ctx, historyTimeout)
+			meanwhile, err = supervise.RegisteredBetween(hctx, n.cli, out.rev, t.Created)
+			cancel()
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				meanwhile, err = []supervise.NodeRecord{{ID: "(history compacted)"}}, nil
+			}
+		}
+		if err == nil {
+			break
+		}
+		n.log.Info("reading the membership after a lapse", "err", err)
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		}
+	}
+	ids := map[string]bool{}
+	for node := range n.members.view().nodes {
+		ids[node] = true
+	}
+	for _, rec := range meanwhile {
+		ids[rec.ID] = true
+	}
+	gaps := n.feedGaps(ids, out.feeds)
+	if len(gaps) == 0 {
+		n.log.Info("registration lapsed; the feed of every live node stayed open throughout: replicas stay live")
+		return true
+	}
+	why := fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout: txns may have been missed", gaps)
+	for _, r := range n.replicas {
+		r.do(func(r *replica) { r.fail(why) })
+	}
+	return true
+}
+
+// feedGaps lists the nodes whose initiator's feed into this node is not
+// the one open in before.
+func (n *Node) feedGaps(nodes map[string]bool, before map[txnid.Initiator]*feedIn) []string {
+	n.feeds.mu.Lock()
+	byNode := map[string]*feedIn{}
+	for _, fi := range n.feeds.by {
+		byNode[fi.node] = fi
+	}
+	n.feeds.mu.Unlock()
+	var gaps []string
+	for node := range nodes {
+		if fi := byNode[node]; fi == nil || before[fi.in] != fi {
+			gaps = append(gaps, node)
+		}
+	}
+	sort.Strings(gaps)
+	return gaps
+}
+
+// feedsNow copies the feeds in.
+func (n *Node) feedsNow() map[txnid.Initiator]*feedIn {
+	n.feeds.mu.Lock()
+	defer n.feeds.mu.Unlock()
+	out := make(map[txnid.Initiator]*feedIn, len(n.feeds.by))
+	for in, fi := range n.feeds.by {
+		out[in] = fi
+	}
+	return out
+}
+
+// historyTimeout bounds the read of the registrations made while the
+// node was not registered.
+const historyTimeout = 10 * time.Second
+
+// unpublished marks replica p's state as not written to etcd (etcd did
+// not answer); published clears it.
+func (n *Node) unpublished(p uint32, yes bool) {
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	if yes {
+		n.unpub[p] = true
+	} else {
+		delete(n.unpub, p)
+	}
+}
+
+// republishLoop republishes at once, then every second, while the term
+// lasts.
+func (n *Node) republishLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		n.republish(ctx)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// republish writes the state of every replica whose change could not be
+// published (while etcd was unreachable), so that no initiator waits for
+// a replica that stopped executing, and no rejoin source is picked from
+// one that holds nothing.
+func (n *Node) republish(ctx context.Context) {
+	n.pubMu.Lock()
+	ps := make([]uint32, 0, len(n.unpub))
+	for p := range n.unpub {
+		ps = append(ps, p)
+	}
+	n.pubMu.Unlock()
+	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	for _, p := range ps {
+		r := n.replicas[p]
+		state, ok := ask(r, func(r *replica) string { return r.state })
+		if !ok {
+			return
+		}
+		sstate := supervise.ReplicaNeedsRejoin
+		if state == StateLive {
+			sstate = supervise.ReplicaLive
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := supervise.SetReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate})
+		cancel()
+		if err != nil {
+			n.log.Warn("publish replica state again", "partition", p, "err", err)
+			return
+		}
+		n.unpublished(p, false)
+		n.log.Info("replica state published again", "partition", p, "state", sstate)
+	}
+}
