@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -590,7 +591,7 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 	cancel()
 	if err != nil {
 		if in.n.ctx.Err() == nil {
-			in.n.log.Debug("feed dial", "node", node, "err", err)
+			in.n.limited.Log(slog.LevelInfo, "feed-dial/"+node, "feed dial failed", "node", node, "err", err)
 		}
 		return
 	}

@@ -396,7 +396,7 @@ func (n *Node) openTasks(ctx context.Context) {
 			task := claim.Task{Partition: p, Dest: n.id}
 			_, err := claim.CreateTask(ctx, n.cli, task, time.Now())
 			if err != nil && !errors.Is(err, claim.ErrTaskOpen) {
-				n.log.Warn("open rejoin task", "task", task, "err", err)
+				n.limited.Log(slog.LevelWarn, "open-task/"+task.String(), "open rejoin task", "task", task, "err", err)
 				continue
 			}
 			n.openMu.Lock()

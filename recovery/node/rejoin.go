@@ -240,7 +240,7 @@ func (r *replica) maybeTouch(att *srcAttempt, now time.Time) {
 		if _, err := claim.Touch(ctx, r.n.cli, att.claim.Attempt(), time.Now()); err != nil && r.n.ctx.Err() == nil {
 			// Not the holder any more: the claim's own checks end the
 			// attempt within a window.
-			r.n.log.Info("touch rejoin task", "task", att.task, "epoch", att.epoch, "err", err)
+			r.n.limited.Log(slog.LevelInfo, "touch/"+att.task.String(), "touch rejoin task", "task", att.task, "epoch", att.epoch, "err", err)
 		}
 	})
 }
@@ -455,7 +455,7 @@ func (n *Node) executor() {
 		mine, err := supervise.AssignedTo(n.ctx, n.cli, n.id)
 		if err != nil {
 			if n.ctx.Err() == nil {
-				n.log.Warn("reading assignments", "err", err)
+				n.limited.Log(slog.LevelWarn, "read-assignments", "reading assignments", "err", err)
 			}
 			continue
 		}
