@@ -8,7 +8,7 @@ import (
 )
 
 // The handshake agrees on the txn ID S at which the snapshot starts
-// (DESIGN.md step 3, seed 003): the destination proposes P, a txn ID such
+// (DESIGN.md step 3): the destination proposes P, a txn ID such
 // that it holds every txn >= P in its buffer; the source answers S >= P, a
 // boundary it can reach without waiting for client traffic; the snapshot
 // is then taken when every txn < S has executed at the source and none
@@ -24,7 +24,7 @@ var ErrNoProposal = errors.New("recovery: no proposal yet: an initiator has not 
 // each initiator's stream only grows, the destination then holds every txn
 // of initiator i with ID >= first[i].
 //
-// Why not simply the first buffered txn, as seed 003 puts it: with several
+// Why not simply the first buffered txn, as a single-initiator design would: with several
 // initiators whose clocks differ, initiator j may have sent txn T before the
 // destination joined, with T above the first txn the destination buffered
 // from initiator i. Proposing that first txn would promise T, which the
@@ -97,7 +97,7 @@ type SourceView interface {
 	Ready() (txnid.ID, bool)
 }
 
-// Answer returns S for a proposal P (seed 003): the next txn >= P that the
+// Answer returns S for a proposal P (DESIGN.md step 3): the next txn >= P that the
 // source has queued and not executed, if there is one; otherwise the point
 // just past the safe txn ID, which heartbeats alone move forward, so the
 // handshake completes when no client traffic flows. S is never below P,

@@ -22,7 +22,7 @@
 // claim. It cannot stop a live one. An executor learns of the expiry late
 // (up to a window after it, by its own checks) or, if its process is
 // paused (GC, SIGSTOP, a VM stall) or cut off from etcd, not before it acts
-// again: the limit seed 002 states for Metafora. So each claim also has an
+// again: the limit of any claim held by a lease (DESIGN.md, "Without the coordinator"). So each claim also has an
 // epoch, the etcd revision that created its key, which grows from one
 // claim of a task to the next. The epoch travels on every rejoin message,
 // and both the source and the destination drop a message with a lower

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Status is where a task stands (seed 000). The legal moves:
+// Status is where a task stands (DESIGN.md step 1). The legal moves:
 //
 //	pending ── start ──────────────────► running
 //	running ── start (takeover), touch ► running
@@ -14,7 +14,7 @@ import (
 //	running ── fail ───────────────────► failed
 //	pending, running, failed ── done ──► done
 //
-// A completion is accepted from any status but done (seed 001: it is the
+// A completion is accepted from any status but done (DESIGN.md step 9: it is the
 // same whoever produced it, even after the task was reset or given up).
 // Done and failed are final for a generation of the task; CreateTask
 // opens a new generation, which starts at pending.
@@ -94,7 +94,7 @@ var (
 	ErrDuplicate = errors.New("claim: duplicate completion ignored")
 )
 
-// Record is what etcd keeps per task (seed 000), as JSON under RecordKey.
+// Record is what etcd keeps per task (DESIGN.md step 1), as JSON under RecordKey.
 //
 // Invariants: Executor and Epoch are set exactly when Status is running,
 // done or failed, and then Epoch > Opened; Attempts counts starts in this
@@ -189,7 +189,7 @@ func failRecord(r Record, a Attempt, note string, now time.Time) (Record, error)
 }
 
 // doneRecord accepts attempt a's completion, whoever a is, as long as it
-// belongs to this generation (seed 001). A second completion is
+// belongs to this generation (DESIGN.md step 9). A second completion is
 // ErrDuplicate, with the record unchanged.
 func doneRecord(r Record, a Attempt, now time.Time) (Record, error) {
 	switch {
@@ -204,7 +204,7 @@ func doneRecord(r Record, a Attempt, now time.Time) (Record, error) {
 }
 
 // staleReason reports why a running task must go back to pending, or ""
-// (seed 000, seed 004's health task): its attempt's claim is gone
+// (DESIGN.md steps 1 and 10): its attempt's claim is gone
 // (claimEpoch, the claim key's CreateRevision or 0, is not its epoch), or
 // it has not been refreshed for staleAfter.
 func staleReason(r Record, claimEpoch uint64, now time.Time, staleAfter time.Duration) string {

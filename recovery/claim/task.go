@@ -74,7 +74,7 @@ func parseTask(suffix string) (Task, error) {
 }
 
 // NewExecutorID returns an executor id "host:pid:nonce". Host and pid tell
-// an operator where the executor runs (seed 000); the random nonce makes the
+// an operator where the executor runs (DESIGN.md step 1); the random nonce makes the
 // id unique for this executor even when a restarted process reuses a pid.
 func NewExecutorID() string {
 	host, err := os.Hostname()

@@ -187,7 +187,7 @@ func MarkFailed(ctx context.Context, cli *clientv3.Client, a Attempt, note strin
 }
 
 // MarkDone records attempt a's completion. Any attempt of this generation
-// is accepted, whether or not it still holds the claim (seed 001: the
+// is accepted, whether or not it still holds the claim (DESIGN.md step 9: the
 // outcome is the same whoever produced it); an attempt of an earlier
 // generation is ErrStaleEpoch. A task already done is left as it is and
 // ErrDuplicate is returned with its record, naming the first completer.
@@ -237,8 +237,8 @@ func MarkDone(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Tim
 
 // ResetStale puts back to pending every running task whose attempt's claim
 // is gone (no claim key, or one of another epoch) or whose UpdatedAt is
-// more than staleAfter before now (seed 000: N check windows). It is the
-// health task of seed 004, run by the coordinator's leader only. When the
+// more than staleAfter before now (DESIGN.md step 1: N check windows). It is the
+// health task of DESIGN.md step 10, run by the coordinator's leader only. When the
 // attempt's claim still exists, it is deleted in the same transaction, so
 // its executor sees it gone within a window and stops.
 //

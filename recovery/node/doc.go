@@ -156,7 +156,7 @@
 // what the peer may have lost, at most one window of blocks. A peer whose
 // node dies (no record in etcd) ends the attempt on the other side
 // (DESIGN.md step 8). The destination also ends its attempt, with
-// wire.AbortNodeFailed (seed 003's "hara kiri"), when any other node
+// wire.AbortNodeFailed (the self-termination of DESIGN.md step 8), when any other node
 // whose replica of the partition was live at the attempt's start fails:
 // its record gone or its replica no longer live. The source sees the
 // abort and requeues; its next attempt watches the nodes live at its own

@@ -287,7 +287,7 @@ func TestRejoinHelloChecksClaim(t *testing.T) {
 	}
 }
 
-// TestPartitionNodeFailureEndsRejoin (seed 003, DESIGN.md step 8): three
+// TestPartitionNodeFailureEndsRejoin (DESIGN.md step 8): three
 // replicas; n3 rejoins from a source held mid-snapshot; the third node,
 // neither source nor destination, stops. The destination ends its
 // attempt, the failure handling starts a fresh one with a higher epoch,

@@ -98,7 +98,7 @@ func (m *members) refresh() error {
 }
 
 // partitionWatch lists the nodes whose failure ends a destination attempt
-// of partition p on node self (DESIGN.md step 8, seed 003's "hara kiri"):
+// of partition p on node self (the self-termination of DESIGN.md step 8):
 // those whose replica of p is live in v when the attempt starts. The
 // destination itself is not one, nor is a node whose replica is not live
 // then (dead, or rejoining too): it failed before the attempt began, and

@@ -249,7 +249,7 @@ func waitCluster(ctx context.Context, cli *clientv3.Client, readTimeout time.Dur
 // every node of the placement has started once (the cluster is
 // bootstrapped) no node takes a client call, so every copy is empty and a
 // starting node's replicas are live; after that, whatever a replica held
-// died with its process (seed 004): it needs a rejoin, which is recorded
+// died with its process (DESIGN.md step 10): it needs a rejoin, which is recorded
 // before the node registers, so no initiator waits for it. Which case
 // this is, etcd says (supervise.Incarnate), never the data directory: a
 // wiped or new directory on a node that ran before, or a node that starts
@@ -343,7 +343,7 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 			n.unpublished(p, false)
 		}
 		if live {
-			// The destination completes the task too (seed 001: any
+			// The destination completes the task too (DESIGN.md step 9: any
 			// attempt's completion stands). It went live only with the
 			// source's digest at E, which is what done means, so its word
 			// is as good as the source's HandoffAck. A source that dies

@@ -433,7 +433,7 @@ func (r *replica) endDest() {
 // ---- the executor: assignments in, claims, attempts ----
 
 // executor polls the node's assignments and works them: one claim and one
-// attempt per assignment, Complete or Requeue at the end (seed 000, 001).
+// attempt per assignment, Complete or Requeue at the end (DESIGN.md steps 1 and 9).
 func (n *Node) executor() {
 	handled := map[claim.Task]uint32{}
 	t := time.NewTicker(100 * time.Millisecond)

@@ -1,5 +1,5 @@
 // Package nodestate is a node's small durable record (DESIGN.md step 10,
-// seed 004): who the node is, when it last started, whether it shut down
+// DESIGN.md step 10): who the node is, when it last started, whether it shut down
 // cleanly, the state of each partition replica it hosts, and the highest
 // rejoin fencing epoch it has seen per partition. It lives in a pebble
 // database in the node's data directory.

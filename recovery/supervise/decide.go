@@ -216,7 +216,7 @@ func keepReason(s Snapshot, t claim.TaskRecord, a Assignment, now time.Time, lim
 	case !hostsLive(s, t.Task.Partition, a.Source):
 		return fmt.Sprintf("source %s has no live replica", a.Source)
 	case claimed:
-		// Under way, by this source or (seed 001) any executor that
+		// Under way, by this source or (DESIGN.md step 9) any executor that
 		// claimed it: every claim is one attempt, and its epoch fences the
 		// others.
 		return ""
@@ -261,7 +261,7 @@ func pickSource(s Snapshot, task claim.Task, prev string, declined []string, loa
 	}
 	slices.SortFunc(cands, func(x, y string) int {
 		// The previous source sorts last: a new attempt goes elsewhere when
-		// it can (seed 001: restart the task on another node).
+		// it can (DESIGN.md step 9: restart the task on another node).
 		if px, py := x == prev, y == prev; px != py {
 			if px {
 				return 1

@@ -12,7 +12,7 @@
 //     current term's Context and gives the claims it acquires to
 //     Node.Hold. A term cut off from etcd for a window, whose lease ended,
 //     or whose record the health task removed, ends and its claims are
-//     released (seed 002): the work stops before the lease can expire and
+//     released (DESIGN.md, "Without the coordinator"): the work stops before the lease can expire and
 //     be reassigned. The Node lives on and registers again when etcd
 //     answers (NextTerm): on the same lease if it outlived the outage,
 //     else on a new record, Term.Lapses counting that others may have
@@ -70,7 +70,7 @@
 // under its lease), still hosts a live replica, has not declined it and,
 // with no claim on the task yet, has claimed it within
 // Limits.ClaimWithin and is not marked not-responding. A claim on the task
-// keeps it wherever it was taken (seed 001: whoever works a task, the
+// keeps it wherever it was taken (DESIGN.md step 9: whoever works a task, the
 // outcome is the same, and the claim's epoch fences every other attempt),
 // unless its source is dead, declined or no longer live. A running task
 // whose claim is gone is reassigned at once. Every reassignment is a new

@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// HealthLimits configure the health task (seed 004).
+// HealthLimits configure the health task (DESIGN.md step 10).
 type HealthLimits struct {
 	// NotRespondingAfter: a node whose last activity is older is marked
 	// not-responding. Several activity intervals, so one slow update does
 	// not flap it.
 	NotRespondingAfter time.Duration
 	// RemoveAfter: a node record whose last activity is older is removed
-	// (seed 004: a day). Its lease is still alive, or the record would be
+	// (DESIGN.md step 10: a day by default). Its lease is still alive, or the record would be
 	// gone already, so this catches a process that keeps its lease but
 	// does nothing else.
 	RemoveAfter time.Duration

@@ -50,7 +50,7 @@ type NodeOptions struct {
 	// TTL of the node's lease (whole seconds). Default NodeTTLDefault.
 	TTL time.Duration
 	// Window: a node that reached etcd with no activity update for a
-	// window loses its term (seed 002). Default and maximum TTL/2, so it
+	// window loses its term (DESIGN.md, "Without the coordinator"). Default and maximum TTL/2, so it
 	// gives up its claims before its lease can expire and another node
 	// take its work over; at least claim.WindowMin. A lost node tries to
 	// register again every Window/ActivityChecksPerWindow.
@@ -65,7 +65,7 @@ type NodeOptions struct {
 // registration, the record under NodeKey on a lease kept alive and an
 // activity update every Window/ActivityChecksPerWindow. A term ends when
 // its lease ends, its record is removed, or no update reaches etcd for a
-// window; the claims given to Hold are then released (seed 002), and the
+// window; the claims given to Hold are then released (DESIGN.md, "Without the coordinator"), and the
 // node keeps trying to register again until etcd answers, which starts
 // the next term. Only Close, or another incarnation taking the record
 // over (ErrSuperseded), ends the Node itself.

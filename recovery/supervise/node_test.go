@@ -51,9 +51,9 @@ func TestNodeRegisterAndClose(t *testing.T) {
 }
 
 // TestNodeUnreachable: with etcd stopped, the node's term ends within its
-// window (seed 002), before its lease could expire, and the claims it
+// window (DESIGN.md, "Without the coordinator"), before its lease could expire, and the claims it
 // holds are given up (their Lost closes); the Node itself lives on, and
-// once etcd is back it registers again by itself (seed 002: it rejoins
+// once etcd is back it registers again by itself (DESIGN.md, "Without the coordinator": it rejoins
 // the cluster when communication is restored).
 func TestNodeUnreachable(t *testing.T) {
 	checkLeaks(t)

@@ -40,7 +40,7 @@ const (
 	// NodeReady: the node updates its last activity on time.
 	NodeReady NodeStatus = "ready"
 	// NodeNotResponding: the node's lease is alive but its last activity
-	// is older than the health task's threshold (seed 004: a node may keep
+	// is older than the health task's threshold (DESIGN.md step 10: a node may keep
 	// its lease while stuck). It gets no new assignment until it updates
 	// its activity again, which sets it back to ready.
 	NodeNotResponding NodeStatus = "not-responding"

@@ -104,7 +104,7 @@ func AssignedTo(ctx context.Context, cli *clientv3.Client, node string) ([]Assig
 }
 
 // Decline is a source refusing the task it was assigned as attempt seq
-// (seed 001: too busy when assigned). The supervisor assigns the task
+// (DESIGN.md step 9: too busy when assigned). The supervisor assigns the task
 // elsewhere at its next pass and not to node again in this generation. It
 // is ErrNotAssigned when the assignment is no longer node's at seq.
 func Decline(ctx context.Context, cli *clientv3.Client, task claim.Task, node string, seq uint32) error {
@@ -138,7 +138,7 @@ func Decline(ctx context.Context, cli *clientv3.Client, task claim.Task, node st
 }
 
 // Complete records attempt a's completion through claim.MarkDone, which
-// accepts it from any attempt of the task's generation (seed 001). A
+// accepts it from any attempt of the task's generation (DESIGN.md step 9). A
 // later completion of a task already done changes nothing: it is logged
 // and reported with dup set, not as an error.
 func Complete(ctx context.Context, cli *clientv3.Client, a claim.Attempt, now time.Time, log *slog.Logger) (rec claim.Record, dup bool, err error) {

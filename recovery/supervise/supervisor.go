@@ -58,7 +58,7 @@ type Stats struct {
 }
 
 // Supervisor runs the supervision of rejoin tasks when its node wins the
-// election, one supervisor at a time (DESIGN.md step 9, seed 001).
+// election, one supervisor at a time (DESIGN.md step 9).
 type Supervisor struct {
 	cli *clientv3.Client
 	cfg Config
@@ -327,7 +327,7 @@ func (s *Supervisor) apply(ctx context.Context, guard clientv3.Cmp, a Action) (a
 	return resp.Responses[0].GetResponseTxn().Succeeded, nil
 }
 
-// health is the health task (seed 004), in its order: nodes silent too
+// health is the health task (DESIGN.md step 10), in its order: nodes silent too
 // long are marked not-responding and those silent for RemoveAfter
 // removed; then claim.ResetStale clears the claims of stale tasks and puts
 // every running task no claim protects back to pending.

@@ -284,7 +284,7 @@ func TestSourceDiesReassigned(t *testing.T) {
 	})
 }
 
-// TestDeclinedGoesElsewhere: a source that refuses its task (seed 001,
+// TestDeclinedGoesElsewhere: a source that refuses its task (DESIGN.md step 9,
 // too busy) gets it no more; the next live replica does it.
 func TestDeclinedGoesElsewhere(t *testing.T) {
 	checkLeaks(t)
@@ -308,7 +308,7 @@ func TestDeclinedGoesElsewhere(t *testing.T) {
 	}
 }
 
-// TestHealthTask (seed 004): a node keeping its lease but silent is marked
+// TestHealthTask (DESIGN.md step 10): a node keeping its lease but silent is marked
 // not-responding, one silent for over a day is removed, and a running task
 // whose claim is gone goes back to pending.
 func TestHealthTask(t *testing.T) {
