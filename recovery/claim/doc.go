@@ -1,7 +1,7 @@
 // Package claim makes sure one executor at a time works each rejoin, keeps
 // a record of every rejoin task, and runs the etcd they live in when no
-// external one is given (DESIGN.md steps 1, 9 and 10; seeds 000, 001, 002
-// and 004).
+// external one is given (DESIGN.md steps 1, 9 and 10, and
+// "Without the coordinator").
 //
 // A rejoin task is partition P rebuilt onto node D (Task). Its executor
 // calls Acquire before it sends anything: the claim it gets carries the
