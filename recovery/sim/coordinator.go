@@ -3,9 +3,8 @@ package sim
 import "fmt"
 
 // coordinator is the simulated etcd (DESIGN.md steps 1 and 9; the model of
-// recovery/claim), reduced to the
-// one task a run has: the rejoin of the partition onto the destination
-// node. It holds the task's claim key and its record, and a cluster-wide
+// recovery/claim), reduced to the one task a run has: the rejoin of the
+// partition onto the destination node. It holds the task's claim key and its record, and a cluster-wide
 // revision that every write raises by one, as etcd's does.
 //
 // Invariants:
