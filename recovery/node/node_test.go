@@ -29,7 +29,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func testLog(t *testing.T) *slog.Logger {
+func testLog(t testing.TB) *slog.Logger {
 	var w io.Writer = io.Discard
 	if testing.Verbose() {
 		w = os.Stderr
@@ -39,7 +39,7 @@ func testLog(t *testing.T) *slog.Logger {
 
 // cluster runs nodes in this process, each with its own data directory.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	e     *claim.Embedded
 	admin *clientv3.Client
 	dir   string
@@ -58,21 +58,21 @@ type runningNode struct {
 	addrs  Addrs
 }
 
-func newCluster(t *testing.T, nodes int, cfg layout.Config) *cluster {
+func newCluster(t testing.TB, nodes int, cfg layout.Config) *cluster {
 	t.Helper()
 	return newClusterStarting(t, nodes, nodes, cfg)
 }
 
 // newClusterStarting places replicas on nodes n1..n<nodes> and starts the
 // first started of them.
-func newClusterStarting(t *testing.T, nodes, started int, cfg layout.Config) *cluster {
+func newClusterStarting(t testing.TB, nodes, started int, cfg layout.Config) *cluster {
 	t.Helper()
 	return newClusterWith(t, nodes, started, cfg, nil)
 }
 
 // newClusterWith is newClusterStarting with a hook that sets the
 // cluster's options (c.etcdFor, c.nodeTTL) before any node starts.
-func newClusterWith(t *testing.T, nodes, started int, cfg layout.Config, opts func(*cluster)) *cluster {
+func newClusterWith(t testing.TB, nodes, started int, cfg layout.Config, opts func(*cluster)) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	e, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
