@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/rejoin-db/rejoin/txnid"
 )
@@ -116,6 +117,22 @@ func (e *Executor) AddInitiator(in txnid.Initiator) { e.tracker.Add(in) }
 // RemoveInitiator stops waiting for an initiator (it failed or left).
 // Transactions it already sent stay queued and execute in order.
 func (e *Executor) RemoveInitiator(in txnid.Initiator) { e.tracker.Remove(in) }
+
+// Initiators returns, in increasing order, the initiators whose txns the
+// executor may still run: those it tracks, and those with a txn queued
+// (removed with txns still to run). A rejoin's source names them in its
+// handoff, so the destination can check it holds their txns from E on.
+func (e *Executor) Initiators() []txnid.Initiator {
+	out := e.tracker.Initiators()
+	for i := range e.queue {
+		in := e.queue[i].ID.Initiator()
+		if !slices.Contains(out, in) {
+			out = append(out, in)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Offer queues a transaction from the initiator named in its ID.
 func (e *Executor) Offer(inv Invocation) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/rejoin-db/rejoin/txnid"
@@ -377,5 +378,22 @@ func TestExecutorQueuedFromAndResetTo(t *testing.T) {
 	}
 	if fmt.Sprint(ran) != fmt.Sprint([]txnid.ID{mkID(30, 1), mkID(40, 2)}) || tbl.Len() != 2 {
 		t.Fatalf("ran %v (len %d); want txns 30 and 40", ran, tbl.Len())
+	}
+}
+
+// TestExecutorInitiators: the initiators whose txns may still run are
+// those tracked and those with a txn queued, in order.
+func TestExecutorInitiators(t *testing.T) {
+	e := NewExecutor(New(), NewBuiltinRegistry(), ExecutorConfig{})
+	for _, in := range []txnid.Initiator{5, 2, 9} {
+		e.AddInitiator(in)
+	}
+	if err := e.Offer(Invocation{ID: txnid.Make(10, 0, 9), Proc: "noop"}); err != nil {
+		t.Fatal(err)
+	}
+	e.RemoveInitiator(9) // its txn stays queued
+	e.RemoveInitiator(5)
+	if got := e.Initiators(); !slices.Equal(got, []txnid.Initiator{2, 9}) {
+		t.Fatalf("Initiators = %v, want [2 9]", got)
 	}
 }

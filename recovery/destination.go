@@ -214,6 +214,18 @@ func (d *Destination) observe(id txnid.ID) {
 	}
 }
 
+// AddInitiator: a feed from in opened while the attempt runs (or after
+// it went live). The executor tracks it from now on. Before the proposal,
+// the proposal waits for it too; at the handoff the destination goes live
+// only if it heard in at or below E (Coverage.Covers), since what in sent
+// before its feed opened went to the source alone.
+func (d *Destination) AddInitiator(in txnid.Initiator) {
+	d.exec.AddInitiator(in)
+	if d.state != StateLive {
+		d.cov.AddInitiator(in)
+	}
+}
+
 // RemoveInitiator: the initiator's node died and sends nothing more. The
 // executor's safe point stops waiting for it, and so does the proposal if
 // it is still to come.
@@ -320,6 +332,13 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 	}
 	if m.TxnID < d.s {
 		return d.protocol("handoff at %v below the boundary %v", m.TxnID, d.s)
+	}
+	if err := d.cov.Covers(m.TxnID, m.Initiators); err != nil {
+		// What the source runs from E on must be in the buffer; a txn of
+		// a late initiator below its first ID here is not (docs/DESIGN.md
+		// "Feeds that open late"). A new attempt hears it from its start.
+		d.abort(wire.AbortUncovered, err.Error(), false)
+		return d.Err()
 	}
 	d.move(StateHandingOff)
 	p := d.exec.Partition()

@@ -24,7 +24,9 @@
 //
 //   - The destination buffers the feed from the moment it joins and
 //     proposes P, the maximum over initiators of the first ID heard from
-//     each (Coverage says why not the first buffered txn).
+//     each (Coverage says why not the first buffered txn). An initiator
+//     whose feed opens while the attempt runs is added (AddInitiator):
+//     the proposal, if still to come, waits for it too.
 //   - The source answers S (Answer): the next queued txn >= P, or a point
 //     past its safe txn ID and last executed txn, so heartbeats alone end
 //     the handshake. It activates the stream when AtBoundary holds.
@@ -33,7 +35,10 @@
 //     is at most HandoffLogBytesMax or after RoundsMax.
 //   - The source holds execution, ships the final delta, and hands off at
 //     E = max(S, last executed + 1) with its digest and row count, then
-//     executes on. The destination goes live only with equal digests,
+//     executes on. The Handoff names the initiators the source may still
+//     run a txn of. The destination goes live only with equal digests
+//     and with every one of those, and every initiator it hears, heard
+//     at or below E (Coverage.Covers; else it aborts, uncovered); it
 //     drops its buffered txns below E, takes late feed txns below E as
 //     heartbeats, and answers HandoffAck{E, digest}.
 //   - The source is done only with that ack in hand, naming its E and
@@ -60,8 +65,14 @@
 //   - Every message carries the attempt's fencing epoch; a lower one is
 //     rejected (ErrStaleEpoch, counted), a higher one aborts the superseded
 //     attempt. This, not a lease, keeps two executors from both writing.
-//   - The destination holds every txn >= S; at activation the source has
-//     executed exactly the txns < S.
+//   - The destination holds every txn >= S of the initiators heard
+//     before the proposal, and goes live only holding every txn >= E of
+//     every initiator the source still runs; at activation the source
+//     has executed exactly the txns < S.
+//   - An initiator sequences a txn of a partition only with a feed to
+//     every node its view has alive that holds a replica of it (Unfed,
+//     feeds.go), so a replica never misses a txn it does not then fail
+//     on (docs/DESIGN.md "Feeds that open late").
 //   - At most WindowBlocksMax blocks are unacknowledged; blocks are applied
 //     exactly once, in Seq order.
 //   - Every phase has a stall timeout. Every abort leaves the source as it

@@ -3,6 +3,7 @@ package recovery
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/rejoin-db/rejoin/txnid"
 )
@@ -31,12 +32,24 @@ var ErrNoProposal = errors.New("recovery: no proposal yet: an initiator has not 
 // destination never received. The maximum over initiators of their first
 // ID is the smallest P that is always safe; with one initiator it is the
 // first buffered txn or heartbeat, as in the seed.
+//
+// An initiator's feed may open while the attempt runs (a node that just
+// started, a dial that failed until now): what it sent before reached the
+// source and not the destination. AddInitiator takes it in; before the
+// proposal, the proposal waits for it like any other. At the handoff,
+// Covers checks that the destination holds every txn >= E of every
+// initiator the source may still run a txn of, which a late initiator
+// heard only above E, or not at all, fails (docs/DESIGN.md "Feeds that
+// open late").
 type Coverage struct {
-	// first holds the first ID heard from each initiator. Invariant: the
-	// destination's buffer holds every txn of initiator i with ID >= first[i].
+	// first holds the first ID heard from each initiator, removed ones
+	// included. Invariant: the destination's buffer holds every txn of
+	// initiator i with ID >= first[i]; an initiator removed after it was
+	// heard keeps its entry (its tail is repaired, its txns stay queued).
 	first map[txnid.Initiator]txnid.ID
-	// initiators are the initiators that must be heard from before a
-	// proposal is possible.
+	// initiators are the initiators the destination hears now: those it
+	// was started with or added since, less those removed. The proposal
+	// waits for every one of them.
 	initiators map[txnid.Initiator]bool
 }
 
@@ -60,10 +73,22 @@ func (c *Coverage) Observe(id txnid.ID) {
 	}
 }
 
+// AddInitiator: a feed from in opened while the attempt runs. Its first ID
+// is yet to come; whatever it sent before is not in the buffer. An
+// initiator heard before and removed since comes back as a new sequence
+// (a restarted process), so its first ID is taken afresh.
+func (c *Coverage) AddInitiator(in txnid.Initiator) {
+	if c.initiators[in] {
+		return
+	}
+	c.initiators[in] = true
+	delete(c.first, in)
+}
+
 // RemoveInitiator stops waiting for an initiator that left the partition.
+// What was heard from it stays recorded: its txns stay in the buffer.
 func (c *Coverage) RemoveInitiator(in txnid.Initiator) {
 	delete(c.initiators, in)
-	delete(c.first, in)
 }
 
 // Proposal returns P: the maximum over the partition's initiators of the
@@ -82,6 +107,46 @@ func (c *Coverage) Proposal() (txnid.ID, error) {
 		p = max(p, f)
 	}
 	return p, nil
+}
+
+// ErrUncovered: the destination cannot go live at E, because it may lack
+// a txn >= E of an initiator (docs/DESIGN.md "Feeds that open late").
+var ErrUncovered = errors.New("recovery: an initiator's txns at or above E are not all here")
+
+// Covers checks that the destination holds every txn >= e of every
+// initiator it hears and of every one in sources, the initiators the
+// source may still run a txn of at or after e (wire.Handoff.Initiators):
+// each must have been heard with a first ID at or below e. The initiators
+// heard before the proposal always are (P is their maximum, and e >= P);
+// one added later may have been heard only above e, and one the source
+// runs may never have been heard here at all.
+func (c *Coverage) Covers(e txnid.ID, sources []txnid.Initiator) error {
+	check := func(in txnid.Initiator) error {
+		f, ok := c.first[in]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: initiator %d not heard here, E=%v", ErrUncovered, in, e)
+		case f > e:
+			return fmt.Errorf("%w: initiator %d heard here from %v on, above E=%v", ErrUncovered, in, f, e)
+		}
+		return nil
+	}
+	for _, in := range sources {
+		if err := check(in); err != nil {
+			return err
+		}
+	}
+	ins := make([]txnid.Initiator, 0, len(c.initiators))
+	for in := range c.initiators {
+		ins = append(ins, in)
+	}
+	slices.Sort(ins) // the first failure named is the same every run
+	for _, in := range ins {
+		if err := check(in); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SourceView is what the source's answer and activation depend on: its

@@ -185,3 +185,56 @@ func TestFirstBufferedTxnIsNotASafeProposal(t *testing.T) {
 		t.Fatalf("no initiators: %v, want ErrNoProposal", err)
 	}
 }
+
+// TestCoverageLateInitiator: an initiator whose feed opens while the
+// attempt runs (docs/DESIGN.md "Feeds that open late"). Before the
+// proposal, the proposal waits for it; after, Covers accepts E only once
+// it was heard at or below E, and refuses an initiator the source names
+// that was never heard here.
+func TestCoverageLateInitiator(t *testing.T) {
+	id := func(ms int64, in txnid.Initiator) txnid.ID { return txnid.Make(ms, 0, in) }
+	cov := NewCoverage([]txnid.Initiator{1})
+	cov.Observe(id(100, 1))
+	cov.AddInitiator(2)
+	if _, err := cov.Proposal(); !errors.Is(err, ErrNoProposal) {
+		t.Fatalf("proposal with the late initiator 2 unheard: %v, want ErrNoProposal", err)
+	}
+	cov.Observe(id(110, 2))
+	if p, err := cov.Proposal(); err != nil || p != id(110, 2) {
+		t.Fatalf("P = %v, %v; want %v", p, err, id(110, 2))
+	}
+	if err := cov.Covers(id(110, 2), []txnid.Initiator{1, 2}); err != nil {
+		t.Fatalf("E = P: %v", err)
+	}
+
+	// After the proposal: initiator 3 is added, then heard at 120.
+	cov.AddInitiator(3)
+	if err := cov.Covers(id(115, 1), []txnid.Initiator{1, 2}); !errors.Is(err, ErrUncovered) {
+		t.Fatalf("initiator 3 added, unheard: %v, want ErrUncovered", err)
+	}
+	cov.Observe(id(120, 3))
+	if err := cov.Covers(id(115, 1), nil); !errors.Is(err, ErrUncovered) {
+		t.Fatalf("initiator 3 heard from 120 on, E=115: %v, want ErrUncovered", err)
+	}
+	if err := cov.Covers(id(120, 3), []txnid.Initiator{1, 2, 3}); err != nil {
+		t.Fatalf("initiator 3 heard from E on: %v", err)
+	}
+	// One the source names and this side never heard.
+	if err := cov.Covers(id(200, 1), []txnid.Initiator{1, 4}); !errors.Is(err, ErrUncovered) {
+		t.Fatalf("initiator 4 never heard: %v, want ErrUncovered", err)
+	}
+	// A removed initiator keeps what was heard: its txns stay buffered.
+	cov.RemoveInitiator(3)
+	if err := cov.Covers(id(200, 1), []txnid.Initiator{3}); err != nil {
+		t.Fatalf("initiator 3 removed after it was heard at 120: %v", err)
+	}
+	// Added again (a new process): its first ID is taken afresh.
+	cov.AddInitiator(3)
+	if err := cov.Covers(id(200, 1), nil); !errors.Is(err, ErrUncovered) {
+		t.Fatalf("initiator 3 back, unheard: %v, want ErrUncovered", err)
+	}
+	cov.Observe(id(130, 3))
+	if err := cov.Covers(id(200, 1), []txnid.Initiator{1, 2, 3}); err != nil {
+		t.Fatalf("initiator 3 back and heard at 130: %v", err)
+	}
+}

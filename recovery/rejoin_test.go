@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/rejoin-db/rejoin/partition"
@@ -596,5 +597,74 @@ func (r *inProcess) settleAndCompare(seed uint64) {
 	if r.src.LastExecuted() != r.dst.LastExecuted() || r.src.Partition().Digest() != r.dst.Partition().Digest() {
 		r.t.Fatalf("seed %d: source at %v digest %x, destination at %v digest %x", seed,
 			r.src.LastExecuted(), r.src.Partition().Digest(), r.dst.LastExecuted(), r.dst.Partition().Digest())
+	}
+}
+
+// TestDestinationLateInitiator: a destination goes live at E only if it
+// holds every txn >= E of the initiators it hears and of those the
+// Handoff names; otherwise it aborts (uncovered), so a new attempt hears
+// the late initiator from its start (docs/DESIGN.md "Feeds that open
+// late").
+func TestDestinationLateInitiator(t *testing.T) {
+	h := wire.MsgHeader{Epoch: 1, Partition: 3}
+	id := func(ms int64, in txnid.Initiator) txnid.ID { return txnid.Make(ms, 0, in) }
+	// streaming returns a destination that heard initiator 1 at 100 and
+	// agreed on S = 100.
+	streaming := func() *Destination {
+		d, err := NewDestination(newReplica(t, []txnid.Initiator{1}), DestinationConfig{Header: h, Initiators: []txnid.Initiator{1}, StallTicksMax: 50, HeartbeatTicks: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.OnHeartbeat(id(100, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.OnMessage(&wire.Answer{MsgHeader: h, TxnID: id(100, 1)}); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	handoff := func(e txnid.ID, ins ...txnid.Initiator) *wire.Handoff {
+		return &wire.Handoff{MsgHeader: h, TxnID: e, Initiators: ins} // an empty partition
+	}
+	uncovered := func(d *Destination, what string) {
+		t.Helper()
+		var ae *AbortError
+		if d.State() != StateAborted || !errors.As(d.Err(), &ae) || ae.Reason != wire.AbortUncovered || !strings.Contains(ae.Text, "initiator 2") {
+			t.Fatalf("%s: destination %s with %v; want aborted, uncovered", what, d.State(), d.Err())
+		}
+	}
+
+	// Initiator 2's feed opens after the proposal; it is first heard
+	// above E.
+	d := streaming()
+	d.AddInitiator(2)
+	if err := d.OnHeartbeat(id(120, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.OnMessage(handoff(id(110, 1), 1, 2)); err == nil {
+		t.Fatal("handoff below the late initiator's first ID taken")
+	}
+	uncovered(d, "late initiator heard above E")
+
+	// The source runs initiator 2's txns; this side never heard it.
+	d = streaming()
+	if err := d.OnMessage(handoff(id(110, 1), 1, 2)); err == nil {
+		t.Fatal("handoff naming an initiator never heard taken")
+	}
+	uncovered(d, "initiator never heard")
+
+	// Heard at or below E: live.
+	d = streaming()
+	d.AddInitiator(2)
+	if err := d.OnHeartbeat(id(105, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.OnMessage(handoff(id(110, 1), 1, 2)); err != nil || d.State() != StateLive {
+		t.Fatalf("late initiator heard below E: %v, %s; want live", err, d.State())
+	}
+	// Live, a newcomer is tracked by the executor alone.
+	d.AddInitiator(3)
+	if err := d.OnHeartbeat(id(130, 3)); err != nil {
+		t.Fatalf("heartbeat of an initiator added once live: %v", err)
 	}
 }

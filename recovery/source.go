@@ -395,7 +395,8 @@ func (s *Source) finishHandoff() {
 	for _, t := range p.Tables() {
 		rows += uint64(t.Len())
 	}
-	s.handoff = &wire.Handoff{MsgHeader: s.header, TxnID: e, Digest: p.Digest(), LastSeq: s.sent, Rows: rows}
+	s.handoff = &wire.Handoff{MsgHeader: s.header, TxnID: e, Digest: p.Digest(), LastSeq: s.sent, Rows: rows,
+		Initiators: s.exec.Initiators()}
 	s.send(s.handoff)
 	s.m.HandoffPauseTicks = s.tick - s.holdTick
 	s.release()

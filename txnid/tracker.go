@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 var (
@@ -104,6 +105,16 @@ func (t *Tracker) Last(in Initiator) (ID, bool) {
 		return Zero, false
 	}
 	return e.last, true
+}
+
+// Initiators returns the tracked initiators in increasing order.
+func (t *Tracker) Initiators() []Initiator {
+	out := make([]Initiator, 0, len(t.heap))
+	for in := range t.byInitiator {
+		out = append(out, in)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Len returns how many initiators are tracked.

@@ -260,3 +260,15 @@ func BenchmarkTrackerObserve(b *testing.B) {
 		})
 	}
 }
+
+func TestTrackerInitiators(t *testing.T) {
+	tr := NewTracker()
+	for _, in := range []Initiator{7, 3, 5} {
+		tr.Add(in)
+	}
+	tr.Remove(5)
+	got := tr.Initiators()
+	if len(got) != 2 || got[0] != 3 || got[1] != 7 {
+		t.Fatalf("Initiators = %v, want [3 7]", got)
+	}
+}

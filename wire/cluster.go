@@ -314,8 +314,9 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 }
 
 // checkClusterLimits returns an ErrTooLarge error if a field of m is over
-// its limit, so that AppendFrame never sends what DecodeMessage refuses.
-// Error texts are not checked: AppendMessage cuts them.
+// its limit (ErrMalformed for a Handoff's initiators out of order), so
+// that AppendFrame never sends what DecodeMessage refuses. Error texts are
+// not checked: AppendMessage cuts them.
 func checkClusterLimits(m Message) error {
 	var err error
 	check := func(field string, n, limit int) {
@@ -324,6 +325,15 @@ func checkClusterLimits(m Message) error {
 		}
 	}
 	switch m := m.(type) {
+	case *Handoff:
+		if len(m.Initiators) > txnid.InitiatorsMax {
+			return fmt.Errorf("%w: Handoff of %d initiators, limit %d", ErrTooLarge, len(m.Initiators), txnid.InitiatorsMax)
+		}
+		for i, in := range m.Initiators {
+			if in >= txnid.InitiatorsMax || i > 0 && in <= m.Initiators[i-1] {
+				return fmt.Errorf("%w: Handoff initiators %v, want increasing, each below %d", ErrMalformed, m.Initiators, txnid.InitiatorsMax)
+			}
+		}
 	case *Hello:
 		check("node", len(m.Node), NodeBytesMax)
 	case *Txn:

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/rejoin-db/rejoin/txnid"
 )
 
 func TestClusterRoundTrip(t *testing.T) {
@@ -177,6 +179,29 @@ func TestClusterLimits(t *testing.T) {
 		if !errors.Is(err, ErrTooLarge) || !bytes.Equal(got, dst) {
 			t.Errorf("%v: %v, %d bytes", m.Type(), err, len(got))
 		}
+	}
+	// A Handoff's initiators: too many, out of order, out of range.
+	many := make([]txnid.Initiator, txnid.InitiatorsMax+1)
+	for i := range many {
+		many[i] = txnid.Initiator(i)
+	}
+	for _, tt := range []struct {
+		ins  []txnid.Initiator
+		want error
+	}{
+		{many, ErrTooLarge},
+		{[]txnid.Initiator{2, 1}, ErrMalformed},
+		{[]txnid.Initiator{3, 3}, ErrMalformed},
+		{[]txnid.Initiator{txnid.InitiatorsMax}, ErrMalformed},
+	} {
+		dst := []byte("keep")
+		got, err := AppendFrame(dst, &Handoff{Initiators: tt.ins}, CodecNone)
+		if !errors.Is(err, tt.want) || !bytes.Equal(got, dst) {
+			t.Errorf("Handoff with %d initiators: %v, %d bytes; want %v", len(tt.ins), err, len(got), tt.want)
+		}
+	}
+	if _, err := AppendFrame(nil, &Handoff{Initiators: many[:txnid.InitiatorsMax]}, CodecNone); err != nil {
+		t.Errorf("Handoff with every initiator: %v", err)
 	}
 	// At the limits, everything goes through.
 	at := &Reply{

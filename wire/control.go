@@ -56,6 +56,12 @@ type Handoff struct {
 	// Rows is the number of live rows in the partition at E: a second,
 	// readable check beside the digest and a figure for the report.
 	Rows uint64
+	// Initiators are the initiators whose txns the source may still run
+	// at or after E (those its executor tracks or has a txn queued from),
+	// in increasing order, at most txnid.InitiatorsMax. The destination
+	// goes live only if it holds every txn >= E of each (docs/DESIGN.md
+	// "Feeds that open late").
+	Initiators []txnid.Initiator
 }
 
 // Type implements Message.
@@ -101,6 +107,7 @@ const (
 	AbortOverload       AbortReason = 10 // change log over its bound despite throttling
 	AbortInternal       AbortReason = 11 // a bug or an unexpected local error
 	AbortConnLost       AbortReason = 12 // the connection to the peer broke
+	AbortUncovered      AbortReason = 13 // the destination lacks an initiator's txns >= E
 )
 
 var abortReasonNames = [...]string{
@@ -117,6 +124,7 @@ var abortReasonNames = [...]string{
 	AbortOverload:       "overload",
 	AbortInternal:       "internal",
 	AbortConnLost:       "conn-lost",
+	AbortUncovered:      "uncovered",
 }
 
 func (r AbortReason) String() string {

@@ -39,7 +39,7 @@
 //	Answer    [epoch, partition, txnID]
 //	Block     [epoch, partition, kind, table, seq, [tuple, tuple, ...]]
 //	Ack       [epoch, partition, seq]
-//	Handoff   [epoch, partition, txnID, digest, lastSeq, rows]
+//	Handoff   [epoch, partition, txnID, digest, lastSeq, rows, [initiator, ...]]
 //	Abort     [epoch, partition, reason, text]
 //	Heartbeat [epoch, partition, tick]
 //	Hold      [epoch, partition]   (type 16: added after the cluster messages)

@@ -134,7 +134,7 @@ const (
 	answerFields     = headerFields + 1
 	blockFields      = headerFields + 4
 	ackFields        = headerFields + 1
-	handoffFields    = headerFields + 4
+	handoffFields    = headerFields + 5
 	abortFields      = headerFields + 2
 	heartbeatFields  = headerFields + 1
 	holdFields       = headerFields
@@ -169,7 +169,12 @@ func AppendMessage(dst []byte, m Message) []byte {
 		dst = appendUint(dst, uint64(m.TxnID))
 		dst = appendUint(dst, m.Digest)
 		dst = appendUint(dst, m.LastSeq)
-		return appendUint(dst, m.Rows)
+		dst = appendUint(dst, m.Rows)
+		dst = AppendArrayHeader(dst, len(m.Initiators))
+		for _, in := range m.Initiators {
+			dst = appendUint(dst, uint64(in))
+		}
+		return dst
 	case *Abort:
 		dst = appendMsgHeader(dst, abortFields, m.MsgHeader)
 		dst = appendUint(dst, uint64(m.Reason))
@@ -243,6 +248,7 @@ func DecodeMessage(t MsgType, payload []byte) (Message, error) {
 		h.Digest = r.uint(math.MaxUint64)
 		h.LastSeq = r.uint(math.MaxUint64)
 		h.Rows = r.uint(math.MaxUint64)
+		h.Initiators = r.initiators()
 		m = &h
 	case MsgAbort:
 		var a Abort
@@ -332,6 +338,28 @@ func (r *msgReader) uint(limit uint64) uint64 {
 }
 
 func (r *msgReader) txnID() txnid.ID { return txnid.ID(r.uint(math.MaxUint64)) }
+
+// initiators reads an array of initiators, each below
+// txnid.InitiatorsMax and above the one before (nil if empty).
+func (r *msgReader) initiators() []txnid.Initiator {
+	n := r.array(txnid.InitiatorsMax)
+	if n == 0 {
+		return nil
+	}
+	out := make([]txnid.Initiator, 0, n)
+	for range n {
+		in := txnid.Initiator(r.uint(txnid.InitiatorsMax - 1))
+		if r.err != nil {
+			return nil
+		}
+		if len(out) > 0 && in <= out[len(out)-1] {
+			r.fail(fmt.Errorf("%w: initiator %d after %d, want increasing", ErrMalformed, in, out[len(out)-1]))
+			return nil
+		}
+		out = append(out, in)
+	}
+	return out
+}
 
 // str reads a str field of at most limit bytes; the length is checked
 // before the string is allocated.

@@ -108,6 +108,11 @@ func TestDecodeMessageErrors(t *testing.T) {
 	longText = append(longText[:len(longText)-AbortTextBytesMax-3], 0xda, 0x02, 0x01)
 	longText = append(longText, strings.Repeat("x", AbortTextBytesMax+1)...)
 
+	// Handoff [5, 6, E 1, digest 2, lastSeq 3, rows 4, initiators...]
+	handoff := func(initiators ...byte) []byte {
+		return append([]byte{0x97, 5, 6, 1, 2, 3, 4}, initiators...)
+	}
+
 	tests := []struct {
 		name    string
 		t       MsgType
@@ -115,6 +120,12 @@ func TestDecodeMessageErrors(t *testing.T) {
 		want    error
 	}{
 		{"unknown type 0", 0, ack, ErrUnknownType},
+		{"handoff without initiators", MsgHandoff, []byte{0x96, 5, 6, 1, 2, 3, 4}, ErrMalformed},
+		{"handoff initiators not an array", MsgHandoff, handoff(1), ErrMalformed},
+		{"handoff initiators out of order", MsgHandoff, handoff(0x92, 2, 1), ErrMalformed},
+		{"handoff initiator twice", MsgHandoff, handoff(0x92, 2, 2), ErrMalformed},
+		{"handoff initiator past the range", MsgHandoff, handoff(0x91, 0xcd, 0x04, 0x00), ErrMalformed},
+		{"handoff initiators past end", MsgHandoff, handoff(0x93, 1, 2), ErrTruncated},
 		{"unknown type 18", 18, ack, ErrUnknownType},
 		{"unknown type 255", 255, ack, ErrUnknownType},
 		{"empty", MsgAck, nil, ErrTruncated},

@@ -48,7 +48,7 @@ func sampleMessages(t testing.TB) []Message {
 		&Answer{MsgHeader: h, TxnID: txnid.ID(0x0123456789abcdf0)},
 		&Block{MsgHeader: h, Kind: BlockSnapshot, Table: 2, Seq: 17, Count: 3, Tuples: sampleTuples(t, 3)},
 		&Ack{MsgHeader: h, Seq: 17},
-		&Handoff{MsgHeader: h, TxnID: txnid.ID(0x0123456789abd000), Digest: 0xfeedfacecafebeef, LastSeq: 99, Rows: 123456},
+		&Handoff{MsgHeader: h, TxnID: txnid.ID(0x0123456789abd000), Digest: 0xfeedfacecafebeef, LastSeq: 99, Rows: 123456, Initiators: []txnid.Initiator{1, 2, 700}},
 		&Abort{MsgHeader: h, Reason: AbortDigestMismatch, Text: "digest 1 != 2"},
 		&Heartbeat{MsgHeader: MsgHeader{Epoch: math.MaxUint64, Partition: math.MaxUint32}, Tick: 0},
 	}

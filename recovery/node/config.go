@@ -81,6 +81,9 @@ type Config struct {
 	// testSkip, in tests, keeps the initiator from sending txn id to
 	// node: a node that died half way through sending it.
 	testSkip func(node string, id txnid.ID) bool
+	// testNoFeedTo, in tests, keeps the initiator's feed to node from
+	// opening, as a dial that fails every time.
+	testNoFeedTo func(node string) bool
 	// testRepairDelay, in tests, holds each repair answer this long: a
 	// repair still under way when the dead initiator's node is back.
 	testRepairDelay time.Duration

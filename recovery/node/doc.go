@@ -67,6 +67,11 @@
 // A node's initiator assigns txn IDs (txnid.Generator) to client calls and
 // sends each to every replica of the call's partition on a live node,
 // under one lock so that every feed carries IDs in increasing order. It
+// sequences a call only once it has a feed open to every node of its view
+// that holds a replica of the partition, live or not (recovery.Unfed; a
+// feed that broke to a process that lives counts, since its replicas then
+// fail); it waits up to 3 s for them (feedWait), then fails the call,
+// which was sent nowhere (docs/DESIGN.md "Feeds that open late"). It
 // answers the client once every replica that was live when the call was
 // sequenced has executed it, so an acknowledged write is on every live
 // copy and survives the loss of any one node. A rejoining replica gets
@@ -130,8 +135,11 @@
 // of Requeue and Complete lands first, the task ends done.
 //
 // The destination starts a fresh executor and recovery.Destination per
-// attempt; a higher epoch supersedes the current attempt, a lower one is
-// refused. Each replica keeps the highest epoch it has started an attempt
+// attempt, over the initiators whose feeds are open; a feed that opens
+// during the attempt is added to it (Destination.AddInitiator), and the
+// attempt goes live only holding every txn >= E of each initiator the
+// source still runs (docs/DESIGN.md "Feeds that open late"). A higher
+// epoch supersedes the current attempt, a lower one is refused. Each replica keeps the highest epoch it has started an attempt
 // at (its fence), in the node's record (nodestate.RaiseEpoch, synced
 // before the attempt starts) and read back at start: an epoch at or below
 // it is refused unless it is the running attempt's, resumed from the same

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
@@ -352,6 +354,14 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	}
 	view = in.waitFeeds(req.Partition, view)
 	in.mu.Lock()
+	if unfed := recovery.Unfed(in.replicaFeedsLocked(req.Partition, view)); len(unfed) > 0 {
+		// A replica there would never get the txn and, not tracking
+		// this initiator, would run past it (docs/DESIGN.md "Feeds that
+		// open late"). Nothing was sent: a definite failure.
+		in.mu.Unlock()
+		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it, after %v: the txn was sent nowhere", req.Partition, strings.Join(unfed, ", "), feedWait)})
+		return
+	}
 	c := &call{req: req, waiting: map[string]bool{}, send: send}
 	var targets []*feedOut
 	for _, rp := range view.placement[req.Partition] {
@@ -389,23 +399,18 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 }
 
 // feedWait bounds how long a call waits for the feeds to a partition's
-// live replicas to open.
+// replicas to open.
 const feedWait = 3 * time.Second
 
-// waitFeeds waits, boundedly, until a feed is open to every live replica
-// of p that the view knows, and returns the view then. A node that just
-// registered is dialled within a membership poll (100 ms); a call in the
-// meantime would miss that replica, or find none at all.
+// waitFeeds waits, boundedly, until a feed is open to every node of the
+// view holding a replica of p (recovery.Unfed), and returns the view
+// then. A node that just registered is dialled within a membership poll
+// (100 ms); a call in the meantime would have to fail.
 func (in *initiator) waitFeeds(p uint32, view *view) *view {
 	deadline := time.Now().Add(feedWait)
 	for {
-		missing := false
 		in.mu.Lock()
-		for _, rp := range view.placement[p] {
-			if rp.live && in.outs[rp.node] == nil && in.lost[rp.node] != incarnation(view.nodes[rp.node]) {
-				missing = true
-			}
-		}
+		missing := len(recovery.Unfed(in.replicaFeedsLocked(p, view))) > 0
 		in.mu.Unlock()
 		if !missing || !time.Now().Before(deadline) {
 			return view
@@ -417,6 +422,20 @@ func (in *initiator) waitFeeds(p uint32, view *view) *view {
 		}
 		view = in.n.members.view()
 	}
+}
+
+// replicaFeedsLocked says, for each replica of p, whether its node is
+// alive in v and whether a txn sent now reaches it: the feed to it is
+// open, or the one to its process broke (its replicas then fail, having
+// tracked this initiator all along). in.mu held.
+func (in *initiator) replicaFeedsLocked(p uint32, v *view) []recovery.ReplicaFeed {
+	var rs []recovery.ReplicaFeed
+	for _, rp := range v.placement[p] {
+		rec, alive := v.nodes[rp.node]
+		fed := in.outs[rp.node] != nil || alive && in.lost[rp.node] == incarnation(rec)
+		rs = append(rs, recovery.ReplicaFeed{Node: rp.node, Alive: alive, Fed: fed})
+	}
+	return rs
 }
 
 // onDone records one replica's result.
@@ -581,6 +600,10 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 	ctx, cancel := context.WithTimeout(in.n.ctx, 2*time.Second)
 	cfg := in.n.streamConfig()
 	cfg.StallWindow = 0 // a feed may be idle one way; node death is etcd's to tell
+	if f := in.n.cfg.testNoFeedTo; f != nil && f(node) {
+		cancel()
+		return
+	}
 	conn, err := stream.Dial(ctx, addr, cfg)
 	if err == nil {
 		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation()}, node)

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,5 +114,107 @@ func TestFirstStartAfterWrites(t *testing.T) {
 		upsert(t, cl, 1, i)
 	}
 	waitUntil(t, 30*time.Second, "every replica live", func() bool { return allLive(t, c) })
+	checkDigests(t, cl, 1, 3)
+}
+
+// TestNoWriteWithoutFeedToLiveReplica (issue 10 item 5a): an initiator
+// whose feed to a node holding a live replica never opens must not
+// sequence a write of that partition. Before, its wait for feeds gave up
+// after 3 s and it sent the txn to the replicas it had a feed to, and
+// acknowledged it: the replica without the feed never got it, tracked no
+// such initiator, and ran later txns past it, a silent divergence.
+func TestNoWriteWithoutFeedToLiveReplica(t *testing.T) {
+	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
+	c := newClusterStarting(t, 3, 0, cfg)
+	c.startCfg(1, func(cfg *Config) { cfg.testNoFeedTo = func(node string) bool { return node == NodeName(3) } })
+	c.start(2)
+	c.start(3)
+	cl2 := dialClient(t, c.nodes[2].addrs.TCP)
+	waitWritable(t, cl2, 1)
+	upsert(t, cl2, 1, 1)
+	cl1 := dialClient(t, c.nodes[1].addrs.TCP)
+	key := wire.Bytes([]byte("from-n1"))
+	r, err := cl1.call(0, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes([]byte("v")))
+	if err == nil {
+		checkDigests(t, cl2, 1, 3)
+		t.Fatalf("n1 acknowledged a write (txn %v) with no feed to n3's live replica", r.ID)
+	}
+	if r == nil || r.Uncertain || !strings.Contains(err.Error(), NodeName(3)) {
+		t.Fatalf("n1's refusal: %v (reply %+v), want a definite failure that names n3", err, r)
+	}
+	upsert(t, cl2, 1, 2)
+	checkDigests(t, cl2, 1, 3)
+}
+
+// TestRejoinWaitsForLateFeed (issue 10 item 5b): a node starts while n3
+// rejoins, and its feed to n3 does not open while its feed to the source
+// does. The source may run its txns past E, which n3 never got, so n3
+// must not go live: its attempts abort at the handoff (uncovered) until
+// the feed opens, and then it goes live, equal to the others. Before, the
+// attempt's coverage was the feeds open at its start; n3 went live
+// without the newcomer's feed.
+func TestRejoinWaitsForLateFeed(t *testing.T) {
+	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
+	c := newClusterStarting(t, 4, 3, cfg) // n4 holds no replica
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	rows := make([]wire.Value, 0, 2+2*400)
+	for b := range 50 {
+		rows = append(rows[:0], wire.String("kv"), wire.Int64(400))
+		for i := range 400 {
+			rows = append(rows, wire.Bytes(fmt.Appendf(nil, "key-%08d", b*400+i)), wire.Bytes(make([]byte, 1000)))
+		}
+		if _, err := cl.call(0, partition.ProcUpsertMany, false, rows...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.stop(3)
+	for _, id := range []int{1, 2} {
+		fault(t, c.nodes[id].addrs, "/fault/hold?partition=0&rows=5000")
+	}
+	a3 := c.start(3)
+	src := 0
+	waitUntil(t, 20*time.Second, "a source to hold mid-snapshot", func() bool {
+		for _, id := range []int{1, 2} {
+			st := nodeStatus(t, c.nodes[id].addrs)
+			if len(st.Replicas[0].Sources) == 1 && st.Replicas[0].Sources[0].Held {
+				src = id
+				return true
+			}
+		}
+		return false
+	})
+	var blocked atomic.Bool
+	blocked.Store(true)
+	a4 := c.startCfg(4, func(cfg *Config) {
+		cfg.testNoFeedTo = func(node string) bool { return node == NodeName(3) && blocked.Load() }
+	})
+	if n := len(nodeStatus(t, a4).Replicas); n != 0 {
+		t.Fatalf("n4 holds %d replicas, want none", n)
+	}
+	// n4 refuses a write with no feed to n3, and names n3 alone: its
+	// feeds to n1 and n2, the source's among them, are open.
+	cl4 := dialClient(t, a4.TCP)
+	key := wire.Bytes([]byte("from-n4"))
+	if _, err := cl4.call(0, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes([]byte("v"))); err == nil ||
+		!strings.Contains(err.Error(), "no feed open to "+NodeName(3)+",") {
+		t.Fatalf("n4's write with no feed to n3: %v", err)
+	}
+	fault(t, c.nodes[src].addrs, "/fault/release?partition=0")
+	waitUntil(t, 30*time.Second, "an attempt of n3 aborted as uncovered", func() bool {
+		r := nodeStatus(t, a3).Replicas[0]
+		if r.State == StateLive {
+			t.Fatalf("n3's replica went live with no feed from n4: %+v", r.Rejoin)
+		}
+		return r.Rejoin != nil && strings.Contains(r.Rejoin.Err, "uncovered")
+	})
+	blocked.Store(false)
+	waitUntil(t, 30*time.Second, "n3's replica live once n4's feed opened", func() bool {
+		return nodeStatus(t, a3).Replicas[0].State == StateLive
+	})
+	for i := range 20 {
+		upsert(t, cl4, 1, i)
+		upsert(t, cl, 1, 100+i)
+	}
 	checkDigests(t, cl, 1, 3)
 }

@@ -300,9 +300,12 @@ func (r *replica) addInitiator(in txnid.Initiator, inc uint64) {
 	r.initiators[in] = true
 	switch {
 	case r.dst != nil:
-		// The attempt's own executor buffers the newcomer's txns too; it
-		// proposes once it heard from the initiators it was started with.
-		r.dst.exec.AddInitiator(in)
+		// The attempt buffers the newcomer's txns too. What it sent
+		// before went to the source alone: the attempt's proposal waits
+		// for it, and its handoff checks it holds the newcomer's txns
+		// from E on (docs/DESIGN.md "Feeds that open late").
+		r.dst.proc.AddInitiator(in)
+		r.checkDest()
 	case r.exec != nil:
 		r.exec.AddInitiator(in)
 	}

@@ -164,10 +164,15 @@ func (w *world) startAttempt(srcDelay uint64) *attempt {
 	}
 	a.hdr = wire.MsgHeader{Epoch: a.epoch, Partition: partitionID}
 	a.early = !w.scripted && w.net.IntN(2) == 0
-	a.exec = w.newReplica()
-	ins := make([]txnid.Initiator, len(w.inits))
-	for i, in := range w.inits {
-		ins[i] = in.id
+	// The destination node's replica hears the initiators whose feed to
+	// that node is open, as recovery/node's does.
+	fed := func(in *initiator) bool { return !in.dstUnfed }
+	a.exec = w.newReplica(fed)
+	var ins []txnid.Initiator
+	for _, in := range w.inits {
+		if fed(in) {
+			ins = append(ins, in.id)
+		}
 	}
 	d, err := recovery.NewDestination(a.exec, w.k.destinationConfig(a.hdr, ins))
 	if err != nil {

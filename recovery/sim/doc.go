@@ -109,8 +109,10 @@
 // # What it does not model
 //
 // Several source replicas or a source that dies (so no reassignment to
-// another source), initiators that fail or join, several tasks or
-// executors competing for them (one task, one executor per attempt, and
+// another source), initiators that fail, initiators that join in a
+// seeded run (a script's late initiator does: setup late=N, open-feed;
+// its write keeps recovery/node's feed rule, recovery.Unfed), several
+// tasks or executors competing for them (one task, one executor per attempt, and
 // only the supervisor starts attempts), the coordinator's own failures
 // (it never loses a write or stops answering: an executor cut off from it,
 // which gives up after a window without a successful check, is not

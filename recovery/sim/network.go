@@ -239,7 +239,8 @@ func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
 
 // sendFeed sends a txn (or, with proc "", a heartbeat) from an initiator
 // to every replica of the partition: the oracle at once, the source and
-// the current destination replica over their links.
+// the current destination replica over their links, where its feed is
+// open.
 func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
 	var err error
 	if inv.Proc == "" {
@@ -250,9 +251,11 @@ func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
 	if err != nil {
 		w.violate("feed", "oracle refused %v: %v", inv.ID, err)
 	}
-	in.toSrc.send(w, inv)
+	if !in.srcUnfed {
+		in.toSrc.send(w, inv)
+	}
 	for _, a := range w.atts {
-		if w.inFeed(a) {
+		if !in.dstUnfed && w.inFeed(a) {
 			a.feed[in.idx].send(w, inv)
 		}
 	}

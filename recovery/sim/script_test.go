@@ -54,6 +54,7 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"restart-dest": (*script).restartDest,
 	"pause":        (*script).pause,
 	"state":        (*script).state,
+	"open-feed":    (*script).openFeed,
 	"check":        (*script).check,
 }
 
@@ -131,8 +132,11 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		"stall": &k.StallTicksMax, "heartbeat": &k.ProcHeartbeatTicks,
 		"claim-ttl": &k.ClaimTTLTicks, "keepalive": &k.KeepaliveTicks, "claim-window": &k.ClaimWindowTicks,
 	}
+	late := 0
 	for _, a := range d.CmdArgs {
 		switch a.Key {
+		case "late":
+			a.Scan(t, 0, &late)
 		case "lease-guard":
 			k.LeaseGuard = true
 		case "block-rows":
@@ -168,7 +172,10 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 			k.ClaimWindowTicks = max(1, k.ClaimTTLTicks/4)
 		}
 	}
-	w := &world{reg: newRegistry(), scripted: true, k: k, claims: k.ClaimTTLTicks > 0}
+	if late < 0 || late > k.Initiators {
+		d.Fatalf(t, "setup: late=%d, want 1..%d", late, k.Initiators)
+	}
+	w := &world{reg: newRegistry(), scripted: true, k: k, claims: k.ClaimTTLTicks > 0, late: late}
 	w.tr.on = true
 	w.work = rand.New(rand.NewPCG(1, 1))
 	w.net = rand.New(rand.NewPCG(2, 2))
@@ -183,6 +190,9 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 			keys = append(keys, s.slotKey(tbl, sl))
 		}
 		fmt.Fprintf(&b, "source %s: %d rows, slot i holds %s\n", tbl.Schema().Name, tbl.Len(), strings.Join(keys, " "))
+	}
+	if late > 0 {
+		fmt.Fprintf(&b, "initiator %d is late: no feed to the source or the destination node yet\n", late)
 	}
 	fmt.Fprintf(&b, "initiators: %d; block %d B, window %d, change log %d B (reserve %d B), handoff at <= %d B, rounds <= %d, codec %s\n",
 		k.Initiators, k.BlockBytesMax, k.WindowBlocksMax, k.ChangeLogBytesMax, k.ChangeLogTxnBytesMax, k.HandoffLogBytesMax, k.RoundsMax, k.Codec)
@@ -224,7 +234,12 @@ func (s *script) initiator(t *testing.T, d *datadriven.TestData) *initiator {
 }
 
 // write sends a txn from an initiator to every replica: write op=upsert
-// key=3 [table=kv|acct] [to=5] [by=2] [initiator=1].
+// key=3 [table=kv|acct] [to=5] [by=2] [initiator=1] [unaware]. The
+// initiator keeps recovery/node's rule (recovery.Unfed): it sends the txn
+// only with a feed open to the source node and to the destination node,
+// which holds a replica whatever its state, unless it is unaware of the
+// destination node (a stale membership view): then it sends to the
+// source alone.
 func (s *script) write(t *testing.T, d *datadriven.TestData) string {
 	var opName string
 	d.ScanArgs(t, "op", &opName)
@@ -244,7 +259,15 @@ func (s *script) write(t *testing.T, d *datadriven.TestData) string {
 			d.Fatalf(t, "no table %q", name)
 		}
 	}
-	s.w.sendTxn(s.initiator(t, d), sp)
+	in := s.initiator(t, d)
+	unfed := recovery.Unfed([]recovery.ReplicaFeed{
+		{Node: "source", Alive: true, Fed: !in.srcUnfed},
+		{Node: "destination", Alive: !d.HasArg("unaware"), Fed: !in.dstUnfed},
+	})
+	if len(unfed) > 0 {
+		return fmt.Sprintf("i%d sends nothing: no feed to the %s node\n", in.id, strings.Join(unfed, " and "))
+	}
+	s.w.sendTxn(in, sp)
 	s.deliverFeed()
 	return ""
 }
@@ -281,6 +304,38 @@ func (s *script) deliverFeed() {
 			}
 		}
 	}
+}
+
+// openFeed opens a late initiator's feed to one node: open-feed
+// initiator=N to=source|dest. The node's replicas track it from now on,
+// as recovery/node's addInitiator does (a destination through
+// Destination.AddInitiator); its first message follows.
+func (s *script) openFeed(t *testing.T, d *datadriven.TestData) string {
+	in := s.initiator(t, d)
+	var to string
+	d.ScanArgs(t, "to", &to)
+	w := s.w
+	switch to {
+	case "source":
+		if !in.srcUnfed {
+			d.Fatalf(t, "i%d's feed to the source is open already", in.id)
+		}
+		in.srcUnfed = false
+		w.srcExec.AddInitiator(in.id)
+	case "dest":
+		if !in.dstUnfed {
+			d.Fatalf(t, "i%d's feed to the destination is open already", in.id)
+		}
+		in.dstUnfed = false
+		if a := w.dstAttempt(); a != nil && w.inFeed(a) {
+			a.dst.AddInitiator(in.id)
+			w.afterCall(a)
+		}
+	default:
+		d.Fatalf(t, "open-feed to=%s: want source or dest", to)
+	}
+	w.tracef("i%d feed to the %s opens", in.id, map[string]string{"source": "source", "dest": "destination"}[to])
+	return ""
 }
 
 // stepSource runs up to n ready txns on the source (all by default) and

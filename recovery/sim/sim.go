@@ -222,6 +222,9 @@ type world struct {
 	// scripted: a scenario script drives the world; nothing happens on its
 	// own (no workload, no supervisor, no faults).
 	scripted bool
+	// late is a script's late initiator (1-based; 0: none): its feeds to
+	// the source and destination nodes open only when the script says.
+	late int
 
 	stats Stats
 }
@@ -235,6 +238,10 @@ type initiator struct {
 	skew  int64
 	idle  int
 	toSrc *feedLink
+	// srcUnfed, dstUnfed: its feed to the source node, or to the
+	// destination node, is not open yet (a script's late initiator): it
+	// sends nothing there, and the replicas there do not track it.
+	srcUnfed, dstUnfed bool
 }
 
 func newWorld(seed uint64, opts Options) *world {
@@ -272,10 +279,13 @@ func (w *world) setup() {
 		}
 		in.gen = g
 		in.toSrc = &feedLink{}
+		in.srcUnfed = i+1 == w.late
+		in.dstUnfed = in.srcUnfed
 		w.inits = append(w.inits, in)
 	}
-	w.srcExec = w.newReplica()
-	w.ref = w.newReplica()
+	w.srcExec = w.newReplica(func(in *initiator) bool { return !in.srcUnfed })
+	// The oracle hears every initiator from the start: it is the truth.
+	w.ref = w.newReplica(func(*initiator) bool { return true })
 	// The same rows from the same numbers: two generators on one seed.
 	loadSeed := w.work.Uint64()
 	w.load(w.srcExec.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))

@@ -76,8 +76,8 @@ func rekey(tx *partition.Txn, params []wire.Value) ([]wire.Value, error) {
 
 // newReplica returns an empty replica of the partition: the same tables in
 // the same order, so table IDs agree, and an executor that knows every
-// initiator.
-func (w *world) newReplica() *partition.Executor {
+// initiator whose feed to it is open (fed).
+func (w *world) newReplica(fed func(*initiator) bool) *partition.Executor {
 	p := partition.New()
 	for _, s := range w.schemas {
 		if _, err := p.CreateTable(s); err != nil {
@@ -86,7 +86,9 @@ func (w *world) newReplica() *partition.Executor {
 	}
 	e := partition.NewExecutor(p, w.reg, partition.ExecutorConfig{QueueTxnsMax: 1 << 20})
 	for _, in := range w.inits {
-		e.AddInitiator(in.id)
+		if fed(in) {
+			e.AddInitiator(in.id)
+		}
 	}
 	return e
 }
