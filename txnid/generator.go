@@ -68,6 +68,22 @@ func (g *Generator) Next() ID {
 	return id
 }
 
+// Advance makes every ID Next returns from now on lie above floor, an ID
+// of any initiator: a replica that executed up to floor before it heard
+// of this initiator refuses anything at or below it, so an initiator that
+// joins replicas already running (a start, a restart, a feed opened late)
+// must first pass what they executed. Logical time runs ahead of the
+// clock until the clock catches up, as after a counter overflow. A floor
+// at or below the logical time changes nothing.
+func (g *Generator) Advance(floor ID) {
+	ms, counter := floor.Millis(), floor.Counter()
+	if ms > g.ms || (ms == g.ms && counter > g.counter) {
+		// The next ID takes (ms, counter+1) or a later slot, which is
+		// above floor whatever the two initiators' ids.
+		g.ms, g.counter = ms, counter
+	}
+}
+
 // Last returns the last ID Next returned, or Zero before the first call.
 func (g *Generator) Last() ID { return g.last }
 

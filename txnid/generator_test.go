@@ -228,3 +228,35 @@ func BenchmarkGeneratorNext(b *testing.B) {
 		b.Fatal("no IDs issued")
 	}
 }
+
+// TestGeneratorAdvance: after Advance(floor) every ID is above floor,
+// whichever initiator issued floor and however far behind the clock is;
+// a floor below the logical time changes nothing; and the IDs still rise.
+func TestGeneratorAdvance(t *testing.T) {
+	now := EpochUnixMillis + 1000
+	g, err := NewGenerator(3, func() int64 { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := g.Next()
+	for _, floor := range []ID{
+		Make(1500, 7, 9),                 // ahead of the clock, a higher initiator id
+		Make(1500, 7, 1),                 // same slot, a lower one: changes nothing more
+		Make(1200, 0, 9),                 // below the logical time: changes nothing
+		Make(1500, IDsPerMillisMax-1, 9), // the millisecond's last counter
+	} {
+		before := g.Last()
+		g.Advance(floor)
+		id := g.Next()
+		if id <= floor || id <= before {
+			t.Fatalf("after Advance(%v) from %v: Next %v", floor, before, id)
+		}
+	}
+	if g.Last() <= first {
+		t.Fatalf("ids fell from %v to %v", first, g.Last())
+	}
+	now = EpochUnixMillis + 2000 // the clock passes the logical time again
+	if id := g.Next(); id.Millis() != 2000 {
+		t.Fatalf("logical time %d ms, want the clock's 2000 ms past the epoch", id.Millis())
+	}
+}

@@ -115,7 +115,9 @@ type Txn struct {
 }
 
 // Beat tells a feed's receiver that nothing below ID will follow on this
-// feed.
+// feed. The receiver's first message back on a feed is a Beat too, its
+// floor: its replicas executed nothing above ID, and the initiator's IDs
+// on the feed must lie above it.
 type Beat struct {
 	ID txnid.ID
 }

@@ -81,6 +81,9 @@ type Config struct {
 	// testSkip, in tests, keeps the initiator from sending txn id to
 	// node: a node that died half way through sending it.
 	testSkip func(node string, id txnid.ID) bool
+	// testClock, in tests, is the initiator's clock (Unix milliseconds):
+	// one that runs behind the other nodes'.
+	testClock func() int64
 	// testNoFeedTo, in tests, keeps the initiator's feed to node from
 	// opening, as a dial that fails every time.
 	testNoFeedTo func(node string) bool

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
@@ -47,6 +48,9 @@ type feedIn struct {
 	// redialled is closed when a feed of the same incarnation replaces
 	// this one: the initiator lives, so its tail cannot be repaired.
 	redialled chan struct{}
+	// floored: the floor was queued to the initiator. Before it, the
+	// initiator sends nothing on the feed, so a redial loses nothing.
+	floored atomic.Bool
 }
 
 // done sends a txn's result back to its initiator, without waiting.
@@ -109,16 +113,35 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 			close(fi.resolved)
 			return
 		}
-		if prev.inc == fi.inc {
+		if prev.inc == fi.inc && prev.floored.Load() {
 			why := fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process: txns sent meanwhile were not received", in, h.Node)
 			for _, r := range n.replicas {
 				r.do(func(r *replica) { r.fail(why) })
 			}
 		}
 	}
-	for _, r := range n.replicas {
-		r.do(func(r *replica) { r.addInitiator(in, fi.inc) })
+	if n.feedSuperseded(fi) {
+		// A newer feed replaced this one while it waited: no floor went
+		// out on it, so its initiator sent nothing on it.
+		conn.Close()
+		close(fi.resolved)
+		return
 	}
+	// The floor: once every replica tracks the initiator, none executes
+	// past what it has until the initiator speaks, so the highest ID they
+	// executed bounds all they ever will without it. The initiator's IDs
+	// then start above it (docs/DESIGN.md "An initiator that joins").
+	floor := txnid.Zero
+	for _, r := range n.replicas {
+		if f, ok := ask(r, func(r *replica) txnid.ID {
+			r.addInitiator(in, fi.inc)
+			return r.executedUpTo()
+		}); ok {
+			floor = max(floor, f)
+		}
+	}
+	fi.floored.Store(true)
+	fi.q <- &wire.Beat{ID: floor}
 	writerDone, stop := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -325,7 +348,11 @@ type call struct {
 }
 
 func newInitiator(n *Node) (*initiator, error) {
-	gen, err := txnid.NewGenerator(txnid.Initiator(n.cfg.ID), func() int64 { return time.Now().UnixMilli() })
+	clock := func() int64 { return time.Now().UnixMilli() }
+	if n.cfg.testClock != nil {
+		clock = n.cfg.testClock
+	}
+	gen, err := txnid.NewGenerator(txnid.Initiator(n.cfg.ID), clock)
 	if err != nil {
 		return nil, err
 	}
@@ -396,6 +423,31 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	in.lastSend = time.Now()
 	in.maybeReply(c)
 	in.mu.Unlock()
+}
+
+// feedFloorWait bounds the wait for a feed's floor. The receiver sends it
+// once the initiator's previous feed there is settled, which may take a
+// tail repair from each peer (up to 3 node TTLs each, repair.go).
+const feedFloorWait = time.Minute
+
+// recvFloor reads a feed's first answer: the receiver's floor, the highest
+// txn ID its replicas executed before they began to track this initiator.
+func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (txnid.ID, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	m, err := conn.Recv()
+	if !stop() {
+		return txnid.Zero, fmt.Errorf("no floor within %s: %w", wait, ctx.Err())
+	}
+	if err != nil {
+		return txnid.Zero, err
+	}
+	b, ok := m.(*wire.Beat)
+	if !ok {
+		return txnid.Zero, fmt.Errorf("expected the feed's floor, got %v", m.Type())
+	}
+	return b.ID, nil
 }
 
 // feedWait bounds how long a call waits for the feeds to a partition's
@@ -612,6 +664,12 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 		}
 	}
 	cancel()
+	var floor txnid.ID
+	if err == nil {
+		if floor, err = recvFloor(in.n.ctx, conn, feedFloorWait); err != nil {
+			conn.Close()
+		}
+	}
 	if err != nil {
 		if in.n.ctx.Err() == nil {
 			in.n.limited.Log(slog.LevelInfo, "feed-dial/"+node, "feed dial failed", "node", node, "err", err)
@@ -620,6 +678,7 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 	}
 	f := &feedOut{node: node, inc: inc, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()
+	in.gen.Advance(floor)
 	in.outs[node] = f
 	// The first message: the replicas' safe point hears from us at once.
 	f.send(&wire.Beat{ID: in.gen.Next()})

@@ -218,3 +218,53 @@ func TestRejoinWaitsForLateFeed(t *testing.T) {
 	}
 	checkDigests(t, cl, 1, 3)
 }
+
+// TestInitiatorBehindJoins: a node whose clock runs behind the others'
+// comes back and writes. Its txn IDs come from its clock, so without a
+// floor its first ones lie below what the replicas on the other nodes
+// already executed: they refuse them as too late and fail, every live
+// copy of the partition at once. The same happens within one millisecond
+// on one clock, when a newcomer's first ID takes a lower counter than
+// the txns executed just before its feed opened. A feed's receiver now
+// answers with the highest ID its replicas executed, and the initiator
+// issues nothing at or below it.
+func TestInitiatorBehindJoins(t *testing.T) {
+	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
+	c := newCluster(t, 3, cfg)
+	cl1 := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl1, 1)
+	for i := range 50 {
+		upsert(t, cl1, 1, i)
+	}
+	c.stop(3)
+	for i := 50; i < 100; i++ {
+		upsert(t, cl1, 1, i)
+	}
+	const behind = 2000 // ms
+	c.startCfg(3, func(cfg *Config) {
+		cfg.testClock = func() int64 { return time.Now().UnixMilli() - behind }
+	})
+	cl3 := dialClient(t, c.nodes[3].addrs.TCP)
+	waitWritable(t, cl3, 1)
+	for i := 100; i < 150; i++ {
+		upsert(t, cl3, 1, i)
+	}
+	for _, id := range []int{1, 2} {
+		for _, rs := range nodeStatus(t, c.nodes[id].addrs).Replicas {
+			if rs.State != StateLive {
+				t.Fatalf("%s's replica of partition %d is %s after n3's writes", NodeName(id), rs.Partition, rs.State)
+			}
+		}
+	}
+	waitUntil(t, 30*time.Second, "every replica live", func() bool { return allLive(t, c) })
+	for i := 150; i < 200; i++ {
+		upsert(t, cl3, 1, i)
+	}
+	// n1 waits for n3's replica once its own view, read every 100 ms,
+	// has it live.
+	waitUntil(t, 10*time.Second, "n1's digest call waits for every replica", func() bool {
+		r, err := cl1.call(0, partition.ProcDigest, true)
+		return err == nil && len(r.Each) == 3
+	})
+	checkDigests(t, cl1, 1, 3)
+}

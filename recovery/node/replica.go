@@ -311,6 +311,15 @@ func (r *replica) addInitiator(in txnid.Initiator, inc uint64) {
 	}
 }
 
+// executedUpTo is the highest txn ID the replica executed or handed off,
+// Zero when it has no executor: a feed's floor (feed.go).
+func (r *replica) executedUpTo() txnid.ID {
+	if r.exec == nil {
+		return txnid.Zero
+	}
+	return r.exec.LastExecuted()
+}
+
 // removeInitiator: in's node is dead; nothing more comes from it.
 func (r *replica) removeInitiator(in txnid.Initiator) {
 	if !r.initiators[in] {
