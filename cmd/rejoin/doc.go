@@ -2,6 +2,7 @@
 // the benchmarks and the simulator, and inspects a running cluster.
 //
 //	rejoin demo      a local cluster on loopback: load, kill a node, rejoin it under writes, verify
+//	rejoin init      create a cluster in an existing etcd: partitions, replicas, tables, placement
 //	rejoin node      one node of a cluster (etcd endpoints, data directory, listen addresses)
 //	rejoin status    a cluster's nodes, replicas and rejoin tasks, from etcd and each node's /status
 //	rejoin verify    every replica's digest at one common txn ID

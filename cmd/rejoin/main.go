@@ -18,6 +18,7 @@ type command struct {
 
 var commands = []command{
 	{"demo", "start a local cluster, kill a node, watch it rejoin, check digests", runDemo},
+	{"init", "create a cluster in an existing etcd: shape, tables, placement", runInit},
 	{"node", "run one node of a cluster", runNode},
 	{"status", "show a cluster's nodes, replicas and rejoin tasks", runStatus},
 	{"verify", "compare every replica's digest at a common txn ID", runVerify},
