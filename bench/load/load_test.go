@@ -193,6 +193,30 @@ func TestRate(t *testing.T) {
 	}
 }
 
+// TestWrites: a run bounded by a write count issues exactly that many,
+// to new rows 0..n-1 when every write is a new key, with or without a
+// rate, and ends by itself.
+func TestWrites(t *testing.T) {
+	checkLeaks(t)
+	c, cl := newClient(t, 4, nil)
+	ctx := testCtx(t, 30*time.Second)
+	for _, rate := range []float64{0, 2000} {
+		r, err := Run(ctx, c, Config{Writes: 500, Rate: rate, Concurrency: 8, NewKeyFraction: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Txns != 500 || r.Errors != 0 || r.Uncertain != 0 || r.KeySpace != 500 {
+			t.Fatalf("rate %v: %+v, key space %d (%s)", rate, r.Window, r.KeySpace, r.LastError)
+		}
+		if n := countRows(t, cl, 4); n != 500 {
+			t.Fatalf("rate %v: %d rows", rate, n)
+		}
+	}
+	if _, err := Start(ctx, c, Config{Writes: -1}); err == nil {
+		t.Fatal("negative write count accepted")
+	}
+}
+
 // TestSnapshots: two intervals of a running generator, the second slower
 // (the fake node delays replies), compare as the demo compares "before"
 // and "during".
