@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -180,6 +181,29 @@ func (s *shell) clusterErr(err error) error {
 	return err
 }
 
+// notBootstrapped is the refusal of a node whose cluster has a node that
+// never started (recovery/node's feed.go): nothing was sequenced, and it
+// passes once the last node's start reaches the node's view of etcd,
+// within moments of the last "ready". The reply says so in text only.
+const notBootstrapped = "the cluster is not bootstrapped yet"
+
+// retry runs call again while the cluster refuses it as not bootstrapped,
+// within --timeout: a command typed as the nodes come up waits for them
+// rather than fail.
+func (s *shell) retry(call func() error) error {
+	for {
+		err := call()
+		if err == nil || !errors.Is(err, client.ErrProcedure) || !strings.Contains(err.Error(), notBootstrapped) {
+			return err
+		}
+		select {
+		case <-s.ctx.Done():
+			return fmt.Errorf("%w (waited --timeout %s for every node of the placement to start once)", err, s.flags.timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // decode reads a command-line text as a value of column c.
 func (s *shell) decode(what string, c layout.Column, text string) (wire.Value, error) {
 	switch c.Type {
@@ -273,7 +297,10 @@ func runPut(args []string, stdout, stderr io.Writer) error {
 		if err == nil {
 			var v wire.Value
 			if v, err = s.decode("value", s.value, pos[1]); err == nil {
-				_, err = s.c.Upsert(s.ctx, s.flags.table, k, v)
+				err = s.retry(func() error {
+					_, err := s.c.Upsert(s.ctx, s.flags.table, k, v)
+					return err
+				})
 				if err == nil {
 					fmt.Fprintln(stdout, "OK")
 				}
@@ -292,7 +319,11 @@ func runGet(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "rejoin get: %v\n", err)
 			return errUsage
 		}
-		row, err := s.c.Read(s.ctx, s.flags.table, k)
+		var row []wire.Value
+		err = s.retry(func() (err error) {
+			row, err = s.c.Read(s.ctx, s.flags.table, k)
+			return err
+		})
 		if errors.Is(err, client.ErrNotFound) {
 			return &exitError{exitNotFound, fmt.Errorf("key %s not found in table %s", pos[0], s.flags.table)}
 		}
@@ -314,7 +345,10 @@ func runDel(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "rejoin del: %v\n", err)
 			return errUsage
 		}
-		_, err = s.c.Delete(s.ctx, s.flags.table, k)
+		err = s.retry(func() error {
+			_, err := s.c.Delete(s.ctx, s.flags.table, k)
+			return err
+		})
 		if errors.Is(err, client.ErrNotFound) {
 			return &exitError{exitNotFound, fmt.Errorf("key %s not found in table %s; nothing deleted", pos[0], s.flags.table)}
 		}
