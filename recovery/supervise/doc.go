@@ -58,6 +58,9 @@
 //	                                  be live (DESIGN.md "Incarnations and
 //	                                  fencing")
 //	/rejoin/supervisor/<lease>        the election (concurrency.Election)
+//	/rejoin/cluster, /rejoin/init     recovery/layout's config (written last
+//	                                  by layout.Init, after the replicas)
+//	                                  and the token of an init under way
 //	/rejoin/claims/..., /rejoin/tasks/...  recovery/claim's claims and task
 //	                                  records (see its doc); a node's
 //	                                  source claims with ExecutorID,
