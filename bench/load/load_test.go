@@ -178,6 +178,28 @@ func TestLoadRunVerify(t *testing.T) {
 	}
 }
 
+// TestLoadBatches: batches of any size load every row once, reporting
+// after each batch.
+func TestLoadBatches(t *testing.T) {
+	checkLeaks(t)
+	c, cl := newClient(t, 4, nil)
+	ctx := testCtx(t, 30*time.Second)
+	var calls, last int
+	r, err := LoadBatches(ctx, c, "kv", 1000, 16, 10, 300, func(rows int, took time.Duration) {
+		calls++
+		if rows <= last || took <= 0 {
+			t.Errorf("progress %d after %d, took %s", rows, last, took)
+		}
+		last = rows
+	})
+	if err != nil || r.Rows != 1000 || calls != 4 || last != 1000 || countRows(t, cl, 4) != 1000 {
+		t.Fatalf("report %+v, %v; %d calls, last %d, %d rows", r, err, calls, last, countRows(t, cl, 4))
+	}
+	if _, err := LoadBatches(ctx, c, "kv", 10, 16, 10, 0, nil); err == nil {
+		t.Fatal("batches of 0 rows accepted")
+	}
+}
+
 func TestRate(t *testing.T) {
 	checkLeaks(t)
 	c, _ := newClient(t, 2, nil)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +19,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/node/client"
 )
 
-const loadUsage = `usage: rejoin load --etcd ENDPOINTS --rows N [--rate R] [--writers W] [--json]
+const loadUsage = `usage: rejoin load --etcd ENDPOINTS --rows N [--rate R] [--writers W] [--batch B] [--json]
 
 Writes N rows into table kv of a running cluster, one upsert per row and
 per transaction: rows 0..N-1 of bench/load's shape (--key-bytes keys,
@@ -30,11 +31,19 @@ latency percentiles of the acknowledged writes (--json: one object).
 Exit status 1 if a write failed, 3 if one is uncertain (sent, not
 answered: it may or may not have happened).
 
+With --batch B it bulk-loads instead: the same rows, B at a time, each
+batch split by partition into upsert_many transactions of at most 256
+rows that run at once; no rate, and the latencies are the batches'.
+
 flags:
 `
 
-// loadResult is what `rejoin load --json` prints.
+// loadResult is what `rejoin load --json` prints. Written, Failed and
+// Uncertain count writes, except that with --batch Written counts rows
+// and Failed and Uncertain the batch that ended the load.
 type loadResult struct {
+	// BatchRows is --batch: 0 for one write per row.
+	BatchRows int     `json:"batch_rows"`
 	Rows      int64   `json:"rows"`
 	Written   int64   `json:"written"`
 	Failed    int64   `json:"failed"`
@@ -60,6 +69,7 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	writers := fs.Int("writers", 16, "concurrent callers, each waiting for its write's answer before the next")
 	keyBytes := fs.Int("key-bytes", 16, "bytes of each key")
 	valueBytes := fs.Int("value-bytes", 100, "bytes of each value")
+	batch := fs.Int("batch", 0, "bulk-load in batches of this many `rows` (0: one write per row, at --rate)")
 	asJSON := fs.Bool("json", false, "print one JSON object, no progress bar")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of reaching etcd, and of each write")
 	fs.Usage = func() {
@@ -81,6 +91,10 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		bad = fmt.Sprintf("--key-bytes %d, --value-bytes %d: want keys of at least %d bytes", *keyBytes, *valueBytes, load.KeyBytesMin)
 	case *timeout <= 0:
 		bad = fmt.Sprintf("--timeout %s: want > 0", *timeout)
+	case *batch < 0 || *batch > 1<<20:
+		bad = fmt.Sprintf("--batch %d: want 0..%d", *batch, 1<<20)
+	case *batch > 0 && *rate > 0:
+		bad = "--batch loads as fast as it goes: no --rate"
 	}
 	if bad != "" {
 		fmt.Fprintf(stderr, "rejoin load: %s\n", bad)
@@ -103,15 +117,26 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	// The writes run past --timeout: it bounds each one, not the run.
 	runCtx, stop := signalContext()
 	defer stop()
+	var bar *loadBar
+	if !*asJSON && isTerminalWriter(stderr) {
+		label := "writes "
+		if *batch > 0 {
+			label = "rows "
+		}
+		bar = newLoadBar(stderr, label, *rows)
+	}
+	if *batch > 0 {
+		res, err := bulkLoad(runCtx, c, int(*rows), *keyBytes, *valueBytes, *batch, bar)
+		if perr := printLoad(stdout, res, *asJSON); perr != nil {
+			return perr
+		}
+		return err
+	}
 	g, err := load.Start(runCtx, c, load.Config{Table: "kv", Writes: *rows, Rate: *rate, Concurrency: *writers,
 		KeyBytes: *keyBytes, ValueBytes: *valueBytes, NewKeyFraction: 1})
 	if err != nil {
 		fmt.Fprintf(stderr, "rejoin load: %v\n", err)
 		return errUsage
-	}
-	var bar *loadBar
-	if !*asJSON && isTerminalWriter(stderr) {
-		bar = newLoadBar(stderr, *rows)
 	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -132,20 +157,8 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	res := loadResult{Rows: *rows, Written: rep.Txns, Failed: rep.Errors, Uncertain: rep.Uncertain, Missed: rep.Missed,
 		Seconds: rep.Seconds, PerSec: rep.TxnsPerSec, Rate: *rate, Writers: *writers,
 		P50Ms: rep.P50, P90Ms: rep.P90, P99Ms: rep.P99, P999Ms: rep.P999, MaxMs: rep.Max, LastError: rep.LastError}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintf(stdout, "wrote %d of %d rows in %.2f s: %.0f writes/s (offered: %s, %d writers)\n",
-			res.Written, res.Rows, res.Seconds, res.PerSec, rateText(*rate), res.Writers)
-		fmt.Fprintf(stdout, "latency  p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n",
-			res.P50Ms, res.P90Ms, res.P99Ms, res.P999Ms, res.MaxMs)
-		if res.Failed+res.Uncertain+res.Missed > 0 {
-			fmt.Fprintf(stdout, "failed %d, uncertain %d, offers missed (every writer busy) %d\n", res.Failed, res.Uncertain, res.Missed)
-		}
+	if err := printLoad(stdout, res, *asJSON); err != nil {
+		return err
 	}
 	switch {
 	case werr != nil:
@@ -158,6 +171,58 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d writes failed (not written); last: %s", res.Failed, res.LastError)
 	}
 	return nil
+}
+
+// printLoad prints what a load did.
+func printLoad(w io.Writer, res loadResult, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	if res.BatchRows > 0 {
+		fmt.Fprintf(w, "loaded %d of %d rows in %.2f s: %.0f rows/s, in batches of %d rows\n",
+			res.Written, res.Rows, res.Seconds, res.PerSec, res.BatchRows)
+		fmt.Fprintf(w, "batch latency  p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms\n", res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs)
+		return nil
+	}
+	fmt.Fprintf(w, "wrote %d of %d rows in %.2f s: %.0f writes/s (offered: %s, %d writers)\n",
+		res.Written, res.Rows, res.Seconds, res.PerSec, rateText(res.Rate), res.Writers)
+	fmt.Fprintf(w, "latency  p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n",
+		res.P50Ms, res.P90Ms, res.P99Ms, res.P999Ms, res.MaxMs)
+	if res.Failed+res.Uncertain+res.Missed > 0 {
+		fmt.Fprintf(w, "failed %d, uncertain %d, offers missed (every writer busy) %d\n", res.Failed, res.Uncertain, res.Missed)
+	}
+	return nil
+}
+
+// bulkLoad is --batch: load.LoadBatches with the bar moving after each
+// batch. On error the rows of the failed batch may be partly written;
+// ErrUncertain among its errors makes the exit status 3.
+func bulkLoad(ctx context.Context, c *client.Client, rows, keyBytes, valueBytes, batch int, bar *loadBar) (loadResult, error) {
+	var h load.Histogram
+	rep, err := load.LoadBatches(ctx, c, "kv", rows, keyBytes, valueBytes, batch, func(n int, took time.Duration) {
+		h.Record(took)
+		if bar != nil {
+			bar.bar.SetCurrent(int64(n))
+		}
+	})
+	if bar != nil {
+		bar.finish()
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	res := loadResult{BatchRows: batch, Rows: int64(rows), Written: int64(rep.Rows), Seconds: rep.Seconds, PerSec: rep.RowsPerSec,
+		P50Ms: ms(h.Quantile(0.5)), P90Ms: ms(h.Quantile(0.9)), P99Ms: ms(h.Quantile(0.99)), P999Ms: ms(h.Quantile(0.999)), MaxMs: ms(h.Max())}
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.Is(err, client.ErrUncertain):
+		res.Uncertain = 1
+		return res, &exitError{exitUncertain, fmt.Errorf("a batch's outcome is uncertain (sent, not answered: its rows may or may not be written): %w", err)}
+	}
+	res.Failed = 1
+	res.LastError = err.Error()
+	return res, err
 }
 
 // signalContext ends on Ctrl-C or SIGTERM.
@@ -178,8 +243,9 @@ func isTerminalWriter(w io.Writer) bool {
 	return ok && isTerminal(f)
 }
 
-// loadBar is the progress bar of `rejoin load`: writes answered out of
-// rows, the rate and p99 of the last interval.
+// loadBar is the progress bar of `rejoin load`: writes answered (rows
+// loaded with --batch) out of rows, and the rate and p99 of the last
+// interval.
 type loadBar struct {
 	p    *mpb.Progress
 	bar  *mpb.Bar
@@ -187,10 +253,10 @@ type loadBar struct {
 	text atomic.Pointer[string] // read by mpb's goroutine
 }
 
-func newLoadBar(w io.Writer, rows int64) *loadBar {
+func newLoadBar(w io.Writer, label string, rows int64) *loadBar {
 	b := &loadBar{p: mpb.New(mpb.WithOutput(w), mpb.WithWidth(60), mpb.WithRefreshRate(150*time.Millisecond), mpb.WithAutoRefresh())}
 	b.bar = b.p.AddBar(rows,
-		mpb.PrependDecorators(decor.Name("writes "), decor.CountersNoUnit("%d / %d")),
+		mpb.PrependDecorators(decor.Name(label), decor.CountersNoUnit("%d / %d")),
 		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string {
 			if t := b.text.Load(); t != nil {
 				return *t

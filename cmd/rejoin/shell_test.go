@@ -199,7 +199,15 @@ func TestLoadCommand(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, `"written": 200`) || !strings.Contains(r.stdout, `"p99_ms"`) {
 		t.Fatalf("load --json: %+v", r)
 	}
-	for _, bad := range [][]string{{"--rows", "0"}, {"--writers", "0"}, {"--rate", "-1"}, {"--key-bytes", "4"}} {
+	r = runArgs("load", "--etcd", ep, "--rows", "1000", "--batch", "300")
+	if r.code != 0 || !strings.Contains(r.stdout, "loaded 1000 of 1000 rows") || !strings.Contains(r.stdout, "in batches of 300 rows") {
+		t.Fatalf("load --batch: %+v", r)
+	}
+	r = runArgs("load", "--etcd", ep, "--rows", "1000", "--batch", "256", "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"written": 1000`) || !strings.Contains(r.stdout, `"batch_rows": 256`) {
+		t.Fatalf("load --batch --json: %+v", r)
+	}
+	for _, bad := range [][]string{{"--rows", "0"}, {"--writers", "0"}, {"--rate", "-1"}, {"--key-bytes", "4"}, {"--batch", "-1"}, {"--batch", "10", "--rate", "5"}} {
 		if r := runArgs(append([]string{"load", "--etcd", ep}, bad...)...); r.code != 2 {
 			t.Errorf("load %q: %+v", bad, r)
 		}
