@@ -189,15 +189,22 @@ const notBootstrapped = "the cluster is not bootstrapped yet"
 
 // retry runs call again while the cluster refuses it as not bootstrapped,
 // within --timeout: a command typed as the nodes come up waits for them
-// rather than fail.
-func (s *shell) retry(call func() error) error {
+// rather than fail. A read (readOnly) is also run again when its outcome
+// is uncertain: it changes nothing, so running it twice is safe.
+func (s *shell) retry(readOnly bool, call func() error) error {
 	for {
 		err := call()
-		if err == nil || !errors.Is(err, client.ErrProcedure) || !strings.Contains(err.Error(), notBootstrapped) {
+		again := err != nil && (errors.Is(err, client.ErrProcedure) && strings.Contains(err.Error(), notBootstrapped) ||
+			readOnly && errors.Is(err, client.ErrUncertain))
+		if !again {
 			return err
 		}
 		select {
 		case <-s.ctx.Done():
+			if readOnly && errors.Is(err, client.ErrUncertain) {
+				// Not ErrUncertain: a read that got no answer changed nothing.
+				return fmt.Errorf("no answer within --timeout %s (a read: nothing changed): %s", s.flags.timeout, err)
+			}
 			return fmt.Errorf("%w (waited --timeout %s for every node of the placement to start once)", err, s.flags.timeout)
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -297,7 +304,7 @@ func runPut(args []string, stdout, stderr io.Writer) error {
 		if err == nil {
 			var v wire.Value
 			if v, err = s.decode("value", s.value, pos[1]); err == nil {
-				err = s.retry(func() error {
+				err = s.retry(false, func() error {
 					_, err := s.c.Upsert(s.ctx, s.flags.table, k, v)
 					return err
 				})
@@ -320,7 +327,7 @@ func runGet(args []string, stdout, stderr io.Writer) error {
 			return errUsage
 		}
 		var row []wire.Value
-		err = s.retry(func() (err error) {
+		err = s.retry(true, func() (err error) {
 			row, err = s.c.Read(s.ctx, s.flags.table, k)
 			return err
 		})
@@ -345,7 +352,7 @@ func runDel(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "rejoin del: %v\n", err)
 			return errUsage
 		}
-		err = s.retry(func() error {
+		err = s.retry(false, func() error {
 			_, err := s.c.Delete(s.ctx, s.flags.table, k)
 			return err
 		})

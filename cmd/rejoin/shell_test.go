@@ -135,23 +135,35 @@ func TestShellCommands(t *testing.T) {
 
 // TestShellUncertain: a put whose node executes it and then drops the
 // connection unanswered says so plainly and exits 3, apart from failures;
-// the value is there all the same.
+// the value is there all the same. A get that gets no answer asks again
+// (a read changes nothing), and without any answer fails with exit 1,
+// not 3.
 func TestShellUncertain(t *testing.T) {
-	var drop atomic.Bool
+	var dropWrites atomic.Bool
+	var dropReads atomic.Int64 // reads to drop
 	ep := fakeCluster(t, func(_ string, c *wire.Call) (clienttest.Action, time.Duration) {
-		if drop.Load() && c.Proc == partition.ProcUpsert {
+		switch {
+		case dropWrites.Load() && c.Proc == partition.ProcUpsert:
+			return clienttest.DropAfter, 0
+		case c.Proc == partition.ProcRead && dropReads.Add(-1) >= 0:
 			return clienttest.DropAfter, 0
 		}
 		return clienttest.Answer, 0
 	})
-	drop.Store(true)
+	dropWrites.Store(true)
 	r := runArgs("put", "--etcd", ep, "k", "v")
 	if r.code != exitUncertain || !strings.Contains(r.stderr, "outcome uncertain") || !strings.Contains(r.stderr, "may or may not have happened") {
 		t.Fatalf("uncertain put: %+v", r)
 	}
-	drop.Store(false)
+	dropWrites.Store(false)
+	dropReads.Store(2)
 	if r := runArgs("get", "--etcd", ep, "k"); r.code != 0 || r.stdout != "v\n" {
-		t.Fatalf("get after an uncertain put that happened: %+v", r)
+		t.Fatalf("get after an uncertain put that happened, its first two reads unanswered: %+v", r)
+	}
+	dropReads.Store(1 << 30)
+	r = runArgs("get", "--etcd", ep, "--timeout", "1s", "k")
+	if r.code != 1 || !strings.Contains(r.stderr, "no answer within --timeout 1s (a read: nothing changed)") {
+		t.Fatalf("get never answered: %+v", r)
 	}
 }
 
