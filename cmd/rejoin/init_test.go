@@ -61,6 +61,11 @@ func TestInitCommand(t *testing.T) {
 	defer e.Stop()
 	ep := strings.Join(e.Endpoints(), ",")
 	var out, errOut bytes.Buffer
+	if code := run([]string{"status", "--etcd", ep}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "holds no cluster (create one with rejoin init)") {
+		t.Fatalf("status before init: exit %d, stderr %q", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
 	code := run([]string{"init", "--etcd", ep, "--partitions", "1000", "--replicas", "2", "--nodes", "n1,n2,n4",
 		"--table", "kv(k bytes, v bytes)", "--table", "acct(id int64 key, balance int64)"}, &out, &errOut)
 	if code != 0 || !strings.Contains(out.String(), "1000 partitions x 2 replicas on n1,n2,n4") {
@@ -80,6 +85,11 @@ func TestInitCommand(t *testing.T) {
 	reps, err := supervise.Replicas(ctx, cli)
 	if err != nil || len(reps) != 2000 {
 		t.Fatalf("%d replicas, %v", len(reps), err)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"status", "--etcd", ep}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "REPLICAS (2000)") {
+		t.Fatalf("status after init: exit %d, stdout %.300q, stderr %q", code, out.String(), errOut.String())
 	}
 	out.Reset()
 	errOut.Reset()
