@@ -119,6 +119,14 @@ func (w *walk) do(line string) {
 	switch {
 	case cmd == "go build -o rejoin ./cmd/rejoin":
 		return // built once for every test: rejoinBinary
+	case len(f) == 3 && f[0] == "rm" && f[1] == "-rf":
+		if !strings.HasPrefix(f[2], readmeDir) {
+			t.Fatalf("%q: the walk-through removes only its own directory", cmd)
+		}
+		if err := os.RemoveAll(w.path(f[2])); err != nil {
+			t.Fatal(err)
+		}
+		return
 	case len(f) == 3 && f[0] == "mkdir" && f[1] == "-p":
 		if err := os.MkdirAll(w.path(f[2]), 0o755); err != nil {
 			t.Fatal(err)
