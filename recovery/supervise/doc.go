@@ -27,8 +27,9 @@
 //     dies.
 //   - A node calls Incarnate at every start, before it reads the
 //     placement: only its first incarnation may start replicas live. It
-//     records the state of its replicas with SetReplica (after
-//     nodestate.Open at start, and when a rejoin ends).
+//     records the state of its replicas with SetReplicas at start (after
+//     nodestate.Open; in transactions of at most ReplicasTxnOpsMax puts)
+//     and SetReplica when a rejoin ends.
 //   - A destination calls ClaimHolder on a rejoin hello: the claim must
 //     stand at the hello's epoch and name the hello's node.
 //   - The executor on an assigned source watches its assignments, claims
