@@ -15,6 +15,9 @@ import (
 // splits them by partition into calls of at most client.UpsertManyRowsMax.
 const loadBatchRows = 8192
 
+// loadBatchRowsMax bounds LoadBatches's batches, which it holds in memory.
+const loadBatchRowsMax = 1 << 20
+
 // LoadReport is a bulk load's figures.
 type LoadReport struct {
 	Rows       int
@@ -26,24 +29,38 @@ type LoadReport struct {
 // into table through UpsertMany. On error some rows may have been
 // written; loading again is harmless (upserts).
 func Load(ctx context.Context, c *client.Client, table string, rows, keyBytes, valueBytes int) (LoadReport, error) {
-	if keyBytes < KeyBytesMin {
+	return LoadBatches(ctx, c, table, rows, keyBytes, valueBytes, loadBatchRows, nil)
+}
+
+// LoadBatches is Load in batches of batchRows rows (at most
+// loadBatchRowsMax), calling done, if not nil, after each batch with the
+// rows loaded so far and the batch's time.
+func LoadBatches(ctx context.Context, c *client.Client, table string, rows, keyBytes, valueBytes, batchRows int, done func(rows int, took time.Duration)) (LoadReport, error) {
+	switch {
+	case keyBytes < KeyBytesMin:
 		return LoadReport{}, fmt.Errorf("load: keys of %d bytes, at least %d", keyBytes, KeyBytesMin)
+	case batchRows < 1 || batchRows > loadBatchRowsMax:
+		return LoadReport{}, fmt.Errorf("load: batches of %d rows, want 1..%d", batchRows, loadBatchRowsMax)
 	}
 	start := time.Now()
-	batch := make([][]wire.Value, 0, loadBatchRows)
-	done := 0
+	batch := make([][]wire.Value, 0, batchRows)
+	loaded := 0
 	for i := 0; i < rows; {
 		batch = batch[:0]
-		for ; i < rows && len(batch) < loadBatchRows; i++ {
+		for ; i < rows && len(batch) < batchRows; i++ {
 			u := uint64(i)
 			batch = append(batch, []wire.Value{wire.Bytes(Key(u, keyBytes)), wire.Bytes(Value(u, 0, valueBytes))})
 		}
+		t0 := time.Now()
 		if err := c.UpsertMany(ctx, table, batch); err != nil {
-			return report(done, start), fmt.Errorf("load: rows %d..%d: %w", done, i-1, err)
+			return report(loaded, start), fmt.Errorf("load: rows %d..%d: %w", loaded, i-1, err)
 		}
-		done = i
+		loaded = i
+		if done != nil {
+			done(loaded, time.Since(t0))
+		}
 	}
-	return report(done, start), nil
+	return report(loaded, start), nil
 }
 
 func report(rows int, start time.Time) LoadReport {

@@ -27,6 +27,9 @@ type Config struct {
 	Concurrency int
 	// Duration of the run; 0 means until the context ends or Stop.
 	Duration time.Duration
+	// Writes bounds the writes the run issues; the run ends once they are
+	// all answered (or uncertain). 0: no bound.
+	Writes int64
 	// KeyBytes and ValueBytes shape rows; default 16 and 100.
 	KeyBytes, ValueBytes int
 	// Keys is the existing key space: rows 0..Keys-1 (as Load made them).
@@ -60,6 +63,8 @@ func (cfg *Config) defaults() error {
 	switch {
 	case cfg.Rate < 0:
 		return fmt.Errorf("load: negative rate %v", cfg.Rate)
+	case cfg.Writes < 0:
+		return fmt.Errorf("load: negative write count %d", cfg.Writes)
 	case cfg.Keys < 0:
 		return fmt.Errorf("load: negative key space %d", cfg.Keys)
 	case cfg.NewKeyFraction < 0 || cfg.NewKeyFraction > 1:
@@ -154,6 +159,7 @@ type Generator struct {
 	shards  []*shard
 	nextKey atomic.Uint64
 	version atomic.Uint64
+	issued  atomic.Int64 // writes issued, against Config.Writes
 	missed  atomic.Int64
 }
 
@@ -254,6 +260,10 @@ func (g *Generator) write(ctx, callCtx context.Context, s *shard, tokens <-chan 
 				return
 			}
 		} else if ctx.Err() != nil {
+			return
+		}
+		if cfg.Writes > 0 && g.issued.Add(1) > cfg.Writes {
+			g.cancel() // the pacer stops too, and the run ends
 			return
 		}
 		var i uint64

@@ -178,6 +178,28 @@ func TestLoadRunVerify(t *testing.T) {
 	}
 }
 
+// TestLoadBatches: batches of any size load every row once, reporting
+// after each batch.
+func TestLoadBatches(t *testing.T) {
+	checkLeaks(t)
+	c, cl := newClient(t, 4, nil)
+	ctx := testCtx(t, 30*time.Second)
+	var calls, last int
+	r, err := LoadBatches(ctx, c, "kv", 1000, 16, 10, 300, func(rows int, took time.Duration) {
+		calls++
+		if rows <= last || took <= 0 {
+			t.Errorf("progress %d after %d, took %s", rows, last, took)
+		}
+		last = rows
+	})
+	if err != nil || r.Rows != 1000 || calls != 4 || last != 1000 || countRows(t, cl, 4) != 1000 {
+		t.Fatalf("report %+v, %v; %d calls, last %d, %d rows", r, err, calls, last, countRows(t, cl, 4))
+	}
+	if _, err := LoadBatches(ctx, c, "kv", 10, 16, 10, 0, nil); err == nil {
+		t.Fatal("batches of 0 rows accepted")
+	}
+}
+
 func TestRate(t *testing.T) {
 	checkLeaks(t)
 	c, _ := newClient(t, 2, nil)
@@ -190,6 +212,30 @@ func TestRate(t *testing.T) {
 	// loose below, as a loaded machine stalls callers (Missed).
 	if r.Txns < 50 || r.Txns+r.Missed > 301 || r.Txns+r.Missed < 150 || r.Errors != 0 {
 		t.Fatalf("offered 300/s for 1 s: %+v", r.Window)
+	}
+}
+
+// TestWrites: a run bounded by a write count issues exactly that many,
+// to new rows 0..n-1 when every write is a new key, with or without a
+// rate, and ends by itself.
+func TestWrites(t *testing.T) {
+	checkLeaks(t)
+	c, cl := newClient(t, 4, nil)
+	ctx := testCtx(t, 30*time.Second)
+	for _, rate := range []float64{0, 2000} {
+		r, err := Run(ctx, c, Config{Writes: 500, Rate: rate, Concurrency: 8, NewKeyFraction: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Txns != 500 || r.Errors != 0 || r.Uncertain != 0 || r.KeySpace != 500 {
+			t.Fatalf("rate %v: %+v, key space %d (%s)", rate, r.Window, r.KeySpace, r.LastError)
+		}
+		if n := countRows(t, cl, 4); n != 500 {
+			t.Fatalf("rate %v: %d rows", rate, n)
+		}
+	}
+	if _, err := Start(ctx, c, Config{Writes: -1}); err == nil {
+		t.Fatal("negative write count accepted")
 	}
 }
 

@@ -2,7 +2,12 @@
 // the benchmarks and the simulator, and inspects a running cluster.
 //
 //	rejoin demo      a local cluster on loopback: load, kill a node, rejoin it under writes, verify
+//	rejoin init      create a cluster in an existing etcd: partitions, replicas, tables, placement
 //	rejoin node      one node of a cluster (etcd endpoints, data directory, listen addresses)
+//	rejoin put       write a value under a key (table kv, or --table; text, --hex or --base64)
+//	rejoin get       print the value under a key
+//	rejoin del       delete a key
+//	rejoin load      write N rows at a rate through W callers, with a progress bar; throughput and latency percentiles
 //	rejoin status    a cluster's nodes, replicas and rejoin tasks, from etcd and each node's /status
 //	rejoin verify    every replica's digest at one common txn ID
 //	rejoin bench     one in-process rejoin, and what it measured
@@ -18,5 +23,7 @@
 // Exit status: 0 on success (and for -h); 1 when the command ran and
 // failed, or found what it checks for wrong (digests that differ, a
 // simulator seed that failed, acknowledged writes lost); 2 for a usage
-// error.
+// error. The shell client (put, get, del, load) adds two: 3 when a write's
+// outcome is uncertain (it was sent and no answer came: it may or may not
+// have happened), 4 when the key is not there (get, del).
 package main

@@ -18,7 +18,12 @@ type command struct {
 
 var commands = []command{
 	{"demo", "start a local cluster, kill a node, watch it rejoin, check digests", runDemo},
+	{"init", "create a cluster in an existing etcd: shape, tables, placement", runInit},
 	{"node", "run one node of a cluster", runNode},
+	{"put", "write a value under a key", runPut},
+	{"get", "print the value under a key", runGet},
+	{"del", "delete a key", runDel},
+	{"load", "write rows at a rate, with a progress bar; print throughput and latency", runLoad},
 	{"status", "show a cluster's nodes, replicas and rejoin tasks", runStatus},
 	{"verify", "compare every replica's digest at a common txn ID", runVerify},
 	{"bench", "run one in-process rejoin and print what it measured", runBench},
@@ -59,10 +64,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.Is(err, errUsage):
 			return 2
-		default:
-			fmt.Fprintf(stderr, "rejoin %s: %v\n", c.name, err)
-			return 1
 		}
+		fmt.Fprintf(stderr, "rejoin %s: %v\n", c.name, err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		return 1
 	}
 	fmt.Fprintf(stderr, "rejoin: unknown command %q\n\n", args[0])
 	usage(stderr)

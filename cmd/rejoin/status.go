@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
+	"github.com/rejoin-db/rejoin/recovery/layout"
 )
 
 // openEtcd returns a client of the comma-separated endpoints; quiet.
@@ -55,6 +56,14 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer done()
+	// Without the config there is no cluster, only what an init may have
+	// half written (layout.Init writes the config last).
+	if _, err := layout.Read(ctx, cli); err != nil {
+		if errors.Is(err, layout.ErrMissing) {
+			return fmt.Errorf("etcd at %s holds no cluster (create one with rejoin init): %w", *etcd, err)
+		}
+		return etcdErr(ctx, *etcd, *timeout, err)
+	}
 	v, err := clusterview.Read(ctx, cli, &http.Client{}, *nodeTimeout)
 	if err != nil {
 		return err

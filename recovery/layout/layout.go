@@ -2,6 +2,7 @@ package layout
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,49 +97,148 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Init writes cfg and the placement of its partitions' replicas on
-// nodes (supervise.Place), in one transaction that fails with ErrExists if
-// a cluster is already there. Every replica starts live: the cluster is
-// empty, so every copy is trivially equal.
+// InitKey is held while an Init is under way: its value is the token of
+// the one Init that may still write. It is deleted in the transaction that
+// writes Key, so it outlives only an interrupted Init, which the next Init
+// takes over.
+const InitKey = "/rejoin/init"
+
+// InitTxnOpsMax bounds the puts of one of Init's transactions, well under
+// etcd's default --max-txn-ops of 128.
+const InitTxnOpsMax = 64
+
+// ErrTakenOver: another Init took this one's place while it wrote; the
+// cluster is the other's to finish.
+var ErrTakenOver = errors.New("layout: init: another init took over")
+
+// ErrStale: etcd holds records of another cluster's nodes with no cluster
+// record; a cluster created over them would take them for its own.
+var ErrStale = errors.New("layout: etcd holds another cluster's node records")
+
+// Init creates the cluster: cfg, and the placement of its partitions'
+// replicas on nodes (supervise.Place), every replica live (the cluster is
+// empty, so every copy is trivially equal). It fails with ErrExists if a
+// cluster is already there.
+//
+// The placement grows with partitions x replicas, past what one etcd
+// transaction may carry, so Init writes it in transactions of at most
+// InitTxnOpsMax puts and Key last: a reader that finds Key finds the whole
+// placement (etcd is linearizable), and one that does not finds no
+// cluster (ErrMissing), never half of one. Init first takes InitKey with a
+// fresh token, clearing any placement an interrupted Init left, and every
+// later write is conditional on that token and on Key being absent: two
+// Inits at once cannot mix their placements, and an interrupted one is
+// simply run again.
 func Init(ctx context.Context, cli *clientv3.Client, cfg Config, nodes []string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	place, err := supervise.Place(nodes, cfg.Partitions, cfg.Replicas)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	val, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	ops := []clientv3.Op{clientv3.OpPut(Key, string(val))}
-	for p, ns := range place {
-		for _, n := range ns {
-			rv, _ := json.Marshal(supervise.Replica{State: supervise.ReplicaLive})
-			ops = append(ops, clientv3.OpPut(supervise.ReplicaKey(p, n), string(rv)))
-		}
+	rv, err := json.Marshal(supervise.Replica{State: supervise.ReplicaLive})
+	if err != nil {
+		return err
 	}
-	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(Key), "=", 0)).Then(ops...).Commit()
+	token := rand.Text()
+	absent := clientv3.Compare(clientv3.CreateRevision(Key), "=", 0)
+	noNodes := clientv3.Compare(clientv3.CreateRevision(supervise.IncarnationsPrefix), "=", 0).WithPrefix()
+	resp, err := cli.Txn(ctx).If(absent, noNodes).Then(
+		clientv3.OpPut(InitKey, token),
+		clientv3.OpDelete(supervise.ReplicasPrefix, clientv3.WithPrefix()),
+	).Commit()
 	if err != nil {
 		return fmt.Errorf("layout: init: %w", err)
 	}
 	if !resp.Succeeded {
-		return ErrExists
+		return initRefused(ctx, cli)
+	}
+	ours := clientv3.Compare(clientv3.Value(InitKey), "=", token)
+	ops := make([]clientv3.Op, 0, InitTxnOpsMax)
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		resp, err := cli.Txn(ctx).If(absent, ours).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("layout: init: write placement: %w", err)
+		}
+		if !resp.Succeeded {
+			return initLost(ctx, cli)
+		}
+		ops = ops[:0]
+		return nil
+	}
+	for p := range cfg.Partitions {
+		for _, n := range place[p] {
+			ops = append(ops, clientv3.OpPut(supervise.ReplicaKey(p, n), string(rv)))
+			if len(ops) == InitTxnOpsMax {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	resp, err = cli.Txn(ctx).If(absent, ours).Then(clientv3.OpPut(Key, string(val)), clientv3.OpDelete(InitKey)).Commit()
+	if err != nil {
+		return fmt.Errorf("layout: init: write %s: %w", Key, err)
+	}
+	if !resp.Succeeded {
+		return initLost(ctx, cli)
 	}
 	return nil
 }
 
+// initRefused says why Init could not start: a cluster is there, or
+// another cluster's node records are.
+func initRefused(ctx context.Context, cli *clientv3.Client) error {
+	resp, err := cli.Get(ctx, Key, clientv3.WithCountOnly())
+	switch {
+	case err != nil:
+		return fmt.Errorf("layout: init: %w", err)
+	case resp.Count > 0:
+		return ErrExists
+	}
+	return fmt.Errorf("%w (under %s) but no %s: remove what is left of that cluster first (etcdctl del --prefix /rejoin/)", ErrStale, supervise.IncarnationsPrefix, Key)
+}
+
+// initLost says why a write of Init failed its compare: another Init
+// finished, or took over.
+func initLost(ctx context.Context, cli *clientv3.Client) error {
+	resp, err := cli.Get(ctx, Key, clientv3.WithCountOnly())
+	switch {
+	case err != nil:
+		return fmt.Errorf("layout: init: %w", err)
+	case resp.Count > 0:
+		return ErrExists
+	}
+	return ErrTakenOver
+}
+
 // Read reads the cluster's config.
+//
+// Without one, ErrMissing says whether an Init is under way (or was
+// interrupted).
 func Read(ctx context.Context, cli *clientv3.Client) (Config, error) {
-	resp, err := cli.Get(ctx, Key)
+	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(Key), clientv3.OpGet(InitKey, clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return Config{}, fmt.Errorf("layout: read: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return Config{}, ErrMissing
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return parse(kvs[0].Value)
 	}
-	return parse(resp.Kvs[0].Value)
+	if resp.Responses[1].GetResponseRange().Count > 0 {
+		return Config{}, fmt.Errorf("%w: an init is under way, or was interrupted (run it again)", ErrMissing)
+	}
+	return Config{}, ErrMissing
 }
 
 // parse decodes and validates the value stored under Key. A config that

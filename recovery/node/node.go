@@ -274,26 +274,35 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 			return err
 		}
 	}
-	n.replicas = map[uint32]*replica{}
+	// The states are written in batches, etcd's first: a node hosting
+	// thousands of replicas writes them in a few round trips and one
+	// sync, within --etcd-timeout.
+	var rejoin []supervise.Replica
+	var states []nodestate.Replica
 	for _, rp := range reps {
 		if rp.Node != n.id {
 			continue
 		}
-		live := !inc.Bootstrapped && rp.State == supervise.ReplicaLive
-		state := nodestate.NeedsRejoin
-		if live {
-			state = nodestate.Live
-		} else if err := supervise.SetReplica(ctx, n.cli, supervise.Replica{Partition: rp.Partition, Node: n.id, State: supervise.ReplicaNeedsRejoin}); err != nil {
-			return err
+		state := nodestate.Live
+		if inc.Bootstrapped || rp.State != supervise.ReplicaLive {
+			state = nodestate.NeedsRejoin
+			rejoin = append(rejoin, supervise.Replica{Partition: rp.Partition, Node: n.id, State: supervise.ReplicaNeedsRejoin})
 		}
-		if err := n.store.SetReplica(nodestate.Replica{Partition: rp.Partition, State: state}); err != nil {
-			return err
-		}
-		r, err := newReplica(n, rp.Partition, live)
+		states = append(states, nodestate.Replica{Partition: rp.Partition, State: state})
+	}
+	if err := supervise.SetReplicas(ctx, n.cli, rejoin); err != nil {
+		return err
+	}
+	if err := n.store.SetReplicas(states); err != nil {
+		return err
+	}
+	n.replicas = map[uint32]*replica{}
+	for _, st := range states {
+		r, err := newReplica(n, st.Partition, st.State == nodestate.Live)
 		if err != nil {
 			return err
 		}
-		n.replicas[rp.Partition] = r
+		n.replicas[st.Partition] = r
 	}
 	if len(n.replicas) == 0 {
 		n.log.Warn("the placement gives this node no replica")

@@ -5,7 +5,8 @@
 // database in the node's data directory.
 //
 // Who calls it: the node process, once at start (Open) and at clean
-// shutdown (Close), and whenever a replica changes state (SetReplica). The
+// shutdown (Close), for all its replicas at once at start (SetReplicas, one
+// synced batch), and whenever a replica changes state (SetReplica). The
 // supervisor learns from the report of Open which replicas need a rejoin.
 //
 // At start, a record without the clean-shutdown marker is an unexpected

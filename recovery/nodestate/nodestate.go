@@ -225,6 +225,28 @@ func (s *Store) SetReplica(r Replica) error {
 	return nil
 }
 
+// SetReplicas records every replica of rs in one batch, synced once: all
+// or none. Every record is checked before any is written.
+func (s *Store) SetReplicas(rs []Replica) error {
+	if s.db == nil {
+		return ErrClosed
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, r := range rs {
+		if r.State < NeedsRejoin || r.State > Live {
+			return fmt.Errorf("nodestate: replica %d: invalid state %v", r.Partition, r.State)
+		}
+		if err := b.Set(replicaKey(r.Partition), encodeReplica(r), nil); err != nil {
+			return fmt.Errorf("nodestate: set replica %d: %w", r.Partition, err)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("nodestate: set %d replicas: %w", len(rs), err)
+	}
+	return nil
+}
+
 // Replicas returns every replica's record, by partition.
 func (s *Store) Replicas() ([]Replica, error) {
 	if s.db == nil {

@@ -180,6 +180,47 @@ func TestRecordLifecycle(t *testing.T) {
 	}
 }
 
+// TestSetReplicas: a batch of records is written whole, read back as
+// SetReplica's, survives a reopen (reset as every record is), and a batch
+// with one bad record writes none.
+func TestSetReplicas(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := Open(dir, "n7", t0, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Replica
+	for p := range uint32(3000) {
+		want = append(want, Replica{Partition: p, State: NeedsRejoin})
+	}
+	want[7].State = Live
+	if err := s.SetReplicas(want); err != nil {
+		t.Fatal(err)
+	}
+	bad := []Replica{{Partition: 5000, State: Live}, {Partition: 5001, State: 0}}
+	if err := s.SetReplicas(bad); err == nil {
+		t.Fatal("invalid state accepted")
+	}
+	got, err := s.Replicas()
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("%d replicas back (%v), want %d", len(got), err, len(want))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetReplicas(want); !errors.Is(err, ErrClosed) {
+		t.Fatalf("write after close: %v, want ErrClosed", err)
+	}
+	s, rep, err := Open(dir, "n7", t0, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if rep.Reset != 1 {
+		t.Fatalf("report %+v: want the one live replica reset", rep)
+	}
+}
+
 // TestEpochFence: the highest epoch per partition only grows, is kept by
 // Open (which resets every replica's state), and is per partition.
 func TestEpochFence(t *testing.T) {

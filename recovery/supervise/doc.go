@@ -27,8 +27,9 @@
 //     dies.
 //   - A node calls Incarnate at every start, before it reads the
 //     placement: only its first incarnation may start replicas live. It
-//     records the state of its replicas with SetReplica (after
-//     nodestate.Open at start, and when a rejoin ends).
+//     records the state of its replicas with SetReplicas at start (after
+//     nodestate.Open; in transactions of at most ReplicasTxnOpsMax puts)
+//     and SetReplica when a rejoin ends.
 //   - A destination calls ClaimHolder on a rejoin hello: the claim must
 //     stand at the hello's epoch and name the hello's node.
 //   - The executor on an assigned source watches its assignments, claims
@@ -58,6 +59,9 @@
 //	                                  be live (DESIGN.md "Incarnations and
 //	                                  fencing")
 //	/rejoin/supervisor/<lease>        the election (concurrency.Election)
+//	/rejoin/cluster, /rejoin/init     recovery/layout's config (written last
+//	                                  by layout.Init, after the replicas)
+//	                                  and the token of an init under way
 //	/rejoin/claims/..., /rejoin/tasks/...  recovery/claim's claims and task
 //	                                  records (see its doc); a node's
 //	                                  source claims with ExecutorID,

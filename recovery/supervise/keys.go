@@ -25,6 +25,15 @@ const (
 	snapshotPageKeys = 512
 )
 
+// ReplicasPrefix prefixes every ReplicaKey and IncarnationsPrefix every
+// IncarnationKey: layout.Init clears the first before it writes a
+// placement and refuses an etcd whose second holds another cluster's
+// nodes.
+const (
+	ReplicasPrefix     = replicasPrefix
+	IncarnationsPrefix = incarnationsPrefix
+)
+
 func partitionSegment(p uint32) string { return fmt.Sprintf("%0*d", partitionDigits, p) }
 
 func taskSuffix(t claim.Task) string { return partitionSegment(t.Partition) + "/" + t.Dest }

@@ -51,6 +51,40 @@ func SetReplica(ctx context.Context, cli *clientv3.Client, r Replica) error {
 	return nil
 }
 
+// ReplicasTxnOpsMax bounds the puts of one of SetReplicas's
+// transactions, well under etcd's default --max-txn-ops of 128.
+const ReplicasTxnOpsMax = 64
+
+// SetReplicas is SetReplica for many replicas, in transactions of at most
+// ReplicasTxnOpsMax puts: a node hosting thousands of replicas records
+// them at start in a few round trips instead of one each. Every record is
+// checked before any is written; on an etcd error the records of the
+// transactions before it are written, which writing them again repairs.
+func SetReplicas(ctx context.Context, cli *clientv3.Client, rs []Replica) error {
+	ops := make([]clientv3.Op, 0, len(rs))
+	for _, r := range rs {
+		if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
+			return err
+		}
+		if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
+			return fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
+		}
+		val, err := encode(r)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(ReplicaKey(r.Partition, r.Node), val))
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), ReplicasTxnOpsMax)
+		if _, err := cli.Txn(ctx).Then(ops[:n]...).Commit(); err != nil {
+			return fmt.Errorf("supervise: set %d replicas: %w", len(rs), err)
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
 // Replicas lists the placement in key order (partition, then node).
 func Replicas(ctx context.Context, cli *clientv3.Client) ([]Replica, error) {
 	kvs, err := rangeAll(ctx, cli, replicasPrefix)

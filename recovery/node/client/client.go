@@ -27,6 +27,10 @@ var (
 	ErrUncertain = errors.New("client: outcome uncertain: the call was sent but not answered, the write may or may not have happened")
 	// ErrProcedure: the node answered with an error; the txn did not commit.
 	ErrProcedure = errors.New("client: procedure failed")
+	// ErrNotFound: a procedure failed because a row it needs is not there
+	// (partition.ErrNoRow on the node: a read or a delete of a missing
+	// key). Always with ErrProcedure.
+	ErrNotFound = errors.New("client: no such row")
 	// ErrNoNode: no allowed node could be reached; the call was not sent.
 	ErrNoNode = errors.New("client: no reachable node")
 	// ErrClosed: the client is closed.
@@ -378,7 +382,7 @@ func (c *Client) Upsert(ctx context.Context, table string, row ...wire.Value) (R
 }
 
 // Read returns the row of table whose key is key (builtin "read"); a
-// missing row is an ErrProcedure error.
+// missing row is an ErrNotFound error.
 func (c *Client) Read(ctx context.Context, table string, key ...wire.Value) ([]wire.Value, error) {
 	p, err := c.Route(key...)
 	if err != nil {
@@ -391,6 +395,18 @@ func (c *Client) Read(ctx context.Context, table string, key ...wire.Value) ([]w
 		return nil, err
 	}
 	return res.Out, nil
+}
+
+// Delete deletes the row of table whose key is key (builtin "delete"); a
+// missing row is an ErrNotFound error.
+func (c *Client) Delete(ctx context.Context, table string, key ...wire.Value) (Result, error) {
+	p, err := c.Route(key...)
+	if err != nil {
+		return Result{}, err
+	}
+	params := make([]wire.Value, 0, 1+len(key))
+	params = append(append(params, wire.String(table)), key...)
+	return c.Call(ctx, p, partition.ProcDelete, params)
 }
 
 // Proc names of the cluster builtins the client uses.

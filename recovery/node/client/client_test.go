@@ -169,11 +169,11 @@ func TestErrorReply(t *testing.T) {
 	c := v.open(t, Options{})
 	ctx := testCtx(t, 20*time.Second)
 	_, err := c.Read(ctx, "kv", wire.Bytes([]byte("absent")))
-	if !errors.Is(err, ErrProcedure) || errors.Is(err, ErrUncertain) {
+	if !errors.Is(err, ErrProcedure) || !errors.Is(err, ErrNotFound) || errors.Is(err, ErrUncertain) {
 		t.Fatalf("read of absent key: %v", err)
 	}
 	_, err = c.Call(ctx, 0, "no_such_proc", nil)
-	if !errors.Is(err, ErrProcedure) {
+	if !errors.Is(err, ErrProcedure) || errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown proc: %v", err)
 	}
 	if _, err := c.Call(ctx, 7, "read", nil); err == nil {
@@ -182,6 +182,15 @@ func TestErrorReply(t *testing.T) {
 	// The connection is still good.
 	if _, err := c.Upsert(ctx, "kv", kv("a", "b")...); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := c.Delete(ctx, "kv", wire.Bytes([]byte("a"))); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := c.Delete(ctx, "kv", wire.Bytes([]byte("a"))); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete of a deleted key: %v", err)
+	}
+	if _, err := c.Read(ctx, "kv", wire.Bytes([]byte("a"))); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("read of a deleted key: %v", err)
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -288,6 +290,11 @@ func decodeReply(nodeID, proc string, r *wire.Reply) answer {
 		return answer{res: res, err: fmt.Errorf("%w: %s via node %s: %s", ErrUncertain, proc, nodeID, r.Err)}
 	}
 	if r.Err != "" {
+		// The reply carries the error as text only: a missing row is
+		// told by partition.ErrNoRow's text in it.
+		if strings.Contains(r.Err, partition.ErrNoRow.Error()) {
+			return answer{res: res, err: fmt.Errorf("%w: %w: %s: %s", ErrProcedure, ErrNotFound, proc, r.Err)}
+		}
 		return answer{res: res, err: fmt.Errorf("%w: %s: %s", ErrProcedure, proc, r.Err)}
 	}
 	var err error

@@ -16,7 +16,9 @@
 // Outcomes:
 //   - nil: the node executed the call; Result.ID is its txn ID.
 //   - ErrProcedure: the node answered with an error (Reply.Err); the txn
-//     did not commit.
+//     did not commit. ErrNotFound as well when that error is a missing
+//     row (a read or delete of a key that is not there): the reply says
+//     so only in its text, partition.ErrNoRow's.
 //   - ErrUncertain: the call was sent but no answer came (the connection
 //     broke, the call timed out, or the client was closed), or the node
 //     answered that the txn went out but every replica it waited for was

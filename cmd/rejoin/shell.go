@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/node/client"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// Exit statuses of the shell client beyond 0, 1 and 2 (see doc.go).
+const (
+	// exitUncertain: a write was sent and no answer came; it may or may
+	// not have happened.
+	exitUncertain = 3
+	// exitNotFound: the key is not there.
+	exitNotFound = 4
+)
+
+// exitError is an error with its own exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+const shellUsage = `usage: rejoin %s --etcd ENDPOINTS [flags] %s
+
+%s
+
+Keys and values are text by default; --hex and --base64 read and print
+them in those encodings. --table names another table of two columns, the
+first its key; int64, float64 and string columns are read and printed as
+text. Each call is bounded by --timeout: an etcd or cluster that does not
+answer within it is an error.
+
+Exit status: 0 done; 1 failed (nothing was written); 2 usage;
+3 outcome uncertain (the write was sent, no answer came: it may or may not
+have happened; read the key to know); 4 the key is not there.
+
+flags:
+`
+
+// shellFlags are the flags every shell command shares.
+type shellFlags struct {
+	etcd    string
+	table   string
+	hex     bool
+	base64  bool
+	timeout time.Duration
+}
+
+func newShellFlags(fs *flag.FlagSet) *shellFlags {
+	f := &shellFlags{}
+	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd `endpoints`")
+	fs.StringVar(&f.table, "table", "kv", "the `table`: two columns, the first its key")
+	fs.BoolVar(&f.hex, "hex", false, "keys and values in hex")
+	fs.BoolVar(&f.base64, "base64", false, "keys and values in base64 (standard, padded)")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "bound of the whole command: reading etcd, reaching a node, the answer")
+	return f
+}
+
+// parseInterspersed parses fs's flags wherever they stand among args and
+// returns the other arguments, which must be want many. "--" ends the
+// flags.
+func parseInterspersed(fs *flag.FlagSet, name, wantText string, args []string, want int, stderr io.Writer) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			pos = append(pos, rest...) // after "--", even "-5" is an argument
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) != want {
+		fmt.Fprintf(stderr, "rejoin %s: want %s, got %d arguments\n", name, wantText, len(pos))
+		return nil, errUsage
+	}
+	return pos, nil
+}
+
+// shell is an open client of a cluster for one command.
+type shell struct {
+	name  string
+	flags *shellFlags
+	cli   *clientv3.Client
+	c     *client.Client
+	ctx   context.Context
+	done  func()
+	key   layout.Column
+	value layout.Column
+}
+
+// openShell connects to the cluster of --etcd, bounded by --timeout, and
+// finds --table's two columns.
+func openShell(name string, f *shellFlags, stderr io.Writer) (*shell, error) {
+	if f.hex && f.base64 {
+		fmt.Fprintf(stderr, "rejoin %s: --hex and --base64 exclude each other\n", name)
+		return nil, errUsage
+	}
+	if f.timeout <= 0 {
+		fmt.Fprintf(stderr, "rejoin %s: --timeout %s: want > 0\n", name, f.timeout)
+		return nil, errUsage
+	}
+	cli, ctx, done, err := openEtcd(name, f.etcd, f.timeout, stderr)
+	if err != nil {
+		return nil, err
+	}
+	s := &shell{name: name, flags: f, cli: cli, ctx: ctx, done: done}
+	s.c, err = client.Open(ctx, cli, client.Options{Timeout: f.timeout})
+	if err != nil {
+		done()
+		return nil, s.clusterErr(err)
+	}
+	var tbl *layout.Table
+	for _, t := range s.c.Tables() {
+		if t.Name == f.table {
+			tbl = &t
+		}
+	}
+	switch {
+	case tbl == nil:
+		err = fmt.Errorf("the cluster has no table %q", f.table)
+	case len(tbl.Columns) != 2 || len(tbl.Key) != 1 || tbl.Key[0] != 0:
+		err = fmt.Errorf("table %q is %s: this command takes a table of two columns whose first is the key", f.table, tableSpec(*tbl))
+	}
+	if err != nil {
+		s.close()
+		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
+		return nil, errUsage
+	}
+	s.key, s.value = tbl.Columns[0], tbl.Columns[1]
+	return s, nil
+}
+
+func (s *shell) close() {
+	s.c.Close()
+	s.done()
+}
+
+// clusterErr says plainly what an error reaching the cluster means.
+func (s *shell) clusterErr(err error) error {
+	ep := s.flags.etcd
+	switch {
+	case errors.Is(err, client.ErrUncertain):
+		return &exitError{exitUncertain, fmt.Errorf("outcome uncertain: the call was sent but no answer came within --timeout %s or its connection broke; the write may or may not have happened (read the key to know): %w", s.flags.timeout, err)}
+	case errors.Is(err, client.ErrNotFound):
+		return &exitError{exitNotFound, err}
+	case errors.Is(err, layout.ErrMissing):
+		return fmt.Errorf("etcd at %s holds no cluster (create one with rejoin init): %w", ep, err)
+	case errors.Is(err, client.ErrNoNode):
+		return fmt.Errorf("no node of the cluster could be reached (are they running? rejoin status --etcd %s): %w", ep, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(s.ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("no answer within --timeout %s (etcd at %s, or the cluster's nodes): %w", s.flags.timeout, ep, err)
+	}
+	return err
+}
+
+// notBootstrapped is the refusal of a node whose cluster has a node that
+// never started (recovery/node's feed.go): nothing was sequenced, and it
+// passes once the last node's start reaches the node's view of etcd,
+// within moments of the last "ready". The reply says so in text only.
+const notBootstrapped = "the cluster is not bootstrapped yet"
+
+// retry runs call again while the cluster refuses it as not bootstrapped,
+// within --timeout: a command typed as the nodes come up waits for them
+// rather than fail. A read (readOnly) is also run again when its outcome
+// is uncertain: it changes nothing, so running it twice is safe.
+func (s *shell) retry(readOnly bool, call func() error) error {
+	for {
+		err := call()
+		again := err != nil && (errors.Is(err, client.ErrProcedure) && strings.Contains(err.Error(), notBootstrapped) ||
+			readOnly && errors.Is(err, client.ErrUncertain))
+		if !again {
+			return err
+		}
+		select {
+		case <-s.ctx.Done():
+			if readOnly && errors.Is(err, client.ErrUncertain) {
+				// Not ErrUncertain: a read that got no answer changed nothing.
+				return fmt.Errorf("no answer within --timeout %s (a read: nothing changed): %s", s.flags.timeout, err)
+			}
+			return fmt.Errorf("%w (waited --timeout %s for every node of the placement to start once)", err, s.flags.timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// decode reads a command-line text as a value of column c.
+func (s *shell) decode(what string, c layout.Column, text string) (wire.Value, error) {
+	switch c.Type {
+	case wire.TypeBytes.String():
+		var b []byte
+		var err error
+		switch {
+		case s.flags.hex:
+			b, err = hex.DecodeString(text)
+		case s.flags.base64:
+			b, err = base64.StdEncoding.DecodeString(text)
+		default:
+			b = []byte(text)
+		}
+		if err != nil {
+			return wire.Value{}, fmt.Errorf("%s %q: %w", what, text, err)
+		}
+		return wire.Bytes(b), nil
+	case wire.TypeString.String():
+		return wire.String(text), nil
+	case wire.TypeInt64.String():
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil {
+			return wire.Value{}, fmt.Errorf("%s %q: column %s is int64: %w", what, text, c.Name, err)
+		}
+		return wire.Int64(n), nil
+	case wire.TypeFloat64.String():
+		x, err := strconv.ParseFloat(text, 64)
+		if err != nil {
+			return wire.Value{}, fmt.Errorf("%s %q: column %s is float64: %w", what, text, c.Name, err)
+		}
+		return wire.Float64(x), nil
+	}
+	return wire.Value{}, fmt.Errorf("column %s: type %s", c.Name, c.Type)
+}
+
+// encode prints a value as decode reads it.
+func (s *shell) encode(v wire.Value) string {
+	switch v.Type {
+	case wire.TypeBytes:
+		switch {
+		case s.flags.hex:
+			return hex.EncodeToString(v.Bytes)
+		case s.flags.base64:
+			return base64.StdEncoding.EncodeToString(v.Bytes)
+		case !utf8.Valid(v.Bytes):
+			return strconv.Quote(string(v.Bytes)) // not text: quoted, so a terminal shows it as it is
+		}
+		return string(v.Bytes)
+	case wire.TypeString:
+		return v.Str
+	case wire.TypeInt64:
+		return strconv.FormatInt(v.Int, 10)
+	case wire.TypeFloat64:
+		return strconv.FormatFloat(v.Float, 'g', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+// runShell parses a shell command's flags and arguments, opens the
+// cluster and runs do.
+func runShell(name, args1, what string, nargs int, args []string, stdout, stderr io.Writer, do func(s *shell, pos []string) error) error {
+	fs := newFlagSet(name, stderr)
+	f := newShellFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, shellUsage, name, args1, what)
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, name, args1, args, nargs, stderr)
+	if err != nil {
+		return err
+	}
+	s, err := openShell(name, f, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := do(s, pos); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) || errors.Is(err, errUsage) {
+			return err
+		}
+		return s.clusterErr(err)
+	}
+	return nil
+}
+
+func runPut(args []string, stdout, stderr io.Writer) error {
+	return runShell("put", "KEY VALUE", "Writes VALUE under KEY (an upsert: inserted, or replacing what the key held), one\ntransaction, and prints OK once every live replica has it.", 2, args, stdout, stderr, func(s *shell, pos []string) error {
+		k, err := s.decode("key", s.key, pos[0])
+		if err == nil {
+			var v wire.Value
+			if v, err = s.decode("value", s.value, pos[1]); err == nil {
+				err = s.retry(false, func() error {
+					_, err := s.c.Upsert(s.ctx, s.flags.table, k, v)
+					return err
+				})
+				if err == nil {
+					fmt.Fprintln(stdout, "OK")
+				}
+				return err
+			}
+		}
+		fmt.Fprintf(stderr, "rejoin put: %v\n", err)
+		return errUsage
+	})
+}
+
+func runGet(args []string, stdout, stderr io.Writer) error {
+	return runShell("get", "KEY", "Prints the value under KEY, or fails with exit status 4 if the key is not there.", 1, args, stdout, stderr, func(s *shell, pos []string) error {
+		k, err := s.decode("key", s.key, pos[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "rejoin get: %v\n", err)
+			return errUsage
+		}
+		var row []wire.Value
+		err = s.retry(true, func() (err error) {
+			row, err = s.c.Read(s.ctx, s.flags.table, k)
+			return err
+		})
+		if errors.Is(err, client.ErrNotFound) {
+			return &exitError{exitNotFound, fmt.Errorf("key %s not found in table %s", pos[0], s.flags.table)}
+		}
+		if err != nil {
+			return err
+		}
+		if len(row) != 2 {
+			return fmt.Errorf("the cluster answered a row of %d values", len(row))
+		}
+		fmt.Fprintln(stdout, s.encode(row[1]))
+		return nil
+	})
+}
+
+func runDel(args []string, stdout, stderr io.Writer) error {
+	return runShell("del", "KEY", "Deletes the row under KEY and prints OK, or fails with exit status 4 if the key is not\nthere (nothing changed).", 1, args, stdout, stderr, func(s *shell, pos []string) error {
+		k, err := s.decode("key", s.key, pos[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "rejoin del: %v\n", err)
+			return errUsage
+		}
+		err = s.retry(false, func() error {
+			_, err := s.c.Delete(s.ctx, s.flags.table, k)
+			return err
+		})
+		if errors.Is(err, client.ErrNotFound) {
+			return &exitError{exitNotFound, fmt.Errorf("key %s not found in table %s; nothing deleted", pos[0], s.flags.table)}
+		}
+		if err == nil {
+			fmt.Fprintln(stdout, "OK")
+		}
+		return err
+	})
+}
