@@ -28,6 +28,7 @@ var commands = []command{
 	{"verify", "compare every replica's digest at a common txn ID", runVerify},
 	{"bench", "run one in-process rejoin and print what it measured", runBench},
 	{"sim", "run the seeded rejoin simulator; replay a failing seed", runSim},
+	{"chaos", "randomized fault self-check of a local cluster: PASS or FAIL", runChaos},
 	{"version", "print the version", runVersion},
 }
 
@@ -39,6 +40,9 @@ var hiddenCommands = []command{
 
 // errUsage marks an error whose message is already a usage text; main exits 2.
 var errUsage = errors.New("usage")
+
+// errSilent: the command already said why it failed; main exits 1.
+var errSilent = errors.New("failed")
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -64,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.Is(err, errUsage):
 			return 2
+		case errors.Is(err, errSilent):
+			return 1
 		}
 		fmt.Fprintf(stderr, "rejoin %s: %v\n", c.name, err)
 		var ee *exitError

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/chaos"
 	"github.com/rejoin-db/rejoin/recovery/node"
 )
 
@@ -78,6 +79,8 @@ func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 		return cfg, err
 	}
 	cfg.Log = log
+	// Test-only: rejoin chaos --plant hands its nodes the planted fault.
+	cfg.PlantDropKey = os.Getenv(chaos.PlantEnv)
 	return cfg, nil
 }
 

@@ -74,6 +74,12 @@ type Config struct {
 	// IncomingMax rejoins at once.
 	RejoinBufferBytesMax int64
 	Log                  *slog.Logger
+	// PlantDropKey is a test-only planted fault (`rejoin chaos --plant`,
+	// which checks that its checker catches a lost write): this node's
+	// initiator turns its first upsert of this key of any table into an
+	// upsert of the key with "~planted" appended, and acknowledges it.
+	// Empty: off.
+	PlantDropKey string
 
 	// testClientBytes, in tests, sees the bytes a client connection has
 	// in flight each time they grow, and the calls read from it so far.

@@ -409,6 +409,7 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	c.id = in.gen.Next()
 	in.pending[c.id] = c
 	txn := &wire.Txn{Partition: req.Partition, ID: c.id, Proc: req.Proc, Params: req.Params}
+	in.n.maybePlant(txn)
 	for _, f := range targets {
 		if in.n.cfg.testSkip != nil && in.n.cfg.testSkip(f.node, c.id) {
 			delete(c.waiting, f.node)

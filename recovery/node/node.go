@@ -40,6 +40,8 @@ type Node struct {
 	cluster layout.Config
 	schemas []partition.Schema
 	procs   *partition.Registry
+	// planted: the planted fault (Config.PlantDropKey) has fired.
+	planted atomic.Bool
 	started time.Time
 	addrs   Addrs
 

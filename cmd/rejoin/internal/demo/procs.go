@@ -78,6 +78,9 @@ type procs struct {
 	etcd   string
 	dir    string
 	extra  func(id int) []string // more flags per node
+	// env, if set, is added to the nodes' environment (chaos's planted
+	// fault).
+	env []string
 
 	mu  sync.Mutex
 	cur map[int]*proc // the current incarnation of each node
@@ -107,6 +110,9 @@ func (ps *procs) start(ctx context.Context, id int) (*proc, error) {
 	cmd := exec.Command(ps.binary, args...)
 	cmd.Stderr = lf
 	cmd.SysProcAttr = sysProcAttr()
+	if ps.env != nil {
+		cmd.Env = append(os.Environ(), ps.env...)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		lf.Close()

@@ -1,0 +1,327 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
+	"github.com/rejoin-db/rejoin/recovery/node"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+)
+
+// nodeState is what the nemesis did to a node.
+type nodeState int
+
+const (
+	nodeUp       nodeState = iota
+	nodeDown               // killed by us (or exited, noted), not restarted yet
+	nodeStarting           // being restarted
+	nodePaused             // SIGSTOPped by us
+)
+
+// viewTimeout bounds the nemesis's reading of the cluster before a fault.
+const viewTimeout = 3 * time.Second
+
+// nemesis runs a schedule against the cluster: it tracks what it did to
+// each node and never faults the last live replica of a partition.
+type nemesis struct {
+	// ctx bounds the restarts: the whole run's, not the schedule's.
+	ctx    context.Context
+	nodes  *demo.Nodes
+	etcd   *demo.Etcd
+	cli    *clientv3.Client
+	hc     *http.Client
+	n      int
+	logf   func(format string, args ...any)
+	exitsf func(id int, err error) // a node exited on its own
+
+	mu         sync.Mutex
+	state      []nodeState // by node id (index 0 unused)
+	etcdPaused bool
+	healc      chan struct{} // closed: end every fault now
+	wg         sync.WaitGroup
+	done       int
+	skipped    int
+}
+
+func newNemesis(ctx context.Context, nodes *demo.Nodes, etcd *demo.Etcd, cli *clientv3.Client, n int, logf func(string, ...any), exitsf func(int, error)) *nemesis {
+	return &nemesis{ctx: ctx, nodes: nodes, etcd: etcd, cli: cli, hc: &http.Client{Timeout: viewTimeout}, n: n, logf: logf, exitsf: exitsf,
+		state: make([]nodeState, n+1), healc: make(chan struct{})}
+}
+
+// run plays the schedule from now until ctx ends or the steps run out.
+func (ns *nemesis) run(ctx context.Context, steps []Step) {
+	start := time.Now()
+	for _, s := range steps {
+		if !sleepCtx(ctx, time.Until(start.Add(s.At))) {
+			return
+		}
+		ns.noteExits()
+		if why := ns.do(ctx, s); why != "" {
+			ns.mu.Lock()
+			ns.skipped++
+			ns.mu.Unlock()
+			ns.logf("nemesis: skip %s: %s", s, why)
+		}
+	}
+}
+
+// do runs one step; it returns why it did not, "" if it did.
+func (ns *nemesis) do(ctx context.Context, s Step) string {
+	switch s.Action {
+	case ActPauseEtcd:
+		ns.mu.Lock()
+		if ns.etcdPaused {
+			ns.mu.Unlock()
+			return "etcd is paused already"
+		}
+		if err := ns.etcd.Pause(); err != nil {
+			ns.mu.Unlock()
+			return err.Error()
+		}
+		ns.etcdPaused = true
+		ns.done++
+		ns.mu.Unlock()
+		ns.logf("nemesis: paused etcd (SIGSTOP, pid %d) for %.2fs", ns.etcd.Pid(), s.For.Seconds())
+		ns.after(s.For, func() {
+			ns.mu.Lock()
+			defer ns.mu.Unlock()
+			if err := ns.etcd.Resume(); err != nil {
+				ns.logf("nemesis: resume etcd: %v", err)
+				return
+			}
+			ns.etcdPaused = false
+			ns.logf("nemesis: resumed etcd (SIGCONT)")
+		})
+		return ""
+	}
+
+	v, err := ns.view(ctx)
+	if err != nil {
+		return "cannot read the cluster: " + err.Error()
+	}
+	target, what := s.Node, ""
+	switch s.Action {
+	case ActKillSource, ActKillDest:
+		rs := rejoinsOf(v)
+		if len(rs) == 0 {
+			return "no rejoin in progress"
+		}
+		r := rs[s.Pick%len(rs)]
+		peer := r.dest
+		if s.Action == ActKillSource {
+			peer = r.source
+		}
+		if _, err := fmt.Sscanf(peer, "n%d", &target); err != nil || target < 1 || target > ns.n {
+			return fmt.Sprintf("rejoin peer %q is not one of ours", peer)
+		}
+		what = fmt.Sprintf(" (%s of partition %d's rejoin %s -> %s)", map[bool]string{true: "source", false: "destination"}[s.Action == ActKillSource], r.partition, r.source, r.dest)
+	}
+
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if st := ns.state[target]; st != nodeUp {
+		return fmt.Sprintf("n%d is not up", target)
+	}
+	if p, ok := ns.lastLiveLocked(v, node.NodeName(target)); !ok {
+		return fmt.Sprintf("n%d holds the last live replica of partition %d", target, p)
+	}
+	switch s.Action {
+	case ActKill, ActKillSource, ActKillDest:
+		if err := ns.nodes.Kill(target); err != nil {
+			return err.Error()
+		}
+		ns.state[target] = nodeDown
+		ns.done++
+		ns.logf("nemesis: killed n%d%s (SIGKILL); restart after %.2fs", target, what, s.For.Seconds())
+		ns.after(s.For, func() { ns.restart(ns.ctx, target) })
+	case ActStop:
+		if err := ns.nodes.Pause(target); err != nil {
+			return err.Error()
+		}
+		ns.state[target] = nodePaused
+		ns.done++
+		ns.logf("nemesis: stopped n%d (SIGSTOP) for %.2fs", target, s.For.Seconds())
+		ns.after(s.For, func() {
+			ns.mu.Lock()
+			defer ns.mu.Unlock()
+			if ns.state[target] != nodePaused {
+				return
+			}
+			if err := ns.nodes.Resume(target); err != nil {
+				ns.logf("nemesis: resume n%d: %v", target, err)
+			}
+			ns.state[target] = nodeUp
+			ns.logf("nemesis: resumed n%d (SIGCONT)", target)
+		})
+	default:
+		return fmt.Sprintf("unknown action %q", s.Action)
+	}
+	return ""
+}
+
+// lastLiveLocked reports whether some partition of target would be left
+// without a live replica: one whose node we left up, that etcd has live
+// and that its node reports live. ns.mu held.
+func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bool) {
+	hosted := map[uint32]bool{}
+	others := map[uint32]int{}
+	for _, rp := range v.Replicas {
+		if rp.Node == target {
+			hosted[rp.Partition] = true
+			continue
+		}
+		var id int
+		if _, err := fmt.Sscanf(rp.Node, "n%d", &id); err != nil || id < 1 || id > ns.n || ns.state[id] != nodeUp {
+			continue
+		}
+		if rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive {
+			others[rp.Partition]++
+		}
+	}
+	ps := make([]uint32, 0, len(hosted))
+	for p := range hosted {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	for _, p := range ps {
+		if others[p] == 0 {
+			return p, false
+		}
+	}
+	return 0, true
+}
+
+// after runs f once d passed, or at once when the nemesis heals.
+func (ns *nemesis) after(d time.Duration, f func()) {
+	ns.wg.Go(func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ns.healc:
+		}
+		f()
+	})
+}
+
+// restart starts node id again, if the nemesis had it down.
+func (ns *nemesis) restart(ctx context.Context, id int) {
+	ns.mu.Lock()
+	if ns.state[id] != nodeDown {
+		ns.mu.Unlock()
+		return
+	}
+	ns.state[id] = nodeStarting
+	ns.mu.Unlock()
+	ready, pid, err := ns.nodes.Start(ctx, id)
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if err != nil {
+		// Not ready in time (e.g. etcd paused past its --etcd-timeout):
+		// down again; the heal tries once more.
+		ns.state[id] = nodeDown
+		ns.logf("nemesis: restart n%d failed: %v", id, err)
+		return
+	}
+	ns.state[id] = nodeUp
+	ns.logf("nemesis: restarted n%d (pid %d, tcp %s)", id, pid, ready.TCP)
+}
+
+// noteExits finds the nodes up or paused whose process exited: not our
+// doing. Each is reported and counted down, so the heal restarts it.
+func (ns *nemesis) noteExits() {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	for id := 1; id <= ns.n; id++ {
+		if st := ns.state[id]; st != nodeUp && st != nodePaused {
+			continue
+		}
+		if exited, err := ns.nodes.Exited(id); exited {
+			ns.state[id] = nodeDown
+			ns.exitsf(id, err)
+		}
+	}
+}
+
+// heal ends every fault: etcd and the paused nodes resume, the nodes down
+// restart (each is tried up to three times).
+func (ns *nemesis) heal() error {
+	close(ns.healc)
+	ns.wg.Wait()
+	ns.noteExits()
+	ns.mu.Lock()
+	if ns.etcdPaused {
+		_ = ns.etcd.Resume()
+		ns.etcdPaused = false
+	}
+	ns.mu.Unlock()
+	for id := 1; id <= ns.n; id++ {
+		for attempt := 0; attempt < 3; attempt++ {
+			ns.mu.Lock()
+			st := ns.state[id]
+			ns.mu.Unlock()
+			if st != nodeDown {
+				break
+			}
+			ns.restart(ns.ctx, id)
+		}
+		ns.mu.Lock()
+		st := ns.state[id]
+		ns.mu.Unlock()
+		if st != nodeUp {
+			return fmt.Errorf("n%d could not be restarted (see its log)", id)
+		}
+	}
+	return nil
+}
+
+// watchExits polls for nodes that exited on their own until ctx ends.
+func (ns *nemesis) watchExits(ctx context.Context) {
+	for sleepCtx(ctx, 500*time.Millisecond) {
+		ns.noteExits()
+	}
+}
+
+func (ns *nemesis) view(ctx context.Context) (clusterview.View, error) {
+	ctx, cancel := context.WithTimeout(ctx, viewTimeout)
+	defer cancel()
+	return clusterview.Read(ctx, ns.cli, ns.hc, time.Second)
+}
+
+// rejoin is a rejoin stream in progress, as its source reports it.
+type rejoin struct {
+	partition    uint32
+	source, dest string
+}
+
+// rejoinsOf lists the rejoins in progress in v, in a stable order.
+func rejoinsOf(v clusterview.View) []rejoin {
+	var out []rejoin
+	for id, st := range v.Status {
+		for _, rs := range st.Replicas {
+			for _, s := range rs.Sources {
+				if s.Ended.IsZero() {
+					out = append(out, rejoin{rs.Partition, id, s.Peer})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b rejoin) int {
+		if a.partition != b.partition {
+			return int(a.partition) - int(b.partition)
+		}
+		if c := clusterview.CmpNodeID(a.source, b.source); c != 0 {
+			return c
+		}
+		return clusterview.CmpNodeID(a.dest, b.dest)
+	})
+	return out
+}
