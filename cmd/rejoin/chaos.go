@@ -40,12 +40,14 @@ type chaosFlags struct {
 	cfg        chaos.Config
 	partitions uint
 	seed       int64
+	faults     string
 }
 
 func newChaosFlags(fs *flag.FlagSet) *chaosFlags {
 	f := &chaosFlags{}
 	fs.DurationVar(&f.cfg.Duration, "duration", time.Minute, "how long the nemesis runs (then the heal and the checks)")
 	fs.Int64Var(&f.seed, "seed", 0, "seed of the schedule (0: one from the clock, printed)")
+	fs.StringVar(&f.faults, "faults", "all", "the nemesis's faults, comma-separated: all, none, or some of kill, stop, kill-rejoin-source, kill-rejoin-dest, pause-etcd")
 	fs.IntVar(&f.cfg.Nodes, "nodes", 5, "node processes")
 	fs.UintVar(&f.partitions, "partitions", 8, "partitions")
 	fs.IntVar(&f.cfg.Replicas, "replicas", 3, "replicas of each partition, on distinct nodes")
@@ -84,6 +86,9 @@ func runChaos(args []string, stdout, stderr io.Writer) error {
 		err = fmt.Errorf("--partitions %d, want 1..65536", f.partitions)
 	}
 	cfg.Partitions = uint32(f.partitions)
+	if err == nil {
+		cfg.Faults, err = chaos.ParseActions(f.faults)
+	}
 	if err == nil {
 		cfg.Binary, err = os.Executable()
 	}

@@ -52,6 +52,8 @@ type Config struct {
 
 	Duration time.Duration
 	Seed     int64
+	// Faults are the nemesis's actions to draw from (nil: none).
+	Faults []Action
 
 	Nodes, Replicas int
 	Partitions      uint32
@@ -129,6 +131,7 @@ type Summary struct {
 	Reasons  []string `json:"reasons,omitempty"`
 	Seed     int64    `json:"seed"`
 	Duration string   `json:"duration"`
+	Faults   []Action `json:"faults"`
 	Schedule []string `json:"schedule"`
 	// Faults done and skipped (a node not up, a last live replica, no
 	// rejoin in progress, etcd unreadable).
@@ -207,13 +210,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 	if cfg.JSON {
 		r.events = cfg.Stderr
 	}
-	steps := Plan(cfg.Seed, cfg.Duration, cfg.Nodes, cfg.NodeTTL)
-	r.sum = Summary{Seed: cfg.Seed, Duration: cfg.Duration.String(), Nodes: cfg.Nodes, Partitions: cfg.Partitions,
+	steps := Plan(cfg.Seed, cfg.Duration, cfg.Nodes, cfg.NodeTTL, cfg.Faults)
+	r.sum = Summary{Seed: cfg.Seed, Duration: cfg.Duration.String(), Faults: cfg.Faults, Nodes: cfg.Nodes, Partitions: cfg.Partitions,
 		Replicas: cfg.Replicas, Rows: cfg.Rows, Dir: dir}
 	for _, s := range steps {
 		r.sum.Schedule = append(r.sum.Schedule, s.String())
 	}
-	fmt.Fprintf(r.events, "rejoin chaos: seed %d, duration %s; replay with --seed %d\nschedule (%d faults):\n", cfg.Seed, cfg.Duration, cfg.Seed, len(steps))
+	fmt.Fprintf(r.events, "rejoin chaos: seed %d, duration %s, faults %v; replay with --seed %d\nschedule (%d faults):\n", cfg.Seed, cfg.Duration, cfg.Faults, cfg.Seed, len(steps))
 	for _, s := range r.sum.Schedule {
 		fmt.Fprintf(r.events, "  %s\n", s)
 	}
@@ -466,7 +469,8 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 			r.sum.Unknown = append(r.sum.Unknown, kr.Key)
 		default:
 			if r.sum.FailingKey == nil {
-				r.sum.FailingKey = &kr
+				fk := kr
+				r.sum.FailingKey = &fk
 			}
 			r.fail("register %s is not linearizable (%d ops); see %s", kr.Key, kr.Ops, kr.Visualization)
 		}
@@ -601,9 +605,18 @@ func (r *run) print(out io.Writer, s Summary) error {
 	w.printf("  replicas:  all live %v (%.1f s after the heal); digests of %d replicas match %v\n", s.AllLive, s.LiveSeconds, s.ReplicasChecked, s.DigestsMatch)
 	w.printf("  exits:     %d on their own %v\n", len(s.SelfExits), s.SelfExits)
 	if k := s.FailingKey; k != nil {
-		w.printf("\nfailing key %s (%d ops), history by call time:\n", k.Key, k.Ops)
-		for _, h := range k.History {
-			w.printf("    %s\n", h)
+		lo, hi := 0, min(len(k.History), historyLinesMax)
+		if k.Suspect >= 0 {
+			lo = max(0, k.Suspect-historyLinesMax/2)
+			hi = min(len(k.History), lo+historyLinesMax)
+		}
+		w.printf("\nfailing key %s (%d ops), history by call time, ops %d to %d of %d (--json has them all):\n", k.Key, k.Ops, lo, hi-1, len(k.History))
+		for i := lo; i < hi; i++ {
+			mark := "   "
+			if i == k.Suspect {
+				mark = "-> "
+			}
+			w.printf(" %s%s\n", mark, k.History[i])
 		}
 		w.printf("  visualization: %s\n", k.Visualization)
 	}
@@ -612,11 +625,15 @@ func (r *run) print(out io.Writer, s Summary) error {
 		w.printf("  - %s\n", why)
 	}
 	if s.Verdict != "PASS" {
-		w.printf("run dir (logs, data): %s\nreplay: rejoin chaos --seed %d --duration %s --nodes %d --partitions %d --replicas %d --rows %d\n",
-			s.Dir, s.Seed, s.Duration, s.Nodes, s.Partitions, s.Replicas, s.Rows)
+		w.printf("run dir (logs, data): %s\nreplay: rejoin chaos --seed %d --duration %s --faults %s --nodes %d --partitions %d --replicas %d --rows %d\n",
+			s.Dir, s.Seed, s.Duration, actionList(s.Faults), s.Nodes, s.Partitions, s.Replicas, s.Rows)
 	}
 	return w.err
 }
+
+// historyLinesMax bounds the failing key's ops the text summary shows,
+// around its first suspect read.
+const historyLinesMax = 40
 
 type errWriter struct {
 	w   io.Writer
@@ -627,4 +644,16 @@ func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
 		_, e.err = fmt.Fprintf(e.w, format, args...)
 	}
+}
+
+// actionList is the --faults value of actions.
+func actionList(as []Action) string {
+	if len(as) == 0 {
+		return "none"
+	}
+	ss := make([]string, len(as))
+	for i, a := range as {
+		ss[i] = string(a)
+	}
+	return strings.Join(ss, ",")
 }

@@ -44,8 +44,12 @@ type KeyResult struct {
 	// of time: no verdict).
 	Result string `json:"result"`
 	Ops    int    `json:"ops"`
-	// History lists the key's ops (with an Illegal result).
+	// History lists the key's ops by call time (with an Illegal result).
 	History []string `json:"history,omitempty"`
+	// Suspect is the index in History of the first read that returned
+	// neither the last value acknowledged before it nor one written
+	// concurrently: where to start reading. -1 if none stands out.
+	Suspect int `json:"suspect"`
 	// Visualization is porcupine's HTML page of the history (Illegal).
 	Visualization string `json:"visualization,omitempty"`
 }
@@ -113,6 +117,7 @@ func checkRegisters(ops []Op, keys int, dir string) ([]KeyResult, error) {
 			for _, o := range sorted {
 				kr.History = append(kr.History, o.String())
 			}
+			kr.Suspect = firstSuspect(sorted)
 			kr.Visualization = filepath.Join(dir, "linearizability-"+kr.Key+".html")
 			if err := porcupine.VisualizePath(registerModel, info, kr.Visualization); err != nil {
 				return out, fmt.Errorf("chaos: visualise %s: %w", kr.Key, err)
@@ -121,4 +126,38 @@ func checkRegisters(ops []Op, keys int, dir string) ([]KeyResult, error) {
 		out = append(out, kr)
 	}
 	return out, nil
+}
+
+// firstSuspect returns the index of the first ok read in ops (sorted by
+// call time) whose value no write could explain: not the value of the
+// latest ok write that returned before the read's call, nor of a write
+// invoked before the read returned that is uncertain or returned after
+// that latest write. -1 if none.
+func firstSuspect(ops []Op) int {
+	for i, rd := range ops {
+		if rd.Write || rd.Outcome != OK {
+			continue
+		}
+		var last *Op
+		for j := range ops {
+			w := &ops[j]
+			if w.Write && w.Outcome == OK && w.Return < rd.Call && (last == nil || w.Return > last.Return) {
+				last = w
+			}
+		}
+		explained := (last == nil && rd.Value == "") || (last != nil && last.Value == rd.Value)
+		for j := range ops {
+			w := ops[j]
+			if explained || !w.Write || w.Call > rd.Return || w.Outcome == Failed {
+				continue
+			}
+			if w.Value == rd.Value && (w.Outcome == Uncertain || last == nil || w.Return > last.Return || w.Return >= rd.Call) {
+				explained = true
+			}
+		}
+		if !explained {
+			return i
+		}
+	}
+	return -1
 }

@@ -3,6 +3,8 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -63,12 +65,26 @@ func (s Step) String() string {
 	return fmt.Sprintf("%s %s", at, s.Action)
 }
 
+// Actions lists every action, in the order Plan weighs them.
+var Actions = []Action{ActKill, ActStop, ActKillSource, ActKillDest, ActPauseEtcd}
+
+// weight is each action's share of the schedule.
+var weight = map[Action]int{ActKill: 35, ActStop: 20, ActKillSource: 15, ActKillDest: 15, ActPauseEtcd: 15}
+
 // Plan is the nemesis's schedule for a run of d on nodes nodes whose
-// lease TTL is ttl: a pure function of seed, so the same seed replays
+// lease TTL is ttl, drawing among the actions allowed (none: an empty
+// schedule): a pure function of its arguments, so the same seed replays
 // the same schedule. Whether a step can run (its node up, no last live
 // replica hit, a rejoin in progress) is decided when it comes; the run
 // says which it skipped and why.
-func Plan(seed int64, d time.Duration, nodes int, ttl time.Duration) []Step {
+func Plan(seed int64, d time.Duration, nodes int, ttl time.Duration, allowed []Action) []Step {
+	total := 0
+	for _, a := range allowed {
+		total += weight[a]
+	}
+	if total == 0 || nodes < 1 {
+		return nil
+	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6368616f73)) // "chaos"
 	between := func(lo, hi time.Duration) time.Duration {
 		return lo + time.Duration(rng.Int64N(int64(hi-lo)/int64(time.Millisecond)+1))*time.Millisecond
@@ -81,19 +97,47 @@ func Plan(seed int64, d time.Duration, nodes int, ttl time.Duration) []Step {
 			break
 		}
 		s := Step{At: at}
-		switch x := rng.IntN(100); {
-		case x < 35:
-			s.Action, s.Node, s.For = ActKill, 1+rng.IntN(nodes), between(0, KillDownMax)
-		case x < 55:
-			s.Action, s.Node, s.For = ActStop, 1+rng.IntN(nodes), ttl+between(500*time.Millisecond, stopPastTTL)
-		case x < 70:
-			s.Action, s.Pick, s.For = ActKillSource, rng.IntN(nodes*4), between(0, KillDownMax)
-		case x < 85:
-			s.Action, s.Pick, s.For = ActKillDest, rng.IntN(nodes*4), between(0, KillDownMax)
-		default:
-			s.Action, s.For = ActPauseEtcd, between(etcdPauseMin, etcdPauseMax)
+		x := rng.IntN(total)
+		for _, a := range allowed {
+			if x < weight[a] {
+				s.Action = a
+				break
+			}
+			x -= weight[a]
+		}
+		switch s.Action {
+		case ActKill:
+			s.Node, s.For = 1+rng.IntN(nodes), between(0, KillDownMax)
+		case ActStop:
+			s.Node, s.For = 1+rng.IntN(nodes), ttl+between(500*time.Millisecond, stopPastTTL)
+		case ActKillSource, ActKillDest:
+			s.Pick, s.For = rng.IntN(nodes*4), between(0, KillDownMax)
+		case ActPauseEtcd:
+			s.For = between(etcdPauseMin, etcdPauseMax)
 		}
 		steps = append(steps, s)
 	}
 	return steps
+}
+
+// ParseActions parses a comma-separated list of actions; "all" is every
+// one, "none" or "" none.
+func ParseActions(s string) ([]Action, error) {
+	switch s {
+	case "all":
+		return slices.Clone(Actions), nil
+	case "none", "":
+		return nil, nil
+	}
+	var out []Action
+	for _, f := range strings.Split(s, ",") {
+		a := Action(strings.TrimSpace(f))
+		if !slices.Contains(Actions, a) {
+			return nil, fmt.Errorf("chaos: unknown fault %q (want all, none, or some of %v)", a, Actions)
+		}
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }

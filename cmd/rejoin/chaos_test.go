@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/chaos"
+)
+
+// chaosConfig is the small chaos run of the tests: three nodes, every
+// partition on all of them, a few rows.
+func chaosConfig(t *testing.T) chaos.Config {
+	return chaos.Config{
+		Binary:     rejoinBinary(t),
+		Dir:        t.TempDir(),
+		Nodes:      3,
+		Partitions: 4,
+		Replicas:   3,
+		Rows:       5000,
+		JSON:       true,
+		Stderr:     &testWriter{t: t},
+	}
+}
+
+// TestChaosPlantedFault: with the planted fault (each node loses its first
+// acknowledged write of register 0), chaos must say FAIL, name the
+// register, give its history and keep porcupine's visualisation; the
+// other checks must pass (the fault loses a register write only).
+func TestChaosPlantedFault(t *testing.T) {
+	cfg := chaosConfig(t)
+	cfg.Duration, cfg.Seed, cfg.Plant = 12*time.Second, 1, true
+	var out bytes.Buffer
+	sum, err := chaos.Run(context.Background(), cfg, &out)
+	if !errors.Is(err, chaos.ErrFail) {
+		t.Fatalf("Run = %v, want ErrFail; summary:\n%s", err, out.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || got["verdict"] != "FAIL" {
+		t.Fatalf("--json output: verdict %v (%v), want FAIL:\n%s", got["verdict"], err, out.String())
+	}
+	k := sum.FailingKey
+	switch {
+	case k == nil:
+		t.Fatalf("no failing key; reasons %q", sum.Reasons)
+	case k.Key != chaos.RegisterKey(0) || k.Result != "Illegal":
+		t.Fatalf("failing key %s (%s), want %s (Illegal)", k.Key, k.Result, chaos.RegisterKey(0))
+	case len(k.History) != k.Ops || k.Ops == 0 || k.Suspect < 0:
+		t.Fatalf("failing key's history: %d lines for %d ops, suspect %d", len(k.History), k.Ops, k.Suspect)
+	}
+	if fi, err := os.Stat(k.Visualization); err != nil || fi.Size() == 0 {
+		t.Fatalf("visualisation %s: %v", k.Visualization, err)
+	}
+	if len(sum.Reasons) != 1 || !strings.Contains(sum.Reasons[0], chaos.RegisterKey(0)+" is not linearizable") {
+		t.Fatalf("reasons %q, want the register's only", sum.Reasons)
+	}
+	if !sum.AllLive || !sum.DigestsMatch || sum.AckedWritesLost != 0 || len(sum.SelfExits) != 0 {
+		t.Fatalf("the other checks failed: %+v", sum)
+	}
+	t.Logf("suspect read: %s", k.History[k.Suspect])
+}
+
+// TestChaosPass: a short run with node faults and no planted fault passes
+// every check.
+func TestChaosPass(t *testing.T) {
+	cfg := chaosConfig(t)
+	cfg.Duration, cfg.Seed = 25*time.Second, 11
+	cfg.Faults = []chaos.Action{chaos.ActKill, chaos.ActStop, chaos.ActKillSource, chaos.ActKillDest}
+	var out bytes.Buffer
+	sum, err := chaos.Run(context.Background(), cfg, &out)
+	if err != nil || sum.Verdict != "PASS" {
+		t.Fatalf("Run = %v, verdict %s, want PASS:\n%s", err, sum.Verdict, out.String())
+	}
+	if sum.FaultsDone == 0 || sum.RegisterOK == 0 || sum.Writes == 0 || sum.Linearizable != 8 || sum.ReplicasChecked != 12 {
+		t.Fatalf("a run that did too little: %+v", sum)
+	}
+	if want := chaos.Plan(11, cfg.Duration, 3, 4*time.Second, cfg.Faults); len(sum.Schedule) != len(want) || !slices.Equal(sum.Schedule[:1], []string{want[0].String()}) {
+		t.Fatalf("schedule %q, want Plan's %v", sum.Schedule, want)
+	}
+}
