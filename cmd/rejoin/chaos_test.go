@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/chaos"
 )
 
@@ -34,6 +36,7 @@ func chaosConfig(t *testing.T) chaos.Config {
 // register, give its history and keep porcupine's visualisation; the
 // other checks must pass (the fault loses a register write only).
 func TestChaosPlantedFault(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	cfg := chaosConfig(t)
 	cfg.Duration, cfg.Seed, cfg.Plant = 12*time.Second, 1, true
 	var out bytes.Buffer
@@ -69,6 +72,7 @@ func TestChaosPlantedFault(t *testing.T) {
 // TestChaosPass: a short run with node faults and no planted fault passes
 // every check.
 func TestChaosPass(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	cfg := chaosConfig(t)
 	cfg.Duration, cfg.Seed = 25*time.Second, 11
 	cfg.Faults = []chaos.Action{chaos.ActKill, chaos.ActStop, chaos.ActKillSource, chaos.ActKillDest}

@@ -30,6 +30,9 @@ func TestRunDispatch(t *testing.T) {
 		{args: []string{"verify", "extra"}, code: 2, stderrIn: `unexpected argument "extra"`},
 		{args: []string{"demo", "extra"}, code: 2, stderrIn: `unexpected argument "extra"`},
 		{args: []string{"demo", "--bogus"}, code: 2, stderrIn: "flag provided but not defined"},
+		{args: []string{"chaos", "--faults", "kill,explode"}, code: 2, stderrIn: `unknown fault "explode"`},
+		{args: []string{"chaos", "--duration", "0s"}, code: 2, stderrIn: "--duration 0s, want > 0"},
+		{args: []string{"chaos", "--replicas", "1"}, code: 2, stderrIn: "--replicas 1, want 2..--nodes"},
 	}
 	for _, tt := range tests {
 		var out, errOut bytes.Buffer
