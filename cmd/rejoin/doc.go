@@ -12,18 +12,19 @@
 //	rejoin verify    every replica's digest at one common txn ID
 //	rejoin bench     one in-process rejoin, and what it measured
 //	rejoin sim       the seeded simulator: --seeds N runs 1..N, --seed S -v replays one
+//	rejoin chaos     random faults over real processes for --duration, then the checks: PASS or FAIL
 //	rejoin version
 //
 // `rejoin <command> -h` lists a command's flags.
 //
 // Each subcommand only binds flags; the work lives in the packages
-// (cmd/rejoin/internal/demo, recovery/node, recovery/sim, bench), so the
-// tests drive the same code the command runs.
+// (cmd/rejoin/internal/demo, cmd/rejoin/internal/chaos, recovery/node,
+// recovery/sim, bench), so the tests drive the same code the command runs.
 //
 // Exit status: 0 on success (and for -h); 1 when the command ran and
 // failed, or found what it checks for wrong (digests that differ, a
-// simulator seed that failed, acknowledged writes lost); 2 for a usage
-// error. The shell client (put, get, del, load) adds two: 3 when a write's
-// outcome is uncertain (it was sent and no answer came: it may or may not
-// have happened), 4 when the key is not there (get, del).
+// simulator seed that failed, acknowledged writes lost, a chaos FAIL); 2
+// for a usage error. The shell client (put, get, del, load) adds two: 3
+// when a write's outcome is uncertain (it was sent and no answer came: it
+// may or may not have happened), 4 when the key is not there (get, del).
 package main

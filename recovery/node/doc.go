@@ -200,6 +200,12 @@
 // source attempt's I/O stands still and its claim's keepalive stops, as
 // in a process stalled past its TTL).
 //
+// Config.PlantDropKey is a planted fault for `rejoin chaos`'s own test
+// only (plant.go): the initiator writes its first upsert of that key
+// under another key and acknowledges it, a lost write the chaos checker
+// must report. The command sets it only from the environment variable
+// that `rejoin chaos --plant` gives its nodes.
+//
 // # Invariants
 //
 //   - Only a replica's goroutine touches its executor and processors.

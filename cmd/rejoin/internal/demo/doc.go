@@ -8,4 +8,8 @@
 //
 // Run is the whole demo; the command only binds flags to Config, and the
 // end-to-end tests call Run with the binary they built.
+//
+// export.go lends `rejoin chaos` (internal/chaos) the process helpers:
+// etcd as a process of its own and the node processes, each signalled and
+// killed by its pid only.
 package demo
