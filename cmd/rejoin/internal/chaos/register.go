@@ -76,15 +76,14 @@ func RegisterKey(i int) string { return fmt.Sprintf("chaos-register-%03d", i) }
 // registers runs the register workload: callers doing writes of unique
 // values and reads on a few registers, every op recorded.
 type registers struct {
-	c       *client.Client
-	keys    int
-	start   time.Time
-	mu      sync.Mutex
-	ops     []Op
-	opsMax  int
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	stopped bool
+	c      *client.Client
+	keys   int
+	start  time.Time
+	mu     sync.Mutex
+	ops    []Op
+	opsMax int
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // opPause spaces a caller's ops, keeping the histories small enough for
