@@ -132,6 +132,8 @@ type Summary struct {
 	Seed     int64    `json:"seed"`
 	Duration string   `json:"duration"`
 	Faults   []Action `json:"faults"`
+	// Planted: the test-only planted fault was on (Config.Plant).
+	Planted bool `json:"planted,omitempty"`
 	Schedule []string `json:"schedule"`
 	// Faults done and skipped (a node not up, a last live replica, no
 	// rejoin in progress, etcd unreadable).
@@ -211,7 +213,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 		r.events = cfg.Stderr
 	}
 	steps := Plan(cfg.Seed, cfg.Duration, cfg.Nodes, cfg.NodeTTL, cfg.Faults)
-	r.sum = Summary{Seed: cfg.Seed, Duration: cfg.Duration.String(), Faults: cfg.Faults, Nodes: cfg.Nodes, Partitions: cfg.Partitions,
+	r.sum = Summary{Seed: cfg.Seed, Duration: cfg.Duration.String(), Faults: cfg.Faults, Planted: cfg.Plant, Nodes: cfg.Nodes, Partitions: cfg.Partitions,
 		Replicas: cfg.Replicas, Rows: cfg.Rows, Dir: dir}
 	for _, s := range steps {
 		r.sum.Schedule = append(r.sum.Schedule, s.String())
@@ -625,8 +627,12 @@ func (r *run) print(out io.Writer, s Summary) error {
 		w.printf("  - %s\n", why)
 	}
 	if s.Verdict != "PASS" {
-		w.printf("run dir (logs, data): %s\nreplay: rejoin chaos --seed %d --duration %s --faults %s --nodes %d --partitions %d --replicas %d --rows %d\n",
-			s.Dir, s.Seed, s.Duration, actionList(s.Faults), s.Nodes, s.Partitions, s.Replicas, s.Rows)
+		plant := ""
+		if s.Planted {
+			plant = " --plant"
+		}
+		w.printf("run dir (logs, data): %s\nreplay: rejoin chaos --seed %d --duration %s --faults %s --nodes %d --partitions %d --replicas %d --rows %d%s\n",
+			s.Dir, s.Seed, s.Duration, actionList(s.Faults), s.Nodes, s.Partitions, s.Replicas, s.Rows, plant)
 	}
 	return w.err
 }
