@@ -133,7 +133,7 @@ type Summary struct {
 	Duration string   `json:"duration"`
 	Faults   []Action `json:"faults"`
 	// Planted: the test-only planted fault was on (Config.Plant).
-	Planted bool `json:"planted,omitempty"`
+	Planted  bool     `json:"planted,omitempty"`
 	Schedule []string `json:"schedule"`
 	// Faults done and skipped (a node not up, a last live replica, no
 	// rejoin in progress, etcd unreadable).
