@@ -51,7 +51,7 @@ func newChaosFlags(fs *flag.FlagSet) *chaosFlags {
 	fs.IntVar(&f.cfg.Nodes, "nodes", 5, "node processes")
 	fs.UintVar(&f.partitions, "partitions", 8, "partitions")
 	fs.IntVar(&f.cfg.Replicas, "replicas", 3, "replicas of each partition, on distinct nodes")
-	fs.IntVar(&f.cfg.Rows, "rows", 50_000, "rows loaded before the faults")
+	fs.IntVar(&f.cfg.Rows, "rows", 200_000, "rows loaded before the faults")
 	fs.IntVar(&f.cfg.Registers, "registers", 8, "registers of the register workload")
 	fs.IntVar(&f.cfg.Callers, "callers", 4, "callers of the register workload")
 	fs.IntVar(&f.cfg.WriteRate, "write-rate", 200, "the volume writer's writes per second (0: as fast as it can)")

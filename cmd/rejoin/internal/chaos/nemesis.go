@@ -26,8 +26,14 @@ const (
 	nodePaused             // SIGSTOPped by us
 )
 
-// viewTimeout bounds the nemesis's reading of the cluster before a fault.
-const viewTimeout = 3 * time.Second
+// viewTimeout bounds the nemesis's reading of the cluster before a fault;
+// a rejoin fault looks for a rejoin in progress every rejoinPollEvery for
+// up to rejoinWaitMax.
+const (
+	viewTimeout     = 3 * time.Second
+	rejoinWaitMax   = 5 * time.Second
+	rejoinPollEvery = 50 * time.Millisecond
+)
 
 // nemesis runs a schedule against the cluster: it tracks what it did to
 // each node and never faults the last live replica of a partition.
@@ -110,9 +116,19 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 	target, what := s.Node, ""
 	switch s.Action {
 	case ActKillSource, ActKillDest:
+		// A rejoin of a small partition lasts a fraction of a second:
+		// look for one for a while.
 		rs := rejoinsOf(v)
+		for deadline := time.Now().Add(rejoinWaitMax); len(rs) == 0 && time.Now().Before(deadline); rs = rejoinsOf(v) {
+			if !sleepCtx(ctx, rejoinPollEvery) {
+				return "the schedule ended"
+			}
+			if v, err = ns.view(ctx); err != nil {
+				return "cannot read the cluster: " + err.Error()
+			}
+		}
 		if len(rs) == 0 {
-			return "no rejoin in progress"
+			return fmt.Sprintf("no rejoin in progress within %s", rejoinWaitMax)
 		}
 		r := rs[s.Pick%len(rs)]
 		peer := r.dest
