@@ -183,22 +183,25 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 	return ""
 }
 
-// lastLiveLocked reports whether some partition of target would be left
-// without a live replica: one whose node we left up, that etcd has live
-// and that its node reports live. ns.mu held.
+// lastLiveLocked reports whether target holds the last live replica of
+// some partition: a replica is live when its node is up (as far as the
+// nemesis knows), etcd has it live and its node reports it live. A
+// target whose replica of a partition is not live takes nothing from it
+// (even from a partition left with no live replica at all). ns.mu held.
 func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bool) {
 	hosted := map[uint32]bool{}
 	others := map[uint32]int{}
 	for _, rp := range v.Replicas {
-		if rp.Node == target {
-			hosted[rp.Partition] = true
-			continue
-		}
 		var id int
 		if _, err := fmt.Sscanf(rp.Node, "n%d", &id); err != nil || id < 1 || id > ns.n || ns.state[id] != nodeUp {
 			continue
 		}
-		if rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive {
+		live := rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive
+		switch {
+		case !live:
+		case rp.Node == target:
+			hosted[rp.Partition] = true
+		default:
 			others[rp.Partition]++
 		}
 	}

@@ -1,0 +1,38 @@
+package chaos
+
+import (
+	"testing"
+
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
+	"github.com/rejoin-db/rejoin/recovery/node"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+)
+
+func TestLastLive(t *testing.T) {
+	live := func(p uint32, n string) clusterview.ReplicaRow {
+		return clusterview.ReplicaRow{Partition: p, Node: n, Placement: string(supervise.ReplicaLive), Alive: true, Reported: true, State: node.StateLive}
+	}
+	rejoining := func(p uint32, n string) clusterview.ReplicaRow {
+		return clusterview.ReplicaRow{Partition: p, Node: n, Placement: string(supervise.ReplicaNeedsRejoin), Alive: true, Reported: true, State: node.StateRejoining}
+	}
+	v := clusterview.View{Replicas: []clusterview.ReplicaRow{
+		live(0, "n1"), live(0, "n2"), rejoining(0, "n3"), // n1 and n2 both live
+		live(1, "n1"), rejoining(1, "n2"), live(1, "n3"), // n3 is down: n1 is the last live
+		rejoining(2, "n2"), rejoining(2, "n3"), rejoining(2, "n4"), // nothing live: nothing to lose
+	}}
+	ns := &nemesis{n: 4, state: []nodeState{0, nodeUp, nodeUp, nodeDown, nodeUp}}
+	for _, tt := range []struct {
+		target string
+		p      uint32
+		ok     bool
+	}{
+		{"n1", 1, false},
+		{"n2", 0, true},
+		{"n4", 0, true},
+	} {
+		p, ok := ns.lastLiveLocked(v, tt.target)
+		if ok != tt.ok || (!ok && p != tt.p) {
+			t.Errorf("lastLiveLocked(%s) = %d, %v; want %d, %v", tt.target, p, ok, tt.p, tt.ok)
+		}
+	}
+}
