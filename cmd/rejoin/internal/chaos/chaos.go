@@ -24,6 +24,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/wire"
 )
 
 // PlantEnv names the environment variable through which `rejoin chaos
@@ -420,44 +421,47 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	<-watched
 	ns.noteExits()
 
-	// Checks. With a replica not live the read-back would fail on its
-	// partitions; the digests of those that answer still must not differ.
-	if !r.sum.AllLive {
-		rep, err := clusterview.CheckDigests(ctx, r.cli, c)
-		if err != nil {
-			return err
-		}
-		r.sum.ReplicasChecked, r.sum.Digests = rep.ReplicasChecked, rep.Partitions
-		for _, p := range rep.Partitions {
-			if p.Differ {
-				r.fail("digests differ: partition %d: %s", p.Partition, p.Problem)
-			}
-		}
-		r.eventf("digests of the partitions that answered: %d replicas checked; acknowledged writes not read back (a replica is not live)", rep.ReplicasChecked)
-	}
+	// Checks. With a replica not live, its partition cannot be read
+	// back; the partitions whose replicas are all live still are, and
+	// the digests of every partition that answers must not differ.
+	var rep clusterview.DigestReport
 	if r.sum.AllLive {
-		rep, err := r.checkDigests(ctx, c)
+		rep, err = r.checkDigests(ctx, c)
+	} else {
+		rep, err = clusterview.CheckDigests(ctx, r.cli, c)
+	}
+	if err != nil {
+		return err
+	}
+	r.sum.ReplicasChecked, r.sum.DigestsMatch, r.sum.Digests = rep.ReplicasChecked, rep.OK(), rep.Partitions
+	r.eventf("digests: %d replicas checked, match=%v", rep.ReplicasChecked, rep.OK())
+	for _, p := range rep.Partitions {
+		if p.Differ || (r.sum.AllLive && !p.Match) {
+			r.fail("digests differ: partition %d: %s", p.Partition, p.Problem)
+		}
+	}
+	acked := *report
+	if !r.sum.AllLive {
+		live, err := r.livePartitions(ctx)
 		if err != nil {
 			return err
 		}
-		r.sum.ReplicasChecked, r.sum.DigestsMatch, r.sum.Digests = rep.ReplicasChecked, rep.OK(), rep.Partitions
-		r.eventf("digests: %d replicas checked, match=%v", rep.ReplicasChecked, rep.OK())
-		if !rep.OK() {
-			var bad []string
-			for _, i := range rep.Bad {
-				bad = append(bad, fmt.Sprintf("partition %d: %s", rep.Partitions[i].Partition, rep.Partitions[i].Problem))
+		acked.Acked, acked.Maybe = map[string][]byte{}, map[string][][]byte{}
+		for k, v := range report.Acked {
+			if live[c.Partition(wire.Bytes([]byte(k)))] {
+				acked.Acked[k], acked.Maybe[k] = v, report.Maybe[k]
 			}
-			r.fail("digests differ: %s", strings.Join(bad, "; "))
 		}
-		vr, err := load.Verify(ctx, c, volumeTable, *report)
-		if err != nil {
-			return fmt.Errorf("read back: %w", err)
-		}
-		r.sum.AckedWritesChecked, r.sum.AckedWritesLost, r.sum.LostExamples = vr.Checked, vr.Lost, vr.Examples
-		r.eventf("acknowledged writes read back: %d, lost: %d", vr.Checked, vr.Lost)
-		if vr.Lost > 0 {
-			r.fail("%d acknowledged writes lost, e.g. %s", vr.Lost, vr.Examples[0])
-		}
+		r.eventf("reading back the acknowledged writes of the partitions whose replicas are all live only: %d of %d keys", len(acked.Acked), len(report.Acked))
+	}
+	vr, err := load.Verify(ctx, c, volumeTable, acked)
+	if err != nil {
+		return fmt.Errorf("read back: %w", err)
+	}
+	r.sum.AckedWritesChecked, r.sum.AckedWritesLost, r.sum.LostExamples = vr.Checked, vr.Lost, vr.Examples
+	r.eventf("acknowledged writes read back: %d, lost: %d", vr.Checked, vr.Lost)
+	if vr.Lost > 0 {
+		r.fail("%d acknowledged writes lost, e.g. %s", vr.Lost, vr.Examples[0])
 	}
 	r.sum.Writes, r.sum.WriteErrors, r.sum.WritesUncertain = report.Txns, report.Errors, report.Uncertain
 
@@ -535,6 +539,24 @@ func (r *run) allLive(v clusterview.View) bool {
 		}
 	}
 	return true
+}
+
+// livePartitions are the partitions whose replicas are all live.
+func (r *run) livePartitions(ctx context.Context) (map[uint32]bool, error) {
+	v, err := clusterview.Read(ctx, r.cli, r.hc, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	live := map[uint32]bool{}
+	for p := range r.cfg.Partitions {
+		live[p] = true
+	}
+	for _, rp := range v.Replicas {
+		if rp.Placement != string(supervise.ReplicaLive) || !rp.Alive || !rp.Reported || rp.State != node.StateLive {
+			live[rp.Partition] = false
+		}
+	}
+	return live, nil
 }
 
 // notLive describes the replicas that are not live, for the verdict.
