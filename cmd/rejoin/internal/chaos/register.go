@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -162,7 +161,7 @@ func (rg *registers) read(ctx context.Context, caller, key int) Op {
 		op.Outcome, op.Value = OK, string(row[1].Bytes)
 	case err == nil:
 		op.Outcome, op.Err = Uncertain, fmt.Sprintf("unexpected row %v", row)
-	case errors.Is(err, client.ErrProcedure) && strings.Contains(err.Error(), partition.ErrNoRow.Error()):
+	case errors.Is(err, client.ErrNotFound):
 		op.Outcome = OK // the register was never written: its initial value
 	default:
 		op.Outcome, op.Err = classify(err)
