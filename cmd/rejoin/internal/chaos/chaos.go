@@ -167,11 +167,15 @@ type Summary struct {
 	LostExamples       []string `json:"lost_examples,omitempty"`
 
 	// LiveSeconds: from the heal to every replica live.
-	LiveSeconds     float64                        `json:"live_seconds"`
-	AllLive         bool                           `json:"all_live"`
-	ReplicasChecked int                            `json:"replicas_checked"`
-	DigestsMatch    bool                           `json:"digests_match"`
-	Digests         []clusterview.PartitionDigests `json:"digests,omitempty"`
+	LiveSeconds     float64 `json:"live_seconds"`
+	AllLive         bool    `json:"all_live"`
+	ReplicasChecked int     `json:"replicas_checked"`
+	DigestsMatch    bool    `json:"digests_match"`
+	// DigestsDiffer: two replicas of a partition answered different
+	// digests at one txn ID (with a replica not live, DigestsMatch is
+	// false anyway: its partition answers short).
+	DigestsDiffer bool                           `json:"digests_differ"`
+	Digests       []clusterview.PartitionDigests `json:"digests,omitempty"`
 	// SelfExits: node processes that exited without our kill.
 	SelfExits []string `json:"self_exits,omitempty"`
 
@@ -436,6 +440,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	r.sum.ReplicasChecked, r.sum.DigestsMatch, r.sum.Digests = rep.ReplicasChecked, rep.OK(), rep.Partitions
 	r.eventf("digests: %d replicas checked, match=%v", rep.ReplicasChecked, rep.OK())
 	for _, p := range rep.Partitions {
+		r.sum.DigestsDiffer = r.sum.DigestsDiffer || p.Differ
 		if p.Differ || (r.sum.AllLive && !p.Match) {
 			r.fail("digests differ: partition %d: %s", p.Partition, p.Problem)
 		}
@@ -640,7 +645,11 @@ func (r *run) print(out io.Writer, s Summary) error {
 		s.RegisterOps, s.RegisterOK, s.RegisterFailed, s.RegisterUncertain, s.Linearizable, len(s.Unknown), s.Unknown)
 	w.printf("  writer:    %d writes acknowledged, %d failed, %d uncertain; read back %d keys, %d lost\n",
 		s.Writes, s.WriteErrors, s.WritesUncertain, s.AckedWritesChecked, s.AckedWritesLost)
-	w.printf("  replicas:  all live %v (%.1f s after the heal); digests of %d replicas match %v\n", s.AllLive, s.LiveSeconds, s.ReplicasChecked, s.DigestsMatch)
+	if s.AllLive {
+		w.printf("  replicas:  all live %.1f s after the heal; digests of %d replicas match %v\n", s.LiveSeconds, s.ReplicasChecked, s.DigestsMatch)
+	} else {
+		w.printf("  replicas:  NOT all live; digests of the %d replicas that answered differ %v\n", s.ReplicasChecked, s.DigestsDiffer)
+	}
 	w.printf("  exits:     %d on their own %v\n", len(s.SelfExits), s.SelfExits)
 	if k := s.FailingKey; k != nil {
 		lo, hi := 0, min(len(k.History), historyLinesMax)
