@@ -21,6 +21,7 @@ var commands = []command{
 	{"node", "run one node of a cluster", runNode},
 	{"status", "show a cluster's nodes, replicas and rejoin tasks", runStatus},
 	{"verify", "compare every replica's digest at a common txn ID", runVerify},
+	{"cert", "create the cluster CA and node and client certificates", runCert},
 	{"bench", "run one in-process rejoin and print what it measured", runBench},
 	{"sim", "run the seeded rejoin simulator; replay a failing seed", runSim},
 	{"version", "print the version", runVersion},
