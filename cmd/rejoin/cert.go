@@ -112,3 +112,32 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote %s and %s (%s)\n", cf, kf, id)
 	return nil
 }
+
+// clientTLSFlags are how a command that calls procedures (verify) dials
+// the nodes: a client certificate, or --insecure for nodes that run
+// without TLS.
+type clientTLSFlags struct {
+	certsDir, name string
+	insecure       bool
+}
+
+func newClientTLSFlags(fs *flag.FlagSet) *clientTLSFlags {
+	f := &clientTLSFlags{}
+	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`)")
+	fs.StringVar(&f.name, "client", "root", "client certificate `name` in --certs-dir")
+	fs.BoolVar(&f.insecure, "insecure", false, "dial the nodes without TLS (nodes run with --insecure)")
+	return f
+}
+
+// load is the client's credentials; nil with --insecure.
+func (f *clientTLSFlags) load() (*certs.TLS, error) {
+	switch {
+	case f.insecure && f.certsDir != "":
+		return nil, errors.New("--certs-dir and --insecure both given: pick one")
+	case f.insecure:
+		return nil, nil
+	case f.certsDir == "":
+		return nil, errors.New("--certs-dir is required to reach the nodes (a client certificate: `rejoin cert create-client NAME`), or --insecure for nodes that run without TLS")
+	}
+	return certs.Load(f.certsDir, certs.ClientID(f.name))
+}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
@@ -50,5 +52,35 @@ func TestCertCommands(t *testing.T) {
 		if c.Identity() != id {
 			t.Fatalf("loaded %v, want %v", c.Identity(), id)
 		}
+	}
+}
+
+// TestEtcdFlags: the etcd TLS and auth flags make the client's config.
+func TestEtcdFlags(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := certs.CreateCA(dir, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	cf, kf, err := certs.Create(dir, certs.NodeID(1), certs.IssueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := newFlagSet("node", &bytes.Buffer{})
+	f := newEtcdFlags(fs)
+	if err := fs.Parse([]string{"--etcd", "https://a:2379,https://b:2379", "--etcd-cacert", filepath.Join(dir, certs.CACertFile),
+		"--etcd-cert", cf, "--etcd-key", kf, "--etcd-user", "rejoin", "--etcd-password-file", pw}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Endpoints) != 2 || cfg.TLS == nil || cfg.TLS.RootCAs == nil || len(cfg.TLS.Certificates) != 1 ||
+		cfg.Username != "rejoin" || cfg.Password != "s3cret" {
+		t.Fatalf("etcd config: endpoints %v tls %v user %q password %q", cfg.Endpoints, cfg.TLS, cfg.Username, cfg.Password)
 	}
 }
