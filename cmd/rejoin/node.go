@@ -16,7 +16,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
-const nodeUsage = `usage: rejoin node --id N --etcd ENDPOINTS --data DIR [flags]
+const nodeUsage = `usage: rejoin node --id N --etcd ENDPOINTS --data DIR (--certs-dir DIR | --insecure) [flags]
 
 Runs one node of a cluster: it registers itself in etcd, hosts the
 partition replicas the placement gives it, runs an initiator for client
@@ -26,7 +26,9 @@ one line on stdout:
 Each wait on etcd before that is bounded by --etcd-timeout; past it the
 node exits 1 with the step that waited. Once ready, a node that loses etcd
 keeps running (its replicas stay, its rejoin work stops) and registers
-again when etcd answers. Logs go to stderr. SIGINT or SIGTERM stop it
+again when etcd answers. Every connection is mutual TLS with the
+certificates of --certs-dir (rejoin cert makes them); --insecure runs
+without, open to anyone who reaches the port. Logs go to stderr. SIGINT or SIGTERM stop it
 cleanly.
 
 flags:

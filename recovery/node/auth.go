@@ -2,7 +2,9 @@ package node
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 
@@ -26,6 +28,10 @@ func (n *Node) handshake(tc *tls.Conn, from net.Addr) (peer, error) {
 	if err := tc.HandshakeContext(n.ctx); err != nil {
 		n.metrics.tlsRefused.Inc()
 		n.limited.Log(slog.LevelWarn, refusalKey("tls-refused", err), "connection refused: TLS handshake failed", "from", from, "err", err)
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) && rh.Conn != nil {
+			n.refusePlain(rh.Conn)
+		}
 		return nil, err
 	}
 	id, err := certs.PeerOf(tc.ConnectionState())
@@ -33,6 +39,24 @@ func (n *Node) handshake(tc *tls.Conn, from net.Addr) (peer, error) {
 		return nil, err // the server config's VerifyConnection already checked it
 	}
 	return &id, nil
+}
+
+// refusePlain answers a dialler that spoke plain TCP to this TLS port
+// with a Reply it can read, as its hello's answer, so that its error says
+// what to do rather than that the connection broke. It is bounded by the
+// hello deadline already set on nc; the caller closes nc.
+func (n *Node) refusePlain(nc net.Conn) {
+	c := stream.NewConn(nc, stream.Config{Codec: wire.CodecNone})
+	text := fmt.Sprintf("node %s serves mutual TLS only: dial it with a certificate of the cluster's CA (rejoin cert), or run the nodes with --insecure", n.id)
+	if err := c.Send(n.ctx, &wire.Reply{Err: text}); err != nil {
+		return
+	}
+	if err := c.CloseWrite(); err != nil {
+		return
+	}
+	// A close with the dialler's hello unread would reset the connection
+	// and could lose the reply.
+	_, _ = io.Copy(io.Discard, io.LimitReader(nc, refuseDrainBytesMax))
 }
 
 // authorize checks a hello against the certificate of the connection it

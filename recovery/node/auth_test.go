@@ -129,7 +129,7 @@ func TestUnauthorizedPeersRefused(t *testing.T) {
 		dialErr string // the dialler's error
 		nodeLog string // what the node logs
 	}{
-		{"plain TCP", nil, feed, "", "first record does not look like a TLS handshake"},
+		{"plain TCP", nil, feed, "node n2 serves mutual TLS only: dial it with a certificate of the cluster's CA", "first record does not look like a TLS handshake"},
 		{"no certificate", noCert, feed, "certificate required", "didn't provide a certificate"},
 		{"another CA", trustAny(foreign.DialConfig("")), feed, "unknown certificate authority", "certificate signed by unknown authority"},
 		{"expired", trustAny(expired.DialConfig("")), feed, "expired certificate", "certificate has expired"},
