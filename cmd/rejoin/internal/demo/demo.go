@@ -393,7 +393,7 @@ func workDir(dir string) (string, bool, error) {
 // nodeFlags are the flags of node id beyond its identity.
 func (r *run) nodeFlags(id int) []string {
 	f := []string{"--node-ttl", r.cfg.NodeTTL.String(), "--claim-ttl", r.cfg.ClaimTTL.String(),
-		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--fault-points"}
+		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--fault-points", "--pprof"}
 	if r.certsDir != "" {
 		f = append(f, "--certs-dir", r.certsDir)
 	} else {
