@@ -350,8 +350,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 			w = cfg.Stderr
 		}
 		fmt.Fprintf(w, "\nThe cluster keeps running (--keep); Ctrl-C stops it.\n")
-		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s\n  verify: %s verify --etcd %s\n  data and node logs: %s\n",
-			r.sum.Etcd, cfg.Binary, r.sum.Etcd, cfg.Binary, r.sum.Etcd, dir)
+		creds := "--insecure"
+		if r.certsDir != "" {
+			creds = "--certs-dir " + r.certsDir + " --client " + ClientName
+		}
+		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s\n  verify: %s verify --etcd %s %s\n  data and node logs: %s\n",
+			r.sum.Etcd, cfg.Binary, r.sum.Etcd, cfg.Binary, r.sum.Etcd, creds, dir)
 		<-ctx.Done()
 	}
 	return r.sum, checkErr
