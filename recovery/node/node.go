@@ -82,6 +82,10 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.members.n, n.feeds.n = n, n
 	if cfg.TLS != nil {
 		n.serverTLS = cfg.TLS.ServerConfig()
+		n.log.Info("mutual TLS", "identity", cfg.TLS.Identity().String(), "certificate_expires", cfg.TLS.NotAfter())
+		if left := time.Until(cfg.TLS.NotAfter()); left < 30*24*time.Hour {
+			n.log.Warn("the node's certificate expires soon: issue a new one (rejoin cert create-node) and restart", "in", left.Round(time.Hour))
+		}
 	} else {
 		n.log.Warn("INSECURE: no TLS; anyone who reaches this node's port may call procedures, open feeds and rejoin streams, and read txns (--insecure)")
 	}
