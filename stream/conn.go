@@ -3,6 +3,7 @@ package stream
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,9 @@ type Config struct {
 	// KeepAlive is the TCP keepalive period, so a peer that vanished
 	// without a FIN is noticed by the kernel too; zero keeps the system's.
 	KeepAlive time.Duration
+	// TLS, if set, makes Dial a TLS client with it: the handshake is done,
+	// under Dial's context, before Dial returns. Nil means plain TCP.
+	TLS *tls.Config
 }
 
 // DefaultConfig: s2 frames, a 10 s stall window, no rate limit, 5 s TCP
@@ -68,10 +72,7 @@ type Conn struct {
 
 // NewConn wraps nc.
 func NewConn(nc net.Conn, cfg Config) *Conn {
-	if tc, ok := nc.(*net.TCPConn); ok && cfg.KeepAlive > 0 {
-		_ = tc.SetKeepAlive(true)
-		_ = tc.SetKeepAlivePeriod(cfg.KeepAlive)
-	}
+	SetKeepAlive(nc, cfg.KeepAlive)
 	c := &Conn{
 		nc:     nc,
 		cfg:    cfg,
@@ -92,7 +93,25 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream: dial %s: %w", addr, err)
 	}
+	if cfg.TLS != nil {
+		SetKeepAlive(nc, cfg.KeepAlive) // the TLS conn hides the TCP one
+		tc := tls.Client(nc, cfg.TLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("stream: dial %s: tls: %w", addr, err)
+		}
+		nc = tc
+	}
 	return NewConn(nc, cfg), nil
+}
+
+// SetKeepAlive sets a TCP connection's keepalive period (if period > 0);
+// other connections are left alone.
+func SetKeepAlive(nc net.Conn, period time.Duration) {
+	if tc, ok := nc.(*net.TCPConn); ok && period > 0 {
+		_ = tc.SetKeepAlive(true)
+		_ = tc.SetKeepAlivePeriod(period)
+	}
 }
 
 // Send encodes m in one frame and writes it, waiting for the rate limit
@@ -217,7 +236,8 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// CloseWrite flushes and shuts down the sending side (TCP only): the peer
+// CloseWrite flushes and shuts down the sending side (TCP, or TLS over
+// TCP, which sends its close_notify first): the peer
 // reads every frame sent, then EOF, while this side can still read. A
 // full Close with unread input sends a reset instead, and the peer may
 // lose frames it had not read yet.

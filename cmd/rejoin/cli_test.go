@@ -9,12 +9,20 @@ import (
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 	"github.com/rejoin-db/rejoin/recovery/node"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
 func TestNodeFlags(t *testing.T) {
 	fs := newFlagSet("node", &bytes.Buffer{})
 	f := newNodeFlags(fs)
-	err := fs.Parse([]string{"--id", "7", "--listen", "127.0.0.1:7000", "--http", "127.0.0.1:7001",
+	certsDir := t.TempDir()
+	if _, err := certs.CreateCA(certsDir, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := certs.Create(certsDir, certs.NodeID(7), certs.IssueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := fs.Parse([]string{"--id", "7", "--certs-dir", certsDir, "--listen", "127.0.0.1:7000", "--http", "127.0.0.1:7001",
 		"--etcd", "http://a:2379, http://b:2379,", "--data", "/d", "--node-ttl", "3s", "--claim-ttl", "4s",
 		"--incoming-max", "5", "--outgoing-max", "6", "--rate-bytes", "1000", "--log-format", "json"})
 	if err != nil {
@@ -34,6 +42,9 @@ func TestNodeFlags(t *testing.T) {
 		got.IncomingMax != want.IncomingMax || got.OutgoingMax != want.OutgoingMax || got.RateBytesPerSec != want.RateBytesPerSec {
 		t.Fatalf("config %+v, want %+v", got, want)
 	}
+	if got.TLS == nil || got.TLS.Identity() != certs.NodeID(7) || got.Insecure {
+		t.Fatalf("config TLS %v insecure %v, want n7's credentials", got.TLS, got.Insecure)
+	}
 	cfg.Log.Info("hello")
 	if !strings.HasPrefix(logs.String(), `{"time":`) {
 		t.Fatalf("--log-format json logged %q", logs.String())
@@ -45,7 +56,7 @@ func TestNodeFlags(t *testing.T) {
 func TestNodeBoundFlags(t *testing.T) {
 	fs := newFlagSet("node", &bytes.Buffer{})
 	f := newNodeFlags(fs)
-	if err := fs.Parse([]string{"--id", "1", "--etcd", "http://a:2379", "--data", "/d", "--conns-max", "9", "--rejoin-buffer-bytes", "1048576"}); err != nil {
+	if err := fs.Parse([]string{"--id", "1", "--insecure", "--etcd", "http://a:2379", "--data", "/d", "--conns-max", "9", "--rejoin-buffer-bytes", "1048576"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := f.config(&bytes.Buffer{})
@@ -69,7 +80,7 @@ func TestNodeUnreachableEtcdFailsWithinBound(t *testing.T) {
 	const bound = 2 * time.Second
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	code := run([]string{"node", "--id", "1", "--etcd", "http://127.0.0.1:1", "--data", t.TempDir(), "--etcd-timeout", bound.String()}, &stdout, &stderr)
+	code := run([]string{"node", "--id", "1", "--etcd", "http://127.0.0.1:1", "--data", t.TempDir(), "--insecure", "--etcd-timeout", bound.String()}, &stdout, &stderr)
 	took := time.Since(start)
 	t.Logf("exit %d after %s: %s", code, took, strings.TrimSpace(stderr.String()))
 	if code != 1 {

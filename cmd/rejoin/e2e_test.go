@@ -122,6 +122,10 @@ func TestDemoEndToEnd(t *testing.T) {
 			if err := json.Unmarshal(out.Bytes(), &printed); err != nil {
 				t.Fatalf("--json output %q: %v", out.String(), err)
 			}
+			// Secure by default (issue 13): every connection was mutual TLS.
+			if printed["tls"] != true || !sum.TLS {
+				t.Errorf("printed tls %v, summary TLS %v; want a secure run", printed["tls"], sum.TLS)
+			}
 			if printed["digests_match"] != true || printed["acked_writes_lost"] != 0.0 {
 				t.Errorf("printed summary: digests_match %v, acked_writes_lost %v", printed["digests_match"], printed["acked_writes_lost"])
 			}

@@ -128,7 +128,7 @@ func parseNodes(s string) ([]string, error) {
 
 func runInit(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("init", stderr)
-	etcd := fs.String("etcd", "", "comma-separated etcd `endpoints`")
+	etcd := newEtcdFlags(fs)
 	partitions := fs.Uint("partitions", 4, "partitions (1..65536)")
 	replicas := fs.Int("replicas", 2, "replicas of each partition, each on its own node")
 	nodesFlag := fs.String("nodes", "3", "the nodes: a `count` (n1..nN) or a comma-separated list of node ids")
@@ -158,7 +158,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "rejoin init: %v\n", err)
 		return errUsage
 	}
-	cli, ctx, done, err := openEtcd("init", *etcd, *timeout, stderr)
+	cli, ctx, done, err := openEtcd("init", etcd, *timeout, stderr)
 	if err != nil {
 		return err
 	}
@@ -171,14 +171,14 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		}
 		if errors.Is(err, layout.ErrExists) {
 			if have, rerr := layout.Read(ctx, cli); rerr == nil {
-				return fmt.Errorf("etcd at %s already holds a cluster (%d partitions x %d replicas); nothing changed", *etcd, have.Partitions, have.Replicas)
+				return fmt.Errorf("etcd at %s already holds a cluster (%d partitions x %d replicas); nothing changed", etcd.endpoints, have.Partitions, have.Replicas)
 			}
 		}
-		return etcdErr(ctx, *etcd, *timeout, err)
+		return etcdErr(ctx, etcd.endpoints, *timeout, err)
 	}
 	fmt.Fprintf(stdout, "initialised the cluster in %.2f s: %d partitions x %d replicas on %s; tables %s\n",
 		time.Since(start).Seconds(), cfg.Partitions, cfg.Replicas, strings.Join(nodes, ","), tables.String())
-	fmt.Fprintf(stdout, "start each node: rejoin node --id N --etcd %s --data DIR  (N of %s)\n", *etcd, strings.Join(nodes, ","))
+	fmt.Fprintf(stdout, "start each node: rejoin node --id N --etcd %s --data DIR --certs-dir CERTS  (N of %s; rejoin cert makes CERTS)\n", etcd.endpoints, strings.Join(nodes, ","))
 	return nil
 }
 

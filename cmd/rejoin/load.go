@@ -63,7 +63,8 @@ type loadResult struct {
 
 func runLoad(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("load", stderr)
-	etcd := fs.String("etcd", "", "comma-separated etcd `endpoints`")
+	etcd := newEtcdFlags(fs)
+	nodeTLS := newClientTLSFlags(fs)
 	rows := fs.Int64("rows", 100_000, "rows to write, one transaction each")
 	rate := fs.Float64("rate", 0, "offered writes per second (0: as fast as the writers go)")
 	writers := fs.Int("writers", 16, "concurrent callers, each waiting for its write's answer before the next")
@@ -100,13 +101,18 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "rejoin load: %s\n", bad)
 		return errUsage
 	}
-	cli, ctx, done, err := openEtcd("load", *etcd, *timeout, stderr)
+	creds, err := nodeTLS.load()
+	if err != nil {
+		fmt.Fprintf(stderr, "rejoin load: %v\n", err)
+		return errUsage
+	}
+	cli, ctx, done, err := openEtcd("load", etcd, *timeout, stderr)
 	if err != nil {
 		return err
 	}
 	defer done()
-	s := &shell{name: "load", flags: &shellFlags{etcd: *etcd, timeout: *timeout}, ctx: ctx}
-	c, err := client.Open(ctx, cli, client.Options{Timeout: *timeout})
+	s := &shell{name: "load", flags: &shellFlags{etcd: etcd, nodeTLS: nodeTLS, timeout: *timeout}, ctx: ctx}
+	c, err := client.Open(ctx, cli, client.Options{Timeout: *timeout, TLS: creds})
 	if err != nil {
 		return s.clusterErr(err)
 	}

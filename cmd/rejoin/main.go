@@ -26,6 +26,7 @@ var commands = []command{
 	{"load", "write rows at a rate, with a progress bar; print throughput and latency", runLoad},
 	{"status", "show a cluster's nodes, replicas and rejoin tasks", runStatus},
 	{"verify", "compare every replica's digest at a common txn ID", runVerify},
+	{"cert", "create the cluster CA and node and client certificates", runCert},
 	{"bench", "run one in-process rejoin and print what it measured", runBench},
 	{"sim", "run the seeded rejoin simulator; replay a failing seed", runSim},
 	{"chaos", "randomized fault self-check of a local cluster: PASS or FAIL", runChaos},

@@ -14,9 +14,10 @@ import (
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/chaos"
 	"github.com/rejoin-db/rejoin/recovery/node"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
-const nodeUsage = `usage: rejoin node --id N --etcd ENDPOINTS --data DIR [flags]
+const nodeUsage = `usage: rejoin node --id N --etcd ENDPOINTS --data DIR (--certs-dir DIR | --insecure) [flags]
 
 Runs one node of a cluster: it registers itself in etcd, hosts the
 partition replicas the placement gives it, runs an initiator for client
@@ -26,7 +27,9 @@ one line on stdout:
 Each wait on etcd before that is bounded by --etcd-timeout; past it the
 node exits 1 with the step that waited. Once ready, a node that loses etcd
 keeps running (its replicas stay, its rejoin work stops) and registers
-again when etcd answers. Logs go to stderr. SIGINT or SIGTERM stop it
+again when etcd answers. Every connection is mutual TLS with the
+certificates of --certs-dir (rejoin cert makes them); --insecure runs
+without, open to anyone who reaches the port. Logs go to stderr. SIGINT or SIGTERM stop it
 cleanly.
 
 flags:
@@ -35,7 +38,8 @@ flags:
 // nodeFlags binds the flags of `rejoin node` to a node.Config.
 type nodeFlags struct {
 	cfg       node.Config
-	etcd      string
+	etcd      *etcdFlags
+	certsDir  string
 	logFormat string
 	logLevel  string
 }
@@ -45,7 +49,10 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.IntVar(&f.cfg.ID, "id", 0, "node `number` 1..1023: the node id is n<N>, its initiator id N")
 	fs.StringVar(&f.cfg.Listen, "listen", "127.0.0.1:0", "TCP `address` for clients, feeds and rejoin streams")
 	fs.StringVar(&f.cfg.HTTP, "http", "127.0.0.1:0", "admin HTTP `address` (status, metrics, faults)")
-	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd `endpoints`")
+	fs.StringVar(&f.cfg.Advertise, "advertise", "", "`address` peers and clients dial, HOST or HOST:PORT (default: --listen's bound address); required when --listen or --http is a wildcard such as 0.0.0.0")
+	fs.BoolVar(&f.cfg.FaultPoints, "fault-points", false, "serve POST /fault/* on the admin HTTP (hold, cut and pause rejoins: for the demo and tests only)")
+	fs.BoolVar(&f.cfg.Pprof, "pprof", false, "serve Go's profiles on the admin HTTP at /debug/pprof/")
+	f.etcd = newEtcdFlags(fs)
 	fs.DurationVar(&f.cfg.EtcdTimeout, "etcd-timeout", node.EtcdTimeoutDefault, "bound of each wait on etcd before the node is ready (reading the layout and the placement, registering): past it the node exits with an error naming the step")
 	fs.StringVar(&f.cfg.DataDir, "data", "", "data `directory` (the node's durable record)")
 	fs.DurationVar(&f.cfg.NodeTTL, "node-ttl", 0, "node lease TTL in etcd (0: 4s)")
@@ -55,6 +62,8 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.Int64Var(&f.cfg.RateBytesPerSec, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
 	fs.IntVar(&f.cfg.ConnsMax, "conns-max", 0, "TCP connections the node serves at once; one more is refused (0: 256)")
 	fs.Int64Var(&f.cfg.RejoinBufferBytesMax, "rejoin-buffer-bytes", 0, "bytes of txns a rejoining replica may buffer; past half, its source holds the partition's writes (0: 512 MiB)")
+	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory`: ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names")
+	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "run without TLS: anyone who reaches the node's port may call procedures, open feeds and rejoin streams; for trusted networks and tests only")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return f
@@ -63,16 +72,29 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 // config checks the flags and returns the node.Config, logging to stderr.
 func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 	cfg := f.cfg
-	cfg.Etcd = splitEndpoints(f.etcd)
+	ec, err := f.etcd.config()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Etcd, cfg.EtcdTLS, cfg.EtcdUser, cfg.EtcdPassword = ec.Endpoints, ec.TLS, ec.Username, ec.Password
 	switch {
 	case cfg.ID < 1:
 		return cfg, errors.New("--id is required (1..1023)")
-	case len(cfg.Etcd) == 0:
-		return cfg, errors.New("--etcd is required")
 	case cfg.DataDir == "":
 		return cfg, errors.New("--data is required")
 	case cfg.EtcdTimeout <= 0:
 		return cfg, fmt.Errorf("--etcd-timeout %s: want > 0", cfg.EtcdTimeout)
+	case f.certsDir == "" && !cfg.Insecure:
+		return cfg, errors.New("--certs-dir is required (create the certificates with `rejoin cert`), or --insecure to run without TLS, open to anyone who reaches the node")
+	case f.certsDir != "" && cfg.Insecure:
+		return cfg, errors.New("--certs-dir and --insecure both given: pick one")
+	}
+	if f.certsDir != "" {
+		t, err := certs.Load(f.certsDir, certs.NodeID(cfg.ID))
+		if err != nil {
+			return cfg, err
+		}
+		cfg.TLS = t
 	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {

@@ -57,7 +57,8 @@ flags:
 
 // shellFlags are the flags every shell command shares.
 type shellFlags struct {
-	etcd    string
+	etcd    *etcdFlags
+	nodeTLS *clientTLSFlags
 	table   string
 	hex     bool
 	base64  bool
@@ -66,7 +67,8 @@ type shellFlags struct {
 
 func newShellFlags(fs *flag.FlagSet) *shellFlags {
 	f := &shellFlags{}
-	fs.StringVar(&f.etcd, "etcd", "", "comma-separated etcd `endpoints`")
+	f.etcd = newEtcdFlags(fs)
+	f.nodeTLS = newClientTLSFlags(fs)
 	fs.StringVar(&f.table, "table", "kv", "the `table`: two columns, the first its key")
 	fs.BoolVar(&f.hex, "hex", false, "keys and values in hex")
 	fs.BoolVar(&f.base64, "base64", false, "keys and values in base64 (standard, padded)")
@@ -131,8 +133,14 @@ func openShell(name string, f *shellFlags, stderr io.Writer) (*shell, error) {
 	if err != nil {
 		return nil, err
 	}
+	creds, err := f.nodeTLS.load()
+	if err != nil {
+		done()
+		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
+		return nil, errUsage
+	}
 	s := &shell{name: name, flags: f, cli: cli, ctx: ctx, done: done}
-	s.c, err = client.Open(ctx, cli, client.Options{Timeout: f.timeout})
+	s.c, err = client.Open(ctx, cli, client.Options{Timeout: f.timeout, TLS: creds})
 	if err != nil {
 		done()
 		return nil, s.clusterErr(err)
@@ -165,7 +173,7 @@ func (s *shell) close() {
 
 // clusterErr says plainly what an error reaching the cluster means.
 func (s *shell) clusterErr(err error) error {
-	ep := s.flags.etcd
+	ep := s.flags.etcd.endpoints
 	switch {
 	case errors.Is(err, client.ErrUncertain):
 		return &exitError{exitUncertain, fmt.Errorf("outcome uncertain: the call was sent but no answer came within --timeout %s or its connection broke; the write may or may not have happened (read the key to know): %w", s.flags.timeout, err)}

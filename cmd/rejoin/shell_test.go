@@ -105,25 +105,25 @@ func TestShellCommands(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{[]string{"get", "--etcd", ep, "greeting"}, 4, "", "key greeting not found in table kv"},
-		{[]string{"put", "--etcd", ep, "greeting", "hello world"}, 0, "OK\n", ""},
-		{[]string{"get", "greeting", "--etcd", ep}, 0, "hello world\n", ""},
-		{[]string{"get", "--etcd", ep, "--hex", "6772656574696e67"}, 0, "68656c6c6f20776f726c64\n", ""},
-		{[]string{"put", "--etcd", ep, "--base64", "AP8=", "/w=="}, 0, "OK\n", ""},
-		{[]string{"get", "--etcd", ep, "--hex", "00ff"}, 0, "ff\n", ""},
-		{[]string{"get", "--etcd", ep, "--base64", "AP8="}, 0, "/w==\n", ""},
-		{[]string{"put", "--etcd", ep, "--hex", "00ff", "41"}, 0, "OK\n", ""},
-		{[]string{"get", "--etcd", ep, "--base64", "AP8="}, 0, "QQ==\n", ""},
-		{[]string{"put", "--etcd", ep, "--hex", "zz", "41"}, 2, "", `key "zz"`},
-		{[]string{"put", "--etcd", ep, "k"}, 2, "", "want KEY VALUE, got 1 arguments"},
-		{[]string{"put", "--etcd", ep, "--table", "names", "7", "seven"}, 0, "OK\n", ""},
-		{[]string{"get", "--etcd", ep, "--table", "names", "7"}, 0, "seven\n", ""},
-		{[]string{"put", "--etcd", ep, "--table", "names", "x", "seven"}, 2, "", "column id is int64"},
-		{[]string{"put", "--etcd", ep, "--table", "nope", "1", "2"}, 2, "", `the cluster has no table "nope"`},
-		{[]string{"del", "--etcd", ep, "greeting"}, 0, "OK\n", ""},
-		{[]string{"del", "--etcd", ep, "greeting"}, 4, "", "key greeting not found in table kv; nothing deleted"},
-		{[]string{"get", "--etcd", ep, "greeting"}, 4, "", "not found"},
-		{[]string{"get", "--etcd", ep, "--hex", "--base64", "00"}, 2, "", "exclude each other"},
+		{[]string{"get", "--etcd", ep, "--insecure", "greeting"}, 4, "", "key greeting not found in table kv"},
+		{[]string{"put", "--etcd", ep, "--insecure", "greeting", "hello world"}, 0, "OK\n", ""},
+		{[]string{"get", "greeting", "--etcd", ep, "--insecure"}, 0, "hello world\n", ""},
+		{[]string{"get", "--etcd", ep, "--insecure", "--hex", "6772656574696e67"}, 0, "68656c6c6f20776f726c64\n", ""},
+		{[]string{"put", "--etcd", ep, "--insecure", "--base64", "AP8=", "/w=="}, 0, "OK\n", ""},
+		{[]string{"get", "--etcd", ep, "--insecure", "--hex", "00ff"}, 0, "ff\n", ""},
+		{[]string{"get", "--etcd", ep, "--insecure", "--base64", "AP8="}, 0, "/w==\n", ""},
+		{[]string{"put", "--etcd", ep, "--insecure", "--hex", "00ff", "41"}, 0, "OK\n", ""},
+		{[]string{"get", "--etcd", ep, "--insecure", "--base64", "AP8="}, 0, "QQ==\n", ""},
+		{[]string{"put", "--etcd", ep, "--insecure", "--hex", "zz", "41"}, 2, "", `key "zz"`},
+		{[]string{"put", "--etcd", ep, "--insecure", "k"}, 2, "", "want KEY VALUE, got 1 arguments"},
+		{[]string{"put", "--etcd", ep, "--insecure", "--table", "names", "7", "seven"}, 0, "OK\n", ""},
+		{[]string{"get", "--etcd", ep, "--insecure", "--table", "names", "7"}, 0, "seven\n", ""},
+		{[]string{"put", "--etcd", ep, "--insecure", "--table", "names", "x", "seven"}, 2, "", "column id is int64"},
+		{[]string{"put", "--etcd", ep, "--insecure", "--table", "nope", "1", "2"}, 2, "", `the cluster has no table "nope"`},
+		{[]string{"del", "--etcd", ep, "--insecure", "greeting"}, 0, "OK\n", ""},
+		{[]string{"del", "--etcd", ep, "--insecure", "greeting"}, 4, "", "key greeting not found in table kv; nothing deleted"},
+		{[]string{"get", "--etcd", ep, "--insecure", "greeting"}, 4, "", "not found"},
+		{[]string{"get", "--etcd", ep, "--insecure", "--hex", "--base64", "00"}, 2, "", "exclude each other"},
 		{[]string{"get", "x"}, 2, "", "--etcd is required"},
 	} {
 		r := runArgs(tc.args...)
@@ -151,17 +151,17 @@ func TestShellUncertain(t *testing.T) {
 		return clienttest.Answer, 0
 	})
 	dropWrites.Store(true)
-	r := runArgs("put", "--etcd", ep, "k", "v")
+	r := runArgs("put", "--etcd", ep, "--insecure", "k", "v")
 	if r.code != exitUncertain || !strings.Contains(r.stderr, "outcome uncertain") || !strings.Contains(r.stderr, "may or may not have happened") {
 		t.Fatalf("uncertain put: %+v", r)
 	}
 	dropWrites.Store(false)
 	dropReads.Store(2)
-	if r := runArgs("get", "--etcd", ep, "k"); r.code != 0 || r.stdout != "v\n" {
+	if r := runArgs("get", "--etcd", ep, "--insecure", "k"); r.code != 0 || r.stdout != "v\n" {
 		t.Fatalf("get after an uncertain put that happened, its first two reads unanswered: %+v", r)
 	}
 	dropReads.Store(1 << 30)
-	r = runArgs("get", "--etcd", ep, "--timeout", "1s", "k")
+	r = runArgs("get", "--etcd", ep, "--insecure", "--timeout", "1s", "k")
 	if r.code != 1 || !strings.Contains(r.stderr, "no answer within --timeout 1s (a read: nothing changed)") {
 		t.Fatalf("get never answered: %+v", r)
 	}
@@ -171,7 +171,7 @@ func TestShellUncertain(t *testing.T) {
 // (exit 1) within the bound.
 func TestShellUnreachable(t *testing.T) {
 	start := time.Now()
-	r := runArgs("get", "--etcd", "http://127.0.0.1:1", "--timeout", "1s", "k")
+	r := runArgs("get", "--etcd", "http://127.0.0.1:1", "--insecure", "--timeout", "1s", "k")
 	if took := time.Since(start); took > 6*time.Second {
 		t.Fatalf("took %s", took)
 	}
@@ -185,14 +185,14 @@ func TestShellUnreachable(t *testing.T) {
 	}
 	defer e.Stop()
 	ep := strings.Join(e.Endpoints(), ",")
-	if r := runArgs("get", "--etcd", ep, "k"); r.code != 1 || !strings.Contains(r.stderr, "holds no cluster (create one with rejoin init)") {
+	if r := runArgs("get", "--etcd", ep, "--insecure", "k"); r.code != 1 || !strings.Contains(r.stderr, "holds no cluster (create one with rejoin init)") {
 		t.Fatalf("no cluster: %+v", r)
 	}
 	if r := runArgs("init", "--etcd", ep); r.code != 0 {
 		t.Fatalf("init: %+v", r)
 	}
 	for _, args := range [][]string{{"get", "k"}, {"load", "--rows", "10"}} {
-		r := runArgs(append(args, "--etcd", ep, "--timeout", "2s")...)
+		r := runArgs(append(args, "--etcd", ep, "--insecure", "--timeout", "2s")...)
 		if r.code != 1 || !strings.Contains(r.stderr, "no node of the cluster could be reached") {
 			t.Fatalf("%s with no node: %+v", args[0], r)
 		}
@@ -203,24 +203,24 @@ func TestShellUnreachable(t *testing.T) {
 // and as JSON.
 func TestLoadCommand(t *testing.T) {
 	ep := fakeCluster(t, nil)
-	r := runArgs("load", "--etcd", ep, "--rows", "300", "--writers", "4")
+	r := runArgs("load", "--etcd", ep, "--insecure", "--rows", "300", "--writers", "4")
 	if r.code != 0 || !strings.Contains(r.stdout, "wrote 300 of 300 rows") || !strings.Contains(r.stdout, "p99") {
 		t.Fatalf("load: %+v", r)
 	}
-	r = runArgs("load", "--etcd", ep, "--rows", "200", "--rate", "400", "--json")
+	r = runArgs("load", "--etcd", ep, "--insecure", "--rows", "200", "--rate", "400", "--json")
 	if r.code != 0 || !strings.Contains(r.stdout, `"written": 200`) || !strings.Contains(r.stdout, `"p99_ms"`) {
 		t.Fatalf("load --json: %+v", r)
 	}
-	r = runArgs("load", "--etcd", ep, "--rows", "1000", "--batch", "300")
+	r = runArgs("load", "--etcd", ep, "--insecure", "--rows", "1000", "--batch", "300")
 	if r.code != 0 || !strings.Contains(r.stdout, "loaded 1000 of 1000 rows") || !strings.Contains(r.stdout, "in batches of 300 rows") {
 		t.Fatalf("load --batch: %+v", r)
 	}
-	r = runArgs("load", "--etcd", ep, "--rows", "1000", "--batch", "256", "--json")
+	r = runArgs("load", "--etcd", ep, "--insecure", "--rows", "1000", "--batch", "256", "--json")
 	if r.code != 0 || !strings.Contains(r.stdout, `"written": 1000`) || !strings.Contains(r.stdout, `"batch_rows": 256`) {
 		t.Fatalf("load --batch --json: %+v", r)
 	}
 	for _, bad := range [][]string{{"--rows", "0"}, {"--writers", "0"}, {"--rate", "-1"}, {"--key-bytes", "4"}, {"--batch", "-1"}, {"--batch", "10", "--rate", "5"}} {
-		if r := runArgs(append([]string{"load", "--etcd", ep}, bad...)...); r.code != 2 {
+		if r := runArgs(append([]string{"load", "--etcd", ep, "--insecure"}, bad...)...); r.code != 2 {
 			t.Errorf("load %q: %+v", bad, r)
 		}
 	}

@@ -12,22 +12,20 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
-// openEtcd returns a client of the comma-separated endpoints; quiet.
-// openEtcd opens a client of --etcd's endpoints for command name, and a
-// context that ends on Ctrl-C or after timeout. done releases both. A
-// missing or bad --etcd is errUsage, said on stderr.
-func openEtcd(name, endpoints string, timeout time.Duration, stderr io.Writer) (cli *clientv3.Client, ctx context.Context, done func(), err error) {
-	eps := splitEndpoints(endpoints)
-	if len(eps) == 0 {
-		err = errors.New("--etcd is required")
-	} else {
-		cli, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+// openEtcd opens a client of the etcd that ef names for command name,
+// and a context that ends on Ctrl-C or after timeout. done releases both.
+// A missing or bad --etcd (or TLS or user flag) is errUsage, said on
+// stderr.
+func openEtcd(name string, ef *etcdFlags, timeout time.Duration, stderr io.Writer) (cli *clientv3.Client, ctx context.Context, done func(), err error) {
+	cfg, err := ef.config()
+	if err == nil {
+		cli, err = clientv3.New(cfg)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
@@ -44,14 +42,16 @@ func openEtcd(name, endpoints string, timeout time.Duration, stderr io.Writer) (
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
-	etcd := fs.String("etcd", "", "comma-separated etcd `endpoints`")
+	etcd := newEtcdFlags(fs)
+	certsDir := fs.String("certs-dir", "", "certificates `directory` with a client certificate, for nodes whose admin HTTP is off loopback (served over TLS)")
+	clientName := fs.String("client", "root", "client certificate `name` in --certs-dir")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound of the whole reading")
 	nodeTimeout := fs.Duration("node-timeout", clusterview.StatusTimeoutDefault, "bound of each node's GET /status")
 	if err := parseFlags(fs, "status", args, stderr); err != nil {
 		return err
 	}
-	cli, ctx, done, err := openEtcd("status", *etcd, *timeout, stderr)
+	cli, ctx, done, err := openEtcd("status", etcd, *timeout, stderr)
 	if err != nil {
 		return err
 	}
@@ -60,11 +60,19 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	// half written (layout.Init writes the config last).
 	if _, err := layout.Read(ctx, cli); err != nil {
 		if errors.Is(err, layout.ErrMissing) {
-			return fmt.Errorf("etcd at %s holds no cluster (create one with rejoin init): %w", *etcd, err)
+			return fmt.Errorf("etcd at %s holds no cluster (create one with rejoin init): %w", etcd.endpoints, err)
 		}
-		return etcdErr(ctx, *etcd, *timeout, err)
+		return etcdErr(ctx, etcd.endpoints, *timeout, err)
 	}
-	v, err := clusterview.Read(ctx, cli, &http.Client{}, *nodeTimeout)
+	hc := &http.Client{}
+	if *certsDir != "" {
+		creds, err := certs.Load(*certsDir, certs.ClientID(*clientName))
+		if err != nil {
+			return err
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: creds.DialConfig("")}
+	}
+	v, err := clusterview.Read(ctx, cli, hc, *nodeTimeout)
 	if err != nil {
 		return err
 	}

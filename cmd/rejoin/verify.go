@@ -16,18 +16,24 @@ var errMismatch = errors.New("digests do not match")
 
 func runVerify(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("verify", stderr)
-	etcd := fs.String("etcd", "", "comma-separated etcd `endpoints`")
+	etcd := newEtcdFlags(fs)
+	nodeTLS := newClientTLSFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of the whole check")
 	if err := parseFlags(fs, "verify", args, stderr); err != nil {
 		return err
 	}
-	cli, ctx, done, err := openEtcd("verify", *etcd, *timeout, stderr)
+	creds, err := nodeTLS.load()
+	if err != nil {
+		fmt.Fprintf(stderr, "rejoin verify: %v\n", err)
+		return errUsage
+	}
+	cli, ctx, done, err := openEtcd("verify", etcd, *timeout, stderr)
 	if err != nil {
 		return err
 	}
 	defer done()
-	c, err := client.Open(ctx, cli, client.Options{})
+	c, err := client.Open(ctx, cli, client.Options{TLS: creds})
 	if err != nil {
 		return err
 	}

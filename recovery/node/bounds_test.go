@@ -17,6 +17,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -52,7 +53,7 @@ func tryClient(t *testing.T, addr string) (*rawClient, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := stream.Dial(ctx, addr, stream.Config{Codec: wire.CodecNone})
+	conn, err := stream.Dial(ctx, addr, stream.Config{Codec: wire.CodecNone, TLS: testCreds(t, certs.ClientID("test")).DialConfig("")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,16 @@
 package node
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -23,8 +27,20 @@ type Config struct {
 	// HTTP the admin address (status, metrics, faults). Both default to
 	// loopback with a free port.
 	Listen, HTTP string
-	// Etcd lists the coordinator's endpoints.
-	Etcd []string
+	// Advertise is the address peers and clients dial, registered in
+	// etcd: "host:port", or "host" for the bound port of Listen (and of
+	// HTTP if that is a wildcard too). Needed when Listen is a wildcard
+	// (0.0.0.0, ::, or no host), which names no address to dial.
+	Advertise string
+	// Etcd lists the coordinator's endpoints; EtcdTLS, if set, is how to
+	// reach an etcd that serves TLS (its CA, and this node's client
+	// certificate if etcd asks for one), EtcdUser and EtcdPassword its
+	// credentials if etcd has auth enabled. Whoever writes to etcd
+	// controls placement, addresses and claims (docs/DESIGN.md "Who may
+	// talk to a node").
+	Etcd                   []string
+	EtcdTLS                *tls.Config
+	EtcdUser, EtcdPassword string
 	// EtcdTimeout bounds each wait on etcd before the node is ready
 	// (reading the layout and the placement, registering); one that
 	// expires fails Run with the step named. Default EtcdTimeoutDefault.
@@ -73,7 +89,20 @@ type Config struct {
 	// execution (wire.Hold) until the handoff. A node buffers for at most
 	// IncomingMax rejoins at once.
 	RejoinBufferBytesMax int64
-	Log                  *slog.Logger
+	// TLS are the node's credentials (its certificate names node n<ID>):
+	// every connection it accepts or dials is mutual TLS 1.3 from the
+	// cluster CA, and what a dialler may do is what its certificate names
+	// (docs/DESIGN.md "Who may talk to a node"). Nil is refused unless
+	// Insecure is set.
+	TLS *certs.TLS
+	// Insecure runs the node without TLS: anyone who reaches its port may
+	// do anything. It is said loudly in the log and in /status.
+	Insecure bool
+	// FaultPoints serves POST /fault/{hold,release,cut-link,pause-executor}
+	// on the admin HTTP (the demo and the tests); Pprof serves
+	// /debug/pprof/. Neither is routed otherwise (404).
+	FaultPoints, Pprof bool
+	Log                *slog.Logger
 	// PlantDropKey is a test-only planted fault (`rejoin chaos --plant`,
 	// which checks that its checker catches a lost write): this node's
 	// initiator turns its first upsert of this key of any table into an
@@ -106,6 +135,8 @@ type Config struct {
 	// testStaleAfter, in tests, replaces the stale limit of running tasks
 	// this node's supervisor resets (default staleAfter).
 	testStaleAfter time.Duration
+	// testAdminTLS, in tests, serves the admin HTTP as if off loopback.
+	testAdminTLS bool
 	// testSourceStallTicks, in tests, replaces the stall window of this
 	// node's source attempts (default stallTicks).
 	testSourceStallTicks int
@@ -170,11 +201,32 @@ func (c *Config) defaults() error {
 	def(&c.ClaimTTL, 5*time.Second)
 	def(&c.ClaimWindow, 2*time.Second)
 	def(&c.BeatEvery, 2*time.Millisecond)
+	switch {
+	case c.TLS == nil && !c.Insecure:
+		return fmt.Errorf("%w: no certificates: give the node its certificates (--certs-dir; `rejoin cert` makes them), or run it with --insecure, which lets anyone who reaches its port do anything", ErrConfig)
+	case c.TLS != nil && c.Insecure:
+		return fmt.Errorf("%w: certificates and --insecure both given", ErrConfig)
+	case c.TLS != nil && c.TLS.Identity() != certs.NodeID(c.ID):
+		return fmt.Errorf("%w: the certificate is %s's, not node %s's", ErrConfig, c.TLS.Identity(), NodeName(c.ID))
+	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:0"
 	}
 	if c.HTTP == "" {
 		c.HTTP = "127.0.0.1:0"
+	}
+	for _, a := range []struct{ flag, addr string }{{"--listen", c.Listen}, {"--http", c.HTTP}} {
+		if isWildcard(a.addr) && c.Advertise == "" {
+			return fmt.Errorf("%w: %s %s is a wildcard address, which peers cannot dial: give --advertise HOST[:PORT], the address they reach this node at", ErrConfig, a.flag, a.addr)
+		}
+	}
+	if c.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.Advertise); err != nil && strings.Contains(c.Advertise, ":") && net.ParseIP(c.Advertise) == nil {
+			return fmt.Errorf("%w: --advertise %q: want HOST or HOST:PORT", ErrConfig, c.Advertise)
+		}
+		if isWildcard(c.Advertise) {
+			return fmt.Errorf("%w: --advertise %s is a wildcard address: give one peers can dial", ErrConfig, c.Advertise)
+		}
 	}
 	if c.IncomingMax == 0 {
 		c.IncomingMax = 2
@@ -206,6 +258,38 @@ func (c *Config) defaults() error {
 		c.Log = slog.Default()
 	}
 	return nil
+}
+
+// isWildcard reports whether addr (host:port, or a bare host) names no
+// one host: an empty host or an unspecified IP.
+func isWildcard(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsUnspecified()
+}
+
+// advertised is what to register for bound, the address a listener of
+// cfgAddr (Listen or HTTP) got: bound itself, unless Advertise is set and
+// either this is the node's port (Listen) or cfgAddr is a wildcard. The
+// port is Advertise's if it names one and this is Listen, else bound's.
+func (c *Config) advertised(cfgAddr, bound string, isListen bool) string {
+	if c.Advertise == "" || (!isListen && !isWildcard(cfgAddr)) {
+		return bound
+	}
+	host, port, err := net.SplitHostPort(c.Advertise)
+	if err != nil {
+		host, port = strings.Trim(c.Advertise, "[]"), ""
+	}
+	if port == "" || !isListen {
+		_, port, _ = net.SplitHostPort(bound)
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // Addrs are where a running node listens, known once Run has bound them.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -69,15 +70,6 @@ func (h *helloConn) CloseWrite() error {
 	return nil
 }
 
-// setKeepAlive does for an accepted connection what stream.NewConn does
-// for a bare TCP one, since a helloConn hides the *net.TCPConn.
-func setKeepAlive(nc net.Conn, period time.Duration) {
-	if tc, ok := nc.(*net.TCPConn); ok && period > 0 {
-		_ = tc.SetKeepAlive(true)
-		_ = tc.SetKeepAlivePeriod(period)
-	}
-}
-
 // refuseConn tells a dialer over ConnsMax why it is refused, as an answer
 // to its hello would (a wire.Reply), and closes the connection. It waits,
 // boundedly, for the dialer to close first: a close with the dialer's
@@ -86,6 +78,9 @@ func (n *Node) refuseConn(nc net.Conn, open int) {
 	defer nc.Close()
 	if err := nc.SetDeadline(time.Now().Add(min(refuseLinger, n.cfg.HelloTimeout))); err != nil {
 		return
+	}
+	if n.serverTLS != nil {
+		nc = tls.Server(nc, n.serverTLS) // the handshake goes first, within the deadline
 	}
 	c := stream.NewConn(nc, stream.Config{Codec: wire.CodecNone})
 	text := fmt.Sprintf("node %s: connection limit reached (%d open, ConnsMax %d): try later or another node", n.id, open, n.cfg.ConnsMax)

@@ -20,7 +20,13 @@
 //
 // # Connections
 //
-// One TCP port carries wire frames (stream.Conn). The dialer's first
+// One TCP port carries wire frames (stream.Conn), in mutual TLS 1.3 from
+// the cluster CA unless the node runs with Config.Insecure (package
+// certs; docs/DESIGN.md "Who may talk to a node"). The TLS handshake runs
+// first, under the hello deadline; a dialler without a certificate of the
+// CA, or with an expired one, gets the TLS alert and the node logs why.
+// A dialler checks that the server's certificate names the node it meant
+// to reach. The dialer's first
 // frame is a wire.Hello naming the connection's kind and the dialer's
 // node; the node answers with its own Hello, naming itself, or a
 // wire.Reply with the reason it refuses. A node that dials a peer (feed,
@@ -43,6 +49,15 @@
 //     checks in etcd that the task's claim stands at that epoch and is
 //     held by the Hello's node (the source claims with
 //     supervise.ExecutorID, which names it; supervise.ClaimHolder).
+//
+// Every hello is checked against the dialler's certificate before
+// anything else (auth.go): a client certificate may open only client
+// connections; node n<N>'s may open feeds only as initiator N and node
+// n<N>, rejoin and repair streams only as n<N>, and no client connection.
+// So a rejoin is served only if the node whose certificate made the
+// connection holds the task's claim at the hello's epoch. A refusal is a
+// Reply naming the reason, logged on the node (rate-limited per reason)
+// and counted in rejoin_conns_unauthorized_total.
 //
 // The node serves at most ConnsMax connections at once: one more is
 // answered with a Reply that says the connection limit is reached, and
@@ -190,10 +205,13 @@
 //
 // # Admin HTTP
 //
-// GET /status (Status as JSON), GET /metrics (Prometheus), GET
-// /debug/pprof/ (Go's profiles: the admin address is loopback by default,
-// and it is an operator's port, not a client's), and the fault points the
-// demo and tests use, each applied on the replica's goroutine:
+// GET /status (Status as JSON, with tls or insecure), GET /metrics
+// (Prometheus); with Config.Pprof GET /debug/pprof/ (Go's profiles), and
+// with Config.FaultPoints the fault points the demo and tests use (each
+// is 404 otherwise). Off loopback the admin HTTP is TLS with the node's
+// certificate and asks for a certificate of the cluster CA (a scraper's
+// client certificate), and the registered address is https://host:port.
+// The fault points are applied on the replica's goroutine:
 // POST /fault/hold?partition=P&rows=N (the source holds the destination's
 // acks once its snapshot has sent N rows), /fault/release, /fault/cut-link
 // (close the rejoin's TCP connection), /fault/pause-executor?for=D (the

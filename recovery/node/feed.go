@@ -651,7 +651,7 @@ func (in *initiator) run() {
 // openFeed dials node and runs the feed until it breaks.
 func (in *initiator) openFeed(node, addr string, inc int64) {
 	ctx, cancel := context.WithTimeout(in.n.ctx, 2*time.Second)
-	cfg := in.n.streamConfig()
+	cfg := in.n.dialConfig(node)
 	cfg.StallWindow = 0 // a feed may be idle one way; node death is etcd's to tell
 	if f := in.n.cfg.testNoFeedTo; f != nil && f(node) {
 		cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/recovery/nodestate"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
@@ -256,10 +258,9 @@ func TestRejoinHelloChecksClaim(t *testing.T) {
 	defer cancel()
 	task := claim.Task{Partition: 0, Dest: NodeName(2)}
 	rejoinHello := func(node string, epoch uint64) error {
-		conn, err := stream.Dial(ctx, c.nodes[2].addrs.TCP, stream.Config{Codec: wire.CodecNone})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// Each name dials with its own certificate: the claim is the check.
+		num, _ := strconv.Atoi(strings.TrimPrefix(node, "n"))
+		conn := dialAs(t, ctx, c.nodes[2].addrs.TCP, certs.NodeID(num), NodeName(2))
 		defer conn.Close()
 		return hello(ctx, conn, &wire.Hello{Kind: wire.HelloRejoin, Node: node, Partition: 0, Epoch: epoch}, NodeName(2))
 	}

@@ -11,8 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// httpHandler serves the admin endpoints: status, metrics, Go's profiles,
-// and the fault points the demo and the tests use.
+// httpHandler serves the admin endpoints: status and metrics always; Go's
+// profiles with Config.Pprof, and the fault points the demo and the tests
+// use with Config.FaultPoints. What is not enabled is not routed: 404.
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
@@ -20,13 +21,29 @@ func (n *Node) httpHandler() http.Handler {
 		_ = json.NewEncoder(w).Encode(n.Status())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
-	// Go's profiles, so a slow rejoin or write path can be profiled on the
-	// node that shows it, under its real load.
+	if n.cfg.Pprof {
+		n.pprofRoutes(mux)
+	}
+	if n.cfg.FaultPoints {
+		n.log.Warn("fault points enabled: POST /fault/* on the admin HTTP can hold, cut and pause rejoins (--fault-points)")
+		n.faultRoutes(mux)
+	}
+	return mux
+}
+
+// pprofRoutes serves Go's profiles, so a slow rejoin or write path can be
+// profiled on the node that shows it, under its real load. Not by
+// default: cmdline shows the node's flags, a profile costs CPU.
+func (n *Node) pprofRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}
+
+// faultRoutes serves the fault points (the demo's faults, the tests').
+func (n *Node) faultRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /fault/hold", n.fault(func(r *replica, q map[string]string) error {
 		rows, err := strconv.ParseInt(q["rows"], 10, 64)
 		if err != nil || rows < 1 {
@@ -68,7 +85,6 @@ func (n *Node) httpHandler() http.Handler {
 		r.src.claim.StopKeepAlive()
 		return nil
 	}))
-	return mux
 }
 
 // fault runs f on the replica named by ?partition=, on its goroutine.

@@ -16,6 +16,9 @@ type metrics struct {
 	attempts *prometheus.CounterVec
 	// refused counts connections refused past ConnsMax.
 	refused prometheus.Counter
+	// tlsRefused counts connections refused for who the dialler is: a
+	// failed TLS handshake, or a hello its certificate does not allow.
+	tlsRefused prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -30,8 +33,11 @@ func newMetrics(n *Node) *metrics {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rejoin_conns_refused_total", Help: "TCP connections refused because the node served ConnsMax already.",
 		}),
+		tlsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rejoin_conns_unauthorized_total", Help: "Connections refused for their dialler: a failed TLS handshake, or a hello its certificate does not allow.",
+		}),
 	}
-	m.reg.MustRegister(m.txns, m.attempts, m.refused, &replicaCollector{n: n},
+	m.reg.MustRegister(m.txns, m.attempts, m.refused, m.tlsRefused, &replicaCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

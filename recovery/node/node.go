@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,8 @@ type Node struct {
 	planted atomic.Bool
 	started time.Time
 	addrs   Addrs
+	// serverTLS accepts connections; nil on an insecure node.
+	serverTLS *tls.Config
 
 	replicas map[uint32]*replica
 	members  members
@@ -79,9 +82,19 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.log = cfg.Log.With("node", n.id)
 	n.limited = newLimitedLog(n.log, logEveryDefault)
 	n.members.n, n.feeds.n = n, n
+	if cfg.TLS != nil {
+		n.serverTLS = cfg.TLS.ServerConfig()
+		n.log.Info("mutual TLS", "identity", cfg.TLS.Identity().String(), "certificate_expires", cfg.TLS.NotAfter())
+		if left := time.Until(cfg.TLS.NotAfter()); left < 30*24*time.Hour {
+			n.log.Warn("the node's certificate expires soon: issue a new one (rejoin cert create-node) and restart", "in", left.Round(time.Hour))
+		}
+	} else {
+		n.log.Warn("INSECURE: no TLS; anyone who reaches this node's port may call procedures, open feeds and rejoin streams, and read txns (--insecure)")
+	}
 	n.feeds.by = map[txnid.Initiator]*feedIn{}
 	n.feeds.last = map[txnid.Initiator]*feedIn{}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: cfg.EtcdTLS, Username: cfg.EtcdUser, Password: cfg.EtcdPassword})
 	if err != nil {
 		return fmt.Errorf("node: etcd: %w", err)
 	}
@@ -123,7 +136,16 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		return fmt.Errorf("node: http listen: %w", err)
 	}
 	defer hln.Close()
-	n.addrs = Addrs{Node: n.id, TCP: ln.Addr().String(), HTTP: hln.Addr().String()}
+	n.addrs = Addrs{Node: n.id, TCP: cfg.advertised(cfg.Listen, ln.Addr().String(), true),
+		HTTP: cfg.advertised(cfg.HTTP, hln.Addr().String(), false)}
+	if loopback := isLoopback(hln.Addr()) && !cfg.testAdminTLS; cfg.TLS != nil && !loopback {
+		// Off loopback the admin HTTP is TLS with the node's certificate,
+		// and a scraper needs a certificate of the cluster's CA.
+		hln = tls.NewListener(hln, cfg.TLS.ServerConfig())
+		n.addrs.HTTP = "https://" + n.addrs.HTTP
+	} else if !loopback {
+		n.log.Warn("INSECURE: the admin HTTP is served in plain text off loopback", "http", n.addrs.HTTP)
+	}
 
 	var reg *supervise.Node
 	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
@@ -157,7 +179,8 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	}
 	n.metrics = newMetrics(n)
 
-	srv := &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 	n.goRun(func() { _ = srv.Serve(hln) })
 	n.goRun(func() { n.accept(ln) })
 	for _, r := range n.replicas {
@@ -186,6 +209,12 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.wg.Wait()
 	n.log.Info("node stopped", "err", stopErr)
 	return stopErr
+}
+
+// isLoopback reports whether a listener's address is a loopback one.
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // incarnation tells this process's feeds from those of the node's earlier
@@ -507,10 +536,16 @@ func (n *Node) accept(ln net.Listener) {
 		}
 		cfg := n.streamConfig()
 		cfg.StallWindow = 0
-		setKeepAlive(nc, cfg.KeepAlive)
+		stream.SetKeepAlive(nc, cfg.KeepAlive)
+		raw := nc
+		var tc *tls.Conn
+		if n.serverTLS != nil {
+			tc = tls.Server(nc, n.serverTLS)
+			nc = tc
+		}
 		hc, err := newHelloConn(nc, n.cfg.HelloTimeout)
 		if err != nil {
-			nc.Close()
+			raw.Close()
 			continue
 		}
 		c := stream.NewConn(hc, cfg)
@@ -526,13 +561,18 @@ func (n *Node) accept(ln net.Listener) {
 				delete(conns, c)
 				mu.Unlock()
 			}()
-			n.serve(c)
+			p, err := n.handshake(tc, raw.RemoteAddr())
+			if err != nil {
+				return
+			}
+			n.serve(c, p)
 		}()
 	}
 }
 
-// serve reads the dialer's Hello and hands the connection on.
-func (n *Node) serve(c *stream.Conn) {
+// serve reads the dialer's Hello, checks it against the dialer's
+// certificate, and hands the connection on.
+func (n *Node) serve(c *stream.Conn, p peer) {
 	m, err := c.Recv()
 	if err != nil {
 		return
@@ -544,6 +584,12 @@ func (n *Node) serve(c *stream.Conn) {
 	}
 	refuse := func(format string, args ...any) {
 		_ = c.Send(n.ctx, &wire.Reply{Err: wire.ErrText(fmt.Errorf(format, args...))})
+	}
+	if err := authorize(p, h); err != nil {
+		n.metrics.tlsRefused.Inc()
+		n.limited.Log(slog.LevelWarn, refusalKey("hello-refused", err), "hello refused: not what the certificate allows", "from", c.RemoteAddr(), "peer", p.String(), "kind", h.Kind, "err", err)
+		refuse("node %s: %v", n.id, err)
+		return
 	}
 	switch h.Kind {
 	case wire.HelloClient:
@@ -751,7 +797,7 @@ func hello(ctx context.Context, c *stream.Conn, h *wire.Hello, want string) erro
 
 // Status is the node's current status.
 func (n *Node) Status() Status {
-	st := Status{Node: n.id, Addr: n.addrs.TCP, HTTP: n.addrs.HTTP, Started: n.started}
+	st := Status{Node: n.id, Addr: n.addrs.TCP, HTTP: n.addrs.HTTP, Started: n.started, TLS: n.serverTLS != nil, Insecure: n.serverTLS == nil}
 	ps := make([]uint32, 0, len(n.replicas))
 	for p := range n.replicas {
 		ps = append(ps, p)

@@ -21,6 +21,7 @@ import (
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
@@ -125,7 +126,8 @@ func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
 	if c.etcdFor != nil {
 		endpoints = c.etcdFor(id)
 	}
-	cfg := Config{ID: id, Etcd: endpoints, NodeTTL: c.nodeTTL, DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2}
+	cfg := Config{ID: id, Etcd: endpoints, NodeTTL: c.nodeTTL, DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2,
+		TLS: testCreds(c.t, certs.NodeID(id)), FaultPoints: true, Pprof: true}
 	if set != nil {
 		set(&cfg)
 	}
@@ -186,10 +188,7 @@ func dialClient(t *testing.T, addr string) *rawClient {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := stream.Dial(ctx, addr, stream.Config{Codec: wire.CodecNone})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialAs(t, ctx, addr, certs.ClientID("test"), "")
 	t.Cleanup(func() { conn.Close() })
 	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloClient, Node: "test"}, ""); err != nil {
 		t.Fatal(err)

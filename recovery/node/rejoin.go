@@ -680,7 +680,7 @@ func (n *Node) dialRejoin(ctx context.Context, att *srcAttempt) (*stream.Conn, e
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	cfg := n.streamConfig()
+	cfg := n.dialConfig(att.task.Dest)
 	cfg.RateBytesPerSec = n.cfg.RateBytesPerSec
 	conn, err := stream.Dial(dctx, addr, cfg)
 	if err != nil {

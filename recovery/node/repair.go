@@ -165,7 +165,7 @@ func (n *Node) repairFrom(ctx context.Context, r *replica, in txnid.Initiator, i
 	}
 	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
-	cfg := n.streamConfig()
+	cfg := n.dialConfig(peer)
 	cfg.StallWindow = repairTimeout
 	conn, err := stream.Dial(ctx, addr, cfg)
 	if err != nil {

@@ -10,6 +10,10 @@ type Status struct {
 	Addr    string    `json:"addr"`
 	HTTP    string    `json:"http"`
 	Started time.Time `json:"started"`
+	// TLS: every connection is mutual TLS from the cluster CA; Insecure:
+	// none is (the node runs with --insecure).
+	TLS      bool `json:"tls"`
+	Insecure bool `json:"insecure,omitempty"`
 	// TxnsExecuted counts the txns every replica of the node executed.
 	TxnsExecuted uint64          `json:"txns_executed"`
 	Replicas     []ReplicaStatus `json:"replicas"`

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
@@ -79,6 +80,12 @@ type Options struct {
 	// a 5 s TCP keepalive and no stall window (a client connection may be
 	// idle for long).
 	Stream *stream.Config
+	// TLS are the client's credentials (a client certificate from the
+	// cluster CA, `rejoin cert create-client`): each connection is mutual
+	// TLS, and the node must present the certificate of the node the
+	// client meant. Nil dials in plain TCP, which only a node run with
+	// --insecure accepts.
+	TLS *certs.TLS
 }
 
 // ReplicaResult is one replica's outcome of a CallEach.

@@ -107,7 +107,11 @@ func (n *node) get(ctx context.Context) (*conn, error) {
 func (n *node) dial(ctx context.Context, addr string) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.c.opts.DialTimeout)
 	defer cancel()
-	sc, err := stream.Dial(ctx, addr, n.c.streamCfg)
+	cfg := n.c.streamCfg
+	if n.c.opts.TLS != nil {
+		cfg.TLS = n.c.opts.TLS.DialConfig(n.id)
+	}
+	sc, err := stream.Dial(ctx, addr, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.id, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
@@ -185,13 +186,17 @@ type Summary struct {
 
 // run is the state of one chaos run.
 type run struct {
-	cfg    Config
-	events io.Writer
-	dir    string
-	cli    *clientv3.Client
-	etcd   *demo.Etcd
-	nodes  *demo.Nodes
-	hc     *http.Client
+	cfg Config
+	// certsDir holds the run's CA and certificates; tls are the
+	// workload's client credentials: the nodes run secure, as the demo's.
+	certsDir string
+	tls      *certs.TLS
+	events   io.Writer
+	dir      string
+	cli      *clientv3.Client
+	etcd     *demo.Etcd
+	nodes    *demo.Nodes
+	hc       *http.Client
 
 	mu  sync.Mutex
 	sum Summary
@@ -285,7 +290,7 @@ func (r *run) summary() Summary {
 // nodeFlags are the flags of node id beyond its identity.
 func (r *run) nodeFlags(int) []string {
 	return []string{"--node-ttl", r.cfg.NodeTTL.String(), "--claim-ttl", r.cfg.ClaimTTL.String(),
-		"--incoming-max", strconv.Itoa(int(r.cfg.Partitions))}
+		"--incoming-max", strconv.Itoa(int(r.cfg.Partitions)), "--certs-dir", r.certsDir}
 }
 
 func (r *run) main(ctx context.Context, steps []Step) error {
@@ -313,6 +318,10 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		env = []string{PlantEnv + "=" + RegisterKey(0)}
 		r.eventf("planted fault (test-only): each node loses its first write of %s", RegisterKey(0))
 	}
+	r.certsDir = filepath.Join(r.dir, "certs")
+	if r.tls, err = demo.EnsureCerts(r.certsDir, cfg.Nodes); err != nil {
+		return err
+	}
 	r.nodes = demo.NewNodes(cfg.Binary, etcd.Endpoint(), r.dir, r.nodeFlags, env)
 	r.eventf("etcd at %s (pid %d); cluster: %d nodes, %d partitions x %d replicas; dir %s",
 		etcd.Endpoint(), etcd.Pid(), cfg.Nodes, cfg.Partitions, cfg.Replicas, r.dir)
@@ -320,7 +329,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		return err
 	}
 
-	c, err := client.Open(ctx, r.cli, client.Options{})
+	c, err := client.Open(ctx, r.cli, client.Options{TLS: r.tls})
 	if err != nil {
 		return err
 	}

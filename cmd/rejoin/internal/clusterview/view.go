@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -143,14 +144,20 @@ func FetchAll(ctx context.Context, hc *http.Client, nodes []supervise.NodeRecord
 	return out, errs
 }
 
-// FetchStatus reads GET http://<addr>/status within timeout.
+// FetchStatus reads GET http://<addr>/status within timeout; addr may
+// name its scheme (a node off loopback registers https://host:port, and
+// hc then needs a certificate of the cluster's CA).
 func FetchStatus(ctx context.Context, hc *http.Client, addr string, timeout time.Duration) (node.Status, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
+	url := "http://" + addr + "/status"
+	if strings.Contains(addr, "://") {
+		url = addr + "/status"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return node.Status{}, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
@@ -96,6 +97,10 @@ type Config struct {
 	IncomingMax int
 	// RateBytes limits each rejoin stream (bytes/s, 0: none).
 	RateBytes int64
+	// Insecure runs the nodes without TLS (--insecure); by default the
+	// demo makes a CA and certificates in its directory and every
+	// connection is mutual TLS.
+	Insecure bool
 	// Stderr receives what is not the summary in JSON mode (default
 	// os.Stderr).
 	Stderr io.Writer
@@ -174,6 +179,9 @@ type Summary struct {
 	Victim      string `json:"victim"`
 	FaultTarget string `json:"fault_target,omitempty"`
 	// LoadRows and LoadRowsPerSec are the bulk load's.
+	// TLS: every node connection of the run was mutual TLS (false with
+	// --insecure).
+	TLS            bool    `json:"tls"`
 	LoadRows       int     `json:"load_rows"`
 	LoadRowsPerSec float64 `json:"load_rows_per_sec"`
 
@@ -233,6 +241,10 @@ type run struct {
 	etcd *etcdProc
 	hc   *http.Client
 	sum  Summary
+	// certsDir holds the demo's CA and certificates, tls its client's
+	// credentials; both empty with Insecure.
+	certsDir string
+	tls      *certs.TLS
 	// seen attempts of rejoins into restarted nodes.
 	attempts map[string]bool
 	// restarted: node ids killed and restarted.
@@ -266,6 +278,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 		Gateway: Gateway, Dir: dir, LoadRows: cfg.Rows}
 	if cfg.WriteAll {
 		r.sum.Gateway = ""
+	}
+	if !cfg.Insecure {
+		r.certsDir = filepath.Join(dir, "certs")
+		if r.tls, err = EnsureCerts(r.certsDir, cfg.Nodes); err != nil {
+			return r.sum, err
+		}
+		r.sum.TLS = true
 	}
 
 	var cli *clientv3.Client
@@ -331,8 +350,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 			w = cfg.Stderr
 		}
 		fmt.Fprintf(w, "\nThe cluster keeps running (--keep); Ctrl-C stops it.\n")
-		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s\n  verify: %s verify --etcd %s\n  data and node logs: %s\n",
-			r.sum.Etcd, cfg.Binary, r.sum.Etcd, cfg.Binary, r.sum.Etcd, dir)
+		creds := "--insecure"
+		if r.certsDir != "" {
+			creds = "--certs-dir " + r.certsDir + " --client " + ClientName
+		}
+		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s\n  verify: %s verify --etcd %s %s\n  data and node logs: %s\n",
+			r.sum.Etcd, cfg.Binary, r.sum.Etcd, cfg.Binary, r.sum.Etcd, creds, dir)
 		<-ctx.Done()
 	}
 	return r.sum, checkErr
@@ -374,7 +397,12 @@ func workDir(dir string) (string, bool, error) {
 // nodeFlags are the flags of node id beyond its identity.
 func (r *run) nodeFlags(id int) []string {
 	f := []string{"--node-ttl", r.cfg.NodeTTL.String(), "--claim-ttl", r.cfg.ClaimTTL.String(),
-		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax)}
+		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--fault-points", "--pprof"}
+	if r.certsDir != "" {
+		f = append(f, "--certs-dir", r.certsDir)
+	} else {
+		f = append(f, "--insecure")
+	}
 	if r.cfg.RateBytes > 0 {
 		f = append(f, "--rate-bytes", strconv.FormatInt(r.cfg.RateBytes, 10))
 	}
@@ -405,7 +433,7 @@ func (r *run) main(ctx context.Context) error {
 	}
 
 	// Load.
-	loader, err := client.Open(ctx, r.cli, client.Options{})
+	loader, err := client.Open(ctx, r.cli, client.Options{TLS: r.tls})
 	if err != nil {
 		return err
 	}
@@ -435,9 +463,9 @@ func (r *run) main(ctx context.Context) error {
 	}
 
 	// The writer, through the gateway only, or every node.
-	via := client.Options{Nodes: []string{Gateway}}
+	via := client.Options{Nodes: []string{Gateway}, TLS: r.tls}
 	if cfg.WriteAll {
-		via = client.Options{}
+		via = client.Options{TLS: r.tls}
 	}
 	gw, err := client.Open(ctx, r.cli, via)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 )
@@ -32,6 +33,11 @@ func WriteText(w io.Writer, s Summary) error {
 		via = "writes through every node, the killed ones included"
 	}
 	fmt.Fprintf(w, "cluster     %d nodes, %d partitions x %d replicas; %s\n", s.Nodes, s.Partitions, s.Replicas, via)
+	if s.TLS {
+		fmt.Fprintf(w, "security    mutual TLS 1.3 on every node connection, certificates from the demo's own CA (%s)\n", filepath.Join(s.Dir, "certs"))
+	} else {
+		fmt.Fprintf(w, "security    INSECURE (--insecure): no TLS, anyone who reaches a node's port may do anything\n")
+	}
 	target := ""
 	if s.FaultTarget != "" {
 		target = " (hit " + s.FaultTarget + ")"

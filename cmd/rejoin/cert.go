@@ -1,0 +1,143 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
+)
+
+const certUsage = `usage: rejoin cert <create-ca | create-node N | create-client NAME> --certs-dir DIR [flags]
+
+Writes a cluster's certificates (ECDSA P-256, for TLS 1.3):
+  create-ca           DIR/ca.crt and DIR/ca.key: the cluster CA
+  create-node N       DIR/node.n<N>.crt and .key: node n<N>, which may feed
+                      as initiator N and rejoin and repair as n<N>
+  create-client NAME  DIR/client.<NAME>.crt and .key: a client, which may
+                      only call procedures
+create-node and create-client need DIR/ca.key. Nothing is overwritten.
+Every node and client needs DIR/ca.crt and its own pair; keep ca.key where
+certificates are issued, not on the nodes.
+
+flags:
+`
+
+func runCert(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("cert", stderr)
+	dir := fs.String("certs-dir", "", "certificates `directory` (made if missing)")
+	lifetime := fs.Duration("lifetime", 0, "validity from now (0: 87600h for a CA, 17520h for a node or client)")
+	hosts := fs.String("host", "localhost,127.0.0.1,::1", "create-node: comma-separated DNS names and IPs for clients that check a host name (the admin HTTP); the node protocol checks the identity instead")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, certUsage)
+		fs.PrintDefaults()
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fs.Usage()
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return flag.ErrHelp
+		}
+		return errUsage
+	}
+	verb, rest := args[0], args[1:]
+	var name string
+	if verb != "create-ca" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		name, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	extra := fs.Args()
+	if name == "" && verb != "create-ca" && len(extra) > 0 {
+		name, extra = extra[0], extra[1:] // `create-node --certs-dir d 3`
+	}
+	if len(extra) > 0 {
+		fmt.Fprintf(stderr, "rejoin cert: unexpected argument %q\n", extra[0])
+		return errUsage
+	}
+	if *dir == "" {
+		fmt.Fprintln(stderr, "rejoin cert: --certs-dir is required")
+		return errUsage
+	}
+	if *lifetime < 0 {
+		fmt.Fprintf(stderr, "rejoin cert: --lifetime %s: want > 0\n", *lifetime)
+		return errUsage
+	}
+	var o certs.IssueOptions
+	if *lifetime > 0 {
+		o.NotAfter = time.Now().Add(*lifetime)
+	}
+	var id certs.Identity
+	switch verb {
+	case "create-ca":
+		lt := *lifetime
+		if lt == 0 {
+			lt = certs.CALifetimeDefault
+		}
+		ca, err := certs.CreateCA(*dir, lt)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s/%s and %s/%s (CA valid until %s)\n", *dir, certs.CACertFile, *dir, certs.CAKeyFile, ca.Cert.NotAfter.UTC().Format(time.DateOnly))
+		return nil
+	case "create-node":
+		n, err := strconv.Atoi(name)
+		if err != nil {
+			fmt.Fprintf(stderr, "rejoin cert: create-node %q: want the node's number N (its id is n<N>)\n", name)
+			return errUsage
+		}
+		id = certs.NodeID(n)
+		o.Hosts = splitEndpoints(*hosts)
+	case "create-client":
+		id = certs.ClientID(name)
+	default:
+		fmt.Fprintf(stderr, "rejoin cert: unknown action %q: want create-ca, create-node or create-client\n", verb)
+		return errUsage
+	}
+	if err := id.Check(); err != nil {
+		fmt.Fprintf(stderr, "rejoin cert: %v\n", err)
+		return errUsage
+	}
+	cf, kf, err := certs.Create(*dir, id, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s (%s)\n", cf, kf, id)
+	return nil
+}
+
+// clientTLSFlags are how a command that calls procedures (verify) dials
+// the nodes: a client certificate, or --insecure for nodes that run
+// without TLS.
+type clientTLSFlags struct {
+	certsDir, name string
+	insecure       bool
+}
+
+func newClientTLSFlags(fs *flag.FlagSet) *clientTLSFlags {
+	f := &clientTLSFlags{}
+	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`)")
+	fs.StringVar(&f.name, "client", "root", "client certificate `name` in --certs-dir")
+	fs.BoolVar(&f.insecure, "insecure", false, "dial the nodes without TLS (nodes run with --insecure)")
+	return f
+}
+
+// load is the client's credentials; nil with --insecure.
+func (f *clientTLSFlags) load() (*certs.TLS, error) {
+	switch {
+	case f.insecure && f.certsDir != "":
+		return nil, errors.New("--certs-dir and --insecure both given: pick one")
+	case f.insecure:
+		return nil, nil
+	case f.certsDir == "":
+		return nil, errors.New("--certs-dir is required to reach the nodes (a client certificate: `rejoin cert create-client NAME`), or --insecure for nodes that run without TLS")
+	}
+	return certs.Load(f.certsDir, certs.ClientID(f.name))
+}

@@ -1,0 +1,38 @@
+// Package certs is the cluster's public-key infrastructure: a cluster CA,
+// the certificates it issues to nodes and clients, and the TLS
+// configurations with which a node serves and dials, and a client dials
+// (docs/DESIGN.md "Who may talk to a node").
+//
+// # Identities
+//
+// A certificate carries its holder's role and name as exactly one URI
+// subject alternative name:
+//
+//	rejoin://node/n3        node n3 (feeds as initiator 3, rejoins as n3)
+//	rejoin://client/loader  a client named loader (procedure calls only)
+//
+// The URI SAN, not the CommonName, is the identity: SANs are where X.509
+// puts names a relying party checks (RFC 6125 retired the CommonName for
+// that), Go's x509 parses them into a typed field, and a name constraint
+// on a CA can bound them. The CommonName repeats the identity as
+// "node:n3" or "client:loader" for a human reading `openssl x509 -text`;
+// nothing reads it. Extended key usage bounds the role too: a node's
+// certificate is good for both ends of a connection (server and client
+// auth), a client's only for the dialling end, so a client certificate
+// cannot serve as a node.
+//
+// # Verification
+//
+// Both ends verify the peer's chain against the cluster CA, with TLS 1.3
+// only. A dialler checks the name of the node it meant to reach (from
+// etcd) against the server's certificate instead of a host name, so a
+// node's certificate does not depend on its address; a node checks the
+// dialler's identity against what its hello claims (recovery/node).
+//
+// # Files
+//
+// A certificates directory holds ca.crt (every holder needs it), ca.key
+// (only where certificates are issued), node.n<N>.crt and .key, and
+// client.<name>.crt and .key; keys are written 0600, and nothing is
+// overwritten. `rejoin cert` writes them; Load reads them back.
+package certs
