@@ -116,6 +116,9 @@ type Config struct {
 	// testSkip, in tests, keeps the initiator from sending txn id to
 	// node: a node that died half way through sending it.
 	testSkip func(node string, id txnid.ID) bool
+	// testNoTasks, in tests, keeps the node from opening rejoin tasks:
+	// its replicas that need a rejoin stay so.
+	testNoTasks bool
 	// testClock, in tests, is the initiator's clock (Unix milliseconds):
 	// one that runs behind the other nodes'.
 	testClock func() int64

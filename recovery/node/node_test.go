@@ -567,3 +567,40 @@ func TestWipedDataDirRejoins(t *testing.T) {
 	}
 	checkDigests(t, cl, 2, 2)
 }
+
+// TestRepairPeerHoldsNothing: when an initiator dies, each surviving
+// replica repairs its tail from its peers. A peer whose replica needs a
+// rejoin holds nothing that will ever run, like a dead one; it used to
+// answer with an error, counted as a failed repair, and the last live
+// replica of the partition failed with "initiator 1's tail not repaired:
+// [n3: peer: replica 0 holds nothing (needs-rejoin)]" (found by rejoin
+// chaos).
+func TestRepairPeerHoldsNothing(t *testing.T) {
+	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
+	c := newCluster(t, 3, cfg)
+	cl1 := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl1, 1)
+	for i := range 100 {
+		upsert(t, cl1, 1, i)
+	}
+	c.stop(3)
+	c.startCfg(3, func(cfg *Config) { cfg.testNoTasks = true })
+	for i := 100; i < 200; i++ {
+		upsert(t, cl1, 1, i)
+	}
+	if st := nodeStatus(t, c.nodes[3].addrs).Replicas[0].State; st != StateNeedsRejoin {
+		t.Fatalf("n3's replica is %s, want %s", st, StateNeedsRejoin)
+	}
+	c.stop(1)
+	// n2 repairs n1's tail from n3 (alive, holding nothing), retrying
+	// a failed answer for up to 3 node TTLs: watch past that.
+	deadline := time.Now().Add(3*4*time.Second + 5*time.Second)
+	for time.Now().Before(deadline) {
+		if st := nodeStatus(t, c.nodes[2].addrs).Replicas[0]; st.State != StateLive {
+			t.Fatalf("n2's replica, the last live one, is %s", st.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cl2 := dialClient(t, c.nodes[2].addrs.TCP)
+	upsert(t, cl2, 1, 1_000_000)
+}

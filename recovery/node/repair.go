@@ -275,7 +275,11 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 		last := r.lastFrom[in]
 		switch {
 		case !r.executing():
-			return answer{err: fmt.Errorf("replica %d holds nothing (%s)", r.p, r.state)}
+			// It holds nothing that will ever run: its content goes, and a
+			// rejoin brings what a live replica has. As a dead peer, it has
+			// no longer prefix to give; an error here failed the asker,
+			// maybe the partition's last live replica.
+			return answer{}
 		case r.recent[in] != nil && req.After < r.recent[in].droppedTo:
 			return answer{last: last, err: fmt.Errorf("txns after %v are no longer all kept (kept from %v)", req.After, r.recent[in].droppedTo)}
 		case r.recent[in] == nil:
