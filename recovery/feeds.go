@@ -24,6 +24,25 @@ type ReplicaFeed struct {
 	// lives, since its replicas still track the initiator, never run past
 	// what they lack, and fail when they find the feed gone.
 	Fed bool
+	// Dialing: a feed to the node is being opened. Its hello named what
+	// the node missed so far; a txn sent before the feed opens would be
+	// missed and unnamed, so it waits as for a live node.
+	Dialing bool
+}
+
+// Missed returns the nodes of rs that a txn sequenced now does not reach:
+// their replicas lack it. The initiator names the txn's partition to each
+// when its feed to it opens (wire.Hello.Missed), so that a node that was
+// taken for dead meanwhile fails only those replicas (docs/DESIGN.md
+// "Without the coordinator").
+func Missed(rs []ReplicaFeed) []string {
+	var out []string
+	for _, r := range rs {
+		if !r.Fed {
+			out = append(out, r.Node)
+		}
+	}
+	return out
 }
 
 // Unfed returns, in order, the nodes an initiator must have a feed to
@@ -33,7 +52,7 @@ type ReplicaFeed struct {
 func Unfed(rs []ReplicaFeed) []string {
 	var out []string
 	for _, r := range rs {
-		if r.Alive && !r.Fed {
+		if (r.Alive || r.Dialing) && !r.Fed {
 			out = append(out, r.Node)
 		}
 	}

@@ -104,7 +104,16 @@ type Hello struct {
 	// feed from a redial of the same one.
 	Partition uint32
 	Epoch     uint64
+	// Missed, on a HelloFeed, are the partitions whose txns the sending
+	// process sequenced, since it started, while it had no feed to this
+	// node, in increasing order: the replicas here of those partitions
+	// lack them (docs/DESIGN.md "Without the coordinator"). At most
+	// MissedMax.
+	Missed []uint32
 }
+
+// MissedMax bounds Hello.Missed: the most partitions a cluster has.
+const MissedMax = 1 << 16
 
 // Txn is one transaction on a feed: execute Proc(Params) on Partition at ID.
 type Txn struct {
@@ -237,7 +246,7 @@ func (*RepairEnd) Header() MsgHeader { return MsgHeader{} }
 
 // Field counts of the cluster messages' msgpack arrays. Part of the format.
 const (
-	helloFields      = 5 // [kind, node, initiator, partition, epoch]
+	helloFields      = 6 // [kind, node, initiator, partition, epoch, [missed, ...]]
 	txnFields        = 4 // [partition, id, proc, params]
 	beatFields       = 1 // [id]
 	doneFields       = 4 // [partition, id, out, err]
@@ -261,7 +270,12 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 		dst = appendStr(dst, m.Node)
 		dst = appendUint(dst, uint64(m.Initiator))
 		dst = appendUint(dst, uint64(m.Partition))
-		return appendUint(dst, m.Epoch), true
+		dst = appendUint(dst, m.Epoch)
+		dst = AppendArrayHeader(dst, len(m.Missed))
+		for _, p := range m.Missed {
+			dst = appendUint(dst, uint64(p))
+		}
+		return dst, true
 	case *Txn:
 		dst = AppendArrayHeader(dst, txnFields)
 		dst = appendUint(dst, uint64(m.Partition))
@@ -338,6 +352,14 @@ func checkClusterLimits(m Message) error {
 		}
 	case *Hello:
 		check("node", len(m.Node), NodeBytesMax)
+		if len(m.Missed) > MissedMax {
+			return fmt.Errorf("%w: Hello missing %d partitions, limit %d", ErrTooLarge, len(m.Missed), MissedMax)
+		}
+		for i, p := range m.Missed {
+			if i > 0 && p <= m.Missed[i-1] {
+				return fmt.Errorf("%w: Hello missed partitions %v, want increasing", ErrMalformed, m.Missed)
+			}
+		}
 	case *Txn:
 		check("proc", len(m.Proc), ProcBytesMax)
 		check("params", len(m.Params), ProcTupleBytesMax)
@@ -389,6 +411,7 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 		h.Initiator = uint16(r.uint(math.MaxUint16))
 		h.Partition = uint32(r.uint(math.MaxUint32))
 		h.Epoch = r.uint(math.MaxUint64)
+		h.Missed = r.partitions(MissedMax)
 		return &h
 	case MsgTxn:
 		var x Txn

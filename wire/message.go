@@ -361,6 +361,28 @@ func (r *msgReader) initiators() []txnid.Initiator {
 	return out
 }
 
+// partitions reads an array of at most limit partition ids, each above
+// the one before (nil if empty).
+func (r *msgReader) partitions(limit int) []uint32 {
+	n := r.array(limit)
+	if n == 0 {
+		return nil
+	}
+	out := make([]uint32, 0, n)
+	for range n {
+		p := uint32(r.uint(math.MaxUint32))
+		if r.err != nil {
+			return nil
+		}
+		if len(out) > 0 && p <= out[len(out)-1] {
+			r.fail(fmt.Errorf("%w: partition %d after %d, want increasing", ErrMalformed, p, out[len(out)-1]))
+			return nil
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // str reads a str field of at most limit bytes; the length is checked
 // before the string is allocated.
 func (r *msgReader) str(limit int) string {

@@ -32,6 +32,41 @@ type feedIns struct {
 	// last is each initiator's latest feed, open or ended: a new feed
 	// waits for its tail to be resolved before it is read.
 	last map[txnid.Initiator]*feedIn
+	// holding: the node's registration was lost and is not settled yet,
+	// so a replica here may lack txns and must not answer: its results
+	// wait in held until settle says which to send and which to drop.
+	holding bool
+	held    []heldDone
+}
+
+type heldDone struct {
+	in txnid.Initiator
+	d  *wire.Done
+}
+
+// heldMax bounds the results held through an outage. Those of its start
+// are answers no initiator still waits for (the node was not live for
+// it), so past the bound the oldest go.
+const heldMax = 1 << 18
+
+// hold holds every result from now until release.
+func (f *feedIns) hold() {
+	f.mu.Lock()
+	f.holding = true
+	f.mu.Unlock()
+}
+
+// release sends the held results of the partitions keep says, drops the
+// others (their replicas failed), and stops holding.
+func (f *feedIns) release(keep func(p uint32) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range f.held {
+		if keep(h.d.Partition) {
+			f.sendLocked(h.in, h.d)
+		}
+	}
+	f.held, f.holding = nil, false
 }
 
 type feedIn struct {
@@ -48,6 +83,10 @@ type feedIn struct {
 	// redialled is closed when a feed of the same incarnation replaces
 	// this one: the initiator lives, so its tail cannot be repaired.
 	redialled chan struct{}
+	// missed are the partitions whose txns the initiator's process
+	// sequenced without a feed to this node before this one opened
+	// (wire.Hello.Missed).
+	missed []uint32
 	// floored: the floor was queued to the initiator. Before it, the
 	// initiator sends nothing on the feed, so a redial loses nothing.
 	floored atomic.Bool
@@ -56,8 +95,20 @@ type feedIn struct {
 // done sends a txn's result back to its initiator, without waiting.
 func (f *feedIns) done(in txnid.Initiator, d *wire.Done) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.holding {
+		if len(f.held) >= heldMax {
+			f.held = f.held[heldMax/2:]
+		}
+		f.held = append(f.held, heldDone{in, d})
+		return
+	}
+	f.sendLocked(in, d)
+}
+
+// sendLocked queues d to its initiator's feed; f.mu held.
+func (f *feedIns) sendLocked(in txnid.Initiator, d *wire.Done) {
 	fi := f.by[in]
-	f.mu.Unlock()
 	if fi == nil {
 		return // its feed is gone; so is the initiator's wait
 	}
@@ -94,7 +145,7 @@ func (f *feedIns) admitFeed(h *wire.Hello) error {
 // committed txns they never got, so they fail and rejoin.
 func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	in := txnid.Initiator(h.Initiator)
-	fi := &feedIn{in: in, node: h.Node, inc: h.Epoch, conn: conn, q: make(chan wire.Message, feedQueueMax),
+	fi := &feedIn{in: in, node: h.Node, inc: h.Epoch, missed: h.Missed, conn: conn, q: make(chan wire.Message, feedQueueMax),
 		resolved: make(chan struct{}), redialled: make(chan struct{})}
 	n.feeds.mu.Lock()
 	old, prev := n.feeds.by[in], n.feeds.last[in]
@@ -298,7 +349,13 @@ type initiator struct {
 	outs map[string]*feedOut
 	// lost holds, per node, the incarnation (incarnation()) whose feed
 	// broke: a call does not wait for a feed to a node that went away.
-	lost     map[string]int64
+	lost map[string]int64
+	// missed holds, per node, the partitions this process sequenced a txn
+	// of while it had no feed to the node: told to it when a feed opens
+	// (wire.Hello.Missed). dialing are the nodes a feed is being opened
+	// to: no txn of their partitions is sequenced meanwhile.
+	missed   map[string]map[uint32]bool
+	dialing  map[string]bool
 	pending  map[txnid.ID]*call
 	lastSend time.Time
 }
@@ -356,7 +413,8 @@ func newInitiator(n *Node) (*initiator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &initiator{n: n, gen: gen, outs: map[string]*feedOut{}, lost: map[string]int64{}, pending: map[txnid.ID]*call{}}, nil
+	return &initiator{n: n, gen: gen, outs: map[string]*feedOut{}, lost: map[string]int64{},
+		missed: map[string]map[uint32]bool{}, dialing: map[string]bool{}, pending: map[txnid.ID]*call{}}, nil
 }
 
 // submit sequences a call and sends it to its partition's replicas.
@@ -381,7 +439,8 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	}
 	view = in.waitFeeds(req.Partition, view)
 	in.mu.Lock()
-	if unfed := recovery.Unfed(in.replicaFeedsLocked(req.Partition, view)); len(unfed) > 0 {
+	feeds := in.replicaFeedsLocked(req.Partition, view)
+	if unfed := recovery.Unfed(feeds); len(unfed) > 0 {
 		// A replica there would never get the txn and, not tracking
 		// this initiator, would run past it (docs/DESIGN.md "Feeds that
 		// open late"). Nothing was sent: a definite failure.
@@ -408,6 +467,9 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	}
 	c.id = in.gen.Next()
 	in.pending[c.id] = c
+	for _, node := range recovery.Missed(feeds) {
+		in.noteMissedLocked(node, req.Partition)
+	}
 	txn := &wire.Txn{Partition: req.Partition, ID: c.id, Proc: req.Proc, Params: req.Params}
 	in.n.maybePlant(txn)
 	for _, f := range targets {
@@ -417,6 +479,7 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 		}
 		if !f.send(txn) {
 			delete(c.waiting, f.node)
+			in.noteMissedLocked(f.node, req.Partition)
 			continue
 		}
 		c.sent = true
@@ -449,6 +512,17 @@ func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (txni
 		return txnid.Zero, fmt.Errorf("expected the feed's floor, got %v", m.Type())
 	}
 	return b.ID, nil
+}
+
+// noteMissedLocked records that node's replica of p lacks a txn this
+// process sequenced; in.mu held.
+func (in *initiator) noteMissedLocked(node string, p uint32) {
+	ps := in.missed[node]
+	if ps == nil {
+		ps = map[uint32]bool{}
+		in.missed[node] = ps
+	}
+	ps[p] = true
 }
 
 // feedWait bounds how long a call waits for the feeds to a partition's
@@ -486,7 +560,7 @@ func (in *initiator) replicaFeedsLocked(p uint32, v *view) []recovery.ReplicaFee
 	for _, rp := range v.placement[p] {
 		rec, alive := v.nodes[rp.node]
 		fed := in.outs[rp.node] != nil || alive && in.lost[rp.node] == incarnation(rec)
-		rs = append(rs, recovery.ReplicaFeed{Node: rp.node, Alive: alive, Fed: fed})
+		rs = append(rs, recovery.ReplicaFeed{Node: rp.node, Alive: alive, Fed: fed, Dialing: in.dialing[rp.node]})
 	}
 	return rs
 }
@@ -657,9 +731,20 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 		cancel()
 		return
 	}
+	// What node missed so far goes in the hello; from here until the
+	// feed is open no txn of its partitions is sequenced (Dialing), so
+	// the list stays whole.
+	in.mu.Lock()
+	in.dialing[node] = true
+	var missed []uint32
+	for p := range in.missed[node] {
+		missed = append(missed, p)
+	}
+	in.mu.Unlock()
+	slices.Sort(missed)
 	conn, err := stream.Dial(ctx, addr, cfg)
 	if err == nil {
-		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation()}, node)
+		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation(), Missed: missed}, node)
 		if err != nil {
 			conn.Close()
 		}
@@ -672,6 +757,9 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 		}
 	}
 	if err != nil {
+		in.mu.Lock()
+		delete(in.dialing, node)
+		in.mu.Unlock()
 		if in.n.ctx.Err() == nil {
 			in.n.limited.Log(slog.LevelInfo, "feed-dial/"+node, "feed dial failed", "node", node, "err", err)
 		}
@@ -679,6 +767,8 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 	}
 	f := &feedOut{node: node, inc: inc, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()
+	delete(in.dialing, node)
+	delete(in.missed, node) // the node has the list now
 	in.gen.Advance(floor)
 	in.outs[node] = f
 	// The first message: the replicas' safe point hears from us at once.

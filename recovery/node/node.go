@@ -150,7 +150,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	var reg *supervise.Node
 	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
 		reg, err = supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
-			Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Log: n.log,
+			Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Started: n.started, Log: n.log,
 		})
 		return err
 	}); err != nil {

@@ -235,3 +235,137 @@ func testLapsedMissed(t *testing.T, stopNew bool) {
 	default:
 	}
 }
+
+// TestLapseFailsOnlyMissedPartitions: a node cut off from etcd past its
+// lease, meanwhile a new process writes without a feed to it. Only the
+// replicas of the partitions that process wrote missed anything; it says
+// which when its feed opens (wire.Hello.Missed). Before, every replica of
+// the node failed, and in rejoin chaos, after an etcd pause lapsed every
+// node at once, every live copy of several partitions failed together.
+func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
+	const ttl = 2 * time.Second
+	const parts = 3
+	cfg := layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}
+	var px *faultnet.Proxy
+	c := newClusterWith(t, 3, 3, cfg, func(c *cluster) {
+		var err error
+		px, err = faultnet.Start(c.e.Endpoints()[0][len("http://"):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(px.Close)
+		c.etcdFor = func(id int) []string {
+			if id == 2 {
+				return []string{px.Endpoint()}
+			}
+			return c.e.Endpoints()
+		}
+		c.nodeTTL = ttl
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	reps, err := supervise.Replicas(ctx, c.admin)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	onN2 := map[uint32]bool{}
+	for _, r := range reps {
+		if r.Node == "n2" {
+			onN2[r.Partition] = true
+		}
+	}
+	var missP, keepP, otherP = -1, -1, -1
+	for p := range parts {
+		switch {
+		case onN2[uint32(p)] && missP < 0:
+			missP = p
+		case onN2[uint32(p)]:
+			keepP = p
+		default:
+			otherP = p
+		}
+	}
+	if missP < 0 || keepP < 0 || otherP < 0 {
+		t.Fatalf("placement %v: want n2 on two of three partitions", onN2)
+	}
+	keysOf := func(p, n int) []int {
+		var out []int
+		for i := 0; len(out) < n; i++ {
+			key := wire.Bytes(fmt.Appendf(nil, "key-%06d", i))
+			if q, _ := partition.RouteValues([]wire.Value{key}, parts); int(q) == p {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, parts)
+	for i := range 300 {
+		upsert(t, cl, parts, i)
+	}
+	px.Freeze()
+	waitUntil(t, 3*ttl+5*time.Second, "n2's lease to expire", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		nodes, err := supervise.Nodes(ctx, c.admin)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.ID == "n2" {
+				return false
+			}
+		}
+		return true
+	})
+	c.start(4)
+	cl4 := dialClient(t, c.nodes[4].addrs.TCP)
+	// n4 calls nothing on keepP, not even a read: any txn it sequences
+	// there without a feed to n2 counts as one n2's replica missed.
+	for _, p := range []int{missP, otherP} {
+		waitUntil(t, 10*time.Second, "n4 writes", func() bool {
+			_, err := cl4.call(uint32(p), partition.ProcDigest, false)
+			return err == nil
+		})
+	}
+	for _, i := range append(keysOf(missP, 50), keysOf(otherP, 50)...) {
+		upsert(t, cl4, parts, i)
+	}
+	px.Thaw()
+	waitUntil(t, 60*time.Second, "n2's replica of the partition n4 wrote to rebuilt", func() bool {
+		for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
+			if int(rs.Partition) == missP {
+				return rs.Rejoin != nil && rs.State == StateLive
+			}
+		}
+		return false
+	})
+	i := 300
+	waitUntil(t, 60*time.Second, "every replica live", func() bool {
+		upsert(t, cl, parts, i)
+		i++
+		return allLive(t, c)
+	})
+	for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
+		switch int(rs.Partition) {
+		case missP:
+			if rs.Rejoin == nil {
+				t.Errorf("n2's replica of partition %d, which n4 wrote without a feed to n2, never rejoined", missP)
+			}
+		case keepP:
+			if rs.Rejoin != nil {
+				t.Errorf("n2's replica of partition %d, which n4 never wrote, was failed and rejoined (epoch %d)", keepP, rs.Rejoin.Epoch)
+			}
+		}
+	}
+	waitUntil(t, 5*time.Second, "every replica answering n1's calls", func() bool {
+		for p := range uint32(parts) {
+			r, err := cl.call(p, partition.ProcDigest, true)
+			if err != nil || len(r.Each) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	checkDigests(t, cl, parts, 2)
+}

@@ -56,8 +56,10 @@ func (n *Node) registration() {
 		<-ctx.Done()
 		if out == nil && n.ctx.Err() == nil {
 			// At once: a feed that breaks and opens again from here on
-			// must not count as open throughout.
+			// must not count as open throughout; and a replica that may
+			// miss txns from here on answers nothing until settled.
 			out = &outage{feeds: n.feedsNow(), lapses: t.Lapses, rev: t.Revision()}
+			n.feeds.hold()
 		}
 		wg.Wait()
 		stop()
@@ -94,6 +96,7 @@ func (n *Node) registration() {
 func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool {
 	if t.Lapses == out.lapses {
 		n.log.Info("registration resumed on its lease: no node took this one for dead, its replicas missed nothing")
+		n.feeds.release(func(uint32) bool { return true })
 		return true
 	}
 	var meanwhile []supervise.NodeRecord
@@ -127,13 +130,100 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	gaps := n.feedGaps(ids, out.feeds)
 	if len(gaps) == 0 {
 		n.log.Info("registration lapsed; the feed of every live node stayed open throughout: replicas stay live")
+		n.feeds.release(func(uint32) bool { return true })
 		return true
 	}
-	why := fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout: txns may have been missed", gaps)
-	for _, r := range n.replicas {
-		r.do(func(r *replica) { r.fail(why) })
+	// Each gap's process says, when its feed opens, which partitions it
+	// wrote without a feed here: only those replicas missed anything. A
+	// gap that cannot say (dead since, or no feed from it in time)
+	// may have written any partition.
+	missed := map[uint32][]string{}
+	var unknown []string
+	for _, node := range gaps {
+		ps, ok := n.missedBy(ctx, node, out.feeds, meanwhile)
+		if ctx.Err() != nil {
+			return false
+		}
+		if !ok {
+			unknown = append(unknown, node)
+			continue
+		}
+		for _, p := range ps {
+			missed[p] = append(missed[p], node)
+		}
 	}
+	failed := map[uint32]bool{}
+	for p, r := range n.replicas {
+		var why string
+		switch {
+		case len(unknown) > 0:
+			why = fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout; %v cannot say what they sent meanwhile: txns may have been missed", gaps, unknown)
+		case len(missed[p]) > 0:
+			why = fmt.Sprintf("registration lapsed, and %v sequenced txns of partition %d without a feed here meanwhile", missed[p], p)
+		default:
+			continue
+		}
+		failed[p] = true
+		// Synchronous, so that nothing the replica answers after the
+		// release below comes from before its failure.
+		ask(r, func(r *replica) bool { r.fail(why); return true })
+	}
+	n.feeds.release(func(p uint32) bool { return !failed[p] })
+	n.log.Info("registration lapsed: replicas settled", "gaps", gaps, "unknown", unknown, "partitions_missed", len(missed))
 	return true
+}
+
+// missedWait bounds the wait, after a lapse, for the feed of a node that
+// did not keep its feed open throughout: it dials within a membership
+// poll of seeing this node registered again, and its feed opens once the
+// tail of its previous one here is settled.
+const missedWait = 30 * time.Second
+
+// missedBy returns the partitions that node's current process sequenced
+// txns of without a feed to this node, as its feed's hello says, waiting
+// (boundedly) for that feed. False: node is not registered now, another
+// of its processes registered meanwhile (it told nothing), or its feed
+// did not open in time. The process whose feed was open here when the
+// registration was lost (in before) sent everything on it until it ended,
+// and its tail is repaired as any dead initiator's.
+func (n *Node) missedBy(ctx context.Context, node string, before map[txnid.Initiator]*feedIn, meanwhile []supervise.NodeRecord) ([]uint32, bool) {
+	deadline := time.Now().Add(missedWait)
+	for time.Now().Before(deadline) {
+		rec, alive := n.members.view().nodes[node]
+		if !alive {
+			return nil, false
+		}
+		inc := uint64(incarnation(rec))
+		for _, m := range meanwhile {
+			if m.ID != node || uint64(incarnation(m)) == inc {
+				continue
+			}
+			known := false
+			for _, fi := range before {
+				known = known || fi.node == node && fi.inc == uint64(incarnation(m))
+			}
+			if !known {
+				return nil, false
+			}
+		}
+		n.feeds.mu.Lock()
+		var found *feedIn
+		for _, fi := range n.feeds.by {
+			if fi.node == node && fi.inc == inc {
+				found = fi
+			}
+		}
+		n.feeds.mu.Unlock()
+		if found != nil {
+			return found.missed, true
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // feedGaps lists the nodes whose initiator's feed into this node is not

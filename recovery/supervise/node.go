@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,11 @@ type NodeOptions struct {
 	Window time.Duration
 	// OutgoingMax is stored in the record (see NodeRecord).
 	OutgoingMax int
-	Log         *slog.Logger
+	// Started is the process's start, the record's Started: the one
+	// incarnation the process shows everywhere (its feeds' hellos too).
+	// Zero: the time of Register.
+	Started time.Time
+	Log     *slog.Logger
 }
 
 // Node is this process's registration in the cluster, from Register to
@@ -172,7 +177,7 @@ func Register(ctx context.Context, cli *clientv3.Client, id string, opts NodeOpt
 	}
 	life, cancel := context.WithCancelCause(context.Background())
 	n := &Node{cli: cli, log: opts.Log, id: id, key: NodeKey(id), opts: opts, ttlSeconds: ttlSeconds, window: opts.Window,
-		started: normalize(time.Now()), life: life, cancel: cancel, done: make(chan struct{}), next: make(chan struct{})}
+		started: normalize(cmp.Or(opts.Started, time.Now())), life: life, cancel: cancel, done: make(chan struct{}), next: make(chan struct{})}
 	t, rec, err := n.register(ctx, false)
 	if err != nil {
 		cancel(err)
