@@ -105,13 +105,12 @@ type Attempt struct {
 // end when the claim is lost or released, whichever comes first, and Lost
 // closes then.
 type Claim struct {
-	cli      *clientv3.Client
-	attempt  Attempt
-	key      string
-	lease    clientv3.LeaseID
-	ttl      time.Duration // as granted, which etcd may have raised
-	window   time.Duration
-	acquired time.Time // when the creating txn was sent: ours from then on
+	cli     *clientv3.Client
+	attempt Attempt
+	key     string
+	lease   clientv3.LeaseID
+	ttl     time.Duration // as granted, which etcd may have raised
+	window  time.Duration
 
 	cancel context.CancelFunc // ends run and the keepalive
 	done   chan struct{}      // closed when run has returned
@@ -220,7 +219,6 @@ func Acquire(ctx context.Context, cli *clientv3.Client, task Task, executorID st
 		lease:    grant.ID,
 		ttl:      time.Duration(grant.TTL) * time.Second,
 		window:   s.window,
-		acquired: sent,
 		cancel:   cancel,
 		kaCancel: kaCancel,
 		done:     make(chan struct{}),
