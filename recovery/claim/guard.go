@@ -55,8 +55,10 @@ type GuardConfig struct {
 
 func (c GuardConfig) validate() error {
 	switch {
-	case c.TTL <= 0 || c.Window <= 0 || 2*c.Window > c.TTL:
-		return fmt.Errorf("%w: guard ttl %d, window %d: want window in (0, ttl/2]", ErrConfig, c.TTL, c.Window)
+	case c.TTL <= 0 || c.Window < 2 || 2*c.Window > c.TTL:
+		// Two ticks at least: a check must fit inside the window, before
+		// its end, where a window without an answer is a loss.
+		return fmt.Errorf("%w: guard ttl %d, window %d: want window in [2, ttl/2]", ErrConfig, c.TTL, c.Window)
 	case c.Keepalive < 0 || 2*c.Keepalive > c.TTL:
 		return fmt.Errorf("%w: guard ttl %d, keepalive %d: want keepalive in [0, ttl/2]", ErrConfig, c.TTL, c.Keepalive)
 	case c.ChecksPerWindow < 0:

@@ -157,7 +157,7 @@ func TestGuardTouch(t *testing.T) {
 
 // TestGuardConfig: a window or keepalive above half the TTL is refused.
 func TestGuardConfig(t *testing.T) {
-	for _, c := range []GuardConfig{{TTL: 0, Window: 1}, {TTL: 10, Window: 6}, {TTL: 10, Window: 5, Keepalive: 6}, {TTL: 10, Window: 0}, {TTL: 10, Window: 5, ChecksPerWindow: -1}} {
+	for _, c := range []GuardConfig{{TTL: 0, Window: 1}, {TTL: 10, Window: 6}, {TTL: 10, Window: 5, Keepalive: 6}, {TTL: 10, Window: 0}, {TTL: 10, Window: 1}, {TTL: 10, Window: 5, ChecksPerWindow: -1}} {
 		if _, err := NewGuard(c, 0); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: %v, want ErrConfig", c, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -139,9 +140,6 @@ func (w *world) checkLive(a *attempt) {
 	if want := h.e - 1; a.exec.LastExecuted() != want {
 		w.violate("a", "destination of attempt %d live at E=%v with last executed %v, want %v", a.epoch, h.e, a.exec.LastExecuted(), want)
 	}
-	if a.duplicate {
-		return
-	}
 	w.live, w.liveTick = a, w.tick
 	w.tracef("dst e%d live: %s (equal to the source at E)", a.epoch, w.describeReplica(a.exec))
 	if w.opts.Sabotage == SabotageDestinationWrite {
@@ -205,17 +203,19 @@ func (w *world) finalCheck() {
 	}
 	w.checkReleased("at the end")
 	if w.claims {
-		if c := &w.coord; c.claim != nil || c.task.status != taskDone || c.task.doneBy != w.live.epoch {
+		if c := &w.coord; c.claim != nil || c.task.Status != claim.StatusDone || c.task.Epoch != w.live.epoch {
 			w.violate("e", "at the end, the coordinator holds %s; want no claim and the task done by epoch %d", c, w.live.epoch)
 		}
 		for _, a := range w.atts {
 			if a.x != nil && a.x.holds {
-				w.violate("e", "at the end, executor x%d still believes it holds epoch %d", a.x.id, a.epoch)
+				w.violate("e", "at the end, holder x%d still believes it holds epoch %d", a.x.id, a.epoch)
 			}
 		}
 	}
 	for _, a := range w.atts {
-		w.checkLogBound(a)
+		if a.src != nil {
+			w.checkLogBound(a)
+		}
 	}
 	w.tracef("end: %d attempts, all replicas at %v: %s", len(w.atts), src.LastExecuted(), w.describeReplica(src))
 }

@@ -121,8 +121,13 @@ func (p *pipe) up() bool {
 	if p.a == nil {
 		return true
 	}
+	if p.a.x != nil {
+		// With claims the connection is the source node's from its hello
+		// on: the hello and its answer travel on it.
+		return !p.a.dstGone
+	}
 	if p.toSrc {
-		return p.a.src != nil || p.a.early
+		return p.a.src != nil
 	}
 	return p.a.dst != nil && !p.a.dstGone
 }
@@ -188,6 +193,10 @@ func (w *world) describe(m wire.Message) string {
 		return fmt.Sprintf("abort e%d %s: %s", h.Epoch, m.Reason, m.Text)
 	case *wire.Heartbeat:
 		return fmt.Sprintf("heartbeat e%d", h.Epoch)
+	case *wire.Hello:
+		return fmt.Sprintf("hello e%d from %s", m.Epoch, m.Node)
+	case *wire.Reply:
+		return fmt.Sprintf("refusal: %s", m.Err)
 	}
 	return fmt.Sprintf("%s e%d", m.Type(), h.Epoch)
 }

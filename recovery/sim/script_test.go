@@ -13,6 +13,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -53,6 +54,10 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"abort":        (*script).abort,
 	"restart-dest": (*script).restartDest,
 	"pause":        (*script).pause,
+	"outage":       (*script).outage,
+	"supervise":    (*script).supervise,
+	"health":       (*script).health,
+	"poll":         (*script).poll,
 	"state":        (*script).state,
 	"open-feed":    (*script).openFeed,
 	"check":        (*script).check,
@@ -131,14 +136,18 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		"pace": &k.PaceTxnsPerTick, "handoff-bytes": &k.HandoffLogBytesMax, "rounds": &k.RoundsMax,
 		"stall": &k.StallTicksMax, "heartbeat": &k.ProcHeartbeatTicks,
 		"claim-ttl": &k.ClaimTTLTicks, "keepalive": &k.KeepaliveTicks, "claim-window": &k.ClaimWindowTicks,
+		"stale": &k.StaleTicks, "claim-within": &k.ClaimWithinTicks,
 	}
 	late := 0
+	auto := false
 	for _, a := range d.CmdArgs {
 		switch a.Key {
 		case "late":
 			a.Scan(t, 0, &late)
 		case "lease-guard":
 			k.LeaseGuard = true
+		case "supervisor":
+			auto = true
 		case "block-rows":
 			var n int
 			a.Scan(t, 0, &n)
@@ -171,11 +180,20 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		if !d.HasArg("claim-window") {
 			k.ClaimWindowTicks = max(1, k.ClaimTTLTicks/4)
 		}
+		if !d.HasArg("stale") {
+			k.StaleTicks = k.StallTicksMax + 2*k.ClaimWindowTicks
+		}
+		if !d.HasArg("claim-within") {
+			k.ClaimWithinTicks = 50
+		}
 	}
 	if late < 0 || late > k.Initiators {
 		d.Fatalf(t, "setup: late=%d, want 1..%d", late, k.Initiators)
 	}
-	w := &world{reg: newRegistry(), scripted: true, k: k, claims: k.ClaimTTLTicks > 0, late: late}
+	if auto && k.ClaimTTLTicks == 0 {
+		d.Fatalf(t, "supervisor needs claims: setup claim-ttl=N")
+	}
+	w := &world{reg: newRegistry(), scripted: true, auto: auto, k: k, claims: k.ClaimTTLTicks > 0, late: late}
 	w.tr.on = true
 	w.work = rand.New(rand.NewPCG(1, 1))
 	w.net = rand.New(rand.NewPCG(2, 2))
@@ -215,12 +233,19 @@ func (s *script) slotKey(tbl *partition.Table, sl partition.Slot) string {
 	return keyName(key)
 }
 
-// start starts an attempt (the first, or a retry with the next epoch); its
-// source side starts source-delay ticks later, at the next tick or run.
+// start starts an attempt (the first, or a retry with the next epoch).
+// With claims the source node takes it as an assignment: it claims the
+// task, starts it, and says hello to the destination. Without, the
+// destination side starts now and the source side source-delay ticks
+// later, at the next tick or run.
 func (s *script) start(t *testing.T, d *datadriven.TestData) string {
 	delay := 0
 	d.MaybeScanArgs(t, "source-delay", &delay)
-	s.w.startAttempt(uint64(delay))
+	if s.w.claims {
+		s.w.takeAssignment()
+		return ""
+	}
+	s.w.startAttempt(nil, uint64(delay))
 	return ""
 }
 
@@ -374,11 +399,11 @@ func (s *script) deliver(t *testing.T, d *datadriven.TestData) string {
 			if toSrc {
 				p = a.d2s
 			}
-			if len(p.q) > 0 && p.up() && (toSrc || !w.pausedNow(a)) {
+			if len(p.q) > 0 && p.up() && !w.pausedNow(a) {
 				return p
 			}
 		}
-		if g := map[bool]*pipe{true: w.ghostSrc, false: w.ghostDst}[toSrc]; len(g.q) > 0 && (toSrc || !w.ghostDstHeld()) {
+		if g := map[bool]*pipe{true: w.ghostSrc, false: w.ghostDst}[toSrc]; len(g.q) > 0 && (!toSrc || !w.ghostSrcHeld()) {
 			return g
 		}
 		return nil
@@ -401,8 +426,8 @@ func (s *script) deliver(t *testing.T, d *datadriven.TestData) string {
 	}
 	if done == 0 {
 		for _, a := range w.atts {
-			if w.pausedNow(a) && len(a.s2d.q) > 0 && to != "source" {
-				return fmt.Sprintf("held: %d packets for the destination of attempt %d, whose executor is paused\n", len(a.s2d.q), a.epoch)
+			if w.pausedNow(a) && len(a.s2d.q)+len(a.d2s.q) > 0 {
+				return fmt.Sprintf("held: %d packets of attempt %d, whose holder is paused\n", len(a.s2d.q)+len(a.d2s.q), a.epoch)
 			}
 		}
 		return "nothing in flight\n"
@@ -418,12 +443,13 @@ func (s *script) tick(t *testing.T, d *datadriven.TestData) string {
 	w := s.w
 	for range n {
 		w.tick++
-		w.stepClaims()
-		for _, a := range w.atts {
-			if a.src == nil && w.tick >= a.srcUpAt {
-				w.startSource(a)
-			}
+		w.stepCoordinator()
+		if w.auto {
+			w.supervise()
+			w.stepSourceNode()
 		}
+		w.startDueSources()
+		w.stepHolders()
 		w.learnCuts()
 		w.tickProcessors()
 	}
@@ -446,13 +472,15 @@ func (s *script) runUntil(t *testing.T, d *datadriven.TestData) string {
 		}
 		switch {
 		case until == "live":
-			return !a.dstGone && a.dst.State() == recovery.StateLive
+			return a.dstUp() && a.dst.State() == recovery.StateLive
 		case until == "aborted":
 			return a.dstEnded() && (a.src == nil || a.src.State().Final())
+		case until == "done":
+			return w.coord.task.Status == claim.StatusDone
 		case strings.HasPrefix(until, "src:"):
 			return a.src != nil && a.src.State().String() == until[4:]
 		case strings.HasPrefix(until, "dst:"):
-			return !a.dstGone && a.dst.State().String() == until[4:]
+			return a.dstUp() && a.dst.State().String() == until[4:]
 		}
 		d.Fatalf(t, "run until=%s: want live, aborted, src:<state> or dst:<state>", until)
 		return false
@@ -462,11 +490,7 @@ func (s *script) runUntil(t *testing.T, d *datadriven.TestData) string {
 		if w.tick-start >= uint64(limit) {
 			return fmt.Sprintf("not %s after %d ticks: %s\n", until, limit, w.where())
 		}
-		for _, a := range w.atts {
-			if a.src == nil && w.tick >= a.srcUpAt {
-				w.startSource(a)
-			}
-		}
+		w.startDueSources()
 		w.step()
 	}
 	return fmt.Sprintf("%s after %d ticks\n", until, w.tick-start)
@@ -516,9 +540,9 @@ func (s *script) restartDest(t *testing.T, d *datadriven.TestData) string {
 	return ""
 }
 
-// pause freezes the current attempt's executor (its destination
-// processor, its feed, its keepalives and checks): pause ticks=N
-// [check-after=N] (its first check after it wakes, 0 by default).
+// pause freezes the current attempt's holder (its guard, its source
+// processor, its connection both ways): pause ticks=N [check-after=N]
+// (its guard's first look after it wakes, 0 by default).
 func (s *script) pause(t *testing.T, d *datadriven.TestData) string {
 	if !s.w.claims {
 		d.Fatalf(t, "pause needs claims: setup claim-ttl=N")
@@ -527,6 +551,49 @@ func (s *script) pause(t *testing.T, d *datadriven.TestData) string {
 	d.ScanArgs(t, "ticks", &n)
 	d.MaybeScanArgs(t, "check-after", &check)
 	s.w.pause(s.w.cur(), uint64(n), uint64(check))
+	return ""
+}
+
+// outage makes the coordinator answer nothing: outage ticks=N.
+func (s *script) outage(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "outage needs claims: setup claim-ttl=N")
+	}
+	var n int
+	d.ScanArgs(t, "ticks", &n)
+	s.w.outage(uint64(n))
+	return ""
+}
+
+// supervise runs one supervision pass now: supervise.Decide on the
+// coordinator's model, its actions applied.
+func (s *script) supervise(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "supervise needs claims: setup claim-ttl=N")
+	}
+	if s.w.supervisePass() == 0 {
+		return "no action\n"
+	}
+	return ""
+}
+
+// health runs the health task now.
+func (s *script) health(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "health needs claims: setup claim-ttl=N")
+	}
+	s.w.healthRun()
+	return ""
+}
+
+// poll makes the source node read its assignment now, and take it if it
+// is new.
+func (s *script) poll(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "poll needs claims: setup claim-ttl=N")
+	}
+	s.w.srcNode.nextPoll = 0
+	s.w.stepSourceNode()
 	return ""
 }
 
@@ -547,7 +614,7 @@ func (s *script) state(t *testing.T, d *datadriven.TestData) string {
 				fmt.Fprintf(&b, "  source: %v\n", err)
 			}
 		}
-		if !a.dstGone {
+		if a.dstUp() {
 			m := a.dst.Metrics()
 			fmt.Fprintf(&b, "  destination: P=%v applied %s; dropped %d buffered txns; stale rejected %d\n",
 				a.dst.Proposal(), counts(m), m.TxnsDropped, m.StaleRejected)
@@ -561,7 +628,7 @@ func (s *script) state(t *testing.T, d *datadriven.TestData) string {
 		fmt.Fprintf(&b, "coordinator: %s\n", &w.coord)
 	}
 	fmt.Fprintf(&b, "source replica: %s, %d queued; slots %s\n", w.describeReplica(w.srcExec), w.srcExec.Queued(), s.slots(w.srcExec))
-	if a != nil && !a.dstGone {
+	if a != nil && a.dstUp() {
 		fmt.Fprintf(&b, "destination replica: %s, %d queued; slots %s\n", w.describeReplica(a.exec), a.exec.Queued(), s.slots(a.exec))
 	}
 	return b.String()
@@ -613,7 +680,7 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 			eq = "DIFFER"
 		}
 		fmt.Fprintf(&b, "destination live since E=%v; source at %v, destination at %v: digests %s\n", w.live.e, src.LastExecuted(), dst.LastExecuted(), eq)
-	} else if a != nil && !a.dstGone && a.dst.State() == recovery.StateAborted {
+	} else if a != nil && a.dstUp() && a.dst.State() == recovery.StateAborted {
 		fmt.Fprintf(&b, "destination aborted; its replica holds %v rows, digest zero: %v\n", rowCounts(a.exec.Partition()), a.exec.Partition().Digest() == 0)
 	} else {
 		b.WriteString("destination not live\n")

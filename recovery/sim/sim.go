@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -35,8 +36,8 @@ const (
 	// behind the protocol's back right after it goes live, so invariant (a)
 	// must fail.
 	SabotageDestinationWrite
-	// SabotageIgnoreClaimLoss makes every executor's check (and its lease
-	// guard) blind to a lost claim, so a paused executor does not stop:
+	// SabotageIgnoreClaimLoss makes every holder's check (and its lease
+	// guard) blind to a lost claim, so a paused holder does not stop:
 	// invariant (e) must fail.
 	SabotageIgnoreClaimLoss
 )
@@ -88,9 +89,6 @@ type Stats struct {
 	// StaleToRunning counts those that reached a processor still running
 	// (an ended one refuses everything without looking at the epoch).
 	StaleDelivered, StaleToRunning, StaleRejected, StaleAccepted, GhostDropped int64
-	// SupersededByMessage counts source processors that learned from a
-	// newer attempt's message that they were superseded.
-	SupersededByMessage int
 	// FaultsFired counts faults injected, by kind in Kinds (named by
 	// FaultKindNames).
 	FaultsFired int
@@ -103,28 +101,31 @@ type Stats struct {
 	// DigestChecks counts comparisons of the live replicas at a common txn.
 	DigestChecks int
 	// Claims counts claims made; ClaimsExpired those deleted when their
-	// lease ran out; ClaimLostStops executors that stopped on finding
-	// their claim gone.
+	// lease ran out; ClaimLostStops holders that stopped on finding their
+	// claim lost (or, with the lease guard, not certainly held).
 	Claims, ClaimsExpired, ClaimLostStops int
-	// PausedLate counts late messages of a paused executor's attempt that
+	// PausedLate counts late messages of a paused holder's attempt that
 	// reached a newer attempt's running processor; PausedRejected those
 	// rejected by epoch (all of them, or invariant d fails).
 	PausedLate, PausedRejected int64
-	// DualWriteTicks counts ticks at which two executors that both
-	// believed they held the claim both had a write accepted (possible
-	// only without Knobs.LeaseGuard; in epoch order at each node).
+	// DualWriteTicks counts ticks at which two holders that both believed
+	// they held the claim both had a write accepted (possible only without
+	// Knobs.LeaseGuard; in epoch order at each node).
 	DualWriteTicks int
 	// WritesAfterLoss counts writes accepted (and destinations gone live)
-	// from executors that still believed they held a claim the
-	// coordinator had deleted (possible only without Knobs.LeaseGuard).
+	// of holders that still believed they held a claim the coordinator had
+	// deleted (after its lease ran out, possible only without
+	// Knobs.LeaseGuard).
 	WritesAfterLoss int
-	// DuplicateCompletions counts attempts that went live after the task
-	// was done.
-	DuplicateCompletions int
 	// Takeovers counts supervisor failovers; TakeoverStarts those where
-	// the new leader found the task unclaimed and planned an attempt from
-	// the coordinator's record alone.
+	// the new leader assigned the task again from the coordinator alone.
 	Takeovers, TakeoverStarts int
+	// Assigns counts the supervisor's assignments (supervise.Decide);
+	// StaleResets the health task's resets of the task; Touches the task
+	// record's refreshes on progress; Requeues the attempts requeued by
+	// their holder; HellosRefused the hellos the destination refused on
+	// its claim check; Outages the coordinator's outages.
+	Assigns, StaleResets, Touches, Requeues, HellosRefused, Outages int
 }
 
 // Violation is a broken invariant: the check that failed and why.
@@ -196,8 +197,11 @@ type world struct {
 	srcExec *partition.Executor
 	ref     *partition.Executor
 
-	atts     []*attempt
-	epoch    uint64 // the last attempt's, without claims
+	atts  []*attempt
+	epoch uint64 // the last attempt's, without claims
+	// dstFence is the highest epoch the destination node has taken
+	// (durable: it survives a restart).
+	dstFence uint64
 	faults   []*fault
 	ghostSrc *pipe // late messages to the source node
 	ghostDst *pipe // late messages to the destination node
@@ -212,16 +216,25 @@ type world struct {
 
 	// claims: attempts claim the task in the coordinator and take its
 	// epoch (every seed; a script when it asks). sup is the supervisor,
-	// coord the coordinator. writeEpoch is the highest epoch whose write
-	// each node accepted (source node, destination node): invariant (e).
+	// coord the coordinator, srcNode the source node's executor.
+	// writeEpoch is the highest epoch whose write each node accepted
+	// (source node, destination node): invariant (e). claimEpoch is the
+	// claim's epoch as last seen (noteClaims).
 	claims     bool
 	sup        supervisor
 	coord      coordinator
+	srcNode    sourceNode
 	writeEpoch [2]uint64
+	claimEpoch uint64
+	// dstComplete: the live destination's completion failed, and is tried
+	// again at dstCompleteAt.
+	dstComplete   *attempt
+	dstCompleteAt uint64
 
 	// scripted: a scenario script drives the world; nothing happens on its
-	// own (no workload, no supervisor, no faults).
-	scripted bool
+	// own (no workload, no supervisor, no faults). auto: a script's
+	// supervisor and source node run by themselves all the same.
+	scripted, auto bool
 	// late is a script's late initiator (1-based; 0: none): its feeds to
 	// the source and destination nodes open only when the script says.
 	late int
@@ -257,7 +270,6 @@ func newWorld(seed uint64, opts Options) *world {
 	}
 	w.k = k
 	w.claims = true
-	w.sup.leader = 1
 	return w
 }
 
@@ -290,6 +302,8 @@ func (w *world) setup() {
 	loadSeed := w.work.Uint64()
 	w.load(w.srcExec.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
 	w.load(w.ref.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
+	w.sup.leader = 1
+	w.coord = newCoordinator(0)
 	w.ghostSrc = &pipe{name: "ghost>src", toSrc: true, codec: w.k.Codec}
 	w.ghostDst = &pipe{name: "ghost>dst", codec: w.k.Codec}
 	if !w.scripted {
@@ -306,8 +320,12 @@ func (w *world) step() {
 	if w.tick > uint64(w.k.TicksMax) {
 		w.violate("c", "not finished after %d ticks: %s", w.k.TicksMax, w.where())
 	}
-	w.stepClaims()
+	w.stepCoordinator()
 	w.supervise()
+	if !w.scripted || w.auto {
+		w.stepSourceNode()
+	}
+	w.stepHolders()
 	w.maybeFault()
 	w.learnCuts()
 	if w.scripted {
@@ -395,10 +413,41 @@ func (w *world) deliverDue() {
 	}
 }
 
-// ghostDstHeld: the destination node's current processor is frozen.
-func (w *world) ghostDstHeld() bool {
-	a := w.dstAttempt()
+// ghostSrcHeld: the source node's current processor is frozen.
+func (w *world) ghostSrcHeld() bool {
+	a := w.srcAttempt()
 	return a != nil && w.pausedNow(a)
+}
+
+// stepCoordinator is the coordinator's tick: the nodes' activity, leases
+// that run out.
+func (w *world) stepCoordinator() {
+	if !w.claims {
+		return
+	}
+	w.coord.activity(w.tick, srcNode)
+	w.coord.activity(w.tick, dstNode)
+	if e, ok := w.coord.step(w.tick, uint64(w.k.ClaimTTLTicks)); ok {
+		w.stats.ClaimsExpired++
+		w.tracef("coordinator: claim of epoch %d expired (rev %d)", e, w.coord.rev)
+	}
+	w.noteClaims()
+	if a := w.dstComplete; a != nil && w.tick >= w.dstCompleteAt {
+		w.completeTask(a, claim.Attempt{Task: simTask, Executor: dstNode + ":destination", Epoch: a.epoch}, "destination")
+	}
+}
+
+// startDueSources starts, without claims (a script's), the source side of
+// every attempt whose time has come.
+func (w *world) startDueSources() {
+	if w.claims {
+		return
+	}
+	for _, a := range w.atts {
+		if a.src == nil && w.tick >= a.srcUpAt {
+			w.startSource(a)
+		}
+	}
 }
 
 func (w *world) dueLinks(dst []link) []link {
@@ -408,24 +457,25 @@ func (w *world) dueLinks(dst []link) []link {
 		}
 	}
 	for _, a := range w.atts {
-		// A paused executor's destination takes nothing until it wakes.
+		// A paused holder's connection moves nothing, either way, until
+		// it wakes.
 		paused := w.pausedNow(a)
 		for _, l := range a.feed {
-			if !paused && l.due(w.tick) {
+			if l.due(w.tick) {
 				dst = append(dst, l)
 			}
 		}
 		if !paused && a.s2d.due(w.tick) {
 			dst = append(dst, a.s2d)
 		}
-		if a.d2s.due(w.tick) {
+		if !paused && a.d2s.due(w.tick) {
 			dst = append(dst, a.d2s)
 		}
 	}
-	if w.ghostSrc.due(w.tick) {
+	if w.ghostSrc.due(w.tick) && !w.ghostSrcHeld() {
 		dst = append(dst, w.ghostSrc)
 	}
-	if w.ghostDst.due(w.tick) && !w.ghostDstHeld() {
+	if w.ghostDst.due(w.tick) {
 		dst = append(dst, w.ghostDst)
 	}
 	return dst
@@ -468,7 +518,7 @@ func (w *world) stepSource(n int) int {
 // pumpSource lets the source processor holding the executor's gate do
 // what it can between two txns.
 func (w *world) pumpSource() {
-	if a := w.srcAttempt(); a != nil && !a.src.State().Final() {
+	if a := w.srcAttempt(); a != nil && !a.src.State().Final() && !w.pausedNow(a) {
 		a.src.Pump()
 		w.afterCall(a)
 	}
@@ -479,12 +529,12 @@ func (w *world) pumpSource() {
 // running, and its messages may still reach a newer attempt.
 func (w *world) tickProcessors() {
 	for _, a := range w.atts {
-		if a.src != nil && !a.src.State().Final() {
+		if a.src != nil && !a.src.State().Final() && !w.pausedNow(a) {
 			a.src.Tick()
 			w.afterCall(a)
 			w.watchThrottle(a)
 		}
-		if a.dst != nil && !a.dstGone && !a.dst.State().Final() && !w.pausedNow(a) {
+		if a.dstUp() && !a.dst.State().Final() {
 			a.dst.Tick()
 			w.afterCall(a)
 		}
@@ -534,22 +584,29 @@ func (w *world) quiet() bool {
 		if len(a.s2d.q)+len(a.d2s.q) > 0 {
 			return false
 		}
-		if a.src == nil || !a.src.State().Final() {
+		if (a.src == nil && a.helloErr == nil) || (a.src != nil && !a.src.State().Final()) {
 			return false
 		}
-		if a.dst != nil && !a.dstGone && !a.dst.State().Final() {
+		if a.dstUp() && !a.dst.State().Final() {
+			return false
+		}
+		if a.x != nil && !a.x.finished {
 			return false
 		}
 	}
 	if len(w.ghostSrc.q)+len(w.ghostDst.q) > 0 {
 		return false
 	}
-	// A claim whose executor died with its node is given back by no one:
-	// it goes when its lease runs out, at most ClaimTTLTicks from its last
-	// keepalive, and the final check wants no claim left. Wait for it.
-	// Any other claim still held at the end is a bug the check reports.
+	// A claim whose holder could not give it back (the coordinator did not
+	// answer) goes when its lease runs out, at most ClaimTTLTicks from its
+	// last keepalive, and the final check wants no claim left. Wait for
+	// it, and for the coordinator to be back. Any claim whose holder still
+	// believes it holds it at the end is a bug the check reports.
+	if w.claims && (w.coord.down(w.tick) || w.dstComplete != nil) {
+		return false
+	}
 	if c := w.coord.claim; w.claims && c != nil {
-		if a := w.attemptOf(c.epoch); a != nil && a.x != nil && a.x.dead {
+		if a := w.attemptOf(c.epoch); a != nil && a.x != nil && !a.x.holds {
 			return false
 		}
 	}
