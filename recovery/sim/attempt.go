@@ -336,6 +336,11 @@ func (w *world) route(a *attempt, fromSrc bool, m wire.Message) {
 	if _, hb := m.(*wire.Heartbeat); !hb && w.tr.on {
 		w.tracef("%s > %s", sideName(fromSrc), w.describe(m))
 	}
+	if w.lose[m.Type()] {
+		delete(w.lose, m.Type())
+		w.tracef("lost on the way: %s", w.describe(m))
+		return
+	}
 	if fromSrc {
 		w.checkStopped(a, m)
 	}

@@ -58,6 +58,7 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"supervise":    (*script).supervise,
 	"health":       (*script).health,
 	"poll":         (*script).poll,
+	"lose":         (*script).lose,
 	"state":        (*script).state,
 	"open-feed":    (*script).openFeed,
 	"check":        (*script).check,
@@ -91,7 +92,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
 	var b strings.Builder
 	if d.Cmd != "setup" {
 		for _, l := range s.w.tr.lines[from:] {
-			if keepLine(d.Cmd, l) {
+			if keepLine(d, l) {
 				b.WriteString(strings.TrimLeft(l[7:], " "))
 				b.WriteByte('\n')
 			}
@@ -105,12 +106,20 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
 }
 
 // keepLine leaves acks out of a run's output: they are many and say
-// little; a late one, delivered to a newer attempt, stays.
-func keepLine(cmd, l string) bool {
-	if cmd != "run" {
+// little; a late one, delivered to a newer attempt, stays. A brief run
+// (run ... brief) leaves out the blocks and their acks too.
+func keepLine(d *datadriven.TestData, l string) bool {
+	if d.Cmd != "run" {
 		return true
 	}
-	return !strings.Contains(l, " ack e") || strings.HasPrefix(strings.TrimLeft(l[7:], " "), "late ")
+	line := strings.TrimLeft(l[7:], " ")
+	if strings.HasPrefix(line, "late ") {
+		return true
+	}
+	if d.HasArg("brief") && (strings.Contains(line, " > block e") || strings.Contains(line, " < block e")) {
+		return false
+	}
+	return !strings.Contains(l, " ack e")
 }
 
 // scriptKnobs are a script's defaults: one table of 10 rows, one
@@ -594,6 +603,22 @@ func (s *script) poll(t *testing.T, d *datadriven.TestData) string {
 	}
 	s.w.srcNode.nextPoll = 0
 	s.w.stepSourceNode()
+	return ""
+}
+
+// lose makes the next message of a type a processor sends be lost on
+// the way: lose type=handoff|handoff-ack.
+func (s *script) lose(t *testing.T, d *datadriven.TestData) string {
+	var name string
+	d.ScanArgs(t, "type", &name)
+	mt, ok := map[string]wire.MsgType{"handoff": wire.MsgHandoff, "handoff-ack": wire.MsgHandoffAck}[name]
+	if !ok {
+		d.Fatalf(t, "lose type=%s: want handoff or handoff-ack", name)
+	}
+	if s.w.lose == nil {
+		s.w.lose = map[wire.MsgType]bool{}
+	}
+	s.w.lose[mt] = true
 	return ""
 }
 

@@ -226,6 +226,10 @@ type world struct {
 	srcNode    sourceNode
 	writeEpoch [2]uint64
 	claimEpoch uint64
+	// lose: a script's one-shot losses: the next message of each type a
+	// processor sends is lost on the way (the node's test hooks that lose
+	// a Handoff or a HandoffAck).
+	lose map[wire.MsgType]bool
 	// dstComplete: the live destination's completion failed, and is tried
 	// again at dstCompleteAt.
 	dstComplete   *attempt
