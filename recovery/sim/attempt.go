@@ -484,7 +484,7 @@ func (w *world) onStale(toSrc bool, a *attempt, m wire.Message) {
 	if !st.Final() {
 		w.stats.StaleToRunning++
 		if old != nil && old.paused {
-			// A late message of a paused executor's attempt.
+			// A late message of a paused holder's attempt.
 			w.stats.PausedLate++
 			if errors.Is(err, recovery.ErrStaleEpoch) {
 				w.stats.PausedRejected++

@@ -25,13 +25,15 @@ import (
 //	(d) no running processor accepts a message of a superseded epoch;
 //	(e) with claims: at each node, writes (messages other than Abort
 //	    accepted by a running processor while their sender ran) are
-//	    accepted in nondecreasing epoch order, so two executors that both
+//	    accepted in nondecreasing epoch order, so two holders that both
 //	    believe they hold the claim never interleave their writes, and,
-//	    with the lease guard, at no tick do both write; an
-//	    executor learns it lost its claim within one window (of the loss,
-//	    or of waking from a pause) and writes nothing after it stops; the
-//	    supervisor starts an attempt only when the task has no claim; at
-//	    the end no claim is left and the task is done by the live attempt.
+//	    with the lease guard, at no tick do both write, nor does a holder
+//	    whose claim's lease ran out; a holder learns it lost its claim
+//	    within one window (of the loss, or of waking from a pause) and its
+//	    source writes nothing after it stops; a claim is created only when
+//	    none stands (the coordinator's own invariant); a destination goes
+//	    live at most once; at the end no claim is left and the task is
+//	    done by the live attempt.
 
 // recompute sums partition.RowHash over every row, from scratch: the
 // digest as the simulator sees it, independent of the running digest the
