@@ -23,6 +23,8 @@ import (
 type attempt struct {
 	epoch uint64
 	hdr   wire.MsgHeader
+	// sn is the source node the attempt runs on.
+	sn *srcReplica
 
 	exec *partition.Executor   // the destination replica
 	dst  *recovery.Destination // nil until the destination took the hello
@@ -123,12 +125,23 @@ func (w *world) cur() *attempt {
 	return w.atts[len(w.atts)-1]
 }
 
-// srcAttempt is the attempt whose source processor the source node runs
-// now: the newest one that started its source side.
+// srcAttempt is the newest attempt that started its source side, on any
+// source node.
 func (w *world) srcAttempt() *attempt {
 	for i := len(w.atts) - 1; i >= 0; i-- {
 		if w.atts[i].src != nil {
 			return w.atts[i]
+		}
+	}
+	return nil
+}
+
+// srcAttemptOn is the attempt whose source processor node sr runs now: the
+// newest one there that started its source side.
+func (w *world) srcAttemptOn(sr *srcReplica) *attempt {
+	for i := len(w.atts) - 1; i >= 0; i-- {
+		if a := w.atts[i]; a.src != nil && a.sn == sr {
+			return a
 		}
 	}
 	return nil
@@ -155,11 +168,11 @@ func (w *world) ctrlDelayMax() int { return min(20, w.k.StallTicksMax/3) }
 // connection, and the rest follows from the answer. Without, it is
 // attempt epoch+1: a fresh destination replica joins the feed now, and
 // the source side starts srcDelay ticks later.
-func (w *world) startAttempt(x *holder, srcDelay uint64) *attempt {
+func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attempt {
 	if bound := w.k.Faults + 1; !w.scripted && len(w.atts) >= bound {
 		w.violate("c", "attempt %d needed, but %d faults allow at most %d: %s", len(w.atts)+1, w.k.Faults, bound, w.where())
 	}
-	a := &attempt{srcUpAt: w.tick + srcDelay, x: x}
+	a := &attempt{srcUpAt: w.tick + srcDelay, x: x, sn: sr}
 	if x != nil {
 		a.epoch = x.epoch
 	} else {
@@ -171,8 +184,8 @@ func (w *world) startAttempt(x *holder, srcDelay uint64) *attempt {
 	a.d2s = &pipe{name: fmt.Sprintf("e%d dst>src", a.epoch), a: a, toSrc: true, codec: w.k.Codec}
 	w.atts = append(w.atts, a)
 	if x != nil {
-		w.tracef("attempt %d: source node says hello to the destination", a.epoch)
-		a.s2d.send(w, &wire.Hello{Kind: wire.HelloRejoin, Node: srcNode, Partition: partitionID, Epoch: a.epoch}, w.k.ConnDelayMax, 1)
+		w.tracef("attempt %d: %s node says hello to the destination", a.epoch, sr.id)
+		a.s2d.send(w, &wire.Hello{Kind: wire.HelloRejoin, Node: sr.id, Partition: partitionID, Epoch: a.epoch}, w.k.ConnDelayMax, 1)
 		return a
 	}
 	w.startDest(a)
@@ -276,14 +289,14 @@ func (w *world) onHelloAnswer(a *attempt, m wire.Message) {
 // (frozen, or it has not learned that its attempt is over) is superseded
 // first, and must then have released the executor.
 func (w *world) startSource(a *attempt) {
-	if prev := w.srcAttempt(); prev != nil && !prev.src.State().Final() {
+	if prev := w.srcAttemptOn(a.sn); prev != nil && !prev.src.State().Final() {
 		prev.superseded = true
-		w.tracef("source node: attempt %d superseded by %d", prev.epoch, a.epoch)
+		w.tracef("%s node: attempt %d superseded by %d", a.sn.id, prev.epoch, a.epoch)
 		prev.src.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by attempt %d", a.epoch))
 		w.afterCall(prev)
 	}
-	w.checkReleased(fmt.Sprintf("before attempt %d's source starts", a.epoch))
-	s, err := recovery.NewSource(w.srcExec, w.k.sourceConfig(a.hdr))
+	w.checkReleased(a.sn, fmt.Sprintf("before attempt %d's source starts", a.epoch))
+	s, err := recovery.NewSource(a.sn.exec, w.k.sourceConfig(a.hdr))
 	if err != nil {
 		w.violate("config", "source: %v", err)
 	}
@@ -392,6 +405,8 @@ func (w *world) onConn(p *pipe, m wire.Message) {
 			w.onHello(a, h)
 		}
 		return
+	case p.toSrc && a.sn.dead:
+		return // its node is gone
 	case p.toSrc && a.src == nil:
 		w.onHelloAnswer(a, m)
 		return
@@ -431,7 +446,7 @@ func (w *world) onConn(p *pipe, m wire.Message) {
 func (w *world) newerAt(toSrc bool, a *attempt) *attempt {
 	var b *attempt
 	if toSrc {
-		b = w.srcAttempt()
+		b = w.srcAttemptOn(a.sn)
 	} else {
 		b = w.dstAttempt()
 	}
@@ -450,7 +465,10 @@ func (w *world) onGhost(p *pipe, m wire.Message) {
 	e := m.Header().Epoch
 	var a *attempt
 	if p.toSrc {
-		a = w.srcAttempt()
+		// To the source node of the message's attempt, if it lives.
+		if old := w.attemptOf(e); old != nil && !old.sn.dead {
+			a = w.srcAttemptOn(old.sn)
+		}
 	} else {
 		a = w.dstAttempt()
 	}
@@ -563,7 +581,7 @@ func (w *world) onSourceState(a *attempt, from, to recovery.State) {
 	}
 	if to.Final() {
 		w.checkLogBound(a)
-		w.checkReleased(fmt.Sprintf("after attempt %d's source ended %s", a.epoch, to))
+		w.checkReleased(a.sn, fmt.Sprintf("after attempt %d's source ended %s", a.epoch, to))
 	}
 }
 
@@ -613,12 +631,12 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 		// A holder stops when its guard counts its claim lost.
 		ok = ok || (ae.Reason == wire.AbortClaimLost && a.claimLost)
 	case wire.AbortConnLost:
-		// A destination restart drops the connection as a cut does.
-		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart)
+		// A node restart or death drops the connection as a cut does.
+		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultSourceDies)
 	case wire.AbortTimeout:
 		// A paused holder's source is silent: its destination times out;
-		// so is a source whose holder waits out an outage.
-		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultPause || a.fault.kind == faultOutage)
+		// so is a dead source, or one whose holder waits out an outage.
+		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultPause || a.fault.kind == faultOutage || a.fault.kind == faultSourceDies)
 	}
 	// A script aborts attempts as it pleases and reads the reasons in
 	// its output.
@@ -632,21 +650,22 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 // boundary there: every txn below E executed, none at or above it, and
 // nothing below it still to come.
 func (w *world) recordHandoff(a *attempt, h *wire.Handoff) {
-	p := w.srcExec.Partition()
+	src := a.sn.exec
+	p := src.Partition()
 	a.e = h.TxnID
 	a.handoff = &handoffRecord{e: h.TxnID, digest: p.Digest(), recomputed: recompute(p), rows: rowCounts(p)}
-	last := w.srcExec.LastExecuted()
+	last := src.LastExecuted()
 	if last >= h.TxnID {
 		w.violate("a", "source sent handoff at E=%v having executed %v", h.TxnID, last)
 	}
-	if q, ok := w.srcExec.QueuedFrom(0); ok && q < h.TxnID {
+	if q, ok := src.QueuedFrom(0); ok && q < h.TxnID {
 		w.violate("a", "source sent handoff at E=%v with txn %v below it still queued", h.TxnID, q)
 	}
-	if safe, ok := w.srcExec.Safe(); !ok || safe+1 < h.TxnID {
+	if safe, ok := src.Safe(); !ok || safe+1 < h.TxnID {
 		w.violate("a", "source sent handoff at E=%v with the safe txn ID at %v: a txn below E may still come", h.TxnID, safe)
 	}
 	if h.Digest != a.handoff.digest || a.handoff.digest != a.handoff.recomputed {
 		w.violate("a", "handoff at E=%v: message digest %016x, source partition %016x, recomputed %016x", h.TxnID, h.Digest, a.handoff.digest, a.handoff.recomputed)
 	}
-	w.tracef("src e%d handoff at E=%v: %s", a.epoch, h.TxnID, w.describeReplica(w.srcExec))
+	w.tracef("src e%d handoff at E=%v: %s", a.epoch, h.TxnID, w.describeReplica(src))
 }

@@ -74,25 +74,29 @@ func hasGate(e *partition.Executor) bool { return e.Gate() != nil }
 
 func hasObserver(p *partition.Partition) bool { return p.Observer() != nil }
 
-// checkReleased checks that no source processor holds the source
-// executor: no gate, no observer (so no table stream), and every txn the
-// safe point allows runs.
-func (w *world) checkReleased(when string) {
-	if hasGate(w.srcExec) {
-		w.violate("c", "%s: the source executor still has a gate", when)
+// checkReleased checks that no source processor holds sr's executor: no
+// gate, no observer (so no table stream), and every txn the safe point
+// allows runs.
+func (w *world) checkReleased(sr *srcReplica, when string) {
+	if sr.dead {
+		return // its node and its processors are gone
 	}
-	if hasObserver(w.srcExec.Partition()) {
-		w.violate("c", "%s: the source partition still has an observer (a table stream)", when)
+	src := sr.exec
+	if hasGate(src) {
+		w.violate("c", "%s: the %s executor still has a gate", when, sr.id)
+	}
+	if hasObserver(src.Partition()) {
+		w.violate("c", "%s: the %s partition still has an observer (a table stream)", when, sr.id)
 	}
 	if w.scripted {
 		return // a script runs the source itself, and shows what runs
 	}
 	for {
-		if _, ok := w.srcExec.Step(); !ok {
+		if _, ok := src.Step(); !ok {
 			break
 		}
 	}
-	if id, ok := w.srcExec.Ready(); ok {
+	if id, ok := src.Ready(); ok {
 		w.violate("c", "%s: the source executor holds txn %v, which its safe point allows", when, id)
 	}
 }
@@ -173,37 +177,51 @@ func (w *world) sabotage(a *attempt) {
 }
 
 // compare checks invariant (a) after the handoff whenever the live
-// destination and the source have executed the same txns, and the source
-// against the oracle likewise.
+// destination and its source have executed the same txns (or, its source
+// dead, the oracle), and every live source against the oracle likewise.
 func (w *world) compare() {
-	src := w.srcExec
-	if w.live != nil && w.live.exec.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastCmp {
-		w.lastCmp = src.LastExecuted()
-		w.stats.DigestChecks++
-		if a, b := src.Partition().Digest(), w.live.exec.Partition().Digest(); a != b {
-			w.violate("a", "after the handoff at E=%v, at txn %v: source digest %016x, destination %016x", w.live.e, src.LastExecuted(), a, b)
+	if w.live != nil {
+		src, what := w.live.sn.exec, "source"
+		if w.live.sn.dead {
+			src, what = w.ref, "oracle"
+		}
+		if w.live.exec.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastCmp {
+			w.lastCmp = src.LastExecuted()
+			w.stats.DigestChecks++
+			if a, b := src.Partition().Digest(), w.live.exec.Partition().Digest(); a != b {
+				w.violate("a", "after the handoff at E=%v, at txn %v: %s digest %016x, destination %016x", w.live.e, src.LastExecuted(), what, a, b)
+			}
 		}
 	}
-	if w.ref.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastRefCmp {
-		w.lastRefCmp = src.LastExecuted()
+	for i, sr := range w.srcs {
+		src := sr.exec
+		if sr.dead || w.ref.LastExecuted() != src.LastExecuted() || src.LastExecuted() == w.lastRefCmp[i] {
+			continue
+		}
+		w.lastRefCmp[i] = src.LastExecuted()
 		if a, b := src.Partition().Digest(), w.ref.Partition().Digest(); a != b {
-			w.violate("a", "at txn %v: source digest %016x, oracle %016x: the rejoin changed the source", src.LastExecuted(), a, b)
+			w.violate("a", "at txn %v: %s digest %016x, oracle %016x: the rejoin changed the source", src.LastExecuted(), sr.id, a, b)
 		}
 	}
 }
 
 // finalCheck runs once every replica has executed the whole feed.
 func (w *world) finalCheck() {
-	src, dst, ref := w.srcExec, w.live.exec, w.ref
-	if src.LastExecuted() != dst.LastExecuted() || src.LastExecuted() != ref.LastExecuted() {
-		w.violate("a", "at the end: source at %v, destination at %v, oracle at %v", src.LastExecuted(), dst.LastExecuted(), ref.LastExecuted())
-	}
-	for _, e := range []*partition.Executor{dst, ref} {
-		if d, r := e.Partition().Digest(), recompute(e.Partition()); d != src.Partition().Digest() || r != d {
-			w.violate("a", "at the end, txn %v: source %s, %s (recomputed %016x)", src.LastExecuted(), w.describeReplica(src), w.describeReplica(e), r)
+	dst, ref := w.live.exec, w.ref
+	for _, src := range w.liveSources() {
+		if src.LastExecuted() != dst.LastExecuted() || src.LastExecuted() != ref.LastExecuted() {
+			w.violate("a", "at the end: source at %v, destination at %v, oracle at %v", src.LastExecuted(), dst.LastExecuted(), ref.LastExecuted())
+		}
+		for _, e := range []*partition.Executor{dst, ref} {
+			if d, r := e.Partition().Digest(), recompute(e.Partition()); d != src.Partition().Digest() || r != d {
+				w.violate("a", "at the end, txn %v: source %s, %s (recomputed %016x)", src.LastExecuted(), w.describeReplica(src), w.describeReplica(e), r)
+			}
 		}
 	}
-	w.checkReleased("at the end")
+	for _, sr := range w.srcs {
+		w.checkReleased(sr, "at the end")
+	}
+	src := ref
 	if w.claims {
 		if c := &w.coord; c.claim != nil || c.task.Status != claim.StatusDone || c.task.Epoch != w.live.epoch {
 			w.violate("e", "at the end, the coordinator holds %s; want no claim and the task done by epoch %d", c, w.live.epoch)

@@ -68,8 +68,13 @@ type coordinator struct {
 	task   claim.TaskRecord
 	assign *supervise.Assignment // nil: none
 	nodes  map[string]supervise.NodeRecord
-	// replicas: the placement of the partition, source then destination.
+	// order: the node ids, sources then the destination.
+	order []string
+	// replicas: the placement of the partition, sources then destination.
 	replicas []supervise.Replica
+	// nodeGoneAt: when the record of a node that died goes (its lease runs
+	// out), by id.
+	nodeGoneAt map[string]uint64
 	// downUntil: the coordinator answers nothing while tick < downUntil.
 	downUntil uint64
 	// claims counts claims made (the record's Attempts counts starts).
@@ -86,16 +91,18 @@ type claimKey struct {
 }
 
 // newCoordinator opens the task (claim.CreateTask: pending, attempts 0)
-// and registers both nodes and the placement, at tick.
-func newCoordinator(tick uint64) coordinator {
+// and registers the nodes and the placement, at tick.
+func newCoordinator(tick uint64, srcs []*srcReplica) coordinator {
 	c := coordinator{leases: map[uint64]uint64{}, nodes: map[string]supervise.NodeRecord{}}
 	now := timeAt(tick)
-	for _, id := range []string{srcNode, dstNode} {
-		c.nodes[id] = supervise.NodeRecord{ID: id, Address: id, Started: now, LastActive: now, Status: supervise.NodeReady, Created: int64(c.write())}
+	for _, sr := range srcs {
+		c.order = append(c.order, sr.id)
+		c.replicas = append(c.replicas, supervise.Replica{Partition: partitionID, Node: sr.id, State: supervise.ReplicaLive})
 	}
-	c.replicas = []supervise.Replica{
-		{Partition: partitionID, Node: srcNode, State: supervise.ReplicaLive},
-		{Partition: partitionID, Node: dstNode, State: supervise.ReplicaNeedsRejoin},
+	c.order = append(c.order, dstNode)
+	c.replicas = append(c.replicas, supervise.Replica{Partition: partitionID, Node: dstNode, State: supervise.ReplicaNeedsRejoin})
+	for _, id := range c.order {
+		c.nodes[id] = supervise.NodeRecord{ID: id, Address: id, Started: now, LastActive: now, Status: supervise.NodeReady, Created: int64(c.write())}
 	}
 	c.write()
 	rev := c.write()
@@ -124,6 +131,17 @@ func (c *coordinator) step(tick, ttl uint64) (uint64, bool) {
 	if c.downUntil != 0 && tick == c.downUntil {
 		for e := range c.leases {
 			c.leases[e] = max(c.leases[e], tick+ttl)
+		}
+		for id := range c.nodeGoneAt {
+			c.nodeGoneAt[id] = max(c.nodeGoneAt[id], tick+ttl)
+		}
+	}
+	for id, at := range c.nodeGoneAt {
+		if tick >= at {
+			// The dead node's registration lease ran out: its record goes.
+			delete(c.nodeGoneAt, id)
+			delete(c.nodes, id)
+			c.write()
 		}
 	}
 	var expired uint64
@@ -262,7 +280,7 @@ func (c *coordinator) complete(tick uint64, a claim.Attempt) (claim.Record, erro
 		c.claim = nil // in the same transaction: no write of its own
 	}
 	// The destination's replica is live: the placement says so.
-	c.replicas[1].State = supervise.ReplicaLive
+	c.replicas[len(c.replicas)-1].State = supervise.ReplicaLive
 	return next, nil
 }
 
@@ -380,7 +398,7 @@ func (c *coordinator) checkHealth(tick uint64, lim supervise.HealthLimits) ([]su
 		return nil, errCoordDown
 	}
 	nodes := make([]supervise.NodeRecord, 0, len(c.nodes))
-	for _, id := range []string{srcNode, dstNode} {
+	for _, id := range c.order {
 		if n, ok := c.nodes[id]; ok {
 			nodes = append(nodes, n)
 		}
@@ -411,6 +429,15 @@ func (c *coordinator) activity(tick uint64, node string) {
 		n.LastActive, n.Status = timeAt(tick), supervise.NodeReady
 		c.nodes[node] = n
 	}
+}
+
+// nodeDies: node's process is gone; its record goes when its lease runs
+// out, ttl ticks from its last activity update (this tick's).
+func (c *coordinator) nodeDies(tick, ttl uint64, node string) {
+	if c.nodeGoneAt == nil {
+		c.nodeGoneAt = map[string]uint64{}
+	}
+	c.nodeGoneAt[node] = tick + ttl
 }
 
 // String renders the coordinator's view, for the trace.

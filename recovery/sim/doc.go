@@ -27,10 +27,11 @@
 //
 // # What it models
 //
-//   - One source replica, loaded with a few dozen to a few hundred rows of
-//     one or two tables (kv with a bytes key, acct with a two-column key),
-//     and an oracle replica that receives the whole feed at once and never
-//     takes part in a rejoin.
+//   - Two live source replicas on nodes of their own (src and src2; a
+//     script has one unless it asks), loaded with the same few dozen to a
+//     few hundred rows of one or two tables (kv with a bytes key, acct
+//     with a two-column key), and an oracle replica that receives the
+//     whole feed at once and never takes part in a rejoin.
 //   - One to four initiators, each stamping txns and heartbeats with a
 //     txnid.Generator on its own skewed (and now and then stepping) clock,
 //     sending them to every replica of the partition over links that
@@ -61,7 +62,7 @@
 //     answers nothing and nothing in it moves; its leases get a whole TTL
 //     again when it is back.
 //   - The holder (holder.go): the claim is held on the source node, where
-//     recovery/node holds it. The source node's executor polls its
+//     recovery/node holds it. Each source node's executor polls its
 //     assignment; for a new one (or, ending a failed attempt, the same one
 //     again after a delay) it acquires the claim (its epoch is the
 //     attempt's), starts the task, and says hello to the destination over
@@ -109,8 +110,12 @@
 //     frozen processor; when the holder wakes, what it had in flight
 //     reaches the new attempt's processors, and its guard stops it; half
 //     the pauses end just past the holder's lease, before a new attempt
-//     starts), an outage of the coordinator, and the supervisor's death
-//     (at a phase, or just as an attempt ended and the task has no claim).
+//     starts), an outage of the coordinator, the death of the attempt's
+//     source node (its replica, processors and holder gone, releasing
+//     nothing; its registration goes half a claim TTL later, and Decide
+//     assigns the task to the other source, revoking the claim that still
+//     stands), and the supervisor's death (at a phase, or just as an
+//     attempt ended and the task has no claim).
 //     A cut side keeps running until it knows, and its messages may take
 //     a late route to a newer attempt's processor, which must reject them
 //     by epoch.
@@ -122,12 +127,10 @@
 //
 // # What it does not model
 //
-// Several source replicas or a source node that dies (so no reassignment
-// to another source: Decide always assigns the one source node),
-// initiators that fail, initiators that join in a seeded run (a script's
-// late initiator does: setup late=N, open-feed; its write keeps
-// recovery/node's feed rule, recovery.Unfed), several tasks, a holder cut
-// off from a
+// More than two sources, a destination that dies for good, initiators
+// that fail, initiators that join in a seeded run (a script's late
+// initiator does: setup late=N, open-feed; its write keeps recovery/node's
+// feed rule, recovery.Unfed), several tasks, a holder cut off from a
 // coordinator that others still reach (an outage is the whole
 // coordinator's), lost responses (a write applied whose answer is lost),
 // clock rate differences between nodes and the coordinator (a tick is a

@@ -43,10 +43,18 @@ const (
 	// holder counts its claim lost and stops; a new attempt follows once
 	// the coordinator is back.
 	faultOutage
+	// faultSourceDies: the attempt's source node dies (its process is
+	// gone): its replica, its source processor and its holder with it,
+	// releasing nothing. The destination is told after a delay, or never
+	// and times out. Its registration's lease runs out half a claim TTL
+	// later, and the supervisor (Decide) assigns the task to the other
+	// live source, revoking the claim if it still stands: a new attempt, a
+	// higher epoch. At most one per run, and only with two sources.
+	faultSourceDies
 	faultKinds
 )
 
-var faultNames = [...]string{"abort-source", "abort-destination", "node-failed", "cut", "restart-destination", "pause-holder", "supervisor-dies", "coordinator-outage"}
+var faultNames = [...]string{"abort-source", "abort-destination", "node-failed", "cut", "restart-destination", "pause-holder", "supervisor-dies", "coordinator-outage", "source-dies"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
@@ -98,6 +106,7 @@ type fault struct {
 // the plan does not depend on how the run unfolds.
 func (w *world) planFaults() {
 	r := w.faultRng
+	deaths := 0
 	for i := 0; i < w.k.Faults; i++ {
 		f := &fault{kind: faultKind(r.IntN(int(faultKinds))), phase: phase(r.IntN(int(phases)))}
 		waits := [phases]int{phaseHandshake: 10, phaseSnapshot: 80, phaseCatchUp: 20, phaseHandoff: 3}
@@ -115,11 +124,11 @@ func (w *world) planFaults() {
 		f.srcLearn, f.dstLearn = learn(), learn()
 		f.ghost = r.IntN(3) != 0
 		// Longer than the TTL, so the claim expires while the holder is
-		// frozen; half the time long enough that a new attempt runs when
-		// it wakes, half the time (shortPause) just past its lease, so
+		// frozen; a third of the time long enough that a new attempt runs
+		// when it wakes, the rest (shortPause) just past its lease, so
 		// that it wakes before one does, its destination still running.
 		ttl := w.k.ClaimTTLTicks
-		short, extra := r.IntN(2) == 0, r.IntN(ttl+120)
+		short, extra := r.IntN(3) != 0, r.IntN(ttl+120)
 		f.pauseTicks = ttl + 1 + extra
 		if short {
 			f.shortPause = 1 + extra%4
@@ -130,6 +139,12 @@ func (w *world) planFaults() {
 		// Mostly past a claim window, so the holder gives up; now and
 		// then shorter, so it rides the outage out.
 		f.outageTicks = 1 + r.IntN(w.k.ClaimWindowTicks+2*ttl)
+		if f.kind == faultSourceDies && (w.k.Sources < 2 || deaths > 0) {
+			f.kind = faultAbortSource // one source must live on
+		}
+		if f.kind == faultSourceDies {
+			deaths++
+		}
 		w.faults = append(w.faults, f)
 	}
 }
@@ -184,7 +199,7 @@ func (w *world) maybeFault() {
 	if f.kind == faultAbortSource && a.src.State().Final() {
 		return // a source that has handed off has nothing left to abort
 	}
-	if (f.kind == faultPause || f.kind == faultOutage) && (a.x == nil || !a.x.holds || w.pausedNow(a) || w.coord.down(w.tick)) {
+	if (f.kind == faultPause || f.kind == faultOutage || f.kind == faultSourceDies) && (a.x == nil || !a.x.holds || w.pausedNow(a) || w.coord.down(w.tick)) {
 		return
 	}
 	if f.kind == faultSupervisor && w.sup.dead {
@@ -235,7 +250,30 @@ func (w *world) fire(f *fault, a *attempt) {
 		w.killSupervisor(f.election)
 	case faultOutage:
 		w.outage(uint64(f.outageTicks))
+	case faultSourceDies:
+		w.sourceDies(a, f.dstLearn)
 	}
+}
+
+// sourceDies makes a's source node die: its replica, its processors and
+// its holder are gone (the holder releases nothing: its claim runs out or
+// is revoked), its registration goes when its lease runs out, and the
+// destination learns of the broken connection dstLearn ticks later (0:
+// never, it times out).
+func (w *world) sourceDies(a *attempt, dstLearn int) {
+	sr := a.sn
+	sr.dead = true
+	for _, b := range w.atts {
+		if b.sn == sr && b.x != nil && !b.x.finished {
+			b.x.holds, b.x.dead = false, true
+		}
+	}
+	// Its registration's lease is half the claim's here, so the supervisor
+	// often finds the source dead while its claim still stands, and
+	// revokes it with the new assignment.
+	w.coord.nodeDies(w.tick, uint64(max(1, w.k.ClaimTTLTicks/2)), sr.id)
+	w.tracef("%s node dies: its replica, its processors and its holder are gone", sr.id)
+	w.cut(a, 0, dstLearn, false)
 }
 
 // outage makes the coordinator answer nothing for n ticks.

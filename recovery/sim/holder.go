@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/wire"
@@ -63,14 +64,31 @@ func (x *holder) attempt() claim.Attempt {
 	return claim.Attempt{Task: simTask, Executor: x.exec, Epoch: x.epoch}
 }
 
-// sourceNode is the source node's executor (recovery/node's executor
-// loop): it polls its assignments and takes each new one (a higher Seq)
-// as one claim and one attempt; after a failed attempt it takes the same
-// assignment again, retryAt later.
-type sourceNode struct {
+// srcReplica is a source node: its live replica of the partition (every
+// one gets the whole feed), and its executor (recovery/node's executor
+// loop), which polls its assignments and takes each new one (a higher
+// Seq) as one claim and one attempt; after a failed attempt it takes the
+// same assignment again, retryAt later. A node that died (faultSourceDies)
+// runs nothing more: its replica, its processors and its holder are gone.
+type srcReplica struct {
+	id       string
+	exec     *partition.Executor
+	dead     bool
 	handled  uint32
 	nextPoll uint64
 	retryAt  uint64 // 0: no retry pending
+}
+
+// liveSources returns the executors of the source replicas whose node
+// lives.
+func (w *world) liveSources() []*partition.Executor {
+	var out []*partition.Executor
+	for _, sr := range w.srcs {
+		if !sr.dead {
+			out = append(out, sr.exec)
+		}
+	}
+	return out
 }
 
 // pausedNow reports whether a's holder is frozen at the current tick.
@@ -86,37 +104,42 @@ func (w *world) attemptOf(epoch uint64) *attempt {
 	return nil
 }
 
-// stepSourceNode is one tick of the source node's executor: a retry
-// comes due, and at its poll it reads its assignment and takes a new one.
-func (w *world) stepSourceNode() {
-	n := &w.srcNode
-	if n.retryAt != 0 && w.tick >= n.retryAt {
-		n.retryAt, n.handled = 0, 0
+// stepSourceNodes is one tick of every live source node's executor: a
+// retry comes due, and at its poll it reads its assignment and takes a
+// new one.
+func (w *world) stepSourceNodes() {
+	for _, n := range w.srcs {
+		if n.dead {
+			continue
+		}
+		if n.retryAt != 0 && w.tick >= n.retryAt {
+			n.retryAt, n.handled = 0, 0
+		}
+		if w.tick < n.nextPoll {
+			continue
+		}
+		n.nextPoll = w.tick + 1 + uint64(w.net.IntN(w.ctrlDelayMax()))
+		as, ok, err := w.coord.assignment(w.tick, n.id)
+		if err != nil || !ok || as.Seq <= n.handled {
+			continue
+		}
+		n.handled = as.Seq
+		w.tracef("%s node: takes assignment seq %d (%s)", n.id, as.Seq, as.Reason)
+		w.takeAssignment(n)
 	}
-	if w.tick < n.nextPoll {
-		return
-	}
-	n.nextPoll = w.tick + 1 + uint64(w.net.IntN(w.ctrlDelayMax()))
-	as, ok, err := w.coord.assignment(w.tick, srcNode)
-	if err != nil || !ok || as.Seq <= n.handled {
-		return
-	}
-	n.handled = as.Seq
-	w.tracef("source node: takes assignment seq %d (%s)", as.Seq, as.Reason)
-	w.takeAssignment()
 }
 
-// takeAssignment is the source node's executor taking its assignment: it
+// takeAssignment is source node sr's executor taking its assignment: it
 // acquires the claim, starts the task as its holder, and starts the
 // attempt (which says hello to the destination). A claim not taken or a
 // task that will not start leaves nothing behind.
-func (w *world) takeAssignment() *attempt {
+func (w *world) takeAssignment(sr *srcReplica) *attempt {
 	id := w.coord.claims + 1
-	x := &holder{id: id, exec: fmt.Sprintf("%s/x%d", srcNode, id)}
+	x := &holder{id: id, exec: fmt.Sprintf("%s/x%d", sr.id, id)}
 	ttl := uint64(w.k.ClaimTTLTicks)
-	e, err := w.coord.acquire(w.tick, ttl, x.exec, srcNode)
+	e, err := w.coord.acquire(w.tick, ttl, x.exec, sr.id)
 	if err != nil {
-		w.tracef("source node: claim not taken: %v", err)
+		w.tracef("%s node: claim not taken: %v", sr.id, err)
 		return nil
 	}
 	x.epoch, x.holds = e, true
@@ -127,11 +150,12 @@ func (w *world) takeAssignment() *attempt {
 	w.stats.Claims++
 	w.tracef("holder x%d claims the task: epoch %d, lease %d ticks", id, e, ttl)
 	if _, err := w.coord.startTask(w.tick, x.attempt()); err != nil {
+		w.stats.StartsRefused++
 		w.tracef("holder x%d: task not started: %v", id, err)
 		w.releaseHolder(x)
 		return nil
 	}
-	return w.startAttempt(x, 0)
+	return w.startAttempt(sr, x, 0)
 }
 
 // stepHolders is one tick of every holder that believes it holds its
@@ -275,7 +299,7 @@ func (w *world) finishAttempt(a *attempt) {
 			w.tracef("holder x%d: attempt failed, but the task is final", x.id)
 		default:
 			retry := 1 + uint64(w.net.IntN(30))
-			w.srcNode.retryAt = w.tick + retry
+			a.sn.retryAt = w.tick + retry
 			if err != nil {
 				w.tracef("holder x%d: requeue: %v; retry in %d ticks", x.id, err, retry)
 			} else {

@@ -18,6 +18,10 @@ import (
 type Knobs struct {
 	// Tables is 1 (kv, bytes key) or 2 (kv and acct, a two-column key).
 	Tables int
+	// Sources is how many live replicas the partition has to rejoin from
+	// (1 or 2; a run has 2, a script 1 unless it asks), each on a node of
+	// its own.
+	Sources int
 	// Rows is how many rows each table is loaded with before the feed starts.
 	Rows int
 	// Initiators is how many initiators send txns and heartbeats (1-4).
@@ -162,7 +166,8 @@ func drawKnobs(r *rand.Rand) Knobs {
 	// Half the runs, with no draw of its own: one more draw would move
 	// the workload, network and fault streams of every seed.
 	k.LeaseGuard = k.ElectionTicksMax%2 == 0
-	// No draws: derived from the knobs above.
+	// No draws: derived from the knobs above, or fixed.
+	k.Sources = 2
 	k.StaleTicks = k.StallTicksMax + 2*k.ClaimWindowTicks
 	k.ClaimWithinTicks = 50
 	return k
@@ -174,6 +179,8 @@ func (k Knobs) validate() error {
 	switch {
 	case k.Tables < 1 || k.Tables > 2:
 		return fmt.Errorf("sim: Tables %d, want 1 or 2", k.Tables)
+	case k.Sources < 1 || k.Sources > 2:
+		return fmt.Errorf("sim: Sources %d, want 1 or 2", k.Sources)
 	case k.Initiators < 1 || k.Initiators > 4:
 		return fmt.Errorf("sim: Initiators %d, want 1..4", k.Initiators)
 	case k.ConnDelayMax < 1:

@@ -31,10 +31,11 @@ type feedItem struct {
 	inv partition.Invocation // Proc == "" for a heartbeat
 }
 
-// feedLink carries one initiator's txns and heartbeats to one replica: the
-// source (to == nil) or an attempt's destination replica. Bound: the items
-// sent and not delivered, at most FeedDelayMax ticks' worth.
+// feedLink carries one initiator's txns and heartbeats to one replica: a
+// source replica (src) or an attempt's destination replica (to). Bound:
+// the items sent and not delivered, at most FeedDelayMax ticks' worth.
 type feedLink struct {
+	src  *srcReplica
 	to   *attempt
 	q    []feedItem
 	last uint64
@@ -53,7 +54,7 @@ func (l *feedLink) deliver(w *world) {
 	l.q[0] = feedItem{}
 	l.q = l.q[1:]
 	if l.to == nil {
-		w.feedSource(it.inv)
+		w.feedSource(l.src, it.inv)
 		return
 	}
 	w.feedDestination(l.to, it.inv)
@@ -208,14 +209,18 @@ func (w *world) tableName(id uint32) string {
 	return fmt.Sprintf("table%d", id)
 }
 
-// feedSource delivers a txn or heartbeat to the source replica, and to
-// nothing else: the oracle got it when it was sent.
-func (w *world) feedSource(inv partition.Invocation) {
+// feedSource delivers a txn or heartbeat to a source replica, and to
+// nothing else: the oracle got it when it was sent. A dead node takes
+// nothing.
+func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
+	if sr.dead {
+		return
+	}
 	var err error
 	if inv.Proc == "" {
-		err = w.srcExec.Heartbeat(inv.ID)
+		err = sr.exec.Heartbeat(inv.ID)
 	} else {
-		err = w.srcExec.Offer(inv)
+		err = sr.exec.Offer(inv)
 	}
 	if err != nil {
 		w.violate("feed", "source refused %v: %v", inv.ID, err)
@@ -261,7 +266,9 @@ func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
 		w.violate("feed", "oracle refused %v: %v", inv.ID, err)
 	}
 	if !in.srcUnfed {
-		in.toSrc.send(w, inv)
+		for _, l := range in.toSrc {
+			l.send(w, inv)
+		}
 	}
 	for _, a := range w.atts {
 		if !in.dstUnfed && w.inFeed(a) {

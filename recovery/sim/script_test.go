@@ -59,6 +59,7 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"health":       (*script).health,
 	"poll":         (*script).poll,
 	"lose":         (*script).lose,
+	"kill-source":  (*script).killSource,
 	"state":        (*script).state,
 	"open-feed":    (*script).openFeed,
 	"check":        (*script).check,
@@ -129,7 +130,7 @@ func keepLine(d *datadriven.TestData, l string) bool {
 // within a script's few ticks.
 func scriptKnobs() Knobs {
 	return Knobs{
-		Tables: 1, Rows: 10, Initiators: 1, HeartbeatTicks: 1,
+		Tables: 1, Sources: 1, Rows: 10, Initiators: 1, HeartbeatTicks: 1,
 		ConnDelayMax: 1, GhostDelayMax: 1, StepsMax: 1000, Codec: wire.CodecNone,
 		BlockBytesMax: 1 << 20, WindowBlocksMax: 1,
 		ChangeLogBytesMax: 1 << 20, ChangeLogTxnBytesMax: txnLogBytesMax, PaceTxnsPerTick: 1, ThrottleWindowTicks: 1,
@@ -140,7 +141,7 @@ func scriptKnobs() Knobs {
 func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 	k := scriptKnobs()
 	ints := map[string]*int{
-		"rows": &k.Rows, "tables": &k.Tables, "initiators": &k.Initiators, "block-bytes": &k.BlockBytesMax,
+		"rows": &k.Rows, "tables": &k.Tables, "sources": &k.Sources, "initiators": &k.Initiators, "block-bytes": &k.BlockBytesMax,
 		"window": &k.WindowBlocksMax, "log-bytes": &k.ChangeLogBytesMax, "pace-low": &k.PaceLowWaterBytes,
 		"pace": &k.PaceTxnsPerTick, "handoff-bytes": &k.HandoffLogBytesMax, "rounds": &k.RoundsMax,
 		"stall": &k.StallTicksMax, "heartbeat": &k.ProcHeartbeatTicks,
@@ -251,10 +252,10 @@ func (s *script) start(t *testing.T, d *datadriven.TestData) string {
 	delay := 0
 	d.MaybeScanArgs(t, "source-delay", &delay)
 	if s.w.claims {
-		s.w.takeAssignment()
+		s.w.takeAssignment(s.w.srcs[0])
 		return ""
 	}
-	s.w.startAttempt(nil, uint64(delay))
+	s.w.startAttempt(s.w.srcs[0], nil, uint64(delay))
 	return ""
 }
 
@@ -327,8 +328,10 @@ func (s *script) heartbeat(t *testing.T, d *datadriven.TestData) string {
 func (s *script) deliverFeed() {
 	w := s.w
 	for _, in := range w.inits {
-		for len(in.toSrc.q) > 0 {
-			in.toSrc.deliver(w)
+		for _, l := range in.toSrc {
+			for len(l.q) > 0 {
+				l.deliver(w)
+			}
 		}
 	}
 	for _, a := range w.atts {
@@ -355,7 +358,9 @@ func (s *script) openFeed(t *testing.T, d *datadriven.TestData) string {
 			d.Fatalf(t, "i%d's feed to the source is open already", in.id)
 		}
 		in.srcUnfed = false
-		w.srcExec.AddInitiator(in.id)
+		for _, sr := range w.srcs {
+			sr.exec.AddInitiator(in.id)
+		}
 	case "dest":
 		if !in.dstUnfed {
 			d.Fatalf(t, "i%d's feed to the destination is open already", in.id)
@@ -455,7 +460,7 @@ func (s *script) tick(t *testing.T, d *datadriven.TestData) string {
 		w.stepCoordinator()
 		if w.auto {
 			w.supervise()
-			w.stepSourceNode()
+			w.stepSourceNodes()
 		}
 		w.startDueSources()
 		w.stepHolders()
@@ -601,8 +606,10 @@ func (s *script) poll(t *testing.T, d *datadriven.TestData) string {
 	if !s.w.claims {
 		d.Fatalf(t, "poll needs claims: setup claim-ttl=N")
 	}
-	s.w.srcNode.nextPoll = 0
-	s.w.stepSourceNode()
+	for _, sr := range s.w.srcs {
+		sr.nextPoll = 0
+	}
+	s.w.stepSourceNodes()
 	return ""
 }
 
@@ -620,6 +627,28 @@ func (s *script) lose(t *testing.T, d *datadriven.TestData) string {
 	}
 	s.w.lose[mt] = true
 	return ""
+}
+
+// killSource makes the current attempt's source node die: kill-source
+// [dest-learns=N] (0: the destination is never told; 1 by default).
+func (s *script) killSource(t *testing.T, d *datadriven.TestData) string {
+	learn := 1
+	d.MaybeScanArgs(t, "dest-learns", &learn)
+	a := s.w.cur()
+	if a == nil || a.x == nil {
+		d.Fatalf(t, "kill-source needs an attempt with claims")
+	}
+	s.w.sourceDies(a, learn)
+	return ""
+}
+
+// src is the source replica a script shows: the current attempt's, or,
+// its node dead or no attempt yet, the first that lives.
+func (s *script) src() *partition.Executor {
+	if a := s.w.cur(); a != nil && !a.sn.dead {
+		return a.sn.exec
+	}
+	return s.w.liveSources()[0]
 }
 
 // state prints where the current attempt and the replicas stand.
@@ -652,7 +681,8 @@ func (s *script) state(t *testing.T, d *datadriven.TestData) string {
 	if w.claims {
 		fmt.Fprintf(&b, "coordinator: %s\n", &w.coord)
 	}
-	fmt.Fprintf(&b, "source replica: %s, %d queued; slots %s\n", w.describeReplica(w.srcExec), w.srcExec.Queued(), s.slots(w.srcExec))
+	src := s.src()
+	fmt.Fprintf(&b, "source replica: %s, %d queued; slots %s\n", w.describeReplica(src), src.Queued(), s.slots(src))
 	if a != nil && a.dstUp() {
 		fmt.Fprintf(&b, "destination replica: %s, %d queued; slots %s\n", w.describeReplica(a.exec), a.exec.Queued(), s.slots(a.exec))
 	}
@@ -699,7 +729,7 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 				break
 			}
 		}
-		src, dst := w.srcExec, w.live.exec
+		src, dst := s.src(), w.live.exec
 		eq := "equal"
 		if src.Partition().Digest() != dst.Partition().Digest() || recompute(dst.Partition()) != src.Partition().Digest() {
 			eq = "DIFFER"
@@ -710,13 +740,14 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 	} else {
 		b.WriteString("destination not live\n")
 	}
+	src := s.src()
 	eq := "equal"
-	if w.srcExec.Partition().Digest() != w.ref.Partition().Digest() || w.srcExec.LastExecuted() != w.ref.LastExecuted() {
+	if src.Partition().Digest() != w.ref.Partition().Digest() || src.LastExecuted() != w.ref.LastExecuted() {
 		eq = "DIFFER"
 	}
-	fmt.Fprintf(&b, "source and oracle at %v: digests %s\n", w.srcExec.LastExecuted(), eq)
+	fmt.Fprintf(&b, "source and oracle at %v: digests %s\n", src.LastExecuted(), eq)
 	if sa := w.srcAttempt(); sa == nil || sa.src.State().Final() || sa.src.HandoffSent() {
-		fmt.Fprintf(&b, "source executor: gate %v, stream %v\n", hasGate(w.srcExec), hasObserver(w.srcExec.Partition()))
+		fmt.Fprintf(&b, "source executor: gate %v, stream %v\n", hasGate(src), hasObserver(src.Partition()))
 	}
 	return b.String()
 }

@@ -126,6 +126,11 @@ type Stats struct {
 	// their holder; HellosRefused the hellos the destination refused on
 	// its claim check; Outages the coordinator's outages.
 	Assigns, StaleResets, Touches, Requeues, HellosRefused, Outages int
+	// StartsRefused counts claims whose task would not start (done
+	// meanwhile, by the destination): the holder releases them at once.
+	// Revokes counts the supervisor's writes that revoked a claim (an
+	// assignment moved off a dead source while its claim stood).
+	StartsRefused, Revokes int
 }
 
 // Violation is a broken invariant: the check that failed and why.
@@ -193,7 +198,10 @@ type world struct {
 	enc     wire.TupleEncoder
 	schemas []partition.Schema
 
-	inits   []*initiator
+	inits []*initiator
+	// srcs are the source nodes' replicas, live from the start (the first
+	// is "src", the second "src2"); srcExec is the first's executor.
+	srcs    []*srcReplica
 	srcExec *partition.Executor
 	ref     *partition.Executor
 
@@ -212,18 +220,17 @@ type world struct {
 	quietTick  uint64
 	lastTxn    txnid.ID // the highest txn ID sent
 	lastCmp    txnid.ID
-	lastRefCmp txnid.ID
+	lastRefCmp [2]txnid.ID // by source
 
 	// claims: attempts claim the task in the coordinator and take its
 	// epoch (every seed; a script when it asks). sup is the supervisor,
-	// coord the coordinator, srcNode the source node's executor.
+	// coord the coordinator.
 	// writeEpoch is the highest epoch whose write each node accepted
 	// (source node, destination node): invariant (e). claimEpoch is the
 	// claim's epoch as last seen (noteClaims).
 	claims     bool
 	sup        supervisor
 	coord      coordinator
-	srcNode    sourceNode
 	writeEpoch [2]uint64
 	claimEpoch uint64
 	// lose: a script's one-shot losses: the next message of each type a
@@ -249,13 +256,14 @@ type world struct {
 // initiator sends txns and heartbeats, stamped by a generator on its own
 // skewed view of the simulated clock.
 type initiator struct {
-	idx   int
-	id    txnid.Initiator
-	gen   *txnid.Generator
-	skew  int64
-	idle  int
-	toSrc *feedLink
-	// srcUnfed, dstUnfed: its feed to the source node, or to the
+	idx  int
+	id   txnid.Initiator
+	gen  *txnid.Generator
+	skew int64
+	idle int
+	// toSrc: a link to each source replica, in the order of world.srcs.
+	toSrc []*feedLink
+	// srcUnfed, dstUnfed: its feed to the source nodes, or to the
 	// destination node, is not open yet (a script's late initiator): it
 	// sends nothing there, and the replicas there do not track it.
 	srcUnfed, dstUnfed bool
@@ -294,20 +302,31 @@ func (w *world) setup() {
 			panic(err)
 		}
 		in.gen = g
-		in.toSrc = &feedLink{}
 		in.srcUnfed = i+1 == w.late
 		in.dstUnfed = in.srcUnfed
 		w.inits = append(w.inits, in)
 	}
-	w.srcExec = w.newReplica(func(in *initiator) bool { return !in.srcUnfed })
+	for i := range w.k.Sources {
+		sr := &srcReplica{id: srcNode, exec: w.newReplica(func(in *initiator) bool { return !in.srcUnfed })}
+		if i > 0 {
+			sr.id = fmt.Sprintf("%s%d", srcNode, i+1)
+		}
+		w.srcs = append(w.srcs, sr)
+		for _, in := range w.inits {
+			in.toSrc = append(in.toSrc, &feedLink{src: sr})
+		}
+	}
+	w.srcExec = w.srcs[0].exec
 	// The oracle hears every initiator from the start: it is the truth.
 	w.ref = w.newReplica(func(*initiator) bool { return true })
-	// The same rows from the same numbers: two generators on one seed.
+	// The same rows from the same numbers: generators on one seed.
 	loadSeed := w.work.Uint64()
-	w.load(w.srcExec.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
+	for _, sr := range w.srcs {
+		w.load(sr.exec.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
+	}
 	w.load(w.ref.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
 	w.sup.leader = 1
-	w.coord = newCoordinator(0)
+	w.coord = newCoordinator(0, w.srcs)
 	w.ghostSrc = &pipe{name: "ghost>src", toSrc: true, codec: w.k.Codec}
 	w.ghostDst = &pipe{name: "ghost>dst", codec: w.k.Codec}
 	if !w.scripted {
@@ -327,7 +346,7 @@ func (w *world) step() {
 	w.stepCoordinator()
 	w.supervise()
 	if !w.scripted || w.auto {
-		w.stepSourceNode()
+		w.stepSourceNodes()
 	}
 	w.stepHolders()
 	w.maybeFault()
@@ -417,10 +436,14 @@ func (w *world) deliverDue() {
 	}
 }
 
-// ghostSrcHeld: the source node's current processor is frozen.
+// ghostSrcHeld: a source node's current processor is frozen.
 func (w *world) ghostSrcHeld() bool {
-	a := w.srcAttempt()
-	return a != nil && w.pausedNow(a)
+	for _, sr := range w.srcs {
+		if a := w.srcAttemptOn(sr); a != nil && w.pausedNow(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // stepCoordinator is the coordinator's tick: the nodes' activity, leases
@@ -429,7 +452,11 @@ func (w *world) stepCoordinator() {
 	if !w.claims {
 		return
 	}
-	w.coord.activity(w.tick, srcNode)
+	for _, sr := range w.srcs {
+		if !sr.dead {
+			w.coord.activity(w.tick, sr.id)
+		}
+	}
 	w.coord.activity(w.tick, dstNode)
 	if e, ok := w.coord.step(w.tick, uint64(w.k.ClaimTTLTicks)); ok {
 		w.stats.ClaimsExpired++
@@ -456,8 +483,10 @@ func (w *world) startDueSources() {
 
 func (w *world) dueLinks(dst []link) []link {
 	for _, in := range w.inits {
-		if in.toSrc.due(w.tick) {
-			dst = append(dst, in.toSrc)
+		for _, l := range in.toSrc {
+			if l.due(w.tick) {
+				dst = append(dst, l)
+			}
 		}
 	}
 	for _, a := range w.atts {
@@ -506,23 +535,33 @@ func (w *world) stepExecutors() {
 	}
 }
 
-// stepSource runs up to n txns on the source and reports how many ran.
+// stepSource runs up to n txns on every live source replica and reports
+// how many ran on the first.
 func (w *world) stepSource(n int) int {
-	ran := 0
-	for ; ran < n; ran++ {
-		if _, ok := w.srcExec.Step(); !ok {
-			break
+	first := 0
+	for i, sr := range w.srcs {
+		if sr.dead {
+			continue
 		}
-		w.pumpSource()
+		ran := 0
+		for ; ran < n; ran++ {
+			if _, ok := sr.exec.Step(); !ok {
+				break
+			}
+			w.pumpSource(sr)
+		}
+		w.pumpSource(sr)
+		if i == 0 {
+			first = ran
+		}
 	}
-	w.pumpSource()
-	return ran
+	return first
 }
 
-// pumpSource lets the source processor holding the executor's gate do
+// pumpSource lets the source processor holding sr's executor's gate do
 // what it can between two txns.
-func (w *world) pumpSource() {
-	if a := w.srcAttempt(); a != nil && !a.src.State().Final() && !w.pausedNow(a) {
+func (w *world) pumpSource(sr *srcReplica) {
+	if a := w.srcAttemptOn(sr); a != nil && !a.src.State().Final() && !w.pausedNow(a) {
 		a.src.Pump()
 		w.afterCall(a)
 	}
@@ -533,7 +572,7 @@ func (w *world) pumpSource() {
 // running, and its messages may still reach a newer attempt.
 func (w *world) tickProcessors() {
 	for _, a := range w.atts {
-		if a.src != nil && !a.src.State().Final() && !w.pausedNow(a) {
+		if a.src != nil && !a.src.State().Final() && !w.pausedNow(a) && !a.sn.dead {
 			a.src.Tick()
 			w.afterCall(a)
 			w.watchThrottle(a)
@@ -579,7 +618,7 @@ func (w *world) quiet() bool {
 	// A replica that executed the last txn sent has executed every txn:
 	// it ran it only once nothing below it could still arrive. Heartbeats
 	// keep flowing, so the feed links never empty.
-	for _, e := range []*partition.Executor{w.srcExec, w.ref, w.live.exec} {
+	for _, e := range append(w.liveSources(), w.ref, w.live.exec) {
 		if e.LastExecuted() != w.lastTxn || e.Queued() > 0 {
 			return false
 		}
@@ -588,13 +627,13 @@ func (w *world) quiet() bool {
 		if len(a.s2d.q)+len(a.d2s.q) > 0 {
 			return false
 		}
-		if (a.src == nil && a.helloErr == nil) || (a.src != nil && !a.src.State().Final()) {
+		if !a.sn.dead && ((a.src == nil && a.helloErr == nil) || (a.src != nil && !a.src.State().Final())) {
 			return false
 		}
 		if a.dstUp() && !a.dst.State().Final() {
 			return false
 		}
-		if a.x != nil && !a.x.finished {
+		if a.x != nil && !a.x.finished && !a.x.dead {
 			return false
 		}
 	}
@@ -619,9 +658,9 @@ func (w *world) quiet() bool {
 
 func (w *world) result() Result {
 	r := Result{Seed: w.seed, Knobs: w.k, Err: w.err, Trace: w.tr.lines, Ticks: w.tick, Attempts: len(w.atts), LiveTick: w.liveTick, Stats: w.stats}
-	if w.srcExec != nil {
-		r.FinalTxn = w.srcExec.LastExecuted()
-		r.FinalDigest = w.srcExec.Partition().Digest()
+	if live := w.liveSources(); len(live) > 0 {
+		r.FinalTxn = live[0].LastExecuted()
+		r.FinalDigest = live[0].Partition().Digest()
 	}
 	for _, a := range w.atts {
 		if a.src != nil {

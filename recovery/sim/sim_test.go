@@ -56,7 +56,7 @@ func TestSeeds(t *testing.T) {
 	var c struct {
 		throttled, roundBudget, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd int
 		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss                 int
-		touches, requeues, refused, staleResets                                                           int
+		touches, requeues, refused, staleResets, revokes                                                  int
 		kinds                                                                                             [faultKinds]int
 		phases                                                                                            [phases]int
 	}
@@ -81,6 +81,7 @@ func TestSeeds(t *testing.T) {
 		count(&c.requeues, s.Requeues > 0)
 		count(&c.refused, s.HellosRefused > 0)
 		count(&c.staleResets, s.StaleResets > 0)
+		count(&c.revokes, s.Revokes > 0)
 		count(&c.expired, s.ClaimsExpired > 0)
 		count(&c.claimLost, s.ClaimLostStops > 0)
 		count(&c.pausedLate, s.PausedLate > 0)
@@ -106,8 +107,8 @@ func TestSeeds(t *testing.T) {
 		if s.PausedRejected != s.PausedLate || s.StaleAccepted != 0 {
 			t.Errorf("seed %d: %d late messages of paused holders reached running processors, %d rejected; %d stale accepted", r.Seed, s.PausedLate, s.PausedRejected, s.StaleAccepted)
 		}
-		if s.Claims != r.Attempts {
-			t.Errorf("seed %d: %d claims for %d attempts", r.Seed, s.Claims, r.Attempts)
+		if s.Claims != r.Attempts+s.StartsRefused {
+			t.Errorf("seed %d: %d claims for %d attempts and %d starts refused", r.Seed, s.Claims, r.Attempts, s.StartsRefused)
 		}
 	}
 	t.Logf("of %d seeds: %+v", n, c)
@@ -135,6 +136,7 @@ func TestSeeds(t *testing.T) {
 	want("a task record touched on progress (claim.Guard.MaybeTouch)", c.touches, 100)
 	want("an attempt requeued by its holder", c.requeues, 30)
 	want("a task reset by the health task (claim.StaleReason)", c.staleResets, 10)
+	want("a claim revoked by the supervisor (supervise.Decide, a dead source)", c.revokes, 3)
 	// Without the guard, a woken holder acts until its guard's first look.
 	want("a write accepted after its holder's claim was lost", c.writesAfterLoss, 2)
 	for k, got := range c.kinds {
@@ -257,7 +259,11 @@ func TestSabotageIsCaught(t *testing.T) {
 func TestSabotageClaimLossIsCaught(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	lost, caught := 0, 0
-	for seed := uint64(1); seed <= 300; seed++ {
+	// With the claim on the source and two sources to rejoin from, a
+	// blind holder's attempt mostly ends by its destination's word first
+	// (superseded by the other source's attempt): the first seed caught is
+	// 443.
+	for seed := uint64(1); seed <= 1000; seed++ {
 		if Run(seed, Options{}).Stats.ClaimLostStops == 0 {
 			continue
 		}
@@ -311,16 +317,17 @@ func TestRegressionSeeds(t *testing.T) {
 	}
 }
 
-// TestUnreleasedClaimAtEnd: seed 141's coordinator is out through the
-// handoff: both completions fail (the destination's lands once the
-// coordinator is back) and the holder's release too, so its claim stays
-// until its lease runs out, after the outage. The run must not end before
-// it does (the final check wants no claim left), however soon after the
-// handoff the workload stops: LiveTicks sweeps the end of the run across
-// the lease's expiry (the workload stops LiveTicks after the handoff).
+// TestUnreleasedClaimAtEnd: seed 119's coordinator goes out just before
+// the handoff and stays out past it: both completions fail (the
+// destination's lands once the coordinator is back) and the holder's
+// release too, so its claim stays until its lease runs out, after the
+// outage. The run must not end before it does (the final check wants no
+// claim left), however soon after the handoff the workload stops:
+// LiveTicks sweeps the end of the run across the lease's expiry (the
+// workload stops LiveTicks after the handoff).
 func TestUnreleasedClaimAtEnd(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	const seed = 141
+	const seed = 119
 	for live := 0; live <= 150; live += 5 {
 		r := Run(seed, Options{Tweak: func(k *Knobs) { k.WorkloadTicks, k.LiveTicks = 0, live }})
 		if r.Err != nil {

@@ -98,6 +98,9 @@ func (w *world) supervisePass() int {
 			continue
 		}
 		n++
+		if a.RevokeEpoch != 0 {
+			w.stats.Revokes++
+		}
 		switch a.Kind {
 		case supervise.ActAssign:
 			w.stats.Assigns++
