@@ -151,9 +151,9 @@ func TestSeeds(t *testing.T) {
 // the trace does not change the run.
 func TestReplay(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	// 13: a supervisor failover whose new leader assigns the task again;
-	// 129: a paused holder, a coordinator outage, late messages rejected
-	// by epoch; 4711: a cut, late messages.
+	// 129: a supervisor failover and a source node's death, whose new
+	// leader moves the task to the other source; 79: a source node's
+	// death; 4711: a paused holder.
 	for _, seed := range []uint64{1, 9, 13, 19, 79, 129, 151, 4711} {
 		a := Run(seed, Options{Trace: true})
 		b := Run(seed, Options{Trace: true})
