@@ -411,10 +411,15 @@ const completeRetry = 500 * time.Millisecond
 // send new attempts to a replica that refuses them as live, forever (the
 // simulator found it: recovery/sim, coordinator outages).
 func (n *Node) completeLive(a claim.Attempt) {
-	for {
-		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-		_, _, err := supervise.Complete(ctx, n.cli, a, time.Now(), n.log)
-		cancel()
+	for try := 0; ; try++ {
+		var err error
+		if try < n.cfg.testCompleteFails {
+			err = errors.New("test: etcd out")
+		} else {
+			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+			_, _, err = supervise.Complete(ctx, n.cli, a, time.Now(), n.log)
+			cancel()
+		}
 		if err == nil || errors.Is(err, claim.ErrStaleEpoch) || errors.Is(err, claim.ErrNoTask) || n.ctx.Err() != nil {
 			return
 		}
