@@ -77,6 +77,10 @@ type coordinator struct {
 	nodeGoneAt map[string]uint64
 	// downUntil: the coordinator answers nothing while tick < downUntil.
 	downUntil uint64
+	// cutOff: a node whose requests do not reach the coordinator (nor its
+	// answers the node) while tick < cutOff[node]; the coordinator runs on
+	// for the others.
+	cutOff map[string]uint64
 	// claims counts claims made (the record's Attempts counts starts).
 	claims int
 }
@@ -117,6 +121,20 @@ func (c *coordinator) write() uint64 {
 }
 
 func (c *coordinator) down(tick uint64) bool { return tick < c.downUntil }
+
+// unreachable reports whether node cannot reach the coordinator at tick:
+// it is down, or the node is cut off from it.
+func (c *coordinator) unreachable(tick uint64, node string) bool {
+	return c.down(tick) || tick < c.cutOff[node]
+}
+
+// cut cuts node off from the coordinator for n ticks from tick.
+func (c *coordinator) cut(tick, n uint64, node string) {
+	if c.cutOff == nil {
+		c.cutOff = map[string]uint64{}
+	}
+	c.cutOff[node] = max(c.cutOff[node], tick+n)
+}
 
 // outage makes the coordinator answer nothing for n ticks from tick.
 func (c *coordinator) outage(tick, n uint64) { c.downUntil = max(c.downUntil, tick+n) }

@@ -110,7 +110,9 @@
 //     frozen processor; when the holder wakes, what it had in flight
 //     reaches the new attempt's processors, and its guard stops it; half
 //     the pauses end just past the holder's lease, before a new attempt
-//     starts), an outage of the coordinator, the death of the attempt's
+//     starts), an outage of the coordinator (a third of them cut only
+//     the attempt's source node off from it, while it runs on for the
+//     others), the death of the attempt's
 //     source node (its replica, processors and holder gone, releasing
 //     nothing; its registration goes half a claim TTL later, and Decide
 //     assigns the task to the other source, revoking the claim that still
@@ -130,9 +132,8 @@
 // More than two sources, a destination that dies for good, initiators
 // that fail, initiators that join in a seeded run (a script's late
 // initiator does: setup late=N, open-feed; its write keeps recovery/node's
-// feed rule, recovery.Unfed), several tasks, a holder cut off from a
-// coordinator that others still reach (an outage is the whole
-// coordinator's), lost responses (a write applied whose answer is lost),
+// feed rule, recovery.Unfed), several tasks, lost responses alone (a
+// write applied whose answer is lost; a node cut off loses both ways),
 // clock rate differences between nodes and the coordinator (a tick is a
 // tick everywhere), a byte-stream transport (stream package) with its
 // own flow control and keepalive, corrupted bytes (the wire package's

@@ -41,7 +41,13 @@ const (
 	// unreachable): keepalives, checks, record writes, the destination's
 	// claim check and the supervisor's passes all fail. Past a window the
 	// holder counts its claim lost and stops; a new attempt follows once
-	// the coordinator is back.
+	// the coordinator is back. A third of them (those drawn without a
+	// late route, which an outage has no use for) cut only the attempt's
+	// source node off from the coordinator, which runs on for everyone
+	// else: the holder's keepalives, checks and writes are lost, and a
+	// window after its last answered check its guard counts the claim
+	// lost and it stops, before its lease can have run out; once it has,
+	// the supervisor assigns the task to the other source.
 	faultOutage
 	// faultSourceDies: the attempt's source node dies (its process is
 	// gone): its replica, its source processor and its holder with it,
@@ -249,7 +255,11 @@ func (w *world) fire(f *fault, a *attempt) {
 	case faultSupervisor:
 		w.killSupervisor(f.election)
 	case faultOutage:
-		w.outage(uint64(f.outageTicks))
+		if f.ghost {
+			w.outage(uint64(f.outageTicks))
+		} else {
+			w.cutOff(a.sn.id, uint64(f.outageTicks))
+		}
 	case faultSourceDies:
 		w.sourceDies(a, f.dstLearn)
 	}
@@ -274,6 +284,13 @@ func (w *world) sourceDies(a *attempt, dstLearn int) {
 	w.coord.nodeDies(w.tick, uint64(max(1, w.k.ClaimTTLTicks/2)), sr.id)
 	w.tracef("%s node dies: its replica, its processors and its holder are gone", sr.id)
 	w.cut(a, 0, dstLearn, false)
+}
+
+// cutOff cuts node off from the coordinator for n ticks.
+func (w *world) cutOff(node string, n uint64) {
+	w.coord.cut(w.tick, n, node)
+	w.stats.CutOffs++
+	w.tracef("%s node: cut off from the coordinator for %d ticks, until tick %d", node, n, w.tick+n)
 }
 
 // outage makes the coordinator answer nothing for n ticks.

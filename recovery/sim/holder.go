@@ -37,6 +37,7 @@ import (
 // later, as a process's overdue timer fires.
 type holder struct {
 	id    int
+	node  string // the source node it runs on
 	exec  string // executor id: "src/x<id>", as supervise.ExecutorID names the node
 	epoch uint64
 	guard *claim.Guard
@@ -119,6 +120,9 @@ func (w *world) stepSourceNodes() {
 			continue
 		}
 		n.nextPoll = w.tick + 1 + uint64(w.net.IntN(w.ctrlDelayMax()))
+		if w.coord.unreachable(w.tick, n.id) {
+			continue
+		}
 		as, ok, err := w.coord.assignment(w.tick, n.id)
 		if err != nil || !ok || as.Seq <= n.handled {
 			continue
@@ -135,7 +139,7 @@ func (w *world) stepSourceNodes() {
 // task that will not start leaves nothing behind.
 func (w *world) takeAssignment(sr *srcReplica) *attempt {
 	id := w.coord.claims + 1
-	x := &holder{id: id, exec: fmt.Sprintf("%s/x%d", sr.id, id)}
+	x := &holder{id: id, node: sr.id, exec: fmt.Sprintf("%s/x%d", sr.id, id)}
 	ttl := uint64(w.k.ClaimTTLTicks)
 	e, err := w.coord.acquire(w.tick, ttl, x.exec, sr.id)
 	if err != nil {
@@ -212,7 +216,9 @@ func (w *world) guardHolder(a *attempt) {
 		return
 	}
 	if a.src != nil && !a.src.State().Final() && x.guard.MaybeTouch(int64(w.tick), a.src.Progress()) {
-		if _, err := w.coord.touch(w.tick, x.attempt()); err != nil {
+		if err := w.reach(x); err != nil {
+			w.tracef("holder x%d: touch: %v", x.id, err)
+		} else if _, err := w.coord.touch(w.tick, x.attempt()); err != nil {
 			w.tracef("holder x%d: touch: %v", x.id, err)
 		} else {
 			w.stats.Touches++
@@ -230,7 +236,7 @@ func (w *world) guardHolder(a *attempt) {
 func (w *world) guardDue(a *attempt, blind bool) {
 	x := a.x
 	ka, check := x.guard.Due(int64(w.tick))
-	if ka {
+	if ka && w.reach(x) == nil {
 		if alive, ok := w.coord.keepalive(w.tick, x.epoch, uint64(w.k.ClaimTTLTicks)); ok {
 			if !alive {
 				w.tracef("holder x%d: keepalive of epoch %d: lease gone", x.id, x.epoch)
@@ -239,7 +245,10 @@ func (w *world) guardDue(a *attempt, blind bool) {
 		}
 	}
 	if check {
-		err := w.coord.check(w.tick, x.epoch)
+		err := w.reach(x)
+		if err == nil {
+			err = w.coord.check(w.tick, x.epoch)
+		}
 		if blind && err != nil && !errors.Is(err, errCoordDown) {
 			err = nil // Sabotage: the check misses the loss.
 		}
@@ -293,7 +302,10 @@ func (w *world) finishAttempt(a *attempt) {
 		if why == nil {
 			why = a.src.Err()
 		}
-		_, err := w.coord.requeue(w.tick, x.attempt(), wire.ErrText(why))
+		err := w.reach(x)
+		if err == nil {
+			_, err = w.coord.requeue(w.tick, x.attempt(), wire.ErrText(why))
+		}
 		switch {
 		case errors.Is(err, claim.ErrTaskFinal):
 			w.tracef("holder x%d: attempt failed, but the task is final", x.id)
@@ -316,7 +328,12 @@ func (w *world) finishAttempt(a *attempt) {
 func (w *world) releaseHolder(x *holder) {
 	x.holds = false
 	x.guard.Release()
-	switch ok, err := w.coord.release(w.tick, x.epoch); {
+	var ok bool
+	err := w.reach(x)
+	if err == nil {
+		ok, err = w.coord.release(w.tick, x.epoch)
+	}
+	switch {
 	case err != nil:
 		w.tracef("holder x%d: release of epoch %d: %v", x.id, x.epoch, err)
 	case ok:
@@ -335,7 +352,13 @@ const completeRetryTicks = 10
 // outage, the task would stay open and send new attempts to a replica
 // that refuses them as live.
 func (w *world) completeTask(a *attempt, att claim.Attempt, by string) {
-	_, err := w.coord.complete(w.tick, att)
+	var err error
+	if by == "source" {
+		err = w.reach(a.x)
+	}
+	if err == nil {
+		_, err = w.coord.complete(w.tick, att)
+	}
 	if by == "destination" {
 		w.dstComplete = nil
 		if errors.Is(err, errCoordDown) {
@@ -351,6 +374,15 @@ func (w *world) completeTask(a *attempt, att claim.Attempt, by string) {
 		w.tracef("%s e%d completes the task (rev %d)", sideName(by == "source"), a.epoch, w.coord.rev)
 	}
 	w.noteClaims()
+}
+
+// reach says whether x's requests reach the coordinator now: nil, or
+// errCoordDown (the coordinator down, or x's node cut off from it).
+func (w *world) reach(x *holder) error {
+	if w.coord.unreachable(w.tick, x.node) {
+		return errCoordDown
+	}
+	return nil
 }
 
 // noteClaims marks the holder whose claim the coordinator deleted since

@@ -60,6 +60,7 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"poll":         (*script).poll,
 	"lose":         (*script).lose,
 	"kill-source":  (*script).killSource,
+	"cut-off":      (*script).cutOff,
 	"state":        (*script).state,
 	"open-feed":    (*script).openFeed,
 	"check":        (*script).check,
@@ -626,6 +627,19 @@ func (s *script) lose(t *testing.T, d *datadriven.TestData) string {
 		s.w.lose = map[wire.MsgType]bool{}
 	}
 	s.w.lose[mt] = true
+	return ""
+}
+
+// cutOff cuts the current attempt's source node off from the
+// coordinator: cut-off ticks=N.
+func (s *script) cutOff(t *testing.T, d *datadriven.TestData) string {
+	var n int
+	d.ScanArgs(t, "ticks", &n)
+	a := s.w.cur()
+	if a == nil || a.x == nil {
+		d.Fatalf(t, "cut-off needs an attempt with claims")
+	}
+	s.w.cutOff(a.sn.id, uint64(n))
 	return ""
 }
 

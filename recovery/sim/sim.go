@@ -131,6 +131,9 @@ type Stats struct {
 	// Revokes counts the supervisor's writes that revoked a claim (an
 	// assignment moved off a dead source while its claim stood).
 	StartsRefused, Revokes int
+	// CutOffs counts source nodes cut off from the coordinator while it
+	// ran on for the others.
+	CutOffs int
 }
 
 // Violation is a broken invariant: the check that failed and why.

@@ -56,7 +56,7 @@ func TestSeeds(t *testing.T) {
 	var c struct {
 		throttled, roundBudget, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd int
 		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss                 int
-		touches, requeues, refused, staleResets, revokes                                                  int
+		touches, requeues, refused, staleResets, revokes, cutOffs                                         int
 		kinds                                                                                             [faultKinds]int
 		phases                                                                                            [phases]int
 	}
@@ -82,6 +82,7 @@ func TestSeeds(t *testing.T) {
 		count(&c.refused, s.HellosRefused > 0)
 		count(&c.staleResets, s.StaleResets > 0)
 		count(&c.revokes, s.Revokes > 0)
+		count(&c.cutOffs, s.CutOffs > 0)
 		count(&c.expired, s.ClaimsExpired > 0)
 		count(&c.claimLost, s.ClaimLostStops > 0)
 		count(&c.pausedLate, s.PausedLate > 0)
@@ -137,6 +138,7 @@ func TestSeeds(t *testing.T) {
 	want("an attempt requeued by its holder", c.requeues, 30)
 	want("a task reset by the health task (claim.StaleReason)", c.staleResets, 10)
 	want("a claim revoked by the supervisor (supervise.Decide, a dead source)", c.revokes, 3)
+	want("a source node cut off from a coordinator that ran on", c.cutOffs, 3)
 	// Without the guard, a woken holder acts until its guard's first look.
 	want("a write accepted after its holder's claim was lost", c.writesAfterLoss, 2)
 	for k, got := range c.kinds {
