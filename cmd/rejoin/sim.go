@@ -20,8 +20,11 @@ const simUsage = `usage: rejoin sim --seeds N [--start S] [--workers W] [-v]
 
 Runs the deterministic rejoin simulator (package recovery/sim): one
 partition rebuilt on a new replica while initiators keep sending txns,
-with aborts, cuts, restarts, late messages, executors paused past their
-claim's lease and supervisor failovers injected, every invariant checked. Each seed replays exactly. For every failing seed it prints the
+by the product's claim guard, task record rules, supervisor (Decide) and
+health task, with aborts, cuts, restarts, late messages, claim holders
+paused past their lease, coordinator outages and cut-offs, source node
+deaths and supervisor failovers injected, every invariant checked. Each
+seed replays exactly. For every failing seed it prints the
 failure and the command that replays it, and it ends with one line,
 "N seeds, F failures"; the exit status is 1 if F > 0.
 

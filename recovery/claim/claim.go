@@ -105,13 +105,12 @@ type Attempt struct {
 // end when the claim is lost or released, whichever comes first, and Lost
 // closes then.
 type Claim struct {
-	cli      *clientv3.Client
-	attempt  Attempt
-	key      string
-	lease    clientv3.LeaseID
-	ttl      time.Duration // as granted, which etcd may have raised
-	window   time.Duration
-	acquired time.Time // when the creating txn was sent: ours from then on
+	cli     *clientv3.Client
+	attempt Attempt
+	key     string
+	lease   clientv3.LeaseID
+	ttl     time.Duration // as granted, which etcd may have raised
+	window  time.Duration
 
 	cancel context.CancelFunc // ends run and the keepalive
 	done   chan struct{}      // closed when run has returned
@@ -121,14 +120,15 @@ type Claim struct {
 	// an executor paused past its TTL, so its channel closing is not a loss.
 	kaPaused atomic.Bool
 	kaCancel context.CancelFunc
-	// heldUntil is the lease guard's deadline in Unix nanoseconds, moved
-	// on by every answered check and keepalive (see Held).
-	heldUntil atomic.Int64
-	lastOK    atomic.Int64 // send time of the latest check that found the claim ours
-	lastKA    atomic.Int64 // receipt time of the latest keepalive answer
-	stopOnce  sync.Once
-	mu        sync.Mutex
-	err       error // why the claim ended; nil while held
+	// guard decides, from the answers of the checks and keepalives, when
+	// to check, whether the claim is certainly held, when it is lost and
+	// when the task record is due a touch (guard.go); its clock is Unix
+	// nanoseconds. Guarded by gmu.
+	gmu      sync.Mutex
+	guard    *Guard
+	stopOnce sync.Once
+	mu       sync.Mutex
+	err      error // why the claim ended; nil while held
 }
 
 // Acquire claims task for executorID under a fresh lease of ttl (rounded
@@ -204,24 +204,26 @@ func Acquire(ctx context.Context, cli *clientv3.Client, task Task, executorID st
 		return nil, ce
 	}
 
+	g, err := NewGuard(GuardConfig{TTL: int64(time.Duration(grant.TTL) * time.Second), Window: int64(s.window)}, sent.UnixNano())
+	if err != nil {
+		revokeQuietly(ctx, cli, grant.ID)
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	kaCtx, kaCancel := context.WithCancel(runCtx)
 	c := &Claim{
+		guard:    g,
 		cli:      cli,
 		attempt:  Attempt{Task: task, Executor: executorID, Epoch: uint64(resp.Header.Revision)},
 		key:      key,
 		lease:    grant.ID,
 		ttl:      time.Duration(grant.TTL) * time.Second,
 		window:   s.window,
-		acquired: sent,
 		cancel:   cancel,
 		kaCancel: kaCancel,
 		done:     make(chan struct{}),
 		lost:     make(chan struct{}),
 	}
-	c.lastOK.Store(sent.UnixNano())
-	c.lastKA.Store(sent.UnixNano())
-	c.updateHeldUntil()
 	ka, err := cli.KeepAlive(kaCtx, grant.ID)
 	if err != nil {
 		close(c.done)
@@ -240,28 +242,30 @@ func Acquire(ctx context.Context, cli *clientv3.Client, task Task, executorID st
 // every message it sends and every state it makes durable, and stops when
 // it is false.
 //
-// It is true until the earlier of: a window after the latest check that
-// found the key ours (the loop's own promise), and half a TTL after the
-// latest keepalive answer. The second bound is why it is safe: for another
-// executor to claim, our lease must have gone a whole TTL without a
-// refresh, and the refresh behind the latest answer was sent at most one
-// round trip before it arrived; with round trips under TTL/2 the lease
-// outlives the deadline. The simulator (recovery/sim, LeaseGuard) shows
-// that without such a guard a woken executor can write in the same tick as
-// its successor.
+// The rule is Guard.Held's: true until the earlier of a window after the
+// latest check that found the key ours and half a TTL after the latest
+// keepalive answer. The simulator (recovery/sim, LeaseGuard) runs the same
+// guard and shows that without it a woken holder can write in the same
+// tick as its successor.
 func (c *Claim) Held(now time.Time) bool {
 	select {
 	case <-c.lost:
 		return false
 	default:
 	}
-	return now.UnixNano() < c.heldUntil.Load()
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	return c.guard.Held(now.UnixNano())
 }
 
-func (c *Claim) updateHeldUntil() {
-	byCheck := c.lastOK.Load() + int64(c.window)
-	byLease := c.lastKA.Load() + int64(c.ttl/2)
-	c.heldUntil.Store(min(byCheck, byLease))
+// MaybeTouch reports whether the task record is due a touch at now, given
+// the attempt's progress count, and if so takes it as touched: the
+// attempt moved since the last touch and a window has passed since it
+// (Guard.MaybeTouch). The caller then calls Touch.
+func (c *Claim) MaybeTouch(now time.Time, progress uint64) bool {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	return c.guard.MaybeTouch(now.UnixNano(), progress)
 }
 
 // Attempt returns who holds the claim and under which epoch.
@@ -320,6 +324,9 @@ func (c *Claim) Release(ctx context.Context) error {
 // stops the keepalive and the check loop. It does not wait for the loop.
 func (c *Claim) end(why error) {
 	c.stopOnce.Do(func() {
+		c.gmu.Lock()
+		c.guard.end(why)
+		c.gmu.Unlock()
 		c.mu.Lock()
 		c.err = why
 		c.mu.Unlock()
@@ -336,28 +343,25 @@ func (c *Claim) StopKeepAlive() {
 	c.kaCancel()
 }
 
-// run is the claim's driver: it drains the keepalive responses and checks
-// the key ChecksPerWindow times per window, until the claim ends.
-//
-// Invariant: lastOK is the send time of the latest check that found the
-// key ours (at first, of the creating txn), so the claim was ours at
-// lastOK; the next check is never scheduled past lastOK + window, and the
-// claim is declared lost by then unless a check succeeds.
+// run is the claim's driver: it drains the keepalive responses and sends
+// the checks the guard asks for, with their answers back to it, until the
+// claim ends. The guard decides the schedule (ChecksPerWindow a window,
+// never past lastOK + window) and the loss, including a window without an
+// answered check (ErrUnreachable).
 func (c *Claim) run(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
 	defer close(c.done)
-	interval := c.window / ChecksPerWindow
-	timer := time.NewTimer(interval)
+	timer := time.NewTimer(c.window / ChecksPerWindow)
 	defer timer.Stop()
-	lastOK := c.acquired
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case _, ok := <-ka:
 			if ok {
-				c.lastKA.Store(time.Now().UnixNano())
-				c.updateHeldUntil()
-				continue // a refresh; the checks below decide a loss
+				c.gmu.Lock()
+				c.guard.OnKeepalive(time.Now().UnixNano(), true)
+				c.gmu.Unlock()
+				continue // a refresh; the checks decide a loss
 			}
 			if c.kaPaused.Load() {
 				ka = nil // stopped by the test hook: checks find the loss
@@ -367,39 +371,46 @@ func (c *Claim) run(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveRespo
 			return
 		case <-timer.C:
 		}
-		deadline := lastOK.Add(c.window)
 		sent := time.Now()
-		if !sent.Before(deadline) {
-			c.end(fmt.Errorf("%w: %w: no check answered since %s", ErrLost, ErrUnreachable, lastOK.Format(time.RFC3339Nano)))
+		c.gmu.Lock()
+		_, check := c.guard.Due(sent.UnixNano())
+		lost, deadline := c.guard.Err(), time.Unix(0, c.guard.CheckDeadline())
+		c.gmu.Unlock()
+		if lost != nil {
+			c.end(lost)
 			return
 		}
-		// The read may take until the deadline and no longer, so that an
-		// unreachable etcd is noticed on time.
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		resp, err := c.cli.Get(rctx, c.key)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return // released meanwhile
-		case err != nil && !time.Now().Before(deadline):
-			c.end(fmt.Errorf("%w: %w: %v", ErrLost, ErrUnreachable, err))
-			return
-		case err == nil:
-			var kv *mvccpb.KeyValue
-			if len(resp.Kvs) == 1 {
-				kv = resp.Kvs[0]
+		if check {
+			// The read may take until the deadline and no longer, so that
+			// an unreachable etcd is noticed on time.
+			rctx, cancel := context.WithDeadline(ctx, deadline)
+			resp, err := c.cli.Get(rctx, c.key)
+			cancel()
+			if ctx.Err() != nil {
+				return // released meanwhile
 			}
-			if err := checkHeld(kv, c.attempt, c.lease); err != nil {
-				c.end(fmt.Errorf("%w: %w", ErrLost, err))
-				return
+			if err == nil {
+				var kv *mvccpb.KeyValue
+				if len(resp.Kvs) == 1 {
+					kv = resp.Kvs[0]
+				}
+				err = checkHeld(kv, c.attempt, c.lease)
+				c.gmu.Lock()
+				c.guard.OnCheck(sent.UnixNano(), err)
+				lost = c.guard.Err()
+				c.gmu.Unlock()
+				if lost != nil {
+					c.end(lost)
+					return
+				}
 			}
-			lastOK = sent
-			c.lastOK.Store(sent.UnixNano())
-			c.updateHeldUntil()
+			// A failed read is retried at the next check while the window
+			// lasts; past it the guard counts the claim lost.
 		}
-		// A failed read is retried at the next check while the window
-		// lasts; the next check comes no later than the window's end.
-		timer.Reset(max(0, min(interval, time.Until(lastOK.Add(c.window)))))
+		c.gmu.Lock()
+		next := time.Unix(0, c.guard.NextCheck())
+		c.gmu.Unlock()
+		timer.Reset(max(0, time.Until(next)))
 	}
 }
 

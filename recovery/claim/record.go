@@ -136,13 +136,15 @@ func (r *Record) move(to Status) {
 // The functions below are the whole logic of task records: each takes the
 // record as read (with Opened and ModRevision) and returns the record to
 // write, or the operating error that forbids it. The etcd side (tasks.go)
-// only reads, calls one, and writes with a compare-and-swap.
+// only reads, calls one, and writes with a compare-and-swap; the simulator
+// (recovery/sim) calls the same ones on its model of etcd, so its task
+// record and its health task follow the product's rules.
 
-// startRecord moves a task to running for attempt a, which holds the claim
+// StartRecord moves a task to running for attempt a, which holds the claim
 // (the write compares that). A running task is taken over only by a higher
 // epoch: its attempt's claim is gone, since only one claim exists at a time.
 // Starting again under the same epoch changes nothing (a retried request).
-func startRecord(r Record, a Attempt, now time.Time) (Record, bool, error) {
+func StartRecord(r Record, a Attempt, now time.Time) (Record, bool, error) {
 	switch {
 	case r.Status.Final():
 		return r, false, fmt.Errorf("%w: %s is %s", ErrTaskFinal, a.Task, r.Status)
@@ -159,8 +161,8 @@ func startRecord(r Record, a Attempt, now time.Time) (Record, bool, error) {
 	return r, true, nil
 }
 
-// touchRecord refreshes UpdatedAt of the task attempt a runs.
-func touchRecord(r Record, a Attempt, now time.Time) (Record, error) {
+// TouchRecord refreshes UpdatedAt of the task attempt a runs.
+func TouchRecord(r Record, a Attempt, now time.Time) (Record, error) {
 	if err := checkRunning(r, a); err != nil {
 		return r, err
 	}
@@ -169,17 +171,17 @@ func touchRecord(r Record, a Attempt, now time.Time) (Record, error) {
 	return r, nil
 }
 
-// requeueRecord puts the task attempt a runs back to pending, for another
+// RequeueRecord puts the task attempt a runs back to pending, for another
 // attempt (DESIGN.md step 8: a recovering side that gives up).
-func requeueRecord(r Record, a Attempt, note string, now time.Time) (Record, error) {
+func RequeueRecord(r Record, a Attempt, note string, now time.Time) (Record, error) {
 	if err := checkRunning(r, a); err != nil {
 		return r, err
 	}
 	return toPending(r, note, now), nil
 }
 
-// failRecord gives up the task attempt a runs: final for this generation.
-func failRecord(r Record, a Attempt, note string, now time.Time) (Record, error) {
+// FailRecord gives up the task attempt a runs: final for this generation.
+func FailRecord(r Record, a Attempt, note string, now time.Time) (Record, error) {
 	if err := checkRunning(r, a); err != nil {
 		return r, err
 	}
@@ -188,10 +190,10 @@ func failRecord(r Record, a Attempt, note string, now time.Time) (Record, error)
 	return r, nil
 }
 
-// doneRecord accepts attempt a's completion, whoever a is, as long as it
+// DoneRecord accepts attempt a's completion, whoever a is, as long as it
 // belongs to this generation (DESIGN.md step 9). A second completion is
 // ErrDuplicate, with the record unchanged.
-func doneRecord(r Record, a Attempt, now time.Time) (Record, error) {
+func DoneRecord(r Record, a Attempt, now time.Time) (Record, error) {
 	switch {
 	case a.Epoch <= r.Opened:
 		return r, fmt.Errorf("%w: completion of epoch %d is of a generation before %d", ErrStaleEpoch, a.Epoch, r.Opened)
@@ -203,11 +205,11 @@ func doneRecord(r Record, a Attempt, now time.Time) (Record, error) {
 	return r, nil
 }
 
-// staleReason reports why a running task must go back to pending, or ""
+// StaleReason reports why a running task must go back to pending, or ""
 // (DESIGN.md steps 1 and 10): its attempt's claim is gone
 // (claimEpoch, the claim key's CreateRevision or 0, is not its epoch), or
 // it has not been refreshed for staleAfter.
-func staleReason(r Record, claimEpoch uint64, now time.Time, staleAfter time.Duration) string {
+func StaleReason(r Record, claimEpoch uint64, now time.Time, staleAfter time.Duration) string {
 	switch {
 	case r.Status != StatusRunning:
 		return ""
@@ -221,8 +223,8 @@ func staleReason(r Record, claimEpoch uint64, now time.Time, staleAfter time.Dur
 	return ""
 }
 
-// resetRecord puts a stale running task back to pending.
-func resetRecord(r Record, why string, now time.Time) Record {
+// ResetRecord puts a stale running task back to pending.
+func ResetRecord(r Record, why string, now time.Time) Record {
 	return toPending(r, "reset: "+why, now)
 }
 

@@ -48,26 +48,26 @@ func TestRecordRules(t *testing.T) {
 	running := Record{Status: StatusRunning, Attempts: 1, Executor: "a", Epoch: 10, UpdatedAt: now, Opened: 5}
 
 	// A takeover needs a higher epoch than the running attempt's.
-	if _, _, err := startRecord(running, Attempt{Task: task, Executor: "b", Epoch: 9}, now); !errors.Is(err, ErrStaleEpoch) {
+	if _, _, err := StartRecord(running, Attempt{Task: task, Executor: "b", Epoch: 9}, now); !errors.Is(err, ErrStaleEpoch) {
 		t.Errorf("lower epoch took over: %v", err)
 	}
-	if _, _, err := startRecord(running, Attempt{Task: task, Executor: "b", Epoch: 10}, now); !errors.Is(err, ErrStaleEpoch) {
+	if _, _, err := StartRecord(running, Attempt{Task: task, Executor: "b", Epoch: 10}, now); !errors.Is(err, ErrStaleEpoch) {
 		t.Errorf("same epoch, other executor took over: %v", err)
 	}
 	// A pending task accepts a completion (its attempt was reset as stale
 	// but had finished).
 	pending := toPending(running, "reset", now)
-	if r, err := doneRecord(pending, a, now.Add(time.Second)); err != nil || r.Status != StatusDone || r.Executor != "a" {
+	if r, err := DoneRecord(pending, a, now.Add(time.Second)); err != nil || r.Status != StatusDone || r.Executor != "a" {
 		t.Errorf("completion of a reset task: %+v %v", r, err)
 	}
 	// Staleness is strictly older than staleAfter, by the time passed in.
-	if why := staleReason(running, 10, now.Add(30*time.Second), 30*time.Second); why != "" {
+	if why := StaleReason(running, 10, now.Add(30*time.Second), 30*time.Second); why != "" {
 		t.Errorf("stale at exactly staleAfter: %s", why)
 	}
-	if why := staleReason(running, 10, now.Add(30*time.Second+1), 30*time.Second); why == "" {
+	if why := StaleReason(running, 10, now.Add(30*time.Second+1), 30*time.Second); why == "" {
 		t.Error("not stale past staleAfter")
 	}
-	if why := staleReason(pending, 0, now.Add(time.Hour), time.Second); why != "" {
+	if why := StaleReason(pending, 0, now.Add(time.Hour), time.Second); why != "" {
 		t.Errorf("pending task stale: %s", why)
 	}
 }

@@ -148,7 +148,7 @@ func listTasks(ctx context.Context, cli *clientv3.Client) ([]TaskRecord, int64, 
 func StartTask(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Time) (Record, error) {
 	now = normalize(now)
 	return updateAsHolder(ctx, cli, a, func(r Record) (Record, bool, error) {
-		return startRecord(r, a, now)
+		return StartRecord(r, a, now)
 	})
 }
 
@@ -161,7 +161,7 @@ func StartTask(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Ti
 func Touch(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Time) (Record, error) {
 	now = normalize(now)
 	return updateAsHolder(ctx, cli, a, func(r Record) (Record, bool, error) {
-		r, err := touchRecord(r, a, now)
+		r, err := TouchRecord(r, a, now)
 		return r, err == nil, err
 	})
 }
@@ -171,7 +171,7 @@ func Touch(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Time) 
 func Requeue(ctx context.Context, cli *clientv3.Client, a Attempt, note string, now time.Time) (Record, error) {
 	now = normalize(now)
 	return updateAsHolder(ctx, cli, a, func(r Record) (Record, bool, error) {
-		r, err := requeueRecord(r, a, note, now)
+		r, err := RequeueRecord(r, a, note, now)
 		return r, err == nil, err
 	})
 }
@@ -181,7 +181,7 @@ func Requeue(ctx context.Context, cli *clientv3.Client, a Attempt, note string, 
 func MarkFailed(ctx context.Context, cli *clientv3.Client, a Attempt, note string, now time.Time) (Record, error) {
 	now = normalize(now)
 	return updateAsHolder(ctx, cli, a, func(r Record) (Record, bool, error) {
-		r, err := failRecord(r, a, note, now)
+		r, err := FailRecord(r, a, note, now)
 		return r, err == nil, err
 	})
 }
@@ -209,7 +209,7 @@ func MarkDone(ctx context.Context, cli *clientv3.Client, a Attempt, now time.Tim
 		if !found {
 			return Record{}, fmt.Errorf("%w: %s", ErrNoTask, a.Task)
 		}
-		next, err := doneRecord(cur, a, now)
+		next, err := DoneRecord(cur, a, now)
 		if err != nil {
 			return cur, err
 		}
@@ -267,11 +267,11 @@ func ResetStale(ctx context.Context, cli *clientv3.Client, now time.Time, staleA
 	}
 	var resets []Reset
 	for _, t := range tasks {
-		why := staleReason(t.Record, claimEpoch[t.Task.suffix()], now, staleAfter)
+		why := StaleReason(t.Record, claimEpoch[t.Task.suffix()], now, staleAfter)
 		if why == "" {
 			continue
 		}
-		val, err := encodeRecord(resetRecord(t.Record, why, now))
+		val, err := encodeRecord(ResetRecord(t.Record, why, now))
 		if err != nil {
 			return resets, err
 		}

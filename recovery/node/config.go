@@ -143,6 +143,10 @@ type Config struct {
 	// testSourceStallTicks, in tests, replaces the stall window of this
 	// node's source attempts (default stallTicks).
 	testSourceStallTicks int
+	// testCompleteFails, in tests, fails this many of a live
+	// destination's first tries at completing its task, as an etcd outage
+	// through the handoff would.
+	testCompleteFails int
 }
 
 // staleAfter is the health task's limit for a running task whose record

@@ -299,3 +299,34 @@ func TestLostHandoffAckStaysDone(t *testing.T) {
 	}
 	checkDigests(t, cl, 1, 2)
 }
+
+// TestLiveDestinationCompletesAfterOutage: the destination goes live, its
+// HandoffAck is lost, and its first tries at completing the task fail (as
+// when etcd is out through the handoff). The source times out waiting for
+// the ack and requeues the task. The destination tries again until its
+// completion lands: the task ends done. With one try only it stayed
+// pending for ever, every new attempt refused by the live replica (found
+// by the simulator: recovery/sim, scenario coordinator-outage).
+func TestLiveDestinationCompletesAfterOutage(t *testing.T) {
+	c := newClusterStarting(t, 2, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	c.startCfg(1, func(cfg *Config) { cfg.testSourceStallTicks = 150 })
+	c.startCfg(2, nil)
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	loadRows(t, cl, 2000, 50)
+	c.stop(2)
+	a2 := c.startCfg(2, func(cfg *Config) { cfg.testLoseHandoffAck, cfg.testCompleteFails = true, 6 })
+	waitUntil(t, 30*time.Second, "n2's replica live", func() bool {
+		return nodeStatus(t, a2).Replicas[0].State == StateLive
+	})
+	waitUntil(t, 30*time.Second, "the task done", func() bool {
+		return taskRecord(t, c).Status == claim.StatusDone
+	})
+	if st := nodeStatus(t, a2).Replicas[0]; st.State != StateLive {
+		t.Fatalf("n2's replica %s after the task was done", st.State)
+	}
+	for i := range 50 {
+		upsert(t, cl, 1, i)
+	}
+	checkDigests(t, cl, 1, 2)
+}

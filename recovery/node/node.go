@@ -393,14 +393,43 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 			// then meets a done task (ErrTaskFinal), or Complete moves a
 			// requeued one from pending to done.
 			a := claim.Attempt{Task: claim.Task{Partition: p, Dest: n.id}, Executor: n.id + ":destination", Epoch: epoch}
-			if _, _, err := supervise.Complete(ctx, n.cli, a, time.Now(), n.log); err != nil {
-				n.log.Warn("complete rejoin task", "task", a.Task, "err", err)
-			}
+			n.completeLive(a)
 			n.openMu.Lock()
 			delete(n.opened, p)
 			n.openMu.Unlock()
 		}
 	})
+}
+
+// completeRetry spaces a live destination's tries at completing its task.
+const completeRetry = 500 * time.Millisecond
+
+// completeLive completes the task of a replica gone live, trying again
+// until etcd takes it (or says it is done, or of another generation), for
+// as long as the node runs. If etcd is out when the source's HandoffAck
+// lands, the source's completion fails too, and a task left open would
+// send new attempts to a replica that refuses them as live, forever (the
+// simulator found it: recovery/sim, coordinator outages).
+func (n *Node) completeLive(a claim.Attempt) {
+	for try := 0; ; try++ {
+		var err error
+		if try < n.cfg.testCompleteFails {
+			err = errors.New("test: etcd out")
+		} else {
+			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+			_, _, err = supervise.Complete(ctx, n.cli, a, time.Now(), n.log)
+			cancel()
+		}
+		if err == nil || errors.Is(err, claim.ErrStaleEpoch) || errors.Is(err, claim.ErrNoTask) || n.ctx.Err() != nil {
+			return
+		}
+		n.limited.Log(slog.LevelWarn, "complete/"+a.Task.String(), "complete rejoin task; retrying", "task", a.Task, "err", err)
+		select {
+		case <-time.After(completeRetry):
+		case <-n.ctx.Done():
+			return
+		}
+	}
 }
 
 // openTasks opens the rejoin tasks of replicas that need one, at most

@@ -52,12 +52,9 @@ type srcAttempt struct {
 	// pauseUntil (unix nanos): the attempt's I/O stands still until then.
 	pauseUntil atomic.Int64
 
-	// touchedAt and touched are when the task record was last refreshed
-	// and the proc's Progress then; touching is set while a refresh is
-	// in flight. Replica goroutine, but touching.
-	touchedAt time.Time
-	touched   uint64
-	touching  atomic.Bool
+	// touching is set while a refresh of the task record is in flight;
+	// when one is due is the claim's guard's rule (claim.Guard.MaybeTouch).
+	touching atomic.Bool
 }
 
 func (a *srcAttempt) status() RejoinStatus {
@@ -130,7 +127,6 @@ func (r *replica) startSource(att *srcAttempt) error {
 	att.proc = proc
 	att.holdRows = r.holdRows
 	att.lastCheck = time.Now()
-	att.touchedAt = att.lastCheck
 	r.src = att
 	r.checkSource()
 	return nil
@@ -221,17 +217,17 @@ func (r *replica) checkSource() {
 	att.lastCheck = now
 }
 
-// maybeTouch refreshes the task record when the attempt made progress
-// since the last refresh, at most once a claim window, off the replica
-// goroutine. The record's age is then the time since the attempt's last
-// progress, give or take a window, which is what the health task judges
-// it by (DESIGN.md step 1): a long rejoin that moves on is never reset.
+// maybeTouch refreshes the task record, off the replica goroutine, when
+// the claim's guard says one is due: the attempt made progress since the
+// last refresh, at most once a claim window (claim.Guard.MaybeTouch, the
+// rule the simulator runs too). The record's age is then the time since
+// the attempt's last progress, give or take a window, which is what the
+// health task judges it by (DESIGN.md step 1): a long rejoin that moves on
+// is never reset.
 func (r *replica) maybeTouch(att *srcAttempt, now time.Time) {
-	p := att.proc.Progress()
-	if p == att.touched || att.proc.State().Final() || now.Sub(att.touchedAt) < att.claim.Window() || att.touching.Load() {
+	if att.proc.State().Final() || att.touching.Load() || !att.claim.MaybeTouch(now, att.proc.Progress()) {
 		return
 	}
-	att.touched, att.touchedAt = p, now
 	att.touching.Store(true)
 	r.n.goRun(func() {
 		defer att.touching.Store(false)

@@ -6,27 +6,38 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
 // attempt is one attempt of the rejoin, with its own fencing epoch: a
 // destination processor on a fresh replica that joined the feed when the
-// attempt started, a source processor on the source node's executor
-// (started when the supervisor's word reaches the source node), and the
-// connection between them.
+// destination took the attempt, a source processor on the source node's
+// executor, and the connection between them. With claims the attempt is
+// its holder's (holder.go): it claims the task on the source node, says
+// hello to the destination, which checks the claim and starts its side,
+// and its source processor starts on the destination's answer, as the
+// node's do. Without claims (a script that does not ask for them) the
+// destination side starts first and the source side srcUpAt.
 type attempt struct {
 	epoch uint64
 	hdr   wire.MsgHeader
+	// sn is the source node the attempt runs on.
+	sn *srcReplica
 
-	exec *partition.Executor // the destination replica
-	dst  *recovery.Destination
-	src  *recovery.Source // nil until the source side is up
-	// srcUpAt is when the source side starts.
+	exec *partition.Executor   // the destination replica
+	dst  *recovery.Destination // nil until the destination took the hello
+	src  *recovery.Source      // nil until the source side is up
+	// srcUpAt is when the source side starts, without claims.
 	srcUpAt uint64
-	feed    []*feedLink // one per initiator, to exec
-	s2d     *pipe
-	d2s     *pipe
+	// helloErr: the attempt's source side ended before its processor
+	// started (the destination refused the hello, or the holder stopped
+	// first).
+	helloErr error
+	feed     []*feedLink // one per initiator, to exec
+	s2d      *pipe
+	d2s      *pipe
 
 	// srcState and dstState are the states last seen, to trace moves and
 	// run the checks that go with them once.
@@ -42,23 +53,16 @@ type attempt struct {
 	// dstGone: the destination node restarted; its processor and replica
 	// are gone.
 	dstGone bool
-	// fault is the fault that hit this attempt; superseded says the
-	// supervisor ended its source for a newer attempt.
+	// fault is the fault that hit this attempt; superseded says a node
+	// ended one of its processors for a newer attempt.
 	fault      *fault
 	superseded bool
-	// early: the source node takes this attempt's first message as the
-	// supervisor's word, if it arrives before the word does. A source
-	// processor of an older attempt still running there sees the newer
-	// epoch first and must end itself.
-	early bool
 
-	// x is the executor holding the attempt's claim (nil when the world
-	// runs without claims: a script that does not ask for them). paused:
-	// a pause fault froze it. claimLost, taskDone: it stopped for that
-	// reason. duplicate: it went live after another attempt had, and its
-	// replica was dropped.
-	x                                      *executor
-	paused, claimLost, taskDone, duplicate bool
+	// x is the holder of the attempt's claim (nil when the world runs
+	// without claims: a script that does not ask for them). paused: a
+	// pause fault froze it. claimLost: it stopped for that reason.
+	x                 *holder
+	paused, claimLost bool
 
 	// handoff is the simulator's own record of the source at the moment
 	// it sent Handoff; e is E once known.
@@ -86,16 +90,23 @@ func (a *attempt) srcStateString() string {
 }
 
 func (a *attempt) dstStateString() string {
-	if a.dstGone {
+	switch {
+	case a.dstGone:
 		return "gone (node restarted)"
+	case a.dst == nil:
+		return "not started"
 	}
 	return a.dst.State().String()
 }
 
+// dstUp reports whether a's destination processor exists on a node that
+// did not restart.
+func (a *attempt) dstUp() bool { return a.dst != nil && !a.dstGone }
+
 // dstEnded reports whether the attempt's destination side is over without
-// going live: what the supervisor watches.
+// going live.
 func (a *attempt) dstEnded() bool {
-	return a.dstGone || a.dst.State() == recovery.StateAborted
+	return a.dstGone || (a.dst == nil && a.helloErr != nil) || (a.dst != nil && a.dst.State() == recovery.StateAborted)
 }
 
 // sideName names a side of the rejoin in the trace.
@@ -114,8 +125,8 @@ func (w *world) cur() *attempt {
 	return w.atts[len(w.atts)-1]
 }
 
-// srcAttempt is the attempt whose source processor the source node runs
-// now: the newest one that started its source side.
+// srcAttempt is the newest attempt that started its source side, on any
+// source node.
 func (w *world) srcAttempt() *attempt {
 	for i := len(w.atts) - 1; i >= 0; i-- {
 		if w.atts[i].src != nil {
@@ -125,45 +136,69 @@ func (w *world) srcAttempt() *attempt {
 	return nil
 }
 
-// dstAttempt is the attempt whose destination processor the destination
-// node runs now.
-func (w *world) dstAttempt() *attempt {
+// srcAttemptOn is the attempt whose source processor node sr runs now: the
+// newest one there that started its source side.
+func (w *world) srcAttemptOn(sr *srcReplica) *attempt {
 	for i := len(w.atts) - 1; i >= 0; i-- {
-		if a := w.atts[i]; !a.dstGone {
+		if a := w.atts[i]; a.src != nil && a.sn == sr {
 			return a
 		}
 	}
 	return nil
 }
 
-// ctrlDelayMax bounds how long the supervisor's word takes to reach the
-// source node: well inside the destination's stall window, which runs
-// while it waits for the answer.
+// dstAttempt is the attempt whose destination processor the destination
+// node runs now.
+func (w *world) dstAttempt() *attempt {
+	for i := len(w.atts) - 1; i >= 0; i-- {
+		if a := w.atts[i]; a.dstUp() {
+			return a
+		}
+	}
+	return nil
+}
+
+// ctrlDelayMax bounds how long a word of the coordinator takes to reach
+// a node (the source node's poll of its assignments): well inside the
+// destination's stall window.
 func (w *world) ctrlDelayMax() int { return min(20, w.k.StallTicksMax/3) }
 
-// startAttempt starts attempt epoch+1 on the destination node: a fresh
-// replica joins the feed now, and the source side starts srcDelay ticks
-// later.
-func (w *world) startAttempt(srcDelay uint64) *attempt {
+// startAttempt starts an attempt. With claims, x holds its claim: the
+// source node says hello to the destination over the attempt's new
+// connection, and the rest follows from the answer. Without, it is
+// attempt epoch+1: a fresh destination replica joins the feed now, and
+// the source side starts srcDelay ticks later.
+func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attempt {
 	if bound := w.k.Faults + 1; !w.scripted && len(w.atts) >= bound {
 		w.violate("c", "attempt %d needed, but %d faults allow at most %d: %s", len(w.atts)+1, w.k.Faults, bound, w.where())
 	}
-	a := &attempt{srcUpAt: w.tick + srcDelay}
-	if w.claims {
-		// The executor claims the task first; the claim's epoch is the
-		// attempt's.
-		if !w.claimFor(a, len(w.atts)+1) {
-			if !w.scripted {
-				w.violate("e", "the supervisor started an attempt while the task was claimed: %s", &w.coord)
-			}
-			return nil
-		}
+	a := &attempt{srcUpAt: w.tick + srcDelay, x: x, sn: sr}
+	if x != nil {
+		a.epoch = x.epoch
 	} else {
 		w.epoch++
 		a.epoch = w.epoch
 	}
 	a.hdr = wire.MsgHeader{Epoch: a.epoch, Partition: partitionID}
-	a.early = !w.scripted && w.net.IntN(2) == 0
+	a.s2d = &pipe{name: fmt.Sprintf("e%d src>dst", a.epoch), a: a, codec: w.k.Codec}
+	a.d2s = &pipe{name: fmt.Sprintf("e%d dst>src", a.epoch), a: a, toSrc: true, codec: w.k.Codec}
+	w.atts = append(w.atts, a)
+	if x != nil {
+		w.tracef("attempt %d: %s node says hello to the destination", a.epoch, sr.id)
+		a.s2d.send(w, &wire.Hello{Kind: wire.HelloRejoin, Node: sr.id, Partition: partitionID, Epoch: a.epoch}, w.k.ConnDelayMax, 1)
+		return a
+	}
+	w.startDest(a)
+	w.tracef("attempt %d: destination replica up, joins the feed; source side at tick %d", a.epoch, a.srcUpAt)
+	if a.srcUpAt <= w.tick {
+		w.startSource(a)
+	}
+	return a
+}
+
+// startDest starts a's destination side: a fresh replica that joins the
+// feed now, and its processor.
+func (w *world) startDest(a *attempt) {
 	// The destination node's replica hears the initiators whose feed to
 	// that node is open, as recovery/node's does.
 	fed := func(in *initiator) bool { return !in.dstUnfed }
@@ -182,29 +217,86 @@ func (w *world) startAttempt(srcDelay uint64) *attempt {
 	for range w.inits {
 		a.feed = append(a.feed, &feedLink{to: a})
 	}
-	a.s2d = &pipe{name: fmt.Sprintf("e%d src>dst", a.epoch), a: a, codec: w.k.Codec}
-	a.d2s = &pipe{name: fmt.Sprintf("e%d dst>src", a.epoch), a: a, toSrc: true, codec: w.k.Codec}
-	w.atts = append(w.atts, a)
-	w.tracef("attempt %d: destination replica up, joins the feed; source side at tick %d", a.epoch, a.srcUpAt)
-	if a.srcUpAt <= w.tick {
-		w.startSource(a)
+}
+
+// onHello is the destination node taking a rejoin hello (recovery/node's
+// serveRejoin and checkHolder): the task's claim must stand, at the
+// hello's epoch, held by the node that says hello, the epoch must be above
+// every one the node has seen (its fence), and its replica must not be
+// live already. Then a newer attempt supersedes the one it runs, and the
+// answer goes back ahead of the destination's first message. A refusal
+// goes back as a Reply.
+func (w *world) onHello(a *attempt, h *wire.Hello) {
+	refuse := func(format string, args ...any) {
+		why := fmt.Sprintf(format, args...)
+		w.stats.HellosRefused++
+		w.tracef("dst node refuses the hello of epoch %d: %s", h.Epoch, why)
+		a.d2s.send(w, &wire.Reply{Err: why}, w.k.ConnDelayMax, 1)
 	}
-	return a
+	hold, found, err := w.coord.holderOf(w.tick)
+	switch {
+	case err != nil:
+		refuse("%v", err)
+		return
+	case !found:
+		refuse("no claim on task %s: %s at epoch %d holds none", simTask, h.Node, h.Epoch)
+		return
+	case hold.Node != h.Node || hold.Epoch != h.Epoch:
+		refuse("the claim on task %s is %q's at epoch %d, not %q's at %d", simTask, hold.Node, hold.Epoch, h.Node, h.Epoch)
+		return
+	case h.Epoch <= w.dstFence:
+		refuse("epoch %d is not above %d, the highest the replica has seen", h.Epoch, w.dstFence)
+		return
+	case w.live != nil:
+		refuse("the replica is live")
+		return
+	}
+	w.dstFence = h.Epoch
+	if prev := w.dstAttempt(); prev != nil && !prev.dst.State().Final() {
+		prev.superseded = true
+		w.tracef("dst node: attempt %d superseded by %d", prev.epoch, a.epoch)
+		prev.dst.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", a.epoch))
+		w.afterCall(prev)
+	}
+	w.startDest(a)
+	w.tracef("attempt %d: destination checks the claim, replica up, joins the feed", a.epoch)
+	a.d2s.send(w, &wire.Hello{Kind: wire.HelloRejoin, Node: dstNode, Partition: partitionID, Epoch: h.Epoch}, w.k.ConnDelayMax, 1)
+	w.afterCall(a)
+}
+
+// onHelloAnswer is the source node reading the destination's answer: it
+// starts its source processor, or, refused, ends the attempt before it.
+func (w *world) onHelloAnswer(a *attempt, m wire.Message) {
+	if a.helloErr != nil || (a.x != nil && !a.x.holds) {
+		if a.helloErr == nil {
+			a.helloErr = errors.New("holder stopped before the answer")
+		}
+		return // the source side is over: the connection is closed
+	}
+	switch m := m.(type) {
+	case *wire.Hello:
+		w.startSource(a)
+	case *wire.Reply:
+		a.helloErr = fmt.Errorf("hello refused: %s", m.Err)
+		w.tracef("attempt %d: %v", a.epoch, a.helloErr)
+	default:
+		w.violate("c", "attempt %d: %s before the hello's answer", a.epoch, m.Type())
+	}
 }
 
 // startSource starts the source side of a on the source node's executor.
 // One source processor runs there at a time: an older one still running
-// (it has not learned that its attempt is over) is superseded first, and
-// must then have released the executor.
+// (frozen, or it has not learned that its attempt is over) is superseded
+// first, and must then have released the executor.
 func (w *world) startSource(a *attempt) {
-	if prev := w.srcAttempt(); prev != nil && !prev.src.State().Final() {
+	if prev := w.srcAttemptOn(a.sn); prev != nil && !prev.src.State().Final() {
 		prev.superseded = true
-		w.tracef("source node: attempt %d superseded by %d", prev.epoch, a.epoch)
+		w.tracef("%s node: attempt %d superseded by %d", a.sn.id, prev.epoch, a.epoch)
 		prev.src.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by attempt %d", a.epoch))
 		w.afterCall(prev)
 	}
-	w.checkReleased(fmt.Sprintf("before attempt %d's source starts", a.epoch))
-	s, err := recovery.NewSource(w.srcExec, w.k.sourceConfig(a.hdr))
+	w.checkReleased(a.sn, fmt.Sprintf("before attempt %d's source starts", a.epoch))
+	s, err := recovery.NewSource(a.sn.exec, w.k.sourceConfig(a.hdr))
 	if err != nil {
 		w.violate("config", "source: %v", err)
 	}
@@ -213,30 +305,20 @@ func (w *world) startSource(a *attempt) {
 	w.afterCall(a)
 }
 
-// startSourceEarly starts a's source side on the source node when a's
-// first message gets there before the supervisor's word. If an older
-// source processor still runs there, the message reaches it first: seeing
-// a newer epoch, it must end itself, and release the executor.
-func (w *world) startSourceEarly(a *attempt, m wire.Message) {
-	if prev := w.srcAttempt(); prev != nil && !prev.src.State().Final() {
-		prev.superseded = true
-		w.stats.SupersededByMessage++
-		err := prev.src.OnMessage(m)
-		w.tracef("source node: %s reaches the running attempt %d: %v", w.describe(m), prev.epoch, err)
-		w.afterCall(prev)
-		if st := prev.src.State(); st != recovery.StateAborted {
-			w.violate("d", "source of attempt %d took %s of the newer epoch %d and went on (%s)", prev.epoch, m.Type(), m.Header().Epoch, st)
-		}
-	}
-	w.startSource(a)
-}
-
 // afterCall follows every call into a's processors: it sends what they
 // put in their outboxes and runs the checks that go with a change of
 // state.
 func (w *world) afterCall(a *attempt) {
 	if a.src != nil {
-		for _, m := range a.src.Outbox() {
+		msgs := a.src.Outbox()
+		if x := a.x; x != nil && w.k.LeaseGuard && len(msgs) > 0 && !a.src.State().Final() && !x.guard.Held(int64(w.tick)) && w.opts.Sabotage != SabotageIgnoreClaimLoss {
+			// The lease guard, as the node's checkSource: a claim that may
+			// have expired sends nothing more, whatever the holder
+			// believes.
+			w.stopHolder(a, wire.AbortClaimLost, fmt.Sprintf("claim of epoch %d not certainly held since tick %d", x.epoch, x.guard.HeldUntil()))
+			msgs = a.src.Outbox()
+		}
+		for _, m := range msgs {
 			w.route(a, true, m)
 		}
 		if st := a.src.State(); st != a.srcState {
@@ -267,7 +349,12 @@ func (w *world) route(a *attempt, fromSrc bool, m wire.Message) {
 	if _, hb := m.(*wire.Heartbeat); !hb && w.tr.on {
 		w.tracef("%s > %s", sideName(fromSrc), w.describe(m))
 	}
-	if !fromSrc {
+	if w.lose[m.Type()] {
+		delete(w.lose, m.Type())
+		w.tracef("lost on the way: %s", w.describe(m))
+		return
+	}
+	if fromSrc {
 		w.checkStopped(a, m)
 	}
 	switch {
@@ -312,8 +399,23 @@ func (w *world) replaced(a *attempt, fromSrc bool) bool {
 // receiving side (which may have ended: it then refuses it).
 func (w *world) onConn(p *pipe, m wire.Message) {
 	a := p.a
-	if p.toSrc && a.src == nil {
-		w.startSourceEarly(a, m)
+	switch {
+	case !p.toSrc && a.dst == nil:
+		if h, ok := m.(*wire.Hello); ok {
+			w.onHello(a, h)
+		}
+		return
+	case p.toSrc && a.sn.dead:
+		return // its node is gone
+	case p.toSrc && a.src == nil:
+		w.onHelloAnswer(a, m)
+		return
+	}
+	if b := w.newerAt(p.toSrc, a); b != nil && w.claims {
+		// The receiving node runs a newer attempt's processor now: the
+		// message reaches it, which must reject it by its epoch.
+		w.onStale(p.toSrc, b, m)
+		return
 	}
 	var err error
 	var running, senderRunning bool
@@ -338,6 +440,22 @@ func (w *world) onConn(p *pipe, m wire.Message) {
 	w.afterCall(a)
 }
 
+// newerAt returns the attempt whose processor the receiving node runs
+// now, if it is newer than a's: with claims, a node runs one processor per
+// partition and side, and hands every message to it.
+func (w *world) newerAt(toSrc bool, a *attempt) *attempt {
+	var b *attempt
+	if toSrc {
+		b = w.srcAttemptOn(a.sn)
+	} else {
+		b = w.dstAttempt()
+	}
+	if b == nil || b.epoch <= a.epoch {
+		return nil
+	}
+	return b
+}
+
 // onGhost delivers a late message of a cut attempt to the processor the
 // receiving node runs now. Only a newer attempt's processor gets it (the
 // same attempt's connection is gone), and it must reject it by its epoch:
@@ -347,7 +465,10 @@ func (w *world) onGhost(p *pipe, m wire.Message) {
 	e := m.Header().Epoch
 	var a *attempt
 	if p.toSrc {
-		a = w.srcAttempt()
+		// To the source node of the message's attempt, if it lives.
+		if old := w.attemptOf(e); old != nil && !old.sn.dead {
+			a = w.srcAttemptOn(old.sn)
+		}
 	} else {
 		a = w.dstAttempt()
 	}
@@ -359,12 +480,19 @@ func (w *world) onGhost(p *pipe, m wire.Message) {
 		}
 		return
 	}
+	w.onStale(p.toSrc, a, m)
+}
+
+// onStale hands a message of a superseded epoch to a's processor, which
+// must reject it by its epoch if it runs (invariant d).
+func (w *world) onStale(toSrc bool, a *attempt, m wire.Message) {
+	e := m.Header().Epoch
 	w.stats.StaleDelivered++
 	old := w.attemptOf(e)
 	var err error
 	var st recovery.State
-	side := sideName(p.toSrc)
-	if p.toSrc {
+	side := sideName(toSrc)
+	if toSrc {
 		st = a.src.State()
 		err = a.src.OnMessage(m)
 	} else {
@@ -374,7 +502,7 @@ func (w *world) onGhost(p *pipe, m wire.Message) {
 	if !st.Final() {
 		w.stats.StaleToRunning++
 		if old != nil && old.paused {
-			// A late message of a paused executor's attempt.
+			// A late message of a paused holder's attempt.
 			w.stats.PausedLate++
 			if errors.Is(err, recovery.ErrStaleEpoch) {
 				w.stats.PausedRejected++
@@ -396,17 +524,20 @@ func (w *world) learnCuts() {
 		if !a.cut {
 			continue
 		}
-		if a.srcLearnAt != 0 && w.tick >= a.srcLearnAt {
+		if a.srcLearnAt != 0 && w.tick >= a.srcLearnAt && !w.pausedNow(a) {
 			a.srcLearnAt = 0
+			if a.src == nil && a.helloErr == nil {
+				a.helloErr = errors.New("connection lost before the hello's answer")
+			}
 			if a.src != nil && !a.src.State().Final() {
 				w.tracef("src e%d learns the connection is cut", a.epoch)
 				a.src.Abort(wire.AbortConnLost, "connection lost")
 				w.afterCall(a)
 			}
 		}
-		if a.dstLearnAt != 0 && w.tick >= a.dstLearnAt && !w.pausedNow(a) {
+		if a.dstLearnAt != 0 && w.tick >= a.dstLearnAt {
 			a.dstLearnAt = 0
-			if !a.dstGone && !a.dst.State().Final() {
+			if a.dstUp() && !a.dst.State().Final() {
 				w.tracef("dst e%d learns the connection is cut", a.epoch)
 				a.dst.Abort(wire.AbortConnLost, "connection lost")
 				w.afterCall(a)
@@ -425,7 +556,7 @@ func (w *world) cut(a *attempt, srcLearn, dstLearn int, ghost bool) {
 	} else {
 		w.stats.CutsUnnoticed++
 	}
-	if !a.dstGone {
+	if a.dstUp() {
 		if dstLearn > 0 {
 			a.dstLearnAt = w.tick + uint64(dstLearn)
 		} else {
@@ -450,7 +581,7 @@ func (w *world) onSourceState(a *attempt, from, to recovery.State) {
 	}
 	if to.Final() {
 		w.checkLogBound(a)
-		w.checkReleased(fmt.Sprintf("after attempt %d's source ended %s", a.epoch, to))
+		w.checkReleased(a.sn, fmt.Sprintf("after attempt %d's source ended %s", a.epoch, to))
 	}
 }
 
@@ -462,20 +593,19 @@ func (w *world) onDestinationState(a *attempt, from, to recovery.State) {
 		w.checkAbort(a, "destination", a.dst.Err())
 		w.checkEmpty(a)
 		a.feed = nil // the replica leaves the feed
-		w.onExecutorEnd(a)
 	case recovery.StateLive:
 		w.tracef("dst e%d %s -> live at E=%v", a.epoch, from, a.e)
-		w.checkHeld(a, "going live")
-		if w.claims && !w.coord.complete(a.epoch) {
-			// A completion is accepted from any attempt of the task; a
-			// second one is a duplicate and its replica is dropped.
-			w.stats.DuplicateCompletions++
-			a.duplicate = true
-			a.feed = nil
-			w.tracef("dst e%d: duplicate completion (task done by epoch %d): its replica is dropped", a.epoch, w.coord.task.doneBy)
+		if w.live != nil {
+			w.violate("e", "destination of attempt %d live after attempt %d's: the node runs one processor", a.epoch, w.live.epoch)
 		}
+		w.checkHeld(a, "going live")
 		w.checkLive(a)
-		w.onExecutorEnd(a)
+		if w.claims {
+			// The destination completes the task too (DESIGN.md step 9);
+			// the source's completion, by the HandoffAck, is then a
+			// duplicate, or the other way round.
+			w.completeTask(a, claim.Attempt{Task: simTask, Executor: dstNode + ":destination", Epoch: a.epoch}, "destination")
+		}
 	default:
 		w.tracef("dst e%d %s -> %s", a.epoch, from, to)
 	}
@@ -497,16 +627,16 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 	case wire.AbortStaleEpoch:
 		ok = a.superseded
 	case wire.AbortShutdown, wire.AbortClaimLost, wire.AbortNodeFailed:
-		ok = a.fault != nil && a.fault.reason == ae.Reason && a.fault.kind != faultPause
-		// An executor stops when it finds its claim gone, or the task done
-		// by another attempt.
-		ok = ok || (ae.Reason == wire.AbortClaimLost && a.claimLost) || (ae.Reason == wire.AbortShutdown && a.taskDone)
+		ok = a.fault != nil && a.fault.reason == ae.Reason && a.fault.kind != faultPause && a.fault.kind != faultOutage
+		// A holder stops when its guard counts its claim lost.
+		ok = ok || (ae.Reason == wire.AbortClaimLost && a.claimLost)
 	case wire.AbortConnLost:
-		// A destination restart drops the connection as a cut does.
-		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart)
+		// A node restart or death drops the connection as a cut does.
+		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultSourceDies)
 	case wire.AbortTimeout:
-		// A paused executor's destination is silent: its source times out.
-		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultPause)
+		// A paused holder's source is silent: its destination times out;
+		// so is a dead source, or one whose holder waits out an outage.
+		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultPause || a.fault.kind == faultOutage || a.fault.kind == faultSourceDies)
 	}
 	// A script aborts attempts as it pleases and reads the reasons in
 	// its output.
@@ -520,21 +650,22 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 // boundary there: every txn below E executed, none at or above it, and
 // nothing below it still to come.
 func (w *world) recordHandoff(a *attempt, h *wire.Handoff) {
-	p := w.srcExec.Partition()
+	src := a.sn.exec
+	p := src.Partition()
 	a.e = h.TxnID
 	a.handoff = &handoffRecord{e: h.TxnID, digest: p.Digest(), recomputed: recompute(p), rows: rowCounts(p)}
-	last := w.srcExec.LastExecuted()
+	last := src.LastExecuted()
 	if last >= h.TxnID {
 		w.violate("a", "source sent handoff at E=%v having executed %v", h.TxnID, last)
 	}
-	if q, ok := w.srcExec.QueuedFrom(0); ok && q < h.TxnID {
+	if q, ok := src.QueuedFrom(0); ok && q < h.TxnID {
 		w.violate("a", "source sent handoff at E=%v with txn %v below it still queued", h.TxnID, q)
 	}
-	if safe, ok := w.srcExec.Safe(); !ok || safe+1 < h.TxnID {
+	if safe, ok := src.Safe(); !ok || safe+1 < h.TxnID {
 		w.violate("a", "source sent handoff at E=%v with the safe txn ID at %v: a txn below E may still come", h.TxnID, safe)
 	}
 	if h.Digest != a.handoff.digest || a.handoff.digest != a.handoff.recomputed {
 		w.violate("a", "handoff at E=%v: message digest %016x, source partition %016x, recomputed %016x", h.TxnID, h.Digest, a.handoff.digest, a.handoff.recomputed)
 	}
-	w.tracef("src e%d handoff at E=%v: %s", a.epoch, h.TxnID, w.describeReplica(w.srcExec))
+	w.tracef("src e%d handoff at E=%v: %s", a.epoch, h.TxnID, w.describeReplica(src))
 }

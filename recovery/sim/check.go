@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -24,13 +25,15 @@ import (
 //	(d) no running processor accepts a message of a superseded epoch;
 //	(e) with claims: at each node, writes (messages other than Abort
 //	    accepted by a running processor while their sender ran) are
-//	    accepted in nondecreasing epoch order, so two executors that both
+//	    accepted in nondecreasing epoch order, so two holders that both
 //	    believe they hold the claim never interleave their writes, and,
-//	    with the lease guard, at no tick do both write; an
-//	    executor learns it lost its claim within one window (of the loss,
-//	    or of waking from a pause) and writes nothing after it stops; the
-//	    supervisor starts an attempt only when the task has no claim; at
-//	    the end no claim is left and the task is done by the live attempt.
+//	    with the lease guard, at no tick do both write, nor does a holder
+//	    whose claim's lease ran out; a holder learns it lost its claim
+//	    within one window (of the loss, or of waking from a pause) and its
+//	    source writes nothing after it stops; a claim is created only when
+//	    none stands (the coordinator's own invariant); a destination goes
+//	    live at most once; at the end no claim is left and the task is
+//	    done by the live attempt.
 
 // recompute sums partition.RowHash over every row, from scratch: the
 // digest as the simulator sees it, independent of the running digest the
@@ -71,25 +74,29 @@ func hasGate(e *partition.Executor) bool { return e.Gate() != nil }
 
 func hasObserver(p *partition.Partition) bool { return p.Observer() != nil }
 
-// checkReleased checks that no source processor holds the source
-// executor: no gate, no observer (so no table stream), and every txn the
-// safe point allows runs.
-func (w *world) checkReleased(when string) {
-	if hasGate(w.srcExec) {
-		w.violate("c", "%s: the source executor still has a gate", when)
+// checkReleased checks that no source processor holds sr's executor: no
+// gate, no observer (so no table stream), and every txn the safe point
+// allows runs.
+func (w *world) checkReleased(sr *srcReplica, when string) {
+	if sr.dead {
+		return // its node and its processors are gone
 	}
-	if hasObserver(w.srcExec.Partition()) {
-		w.violate("c", "%s: the source partition still has an observer (a table stream)", when)
+	src := sr.exec
+	if hasGate(src) {
+		w.violate("c", "%s: the %s executor still has a gate", when, sr.id)
+	}
+	if hasObserver(src.Partition()) {
+		w.violate("c", "%s: the %s partition still has an observer (a table stream)", when, sr.id)
 	}
 	if w.scripted {
 		return // a script runs the source itself, and shows what runs
 	}
 	for {
-		if _, ok := w.srcExec.Step(); !ok {
+		if _, ok := src.Step(); !ok {
 			break
 		}
 	}
-	if id, ok := w.srcExec.Ready(); ok {
+	if id, ok := src.Ready(); ok {
 		w.violate("c", "%s: the source executor holds txn %v, which its safe point allows", when, id)
 	}
 }
@@ -139,9 +146,6 @@ func (w *world) checkLive(a *attempt) {
 	if want := h.e - 1; a.exec.LastExecuted() != want {
 		w.violate("a", "destination of attempt %d live at E=%v with last executed %v, want %v", a.epoch, h.e, a.exec.LastExecuted(), want)
 	}
-	if a.duplicate {
-		return
-	}
 	w.live, w.liveTick = a, w.tick
 	w.tracef("dst e%d live: %s (equal to the source at E)", a.epoch, w.describeReplica(a.exec))
 	if w.opts.Sabotage == SabotageDestinationWrite {
@@ -173,49 +177,65 @@ func (w *world) sabotage(a *attempt) {
 }
 
 // compare checks invariant (a) after the handoff whenever the live
-// destination and the source have executed the same txns, and the source
-// against the oracle likewise.
+// destination and its source have executed the same txns (or, its source
+// dead, the oracle), and every live source against the oracle likewise.
 func (w *world) compare() {
-	src := w.srcExec
-	if w.live != nil && w.live.exec.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastCmp {
-		w.lastCmp = src.LastExecuted()
-		w.stats.DigestChecks++
-		if a, b := src.Partition().Digest(), w.live.exec.Partition().Digest(); a != b {
-			w.violate("a", "after the handoff at E=%v, at txn %v: source digest %016x, destination %016x", w.live.e, src.LastExecuted(), a, b)
+	if w.live != nil {
+		src, what := w.live.sn.exec, "source"
+		if w.live.sn.dead {
+			src, what = w.ref, "oracle"
+		}
+		if w.live.exec.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastCmp {
+			w.lastCmp = src.LastExecuted()
+			w.stats.DigestChecks++
+			if a, b := src.Partition().Digest(), w.live.exec.Partition().Digest(); a != b {
+				w.violate("a", "after the handoff at E=%v, at txn %v: %s digest %016x, destination %016x", w.live.e, src.LastExecuted(), what, a, b)
+			}
 		}
 	}
-	if w.ref.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastRefCmp {
-		w.lastRefCmp = src.LastExecuted()
+	for i, sr := range w.srcs {
+		src := sr.exec
+		if sr.dead || w.ref.LastExecuted() != src.LastExecuted() || src.LastExecuted() == w.lastRefCmp[i] {
+			continue
+		}
+		w.lastRefCmp[i] = src.LastExecuted()
 		if a, b := src.Partition().Digest(), w.ref.Partition().Digest(); a != b {
-			w.violate("a", "at txn %v: source digest %016x, oracle %016x: the rejoin changed the source", src.LastExecuted(), a, b)
+			w.violate("a", "at txn %v: %s digest %016x, oracle %016x: the rejoin changed the source", src.LastExecuted(), sr.id, a, b)
 		}
 	}
 }
 
 // finalCheck runs once every replica has executed the whole feed.
 func (w *world) finalCheck() {
-	src, dst, ref := w.srcExec, w.live.exec, w.ref
-	if src.LastExecuted() != dst.LastExecuted() || src.LastExecuted() != ref.LastExecuted() {
-		w.violate("a", "at the end: source at %v, destination at %v, oracle at %v", src.LastExecuted(), dst.LastExecuted(), ref.LastExecuted())
-	}
-	for _, e := range []*partition.Executor{dst, ref} {
-		if d, r := e.Partition().Digest(), recompute(e.Partition()); d != src.Partition().Digest() || r != d {
-			w.violate("a", "at the end, txn %v: source %s, %s (recomputed %016x)", src.LastExecuted(), w.describeReplica(src), w.describeReplica(e), r)
+	dst, ref := w.live.exec, w.ref
+	for _, src := range w.liveSources() {
+		if src.LastExecuted() != dst.LastExecuted() || src.LastExecuted() != ref.LastExecuted() {
+			w.violate("a", "at the end: source at %v, destination at %v, oracle at %v", src.LastExecuted(), dst.LastExecuted(), ref.LastExecuted())
+		}
+		for _, e := range []*partition.Executor{dst, ref} {
+			if d, r := e.Partition().Digest(), recompute(e.Partition()); d != src.Partition().Digest() || r != d {
+				w.violate("a", "at the end, txn %v: source %s, %s (recomputed %016x)", src.LastExecuted(), w.describeReplica(src), w.describeReplica(e), r)
+			}
 		}
 	}
-	w.checkReleased("at the end")
+	for _, sr := range w.srcs {
+		w.checkReleased(sr, "at the end")
+	}
+	src := ref
 	if w.claims {
-		if c := &w.coord; c.claim != nil || c.task.status != taskDone || c.task.doneBy != w.live.epoch {
+		if c := &w.coord; c.claim != nil || c.task.Status != claim.StatusDone || c.task.Epoch != w.live.epoch {
 			w.violate("e", "at the end, the coordinator holds %s; want no claim and the task done by epoch %d", c, w.live.epoch)
 		}
 		for _, a := range w.atts {
 			if a.x != nil && a.x.holds {
-				w.violate("e", "at the end, executor x%d still believes it holds epoch %d", a.x.id, a.epoch)
+				w.violate("e", "at the end, holder x%d still believes it holds epoch %d", a.x.id, a.epoch)
 			}
 		}
 	}
 	for _, a := range w.atts {
-		w.checkLogBound(a)
+		if a.src != nil {
+			w.checkLogBound(a)
+		}
 	}
 	w.tracef("end: %d attempts, all replicas at %v: %s", len(w.atts), src.LastExecuted(), w.describeReplica(src))
 }

@@ -27,10 +27,11 @@
 //
 // # What it models
 //
-//   - One source replica, loaded with a few dozen to a few hundred rows of
-//     one or two tables (kv with a bytes key, acct with a two-column key),
-//     and an oracle replica that receives the whole feed at once and never
-//     takes part in a rejoin.
+//   - Two live source replicas on nodes of their own (src and src2; a
+//     script has one unless it asks), loaded with the same few dozen to a
+//     few hundred rows of one or two tables (kv with a bytes key, acct
+//     with a two-column key), and an oracle replica that receives the
+//     whole feed at once and never takes part in a rejoin.
 //   - One to four initiators, each stamping txns and heartbeats with a
 //     txnid.Generator on its own skewed (and now and then stepping) clock,
 //     sending them to every replica of the partition over links that
@@ -45,40 +46,51 @@
 //     them that carries real wire frames (FrameEncoder and FrameDecoder
 //     with the run's codec: none, s2 or zstd), sometimes split across two
 //     packets.
-//   - The coordinator (coordinator.go), the claims issue's model of etcd
-//     for the run's one task: a claim key created only if absent, with a
-//     lease of ClaimTTLTicks kept alive by keepalives, deleted when the
-//     lease runs out or its holder releases it; a cluster-wide revision
-//     raised by every write (a claim, a deletion, the task's completion),
-//     and the claim's epoch is the revision that created it, so epochs
-//     strictly grow (1, 3, 5, ... when every claim ends in a deletion).
-//     The task's record (open, running, done; last epoch; claims made) is
-//     all a supervisor knows after a failover. A completion is accepted
-//     from any attempt; a second one is a duplicate and its replica is
-//     dropped.
-//   - Executors (executor.go): the claim lives with the rejoin's driver on
-//     the destination node, one executor per attempt. It claims the task
-//     before its destination processor sends anything and takes the
-//     claim's epoch for the attempt; it keeps the lease alive every
-//     KeepaliveTicks and checks the claim every ClaimWindowTicks (both at
-//     most half the TTL), and at the first check that finds the claim gone
-//     (or the task done by another attempt) it stops; with
-//     Knobs.LeaseGuard it also stops as soon as its last successful
-//     keepalive is a TTL old, before it does anything else. Stopping, it
-//     aborts its
-//     destination processor, which writes nothing more, and releases what
-//     it still holds. It releases the claim when its processor ends; if
-//     its node restarts it dies holding it, and the claim expires.
-//   - The supervisor (supervisor.go): it starts an attempt whenever the
-//     task is not done and has no claim (none yet, released, or expired),
-//     after a delay; its word reaches the source node later still, and the
-//     source node supersedes an older source processor still running there
-//     before it starts the new one. Half the attempts let the new
-//     destination's first message reach the source node before that word:
-//     it is then handed to the older processor first, which must end
-//     itself on seeing the newer epoch. The supervisor can die; a new
-//     leader is elected after up to ElectionTicksMax ticks, has lost what
-//     the old one planned, and carries on from the coordinator alone.
+//   - The coordinator (coordinator.go), the model of etcd under the
+//     product's rules for the run's one task (the partition onto the
+//     destination node): a claim key created only if absent, with its own
+//     lease of ClaimTTLTicks kept alive by keepalives (a key deleted by a
+//     reset or a revoke leaves its lease alive, as etcd's does); a
+//     cluster-wide revision raised by every write, and the claim's epoch
+//     is the revision that created it, so epochs strictly grow; the task's
+//     record, a claim.Record moved only by claim's own record rules
+//     (StartRecord, TouchRecord, RequeueRecord, DoneRecord, StaleReason and
+//     ResetRecord), each holder's write compared with the claim key as
+//     etcd's transactions do; the assignment (a supervise.Assignment,
+//     written with a compare-and-swap on its revision); the nodes'
+//     registrations and the placement. It can be down (an outage): it then
+//     answers nothing and nothing in it moves; its leases get a whole TTL
+//     again when it is back.
+//   - The holder (holder.go): the claim is held on the source node, where
+//     recovery/node holds it. Each source node's executor polls its
+//     assignment; for a new one (or, ending a failed attempt, the same one
+//     again after a delay) it acquires the claim (its epoch is the
+//     attempt's), starts the task, and says hello to the destination over
+//     the attempt's connection; the destination node takes the hello only
+//     if the coordinator's claim stands at that epoch naming the source
+//     node and the epoch is above every one it has seen (its durable
+//     fence), as recovery/node's checkHolder does, supersedes the attempt
+//     it runs, and answers; the source processor starts on the answer. The
+//     holder then runs claim.Guard, the node's own guard: keepalives every
+//     KeepaliveTicks, claim.ChecksPerWindow checks a ClaimWindowTicks
+//     window, a touch of the task record when the attempt made progress
+//     (at most once a window), and the claim lost at the first check that
+//     finds it gone or after a window without an answered one; with
+//     Knobs.LeaseGuard it also stops as soon as the guard no longer holds
+//     the claim certainly, before it does anything else and before its
+//     source sends anything. Stopping, it aborts its source processor,
+//     which writes nothing more. When the source side ends it completes
+//     the task (done by the HandoffAck) or requeues it, and releases the
+//     claim; a live destination completes the task too, and tries again
+//     until the coordinator takes it.
+//   - The supervisor (supervisor.go) is supervise.Decide: every few ticks
+//     it builds a supervise.Snapshot from the coordinator and applies the
+//     actions Decide returns (Limits in ticks mapped to durations, a
+//     millisecond a tick); the health task is supervise.CheckHealth on the
+//     nodes and claim.StaleReason on the task (StaleTicks: the stall
+//     window plus two claim windows, as the node sets it). The supervisor
+//     can die; a new leader is elected after up to ElectionTicksMax ticks
+//     and carries on from the coordinator alone.
 //   - Nodes run one processor per partition and side, and hand every
 //     message to the one they run: once a newer attempt's processor runs
 //     on a node, what an older attempt still sends there reaches the newer
@@ -90,16 +102,25 @@
 //     DESIGN.md step 8), a cut of the connection (what is in flight is
 //     lost; each side is told after a delay and aborts, or is never told
 //     and must time out), a restart of the destination node (its
-//     replica is gone), a pause of the attempt's executor for longer than
-//     the claim's TTL (its destination processor, its feed, its
-//     keepalives and its checks freeze; the claim expires; the supervisor
-//     starts a new attempt with a new claim; when the executor wakes its
-//     late messages reach the new attempt's processors, and it stops at
-//     its first check, within one window), and the supervisor's death
-//     (at a phase, or just as an attempt ended and the task has no claim,
-//     so the next attempt was in its memory alone). A cut side keeps running until it knows, and its
-//     messages may take a late route to a newer attempt's processor, which
-//     must reject them by epoch.
+//     replica is gone; its fence survives), a pause of the attempt's
+//     holder on the source node for longer than the claim's TTL (its
+//     guard, its source processor and its connection freeze, both ways;
+//     the claim expires; the supervisor assigns the task again and the
+//     source node starts a new attempt with a new claim, superseding the
+//     frozen processor; when the holder wakes, what it had in flight
+//     reaches the new attempt's processors, and its guard stops it; half
+//     the pauses end just past the holder's lease, before a new attempt
+//     starts), an outage of the coordinator (a third of them cut only
+//     the attempt's source node off from it, while it runs on for the
+//     others), the death of the attempt's
+//     source node (its replica, processors and holder gone, releasing
+//     nothing; its registration goes half a claim TTL later, and Decide
+//     assigns the task to the other source, revoking the claim that still
+//     stands), and the supervisor's death (at a phase, or just as an
+//     attempt ended and the task has no claim).
+//     A cut side keeps running until it knows, and its messages may take
+//     a late route to a newer attempt's processor, which must reject them
+//     by epoch.
 //   - The throttle: a quarter of the runs get a change log small enough
 //     that the source holds and paces its execution; and wherever writes
 //     outpace shipping during catch-up (one-row blocks, a window of one
@@ -108,24 +129,18 @@
 //
 // # What it does not model
 //
-// Several source replicas or a source that dies (so no reassignment to
-// another source), initiators that fail, initiators that join in a
-// seeded run (a script's late initiator does: setup late=N, open-feed;
-// its write keeps recovery/node's feed rule, recovery.Unfed), several
-// tasks or executors competing for them (one task, one executor per attempt, and
-// only the supervisor starts attempts), the coordinator's own failures
-// (it never loses a write or stops answering: an executor cut off from it,
-// which gives up after a window without a successful check, is not
-// modeled), clock rate differences between an executor and the
-// coordinator (a tick is a tick everywhere), the source side pausing (only
-// the destination side's executor does), task records' timestamps and
-// startup recovery (DESIGN.md step 10), a byte-stream transport (stream
-// package) with its own flow control and keepalive, corrupted bytes (the
-// wire package's fuzzers cover decoding), memory limits, or time spent
-// executing: a txn takes no ticks. The destination's buffer is never
-// full. The supervisor starts attempts on the one destination node only,
-// and scenario scripts have no supervisor (they start attempts
-// themselves).
+// More than two sources, a destination that dies for good, initiators
+// that fail, initiators that join in a seeded run (a script's late
+// initiator does: setup late=N, open-feed; its write keeps recovery/node's
+// feed rule, recovery.Unfed), several tasks, lost responses alone (a
+// write applied whose answer is lost; a node cut off loses both ways),
+// clock rate differences between nodes and the coordinator (a tick is a
+// tick everywhere), a byte-stream transport (stream package) with its
+// own flow control and keepalive, corrupted bytes (the wire package's
+// fuzzers cover decoding), memory limits, or time spent executing: a txn
+// takes no ticks. The destination's buffer is never full. Scenario
+// scripts have no supervisor unless they ask (setup ... supervisor); their
+// start command has the source node take the task directly.
 //
 // # Invariants
 //
@@ -148,34 +163,27 @@
 //	    partition no observer, and it runs all its safe point allows; every
 //	    aborted destination replica is empty and runs nothing;
 //	(d) no running processor accepts a message of a superseded epoch: it
-//	    must return recovery.ErrStaleEpoch (a paused executor's late
+//	    must return recovery.ErrStaleEpoch (a paused holder's late
 //	    messages included: Stats.PausedLate, PausedRejected);
 //	(e) the claims: a write is a message other than Abort accepted
 //	    (returned no error) by a running processor while its sender still
 //	    ran. At each node the accepted writes never go back in epoch, so
-//	    two executors that both believe they hold the claim (one frozen
-//	    past its lease, one holding the new claim) never interleave their
-//	    writes. An executor learns it lost its claim within one window of
-//	    the loss, or of waking if it was frozen then, and after it stops
-//	    its processor sends nothing but its Abort. The supervisor starts an
-//	    attempt only when the task has no claim. At the end no claim is
-//	    left and the task is done by the live attempt (a run ends only
-//	    once the claim of an executor that died with its node has run out
-//	    its lease: nobody gives it back). With
-//	    Knobs.LeaseGuard (half the seeds: an executor also stops, before
-//	    anything else, once its own reckoning of its lease has run out) no
-//	    write is accepted, and no destination goes live, for an executor
-//	    whose claim the coordinator no longer holds, and at no tick do two
-//	    executors that both believe they hold the claim both write.
-//	    Without it (the claims issue's model as written: stop at the next
-//	    check) both can happen: an executor woken from a pause acts until
-//	    its next check, a source processor that has not yet seen the newer
-//	    epoch accepts its writes, at times in the same tick as (just
-//	    before) the newer attempt's first (seeds 22398 and 34137), and its
-//	    destination may go live (a duplicate completion, dropped). Those
-//	    are counted (Stats.WritesAfterLoss, DualWriteTicks,
-//	    DuplicateCompletions), not failed: epoch order is what protects
-//	    the replicas there.
+//	    two holders that both believe they hold the claim never
+//	    interleave their writes. A holder learns it lost its claim within
+//	    one window of the loss, or of waking if it was frozen then, and
+//	    after it stops its source processor sends nothing but its Abort.
+//	    A destination goes live at most once. At the end no claim is left
+//	    and the task is done by the live attempt (a run ends only once a
+//	    claim its holder could not give back has run out its lease). With
+//	    Knobs.LeaseGuard (half the seeds) no write is accepted, and no
+//	    destination goes live, for a holder whose claim's lease ran out,
+//	    and at no tick do two holders that both believe they hold the
+//	    claim both write. Without it a holder woken from a pause acts
+//	    until its guard's first look, and its writes may be accepted after
+//	    its claim ran out (Stats.WritesAfterLoss): epoch order is what
+//	    protects the replicas there. A claim the supervisor deleted under
+//	    a live holder (a reset, a revoke) is learnt within a window; its
+//	    writes meanwhile are counted too, not failed.
 //
 // A panic in the code under test is a failure of the seed too.
 package sim

@@ -26,19 +26,41 @@ const (
 	// replica vanish, the connection with them; the next attempt starts on
 	// a fresh empty replica.
 	faultRestart
-	// faultPause: the executor holding the attempt's claim freezes (GC,
-	// SIGSTOP, a VM stall) for longer than the claim's TTL: its claim
-	// expires, the supervisor starts a new attempt with a new claim, and
-	// when it wakes its late messages reach the new attempt's processors.
+	// faultPause: the holder of the attempt's claim, on the source node,
+	// freezes (GC, SIGSTOP, a VM stall) with its source processor and its
+	// connection for longer than the claim's TTL: its claim expires, the
+	// supervisor assigns the task again, the source node starts a new
+	// attempt with a new claim, and when the holder wakes its late
+	// messages reach the new attempt's processors.
 	faultPause
 	// faultSupervisor: the supervisor dies; a new leader is elected after
 	// a delay and carries on from the coordinator's record. It ends no
 	// attempt.
 	faultSupervisor
+	// faultOutage: the coordinator answers nothing for a while (etcd
+	// unreachable): keepalives, checks, record writes, the destination's
+	// claim check and the supervisor's passes all fail. Past a window the
+	// holder counts its claim lost and stops; a new attempt follows once
+	// the coordinator is back. A third of them (those drawn without a
+	// late route, which an outage has no use for) cut only the attempt's
+	// source node off from the coordinator, which runs on for everyone
+	// else: the holder's keepalives, checks and writes are lost, and a
+	// window after its last answered check its guard counts the claim
+	// lost and it stops, before its lease can have run out; once it has,
+	// the supervisor assigns the task to the other source.
+	faultOutage
+	// faultSourceDies: the attempt's source node dies (its process is
+	// gone): its replica, its source processor and its holder with it,
+	// releasing nothing. The destination is told after a delay, or never
+	// and times out. Its registration's lease runs out half a claim TTL
+	// later, and the supervisor (Decide) assigns the task to the other
+	// live source, revoking the claim if it still stands: a new attempt, a
+	// higher epoch. At most one per run, and only with two sources.
+	faultSourceDies
 	faultKinds
 )
 
-var faultNames = [...]string{"abort-source", "abort-destination", "node-failed", "cut", "restart-destination", "pause-executor", "supervisor-dies"}
+var faultNames = [...]string{"abort-source", "abort-destination", "node-failed", "cut", "restart-destination", "pause-holder", "supervisor-dies", "coordinator-outage", "source-dies"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
@@ -75,17 +97,22 @@ type fault struct {
 	srcLearn, dstLearn int
 	ghost              bool
 	// pauseTicks and wakeCheck for a pause (see world.pause); election
-	// for a supervisor's death.
+	// for a supervisor's death; outageTicks for an outage.
 	pauseTicks, wakeCheck int
-	election              int
-	inGap                 bool // a supervisor's death waits for no claim, not for a phase
-	fired                 bool
+	// shortPause > 0: the pause ends this many ticks after the holder's
+	// lease runs out by its own reckoning, instead of after pauseTicks.
+	shortPause  int
+	election    int
+	outageTicks int
+	inGap       bool // a supervisor's death waits for no claim, not for a phase
+	fired       bool
 }
 
 // planFaults draws the run's faults from the fault stream, all at once, so
 // the plan does not depend on how the run unfolds.
 func (w *world) planFaults() {
 	r := w.faultRng
+	deaths := 0
 	for i := 0; i < w.k.Faults; i++ {
 		f := &fault{kind: faultKind(r.IntN(int(faultKinds))), phase: phase(r.IntN(int(phases)))}
 		waits := [phases]int{phaseHandshake: 10, phaseSnapshot: 80, phaseCatchUp: 20, phaseHandoff: 3}
@@ -102,13 +129,28 @@ func (w *world) planFaults() {
 		}
 		f.srcLearn, f.dstLearn = learn(), learn()
 		f.ghost = r.IntN(3) != 0
-		// Longer than the TTL, so the claim expires while the executor is
-		// frozen; often long enough that a new attempt runs when it wakes.
+		// Longer than the TTL, so the claim expires while the holder is
+		// frozen; a third of the time long enough that a new attempt runs
+		// when it wakes, the rest (shortPause) just past its lease, so
+		// that it wakes before one does, its destination still running.
 		ttl := w.k.ClaimTTLTicks
-		f.pauseTicks = ttl + 1 + r.IntN(ttl+120)
+		short, extra := r.IntN(3) != 0, r.IntN(ttl+120)
+		f.pauseTicks = ttl + 1 + extra
+		if short {
+			f.shortPause = 1 + extra%4
+		}
 		f.wakeCheck = r.IntN(max(1, w.k.ClaimWindowTicks))
 		f.election = 1 + r.IntN(max(1, w.k.ElectionTicksMax))
 		f.inGap = r.IntN(2) == 0
+		// Mostly past a claim window, so the holder gives up; now and
+		// then shorter, so it rides the outage out.
+		f.outageTicks = 1 + r.IntN(w.k.ClaimWindowTicks+2*ttl)
+		if f.kind == faultSourceDies && (w.k.Sources < 2 || deaths > 0) {
+			f.kind = faultAbortSource // one source must live on
+		}
+		if f.kind == faultSourceDies {
+			deaths++
+		}
 		w.faults = append(w.faults, f)
 	}
 }
@@ -144,7 +186,7 @@ func (w *world) maybeFault() {
 			// It waits for the task to have no claim (an attempt just
 			// ended): the supervisor dies with the next attempt planned
 			// in its memory alone. It holds up no other fault.
-			if c := &w.coord; !w.sup.dead && c.claim == nil && c.task.attempts > 0 && c.task.status != taskDone {
+			if c := &w.coord; !w.sup.dead && c.claim == nil && c.task.Attempts > 0 && !c.task.Status.Final() {
 				w.fire(g, a)
 			}
 			continue
@@ -153,7 +195,7 @@ func (w *world) maybeFault() {
 			f = g
 		}
 	}
-	if f == nil || a == nil || a.src == nil || a.dstGone || a.fault != nil || a.dst.State().Final() {
+	if f == nil || a == nil || a.src == nil || !a.dstUp() || a.fault != nil || a.dst.State().Final() {
 		return
 	}
 	ph, ok := phaseOf(a)
@@ -163,7 +205,7 @@ func (w *world) maybeFault() {
 	if f.kind == faultAbortSource && a.src.State().Final() {
 		return // a source that has handed off has nothing left to abort
 	}
-	if f.kind == faultPause && (a.x == nil || !a.x.holds) {
+	if (f.kind == faultPause || f.kind == faultOutage || f.kind == faultSourceDies) && (a.x == nil || !a.x.holds || w.pausedNow(a) || w.coord.down(w.tick)) {
 		return
 	}
 	if f.kind == faultSupervisor && w.sup.dead {
@@ -205,23 +247,67 @@ func (w *world) fire(f *fault, a *attempt) {
 	case faultRestart:
 		w.restartDestination(a, f.srcLearn, f.ghost)
 	case faultPause:
-		w.pause(a, uint64(f.pauseTicks), uint64(f.wakeCheck))
+		n := uint64(f.pauseTicks)
+		if f.shortPause > 0 {
+			n = uint64(max(1, a.x.guard.LeaseDeadline()-int64(w.tick))) + uint64(f.shortPause)
+		}
+		w.pause(a, n, uint64(f.wakeCheck))
 	case faultSupervisor:
 		w.killSupervisor(f.election)
+	case faultOutage:
+		if f.ghost {
+			w.outage(uint64(f.outageTicks))
+		} else {
+			w.cutOff(a.sn.id, uint64(f.outageTicks))
+		}
+	case faultSourceDies:
+		w.sourceDies(a, f.dstLearn)
 	}
 }
 
+// sourceDies makes a's source node die: its replica, its processors and
+// its holder are gone (the holder releases nothing: its claim runs out or
+// is revoked), its registration goes when its lease runs out, and the
+// destination learns of the broken connection dstLearn ticks later (0:
+// never, it times out).
+func (w *world) sourceDies(a *attempt, dstLearn int) {
+	sr := a.sn
+	sr.dead = true
+	for _, b := range w.atts {
+		if b.sn == sr && b.x != nil && !b.x.finished {
+			b.x.holds, b.x.dead = false, true
+		}
+	}
+	// Its registration's lease is half the claim's here, so the supervisor
+	// often finds the source dead while its claim still stands, and
+	// revokes it with the new assignment.
+	w.coord.nodeDies(w.tick, uint64(max(1, w.k.ClaimTTLTicks/2)), sr.id)
+	w.tracef("%s node dies: its replica, its processors and its holder are gone", sr.id)
+	w.cut(a, 0, dstLearn, false)
+}
+
+// cutOff cuts node off from the coordinator for n ticks.
+func (w *world) cutOff(node string, n uint64) {
+	w.coord.cut(w.tick, n, node)
+	w.stats.CutOffs++
+	w.tracef("%s node: cut off from the coordinator for %d ticks, until tick %d", node, n, w.tick+n)
+}
+
+// outage makes the coordinator answer nothing for n ticks.
+func (w *world) outage(n uint64) {
+	w.coord.outage(w.tick, n)
+	w.stats.Outages++
+	w.tracef("coordinator: unreachable for %d ticks, until tick %d", n, w.coord.downUntil)
+}
+
 // restartDestination makes a's destination node restart: the processor and
-// its replica are gone, and the connection with them.
+// its replica are gone, and the connection with them. The claim's holder
+// is on the source node and lives on: it learns of the cut and requeues.
+// The node's fence is durable and survives.
 func (w *world) restartDestination(a *attempt, srcLearn int, ghost bool) {
 	a.dstGone = true
 	a.feed = nil
 	a.exec = nil
-	if a.x != nil && a.x.holds {
-		// The executor dies with its node and releases nothing: its claim
-		// expires.
-		a.x.holds, a.x.dead = false, true
-	}
 	w.tracef("attempt %d: destination node restarts; its replica is gone", a.epoch)
 	w.cut(a, srcLearn, 0, ghost)
 }

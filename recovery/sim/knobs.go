@@ -18,6 +18,10 @@ import (
 type Knobs struct {
 	// Tables is 1 (kv, bytes key) or 2 (kv and acct, a two-column key).
 	Tables int
+	// Sources is how many live replicas the partition has to rejoin from
+	// (1 or 2; a run has 2, a script 1 unless it asks), each on a node of
+	// its own.
+	Sources int
 	// Rows is how many rows each table is loaded with before the feed starts.
 	Rows int
 	// Initiators is how many initiators send txns and heartbeats (1-4).
@@ -66,19 +70,29 @@ type Knobs struct {
 	// TicksMax: a run not finished by then fails.
 	TicksMax int
 	// ClaimTTLTicks is the claim's lease (0: no claims, a script's
-	// default); an executor keeps it alive every KeepaliveTicks and checks
-	// it every ClaimWindowTicks, both at most half the TTL (as
-	// recovery/claim's window is).
+	// default); its holder's guard (claim.Guard) keeps it alive every
+	// KeepaliveTicks and checks it claim.ChecksPerWindow times every
+	// ClaimWindowTicks, both at most half the TTL (as recovery/claim's
+	// window is).
 	ClaimTTLTicks, KeepaliveTicks, ClaimWindowTicks int
 	// ElectionTicksMax bounds how long a new supervisor takes to be
 	// elected after the leader dies.
 	ElectionTicksMax int
-	// LeaseGuard: an executor also stops, before it does anything else,
-	// once its own reckoning of its lease has run out (its last successful
-	// keepalive plus the TTL), without waiting for its next check. Without
-	// it (the claims issue's model as written) an executor woken from a
-	// pause acts until its next check, and may write while a newer claim's
-	// attempt writes too (invariant e then only orders their writes).
+	// StaleTicks is the health task's StaleAfter: a running task not
+	// touched for this long is reset. As the node sets it: the stall
+	// window plus two claim windows, so a rejoin that moves on is never
+	// reset under its holder.
+	StaleTicks int
+	// ClaimWithinTicks is Decide's ClaimWithin: an assigned source that
+	// has not claimed the task by then loses the assignment.
+	ClaimWithinTicks int
+	// LeaseGuard: a holder also stops, before it does anything else and
+	// before its source sends anything, once its guard no longer holds
+	// the claim certainly (claim.Guard.Held, the node's rule), without
+	// waiting for its next check. Without it (the claims issue's model as
+	// written) a holder woken from a pause acts until its guard's first
+	// look, and may write after its claim was lost (invariant e then only
+	// orders the writes).
 	LeaseGuard bool
 }
 
@@ -147,11 +161,15 @@ func drawKnobs(r *rand.Rand) Knobs {
 	// Drawn last, so the knobs above draw as they did before claims.
 	k.ClaimTTLTicks = 20 + r.IntN(160)
 	k.KeepaliveTicks = 1 + r.IntN(k.ClaimTTLTicks/2)
-	k.ClaimWindowTicks = 1 + r.IntN(k.ClaimTTLTicks/2)
+	k.ClaimWindowTicks = 2 + r.IntN(k.ClaimTTLTicks/2-1) // a check fits in a window
 	k.ElectionTicksMax = 1 + r.IntN(150)
 	// Half the runs, with no draw of its own: one more draw would move
 	// the workload, network and fault streams of every seed.
 	k.LeaseGuard = k.ElectionTicksMax%2 == 0
+	// No draws: derived from the knobs above, or fixed.
+	k.Sources = 2
+	k.StaleTicks = k.StallTicksMax + 2*k.ClaimWindowTicks
+	k.ClaimWithinTicks = 50
 	return k
 }
 
@@ -161,6 +179,8 @@ func (k Knobs) validate() error {
 	switch {
 	case k.Tables < 1 || k.Tables > 2:
 		return fmt.Errorf("sim: Tables %d, want 1 or 2", k.Tables)
+	case k.Sources < 1 || k.Sources > 2:
+		return fmt.Errorf("sim: Sources %d, want 1 or 2", k.Sources)
 	case k.Initiators < 1 || k.Initiators > 4:
 		return fmt.Errorf("sim: Initiators %d, want 1..4", k.Initiators)
 	case k.ConnDelayMax < 1:
@@ -169,8 +189,10 @@ func (k Knobs) validate() error {
 		return fmt.Errorf("sim: ChangeLogTxnBytesMax %d below the workload's %d bytes per txn", k.ChangeLogTxnBytesMax, txnLogBytesMax)
 	case k.StepsMax < 1 || k.TicksMax < 1:
 		return fmt.Errorf("sim: StepsMax %d, TicksMax %d, want >= 1", k.StepsMax, k.TicksMax)
-	case k.ClaimTTLTicks > 0 && (k.KeepaliveTicks < 1 || 2*k.KeepaliveTicks > k.ClaimTTLTicks || k.ClaimWindowTicks < 1 || 2*k.ClaimWindowTicks > k.ClaimTTLTicks):
-		return fmt.Errorf("sim: claim TTL %d, keepalive %d, window %d: want both in 1..TTL/2", k.ClaimTTLTicks, k.KeepaliveTicks, k.ClaimWindowTicks)
+	case k.ClaimTTLTicks > 0 && (k.KeepaliveTicks < 1 || 2*k.KeepaliveTicks > k.ClaimTTLTicks || k.ClaimWindowTicks < 2 || 2*k.ClaimWindowTicks > k.ClaimTTLTicks):
+		return fmt.Errorf("sim: claim TTL %d, keepalive %d, window %d: want keepalive in 1..TTL/2, window in 2..TTL/2", k.ClaimTTLTicks, k.KeepaliveTicks, k.ClaimWindowTicks)
+	case k.ClaimTTLTicks > 0 && (k.StaleTicks < 1 || k.ClaimWithinTicks < 1):
+		return fmt.Errorf("sim: stale %d, claim within %d: want >= 1", k.StaleTicks, k.ClaimWithinTicks)
 	}
 	return nil
 }

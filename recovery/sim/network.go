@@ -31,10 +31,11 @@ type feedItem struct {
 	inv partition.Invocation // Proc == "" for a heartbeat
 }
 
-// feedLink carries one initiator's txns and heartbeats to one replica: the
-// source (to == nil) or an attempt's destination replica. Bound: the items
-// sent and not delivered, at most FeedDelayMax ticks' worth.
+// feedLink carries one initiator's txns and heartbeats to one replica: a
+// source replica (src) or an attempt's destination replica (to). Bound:
+// the items sent and not delivered, at most FeedDelayMax ticks' worth.
 type feedLink struct {
+	src  *srcReplica
 	to   *attempt
 	q    []feedItem
 	last uint64
@@ -53,7 +54,7 @@ func (l *feedLink) deliver(w *world) {
 	l.q[0] = feedItem{}
 	l.q = l.q[1:]
 	if l.to == nil {
-		w.feedSource(it.inv)
+		w.feedSource(l.src, it.inv)
 		return
 	}
 	w.feedDestination(l.to, it.inv)
@@ -121,8 +122,13 @@ func (p *pipe) up() bool {
 	if p.a == nil {
 		return true
 	}
+	if p.a.x != nil {
+		// With claims the connection is the source node's from its hello
+		// on: the hello and its answer travel on it.
+		return !p.a.dstGone
+	}
 	if p.toSrc {
-		return p.a.src != nil || p.a.early
+		return p.a.src != nil
 	}
 	return p.a.dst != nil && !p.a.dstGone
 }
@@ -188,6 +194,10 @@ func (w *world) describe(m wire.Message) string {
 		return fmt.Sprintf("abort e%d %s: %s", h.Epoch, m.Reason, m.Text)
 	case *wire.Heartbeat:
 		return fmt.Sprintf("heartbeat e%d", h.Epoch)
+	case *wire.Hello:
+		return fmt.Sprintf("hello e%d from %s", m.Epoch, m.Node)
+	case *wire.Reply:
+		return fmt.Sprintf("refusal: %s", m.Err)
 	}
 	return fmt.Sprintf("%s e%d", m.Type(), h.Epoch)
 }
@@ -199,14 +209,18 @@ func (w *world) tableName(id uint32) string {
 	return fmt.Sprintf("table%d", id)
 }
 
-// feedSource delivers a txn or heartbeat to the source replica, and to
-// nothing else: the oracle got it when it was sent.
-func (w *world) feedSource(inv partition.Invocation) {
+// feedSource delivers a txn or heartbeat to a source replica, and to
+// nothing else: the oracle got it when it was sent. A dead node takes
+// nothing.
+func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
+	if sr.dead {
+		return
+	}
 	var err error
 	if inv.Proc == "" {
-		err = w.srcExec.Heartbeat(inv.ID)
+		err = sr.exec.Heartbeat(inv.ID)
 	} else {
-		err = w.srcExec.Offer(inv)
+		err = sr.exec.Offer(inv)
 	}
 	if err != nil {
 		w.violate("feed", "source refused %v: %v", inv.ID, err)
@@ -252,7 +266,9 @@ func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
 		w.violate("feed", "oracle refused %v: %v", inv.ID, err)
 	}
 	if !in.srcUnfed {
-		in.toSrc.send(w, inv)
+		for _, l := range in.toSrc {
+			l.send(w, inv)
+		}
 	}
 	for _, a := range w.atts {
 		if !in.dstUnfed && w.inFeed(a) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -53,6 +54,13 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"abort":        (*script).abort,
 	"restart-dest": (*script).restartDest,
 	"pause":        (*script).pause,
+	"outage":       (*script).outage,
+	"supervise":    (*script).supervise,
+	"health":       (*script).health,
+	"poll":         (*script).poll,
+	"lose":         (*script).lose,
+	"kill-source":  (*script).killSource,
+	"cut-off":      (*script).cutOff,
 	"state":        (*script).state,
 	"open-feed":    (*script).openFeed,
 	"check":        (*script).check,
@@ -86,7 +94,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
 	var b strings.Builder
 	if d.Cmd != "setup" {
 		for _, l := range s.w.tr.lines[from:] {
-			if keepLine(d.Cmd, l) {
+			if keepLine(d, l) {
 				b.WriteString(strings.TrimLeft(l[7:], " "))
 				b.WriteByte('\n')
 			}
@@ -100,12 +108,20 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
 }
 
 // keepLine leaves acks out of a run's output: they are many and say
-// little; a late one, delivered to a newer attempt, stays.
-func keepLine(cmd, l string) bool {
-	if cmd != "run" {
+// little; a late one, delivered to a newer attempt, stays. A brief run
+// (run ... brief) leaves out the blocks and their acks too.
+func keepLine(d *datadriven.TestData, l string) bool {
+	if d.Cmd != "run" {
 		return true
 	}
-	return !strings.Contains(l, " ack e") || strings.HasPrefix(strings.TrimLeft(l[7:], " "), "late ")
+	line := strings.TrimLeft(l[7:], " ")
+	if strings.HasPrefix(line, "late ") {
+		return true
+	}
+	if d.HasArg("brief") && (strings.Contains(line, " > block e") || strings.Contains(line, " < block e")) {
+		return false
+	}
+	return !strings.Contains(l, " ack e")
 }
 
 // scriptKnobs are a script's defaults: one table of 10 rows, one
@@ -115,7 +131,7 @@ func keepLine(cmd, l string) bool {
 // within a script's few ticks.
 func scriptKnobs() Knobs {
 	return Knobs{
-		Tables: 1, Rows: 10, Initiators: 1, HeartbeatTicks: 1,
+		Tables: 1, Sources: 1, Rows: 10, Initiators: 1, HeartbeatTicks: 1,
 		ConnDelayMax: 1, GhostDelayMax: 1, StepsMax: 1000, Codec: wire.CodecNone,
 		BlockBytesMax: 1 << 20, WindowBlocksMax: 1,
 		ChangeLogBytesMax: 1 << 20, ChangeLogTxnBytesMax: txnLogBytesMax, PaceTxnsPerTick: 1, ThrottleWindowTicks: 1,
@@ -126,19 +142,23 @@ func scriptKnobs() Knobs {
 func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 	k := scriptKnobs()
 	ints := map[string]*int{
-		"rows": &k.Rows, "tables": &k.Tables, "initiators": &k.Initiators, "block-bytes": &k.BlockBytesMax,
+		"rows": &k.Rows, "tables": &k.Tables, "sources": &k.Sources, "initiators": &k.Initiators, "block-bytes": &k.BlockBytesMax,
 		"window": &k.WindowBlocksMax, "log-bytes": &k.ChangeLogBytesMax, "pace-low": &k.PaceLowWaterBytes,
 		"pace": &k.PaceTxnsPerTick, "handoff-bytes": &k.HandoffLogBytesMax, "rounds": &k.RoundsMax,
 		"stall": &k.StallTicksMax, "heartbeat": &k.ProcHeartbeatTicks,
 		"claim-ttl": &k.ClaimTTLTicks, "keepalive": &k.KeepaliveTicks, "claim-window": &k.ClaimWindowTicks,
+		"stale": &k.StaleTicks, "claim-within": &k.ClaimWithinTicks,
 	}
 	late := 0
+	auto := false
 	for _, a := range d.CmdArgs {
 		switch a.Key {
 		case "late":
 			a.Scan(t, 0, &late)
 		case "lease-guard":
 			k.LeaseGuard = true
+		case "supervisor":
+			auto = true
 		case "block-rows":
 			var n int
 			a.Scan(t, 0, &n)
@@ -171,11 +191,20 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		if !d.HasArg("claim-window") {
 			k.ClaimWindowTicks = max(1, k.ClaimTTLTicks/4)
 		}
+		if !d.HasArg("stale") {
+			k.StaleTicks = k.StallTicksMax + 2*k.ClaimWindowTicks
+		}
+		if !d.HasArg("claim-within") {
+			k.ClaimWithinTicks = 50
+		}
 	}
 	if late < 0 || late > k.Initiators {
 		d.Fatalf(t, "setup: late=%d, want 1..%d", late, k.Initiators)
 	}
-	w := &world{reg: newRegistry(), scripted: true, k: k, claims: k.ClaimTTLTicks > 0, late: late}
+	if auto && k.ClaimTTLTicks == 0 {
+		d.Fatalf(t, "supervisor needs claims: setup claim-ttl=N")
+	}
+	w := &world{reg: newRegistry(), scripted: true, auto: auto, k: k, claims: k.ClaimTTLTicks > 0, late: late}
 	w.tr.on = true
 	w.work = rand.New(rand.NewPCG(1, 1))
 	w.net = rand.New(rand.NewPCG(2, 2))
@@ -215,12 +244,19 @@ func (s *script) slotKey(tbl *partition.Table, sl partition.Slot) string {
 	return keyName(key)
 }
 
-// start starts an attempt (the first, or a retry with the next epoch); its
-// source side starts source-delay ticks later, at the next tick or run.
+// start starts an attempt (the first, or a retry with the next epoch).
+// With claims the source node takes it as an assignment: it claims the
+// task, starts it, and says hello to the destination. Without, the
+// destination side starts now and the source side source-delay ticks
+// later, at the next tick or run.
 func (s *script) start(t *testing.T, d *datadriven.TestData) string {
 	delay := 0
 	d.MaybeScanArgs(t, "source-delay", &delay)
-	s.w.startAttempt(uint64(delay))
+	if s.w.claims {
+		s.w.takeAssignment(s.w.srcs[0])
+		return ""
+	}
+	s.w.startAttempt(s.w.srcs[0], nil, uint64(delay))
 	return ""
 }
 
@@ -293,8 +329,10 @@ func (s *script) heartbeat(t *testing.T, d *datadriven.TestData) string {
 func (s *script) deliverFeed() {
 	w := s.w
 	for _, in := range w.inits {
-		for len(in.toSrc.q) > 0 {
-			in.toSrc.deliver(w)
+		for _, l := range in.toSrc {
+			for len(l.q) > 0 {
+				l.deliver(w)
+			}
 		}
 	}
 	for _, a := range w.atts {
@@ -321,7 +359,9 @@ func (s *script) openFeed(t *testing.T, d *datadriven.TestData) string {
 			d.Fatalf(t, "i%d's feed to the source is open already", in.id)
 		}
 		in.srcUnfed = false
-		w.srcExec.AddInitiator(in.id)
+		for _, sr := range w.srcs {
+			sr.exec.AddInitiator(in.id)
+		}
 	case "dest":
 		if !in.dstUnfed {
 			d.Fatalf(t, "i%d's feed to the destination is open already", in.id)
@@ -374,11 +414,11 @@ func (s *script) deliver(t *testing.T, d *datadriven.TestData) string {
 			if toSrc {
 				p = a.d2s
 			}
-			if len(p.q) > 0 && p.up() && (toSrc || !w.pausedNow(a)) {
+			if len(p.q) > 0 && p.up() && !w.pausedNow(a) {
 				return p
 			}
 		}
-		if g := map[bool]*pipe{true: w.ghostSrc, false: w.ghostDst}[toSrc]; len(g.q) > 0 && (toSrc || !w.ghostDstHeld()) {
+		if g := map[bool]*pipe{true: w.ghostSrc, false: w.ghostDst}[toSrc]; len(g.q) > 0 && (!toSrc || !w.ghostSrcHeld()) {
 			return g
 		}
 		return nil
@@ -401,8 +441,8 @@ func (s *script) deliver(t *testing.T, d *datadriven.TestData) string {
 	}
 	if done == 0 {
 		for _, a := range w.atts {
-			if w.pausedNow(a) && len(a.s2d.q) > 0 && to != "source" {
-				return fmt.Sprintf("held: %d packets for the destination of attempt %d, whose executor is paused\n", len(a.s2d.q), a.epoch)
+			if w.pausedNow(a) && len(a.s2d.q)+len(a.d2s.q) > 0 {
+				return fmt.Sprintf("held: %d packets of attempt %d, whose holder is paused\n", len(a.s2d.q)+len(a.d2s.q), a.epoch)
 			}
 		}
 		return "nothing in flight\n"
@@ -418,12 +458,13 @@ func (s *script) tick(t *testing.T, d *datadriven.TestData) string {
 	w := s.w
 	for range n {
 		w.tick++
-		w.stepClaims()
-		for _, a := range w.atts {
-			if a.src == nil && w.tick >= a.srcUpAt {
-				w.startSource(a)
-			}
+		w.stepCoordinator()
+		if w.auto {
+			w.supervise()
+			w.stepSourceNodes()
 		}
+		w.startDueSources()
+		w.stepHolders()
 		w.learnCuts()
 		w.tickProcessors()
 	}
@@ -446,13 +487,15 @@ func (s *script) runUntil(t *testing.T, d *datadriven.TestData) string {
 		}
 		switch {
 		case until == "live":
-			return !a.dstGone && a.dst.State() == recovery.StateLive
+			return a.dstUp() && a.dst.State() == recovery.StateLive
 		case until == "aborted":
 			return a.dstEnded() && (a.src == nil || a.src.State().Final())
+		case until == "done":
+			return w.coord.task.Status == claim.StatusDone
 		case strings.HasPrefix(until, "src:"):
 			return a.src != nil && a.src.State().String() == until[4:]
 		case strings.HasPrefix(until, "dst:"):
-			return !a.dstGone && a.dst.State().String() == until[4:]
+			return a.dstUp() && a.dst.State().String() == until[4:]
 		}
 		d.Fatalf(t, "run until=%s: want live, aborted, src:<state> or dst:<state>", until)
 		return false
@@ -462,11 +505,7 @@ func (s *script) runUntil(t *testing.T, d *datadriven.TestData) string {
 		if w.tick-start >= uint64(limit) {
 			return fmt.Sprintf("not %s after %d ticks: %s\n", until, limit, w.where())
 		}
-		for _, a := range w.atts {
-			if a.src == nil && w.tick >= a.srcUpAt {
-				w.startSource(a)
-			}
-		}
+		w.startDueSources()
 		w.step()
 	}
 	return fmt.Sprintf("%s after %d ticks\n", until, w.tick-start)
@@ -516,9 +555,9 @@ func (s *script) restartDest(t *testing.T, d *datadriven.TestData) string {
 	return ""
 }
 
-// pause freezes the current attempt's executor (its destination
-// processor, its feed, its keepalives and checks): pause ticks=N
-// [check-after=N] (its first check after it wakes, 0 by default).
+// pause freezes the current attempt's holder (its guard, its source
+// processor, its connection both ways): pause ticks=N [check-after=N]
+// (its guard's first look after it wakes, 0 by default).
 func (s *script) pause(t *testing.T, d *datadriven.TestData) string {
 	if !s.w.claims {
 		d.Fatalf(t, "pause needs claims: setup claim-ttl=N")
@@ -528,6 +567,102 @@ func (s *script) pause(t *testing.T, d *datadriven.TestData) string {
 	d.MaybeScanArgs(t, "check-after", &check)
 	s.w.pause(s.w.cur(), uint64(n), uint64(check))
 	return ""
+}
+
+// outage makes the coordinator answer nothing: outage ticks=N.
+func (s *script) outage(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "outage needs claims: setup claim-ttl=N")
+	}
+	var n int
+	d.ScanArgs(t, "ticks", &n)
+	s.w.outage(uint64(n))
+	return ""
+}
+
+// supervise runs one supervision pass now: supervise.Decide on the
+// coordinator's model, its actions applied.
+func (s *script) supervise(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "supervise needs claims: setup claim-ttl=N")
+	}
+	if s.w.supervisePass() == 0 {
+		return "no action\n"
+	}
+	return ""
+}
+
+// health runs the health task now.
+func (s *script) health(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "health needs claims: setup claim-ttl=N")
+	}
+	s.w.healthRun()
+	return ""
+}
+
+// poll makes the source node read its assignment now, and take it if it
+// is new.
+func (s *script) poll(t *testing.T, d *datadriven.TestData) string {
+	if !s.w.claims {
+		d.Fatalf(t, "poll needs claims: setup claim-ttl=N")
+	}
+	for _, sr := range s.w.srcs {
+		sr.nextPoll = 0
+	}
+	s.w.stepSourceNodes()
+	return ""
+}
+
+// lose makes the next message of a type a processor sends be lost on
+// the way: lose type=handoff|handoff-ack.
+func (s *script) lose(t *testing.T, d *datadriven.TestData) string {
+	var name string
+	d.ScanArgs(t, "type", &name)
+	mt, ok := map[string]wire.MsgType{"handoff": wire.MsgHandoff, "handoff-ack": wire.MsgHandoffAck}[name]
+	if !ok {
+		d.Fatalf(t, "lose type=%s: want handoff or handoff-ack", name)
+	}
+	if s.w.lose == nil {
+		s.w.lose = map[wire.MsgType]bool{}
+	}
+	s.w.lose[mt] = true
+	return ""
+}
+
+// cutOff cuts the current attempt's source node off from the
+// coordinator: cut-off ticks=N.
+func (s *script) cutOff(t *testing.T, d *datadriven.TestData) string {
+	var n int
+	d.ScanArgs(t, "ticks", &n)
+	a := s.w.cur()
+	if a == nil || a.x == nil {
+		d.Fatalf(t, "cut-off needs an attempt with claims")
+	}
+	s.w.cutOff(a.sn.id, uint64(n))
+	return ""
+}
+
+// killSource makes the current attempt's source node die: kill-source
+// [dest-learns=N] (0: the destination is never told; 1 by default).
+func (s *script) killSource(t *testing.T, d *datadriven.TestData) string {
+	learn := 1
+	d.MaybeScanArgs(t, "dest-learns", &learn)
+	a := s.w.cur()
+	if a == nil || a.x == nil {
+		d.Fatalf(t, "kill-source needs an attempt with claims")
+	}
+	s.w.sourceDies(a, learn)
+	return ""
+}
+
+// src is the source replica a script shows: the current attempt's, or,
+// its node dead or no attempt yet, the first that lives.
+func (s *script) src() *partition.Executor {
+	if a := s.w.cur(); a != nil && !a.sn.dead {
+		return a.sn.exec
+	}
+	return s.w.liveSources()[0]
 }
 
 // state prints where the current attempt and the replicas stand.
@@ -547,7 +682,7 @@ func (s *script) state(t *testing.T, d *datadriven.TestData) string {
 				fmt.Fprintf(&b, "  source: %v\n", err)
 			}
 		}
-		if !a.dstGone {
+		if a.dstUp() {
 			m := a.dst.Metrics()
 			fmt.Fprintf(&b, "  destination: P=%v applied %s; dropped %d buffered txns; stale rejected %d\n",
 				a.dst.Proposal(), counts(m), m.TxnsDropped, m.StaleRejected)
@@ -560,8 +695,9 @@ func (s *script) state(t *testing.T, d *datadriven.TestData) string {
 	if w.claims {
 		fmt.Fprintf(&b, "coordinator: %s\n", &w.coord)
 	}
-	fmt.Fprintf(&b, "source replica: %s, %d queued; slots %s\n", w.describeReplica(w.srcExec), w.srcExec.Queued(), s.slots(w.srcExec))
-	if a != nil && !a.dstGone {
+	src := s.src()
+	fmt.Fprintf(&b, "source replica: %s, %d queued; slots %s\n", w.describeReplica(src), src.Queued(), s.slots(src))
+	if a != nil && a.dstUp() {
 		fmt.Fprintf(&b, "destination replica: %s, %d queued; slots %s\n", w.describeReplica(a.exec), a.exec.Queued(), s.slots(a.exec))
 	}
 	return b.String()
@@ -607,24 +743,25 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 				break
 			}
 		}
-		src, dst := w.srcExec, w.live.exec
+		src, dst := s.src(), w.live.exec
 		eq := "equal"
 		if src.Partition().Digest() != dst.Partition().Digest() || recompute(dst.Partition()) != src.Partition().Digest() {
 			eq = "DIFFER"
 		}
 		fmt.Fprintf(&b, "destination live since E=%v; source at %v, destination at %v: digests %s\n", w.live.e, src.LastExecuted(), dst.LastExecuted(), eq)
-	} else if a != nil && !a.dstGone && a.dst.State() == recovery.StateAborted {
+	} else if a != nil && a.dstUp() && a.dst.State() == recovery.StateAborted {
 		fmt.Fprintf(&b, "destination aborted; its replica holds %v rows, digest zero: %v\n", rowCounts(a.exec.Partition()), a.exec.Partition().Digest() == 0)
 	} else {
 		b.WriteString("destination not live\n")
 	}
+	src := s.src()
 	eq := "equal"
-	if w.srcExec.Partition().Digest() != w.ref.Partition().Digest() || w.srcExec.LastExecuted() != w.ref.LastExecuted() {
+	if src.Partition().Digest() != w.ref.Partition().Digest() || src.LastExecuted() != w.ref.LastExecuted() {
 		eq = "DIFFER"
 	}
-	fmt.Fprintf(&b, "source and oracle at %v: digests %s\n", w.srcExec.LastExecuted(), eq)
+	fmt.Fprintf(&b, "source and oracle at %v: digests %s\n", src.LastExecuted(), eq)
 	if sa := w.srcAttempt(); sa == nil || sa.src.State().Final() || sa.src.HandoffSent() {
-		fmt.Fprintf(&b, "source executor: gate %v, stream %v\n", hasGate(w.srcExec), hasObserver(w.srcExec.Partition()))
+		fmt.Fprintf(&b, "source executor: gate %v, stream %v\n", hasGate(src), hasObserver(src.Partition()))
 	}
 	return b.String()
 }

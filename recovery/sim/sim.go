@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -35,8 +36,8 @@ const (
 	// behind the protocol's back right after it goes live, so invariant (a)
 	// must fail.
 	SabotageDestinationWrite
-	// SabotageIgnoreClaimLoss makes every executor's check (and its lease
-	// guard) blind to a lost claim, so a paused executor does not stop:
+	// SabotageIgnoreClaimLoss makes every holder's check (and its lease
+	// guard) blind to a lost claim, so a paused holder does not stop:
 	// invariant (e) must fail.
 	SabotageIgnoreClaimLoss
 )
@@ -88,9 +89,6 @@ type Stats struct {
 	// StaleToRunning counts those that reached a processor still running
 	// (an ended one refuses everything without looking at the epoch).
 	StaleDelivered, StaleToRunning, StaleRejected, StaleAccepted, GhostDropped int64
-	// SupersededByMessage counts source processors that learned from a
-	// newer attempt's message that they were superseded.
-	SupersededByMessage int
 	// FaultsFired counts faults injected, by kind in Kinds (named by
 	// FaultKindNames).
 	FaultsFired int
@@ -103,28 +101,39 @@ type Stats struct {
 	// DigestChecks counts comparisons of the live replicas at a common txn.
 	DigestChecks int
 	// Claims counts claims made; ClaimsExpired those deleted when their
-	// lease ran out; ClaimLostStops executors that stopped on finding
-	// their claim gone.
+	// lease ran out; ClaimLostStops holders that stopped on finding their
+	// claim lost (or, with the lease guard, not certainly held).
 	Claims, ClaimsExpired, ClaimLostStops int
-	// PausedLate counts late messages of a paused executor's attempt that
+	// PausedLate counts late messages of a paused holder's attempt that
 	// reached a newer attempt's running processor; PausedRejected those
 	// rejected by epoch (all of them, or invariant d fails).
 	PausedLate, PausedRejected int64
-	// DualWriteTicks counts ticks at which two executors that both
-	// believed they held the claim both had a write accepted (possible
-	// only without Knobs.LeaseGuard; in epoch order at each node).
+	// DualWriteTicks counts ticks at which two holders that both believed
+	// they held the claim both had a write accepted (possible only without
+	// Knobs.LeaseGuard; in epoch order at each node).
 	DualWriteTicks int
 	// WritesAfterLoss counts writes accepted (and destinations gone live)
-	// from executors that still believed they held a claim the
-	// coordinator had deleted (possible only without Knobs.LeaseGuard).
+	// of holders that still believed they held a claim the coordinator had
+	// deleted (after its lease ran out, possible only without
+	// Knobs.LeaseGuard).
 	WritesAfterLoss int
-	// DuplicateCompletions counts attempts that went live after the task
-	// was done.
-	DuplicateCompletions int
 	// Takeovers counts supervisor failovers; TakeoverStarts those where
-	// the new leader found the task unclaimed and planned an attempt from
-	// the coordinator's record alone.
+	// the new leader assigned the task again from the coordinator alone.
 	Takeovers, TakeoverStarts int
+	// Assigns counts the supervisor's assignments (supervise.Decide);
+	// StaleResets the health task's resets of the task; Touches the task
+	// record's refreshes on progress; Requeues the attempts requeued by
+	// their holder; HellosRefused the hellos the destination refused on
+	// its claim check; Outages the coordinator's outages.
+	Assigns, StaleResets, Touches, Requeues, HellosRefused, Outages int
+	// StartsRefused counts claims whose task would not start (done
+	// meanwhile, by the destination): the holder releases them at once.
+	// Revokes counts the supervisor's writes that revoked a claim (an
+	// assignment moved off a dead source while its claim stood).
+	StartsRefused, Revokes int
+	// CutOffs counts source nodes cut off from the coordinator while it
+	// ran on for the others.
+	CutOffs int
 }
 
 // Violation is a broken invariant: the check that failed and why.
@@ -192,12 +201,18 @@ type world struct {
 	enc     wire.TupleEncoder
 	schemas []partition.Schema
 
-	inits   []*initiator
+	inits []*initiator
+	// srcs are the source nodes' replicas, live from the start (the first
+	// is "src", the second "src2"); srcExec is the first's executor.
+	srcs    []*srcReplica
 	srcExec *partition.Executor
 	ref     *partition.Executor
 
-	atts     []*attempt
-	epoch    uint64 // the last attempt's, without claims
+	atts  []*attempt
+	epoch uint64 // the last attempt's, without claims
+	// dstFence is the highest epoch the destination node has taken
+	// (durable: it survives a restart).
+	dstFence uint64
 	faults   []*fault
 	ghostSrc *pipe // late messages to the source node
 	ghostDst *pipe // late messages to the destination node
@@ -208,20 +223,32 @@ type world struct {
 	quietTick  uint64
 	lastTxn    txnid.ID // the highest txn ID sent
 	lastCmp    txnid.ID
-	lastRefCmp txnid.ID
+	lastRefCmp [2]txnid.ID // by source
 
 	// claims: attempts claim the task in the coordinator and take its
 	// epoch (every seed; a script when it asks). sup is the supervisor,
-	// coord the coordinator. writeEpoch is the highest epoch whose write
-	// each node accepted (source node, destination node): invariant (e).
+	// coord the coordinator.
+	// writeEpoch is the highest epoch whose write each node accepted
+	// (source node, destination node): invariant (e). claimEpoch is the
+	// claim's epoch as last seen (noteClaims).
 	claims     bool
 	sup        supervisor
 	coord      coordinator
 	writeEpoch [2]uint64
+	claimEpoch uint64
+	// lose: a script's one-shot losses: the next message of each type a
+	// processor sends is lost on the way (the node's test hooks that lose
+	// a Handoff or a HandoffAck).
+	lose map[wire.MsgType]bool
+	// dstComplete: the live destination's completion failed, and is tried
+	// again at dstCompleteAt.
+	dstComplete   *attempt
+	dstCompleteAt uint64
 
 	// scripted: a scenario script drives the world; nothing happens on its
-	// own (no workload, no supervisor, no faults).
-	scripted bool
+	// own (no workload, no supervisor, no faults). auto: a script's
+	// supervisor and source node run by themselves all the same.
+	scripted, auto bool
 	// late is a script's late initiator (1-based; 0: none): its feeds to
 	// the source and destination nodes open only when the script says.
 	late int
@@ -232,13 +259,14 @@ type world struct {
 // initiator sends txns and heartbeats, stamped by a generator on its own
 // skewed view of the simulated clock.
 type initiator struct {
-	idx   int
-	id    txnid.Initiator
-	gen   *txnid.Generator
-	skew  int64
-	idle  int
-	toSrc *feedLink
-	// srcUnfed, dstUnfed: its feed to the source node, or to the
+	idx  int
+	id   txnid.Initiator
+	gen  *txnid.Generator
+	skew int64
+	idle int
+	// toSrc: a link to each source replica, in the order of world.srcs.
+	toSrc []*feedLink
+	// srcUnfed, dstUnfed: its feed to the source nodes, or to the
 	// destination node, is not open yet (a script's late initiator): it
 	// sends nothing there, and the replicas there do not track it.
 	srcUnfed, dstUnfed bool
@@ -257,7 +285,6 @@ func newWorld(seed uint64, opts Options) *world {
 	}
 	w.k = k
 	w.claims = true
-	w.sup.leader = 1
 	return w
 }
 
@@ -278,18 +305,31 @@ func (w *world) setup() {
 			panic(err)
 		}
 		in.gen = g
-		in.toSrc = &feedLink{}
 		in.srcUnfed = i+1 == w.late
 		in.dstUnfed = in.srcUnfed
 		w.inits = append(w.inits, in)
 	}
-	w.srcExec = w.newReplica(func(in *initiator) bool { return !in.srcUnfed })
+	for i := range w.k.Sources {
+		sr := &srcReplica{id: srcNode, exec: w.newReplica(func(in *initiator) bool { return !in.srcUnfed })}
+		if i > 0 {
+			sr.id = fmt.Sprintf("%s%d", srcNode, i+1)
+		}
+		w.srcs = append(w.srcs, sr)
+		for _, in := range w.inits {
+			in.toSrc = append(in.toSrc, &feedLink{src: sr})
+		}
+	}
+	w.srcExec = w.srcs[0].exec
 	// The oracle hears every initiator from the start: it is the truth.
 	w.ref = w.newReplica(func(*initiator) bool { return true })
-	// The same rows from the same numbers: two generators on one seed.
+	// The same rows from the same numbers: generators on one seed.
 	loadSeed := w.work.Uint64()
-	w.load(w.srcExec.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
+	for _, sr := range w.srcs {
+		w.load(sr.exec.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
+	}
 	w.load(w.ref.Partition(), rand.New(rand.NewPCG(loadSeed, 1)))
+	w.sup.leader = 1
+	w.coord = newCoordinator(0, w.srcs)
 	w.ghostSrc = &pipe{name: "ghost>src", toSrc: true, codec: w.k.Codec}
 	w.ghostDst = &pipe{name: "ghost>dst", codec: w.k.Codec}
 	if !w.scripted {
@@ -306,8 +346,12 @@ func (w *world) step() {
 	if w.tick > uint64(w.k.TicksMax) {
 		w.violate("c", "not finished after %d ticks: %s", w.k.TicksMax, w.where())
 	}
-	w.stepClaims()
+	w.stepCoordinator()
 	w.supervise()
+	if !w.scripted || w.auto {
+		w.stepSourceNodes()
+	}
+	w.stepHolders()
 	w.maybeFault()
 	w.learnCuts()
 	if w.scripted {
@@ -395,37 +439,79 @@ func (w *world) deliverDue() {
 	}
 }
 
-// ghostDstHeld: the destination node's current processor is frozen.
-func (w *world) ghostDstHeld() bool {
-	a := w.dstAttempt()
-	return a != nil && w.pausedNow(a)
+// ghostSrcHeld: a source node's current processor is frozen.
+func (w *world) ghostSrcHeld() bool {
+	for _, sr := range w.srcs {
+		if a := w.srcAttemptOn(sr); a != nil && w.pausedNow(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// stepCoordinator is the coordinator's tick: the nodes' activity, leases
+// that run out.
+func (w *world) stepCoordinator() {
+	if !w.claims {
+		return
+	}
+	for _, sr := range w.srcs {
+		if !sr.dead {
+			w.coord.activity(w.tick, sr.id)
+		}
+	}
+	w.coord.activity(w.tick, dstNode)
+	if e, ok := w.coord.step(w.tick, uint64(w.k.ClaimTTLTicks)); ok {
+		w.stats.ClaimsExpired++
+		w.tracef("coordinator: claim of epoch %d expired (rev %d)", e, w.coord.rev)
+	}
+	w.noteClaims()
+	if a := w.dstComplete; a != nil && w.tick >= w.dstCompleteAt {
+		w.completeTask(a, claim.Attempt{Task: simTask, Executor: dstNode + ":destination", Epoch: a.epoch}, "destination")
+	}
+}
+
+// startDueSources starts, without claims (a script's), the source side of
+// every attempt whose time has come.
+func (w *world) startDueSources() {
+	if w.claims {
+		return
+	}
+	for _, a := range w.atts {
+		if a.src == nil && w.tick >= a.srcUpAt {
+			w.startSource(a)
+		}
+	}
 }
 
 func (w *world) dueLinks(dst []link) []link {
 	for _, in := range w.inits {
-		if in.toSrc.due(w.tick) {
-			dst = append(dst, in.toSrc)
+		for _, l := range in.toSrc {
+			if l.due(w.tick) {
+				dst = append(dst, l)
+			}
 		}
 	}
 	for _, a := range w.atts {
-		// A paused executor's destination takes nothing until it wakes.
+		// A paused holder's connection moves nothing, either way, until
+		// it wakes.
 		paused := w.pausedNow(a)
 		for _, l := range a.feed {
-			if !paused && l.due(w.tick) {
+			if l.due(w.tick) {
 				dst = append(dst, l)
 			}
 		}
 		if !paused && a.s2d.due(w.tick) {
 			dst = append(dst, a.s2d)
 		}
-		if a.d2s.due(w.tick) {
+		if !paused && a.d2s.due(w.tick) {
 			dst = append(dst, a.d2s)
 		}
 	}
-	if w.ghostSrc.due(w.tick) {
+	if w.ghostSrc.due(w.tick) && !w.ghostSrcHeld() {
 		dst = append(dst, w.ghostSrc)
 	}
-	if w.ghostDst.due(w.tick) && !w.ghostDstHeld() {
+	if w.ghostDst.due(w.tick) {
 		dst = append(dst, w.ghostDst)
 	}
 	return dst
@@ -452,23 +538,33 @@ func (w *world) stepExecutors() {
 	}
 }
 
-// stepSource runs up to n txns on the source and reports how many ran.
+// stepSource runs up to n txns on every live source replica and reports
+// how many ran on the first.
 func (w *world) stepSource(n int) int {
-	ran := 0
-	for ; ran < n; ran++ {
-		if _, ok := w.srcExec.Step(); !ok {
-			break
+	first := 0
+	for i, sr := range w.srcs {
+		if sr.dead {
+			continue
 		}
-		w.pumpSource()
+		ran := 0
+		for ; ran < n; ran++ {
+			if _, ok := sr.exec.Step(); !ok {
+				break
+			}
+			w.pumpSource(sr)
+		}
+		w.pumpSource(sr)
+		if i == 0 {
+			first = ran
+		}
 	}
-	w.pumpSource()
-	return ran
+	return first
 }
 
-// pumpSource lets the source processor holding the executor's gate do
+// pumpSource lets the source processor holding sr's executor's gate do
 // what it can between two txns.
-func (w *world) pumpSource() {
-	if a := w.srcAttempt(); a != nil && !a.src.State().Final() {
+func (w *world) pumpSource(sr *srcReplica) {
+	if a := w.srcAttemptOn(sr); a != nil && !a.src.State().Final() && !w.pausedNow(a) {
 		a.src.Pump()
 		w.afterCall(a)
 	}
@@ -479,12 +575,12 @@ func (w *world) pumpSource() {
 // running, and its messages may still reach a newer attempt.
 func (w *world) tickProcessors() {
 	for _, a := range w.atts {
-		if a.src != nil && !a.src.State().Final() {
+		if a.src != nil && !a.src.State().Final() && !w.pausedNow(a) && !a.sn.dead {
 			a.src.Tick()
 			w.afterCall(a)
 			w.watchThrottle(a)
 		}
-		if a.dst != nil && !a.dstGone && !a.dst.State().Final() && !w.pausedNow(a) {
+		if a.dstUp() && !a.dst.State().Final() {
 			a.dst.Tick()
 			w.afterCall(a)
 		}
@@ -525,7 +621,7 @@ func (w *world) quiet() bool {
 	// A replica that executed the last txn sent has executed every txn:
 	// it ran it only once nothing below it could still arrive. Heartbeats
 	// keep flowing, so the feed links never empty.
-	for _, e := range []*partition.Executor{w.srcExec, w.ref, w.live.exec} {
+	for _, e := range append(w.liveSources(), w.ref, w.live.exec) {
 		if e.LastExecuted() != w.lastTxn || e.Queued() > 0 {
 			return false
 		}
@@ -534,22 +630,29 @@ func (w *world) quiet() bool {
 		if len(a.s2d.q)+len(a.d2s.q) > 0 {
 			return false
 		}
-		if a.src == nil || !a.src.State().Final() {
+		if !a.sn.dead && ((a.src == nil && a.helloErr == nil) || (a.src != nil && !a.src.State().Final())) {
 			return false
 		}
-		if a.dst != nil && !a.dstGone && !a.dst.State().Final() {
+		if a.dstUp() && !a.dst.State().Final() {
+			return false
+		}
+		if a.x != nil && !a.x.finished && !a.x.dead {
 			return false
 		}
 	}
 	if len(w.ghostSrc.q)+len(w.ghostDst.q) > 0 {
 		return false
 	}
-	// A claim whose executor died with its node is given back by no one:
-	// it goes when its lease runs out, at most ClaimTTLTicks from its last
-	// keepalive, and the final check wants no claim left. Wait for it.
-	// Any other claim still held at the end is a bug the check reports.
+	// A claim whose holder could not give it back (the coordinator did not
+	// answer) goes when its lease runs out, at most ClaimTTLTicks from its
+	// last keepalive, and the final check wants no claim left. Wait for
+	// it, and for the coordinator to be back. Any claim whose holder still
+	// believes it holds it at the end is a bug the check reports.
+	if w.claims && (w.coord.down(w.tick) || w.dstComplete != nil) {
+		return false
+	}
 	if c := w.coord.claim; w.claims && c != nil {
-		if a := w.attemptOf(c.epoch); a != nil && a.x != nil && a.x.dead {
+		if a := w.attemptOf(c.epoch); a != nil && a.x != nil && !a.x.holds {
 			return false
 		}
 	}
@@ -558,9 +661,9 @@ func (w *world) quiet() bool {
 
 func (w *world) result() Result {
 	r := Result{Seed: w.seed, Knobs: w.k, Err: w.err, Trace: w.tr.lines, Ticks: w.tick, Attempts: len(w.atts), LiveTick: w.liveTick, Stats: w.stats}
-	if w.srcExec != nil {
-		r.FinalTxn = w.srcExec.LastExecuted()
-		r.FinalDigest = w.srcExec.Partition().Digest()
+	if live := w.liveSources(); len(live) > 0 {
+		r.FinalTxn = live[0].LastExecuted()
+		r.FinalDigest = live[0].Partition().Digest()
 	}
 	for _, a := range w.atts {
 		if a.src != nil {

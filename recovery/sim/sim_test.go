@@ -54,10 +54,11 @@ func TestSeeds(t *testing.T) {
 		return
 	}
 	var c struct {
-		throttled, roundBudget, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd, superseded int
-		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss, duplicates                 int
-		kinds                                                                                                         [faultKinds]int
-		phases                                                                                                        [phases]int
+		throttled, roundBudget, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd int
+		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss                 int
+		touches, requeues, refused, staleResets, revokes, cutOffs                                         int
+		kinds                                                                                             [faultKinds]int
+		phases                                                                                            [phases]int
 	}
 	for _, r := range results {
 		s := r.Stats
@@ -76,7 +77,12 @@ func TestSeeds(t *testing.T) {
 		count(&c.deletes, s.Deletes > 0)
 		count(&c.twoTables, r.Knobs.Tables == 2)
 		count(&c.zstd, r.Knobs.Codec == wire.CodecZstd)
-		count(&c.superseded, s.SupersededByMessage > 0)
+		count(&c.touches, s.Touches > 0)
+		count(&c.requeues, s.Requeues > 0)
+		count(&c.refused, s.HellosRefused > 0)
+		count(&c.staleResets, s.StaleResets > 0)
+		count(&c.revokes, s.Revokes > 0)
+		count(&c.cutOffs, s.CutOffs > 0)
 		count(&c.expired, s.ClaimsExpired > 0)
 		count(&c.claimLost, s.ClaimLostStops > 0)
 		count(&c.pausedLate, s.PausedLate > 0)
@@ -84,10 +90,8 @@ func TestSeeds(t *testing.T) {
 		count(&c.takeoverStarts, s.TakeoverStarts > 0)
 		count(&c.guard, r.Knobs.LeaseGuard)
 		count(&c.writesAfterLoss, s.WritesAfterLoss > 0)
-		count(&c.duplicates, s.DuplicateCompletions > 0)
-		if r.Knobs.LeaseGuard && s.WritesAfterLoss+s.DualWriteTicks+s.DuplicateCompletions > 0 {
-			t.Errorf("seed %d: with the lease guard, %d writes after a lost claim, %d ticks with two writers, %d duplicate completions",
-				r.Seed, s.WritesAfterLoss, s.DualWriteTicks, s.DuplicateCompletions)
+		if r.Knobs.LeaseGuard && s.DualWriteTicks > 0 {
+			t.Errorf("seed %d: with the lease guard, %d ticks with two writers", r.Seed, s.DualWriteTicks)
 		}
 		for k, v := range s.Kinds {
 			count(&c.kinds[k], v > 0)
@@ -100,12 +104,12 @@ func TestSeeds(t *testing.T) {
 		if s.StaleRejected < s.StaleToRunning {
 			t.Errorf("seed %d: %d stale messages reached running processors, %d counted as rejected", r.Seed, s.StaleToRunning, s.StaleRejected)
 		}
-		// Invariant (d) for the paused executors' late messages, by count.
+		// Invariant (d) for the paused holders' late messages, by count.
 		if s.PausedRejected != s.PausedLate || s.StaleAccepted != 0 {
-			t.Errorf("seed %d: %d late messages of paused executors reached running processors, %d rejected; %d stale accepted", r.Seed, s.PausedLate, s.PausedRejected, s.StaleAccepted)
+			t.Errorf("seed %d: %d late messages of paused holders reached running processors, %d rejected; %d stale accepted", r.Seed, s.PausedLate, s.PausedRejected, s.StaleAccepted)
 		}
-		if s.Claims != r.Attempts {
-			t.Errorf("seed %d: %d claims for %d attempts", r.Seed, s.Claims, r.Attempts)
+		if s.Claims != r.Attempts+s.StartsRefused {
+			t.Errorf("seed %d: %d claims for %d attempts and %d starts refused", r.Seed, s.Claims, r.Attempts, s.StartsRefused)
 		}
 	}
 	t.Logf("of %d seeds: %+v", n, c)
@@ -124,16 +128,19 @@ func TestSeeds(t *testing.T) {
 	want("deletes shipped in catch-up", c.deletes, 60)
 	want("two tables", c.twoTables, 60)
 	want("zstd frames", c.zstd, 30)
-	want("a source superseded by a newer epoch's message", c.superseded, 3)
 	want("a claim expired", c.expired, 20)
-	want("an executor stopped on finding its claim lost", c.claimLost, 5)
-	want("a paused executor's late message rejected by a newer attempt", c.pausedLate, 5)
+	want("a holder stopped on finding its claim lost", c.claimLost, 5)
+	want("a paused holder's late message rejected by a newer attempt", c.pausedLate, 5)
 	want("a supervisor failover", c.takeovers, 10)
 	want("a new leader starting an attempt from the record alone", c.takeoverStarts, 5)
 	want("the lease guard", c.guard, 100)
-	// Without the guard, a woken executor acts until its next check.
-	want("a write accepted after its executor's claim was lost", c.writesAfterLoss, 2)
-	want("a duplicate completion", c.duplicates, 1)
+	want("a task record touched on progress (claim.Guard.MaybeTouch)", c.touches, 100)
+	want("an attempt requeued by its holder", c.requeues, 30)
+	want("a task reset by the health task (claim.StaleReason)", c.staleResets, 10)
+	want("a claim revoked by the supervisor (supervise.Decide, a dead source)", c.revokes, 3)
+	want("a source node cut off from a coordinator that ran on", c.cutOffs, 3)
+	// Without the guard, a woken holder acts until its guard's first look.
+	want("a write accepted after its holder's claim was lost", c.writesAfterLoss, 2)
 	for k, got := range c.kinds {
 		want("fault "+faultKind(k).String(), got, 10)
 	}
@@ -146,8 +153,10 @@ func TestSeeds(t *testing.T) {
 // the trace does not change the run.
 func TestReplay(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	// 79: a supervisor failover; 151: two paused executors, late messages.
-	for _, seed := range []uint64{1, 9, 13, 19, 79, 151, 4711} {
+	// 129: a supervisor failover and a source node's death, whose new
+	// leader moves the task to the other source; 79: a source node's
+	// death; 4711: a paused holder.
+	for _, seed := range []uint64{1, 9, 13, 19, 79, 129, 151, 4711} {
 		a := Run(seed, Options{Trace: true})
 		b := Run(seed, Options{Trace: true})
 		c := Run(seed, Options{})
@@ -245,14 +254,18 @@ func TestSabotageIsCaught(t *testing.T) {
 	}
 }
 
-// TestSabotageClaimLossIsCaught: executors blind to a lost claim fail
-// invariant (e) on seeds where a paused executor lost its claim and its
+// TestSabotageClaimLossIsCaught: holders blind to a lost claim fail
+// invariant (e) on seeds where a paused holder lost its claim and its
 // destination processor would have run on (on the others it ends anyway,
 // told by its source, and the blind check does no harm).
 func TestSabotageClaimLossIsCaught(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	lost, caught := 0, 0
-	for seed := uint64(1); seed <= 300; seed++ {
+	// With the claim on the source and two sources to rejoin from, a
+	// blind holder's attempt mostly ends by its destination's word first
+	// (superseded by the other source's attempt): the first seed caught is
+	// 443.
+	for seed := uint64(1); seed <= 1000; seed++ {
 		if Run(seed, Options{}).Stats.ClaimLostStops == 0 {
 			continue
 		}
@@ -268,7 +281,7 @@ func TestSabotageClaimLossIsCaught(t *testing.T) {
 	}
 	t.Logf("%d of %d seeds with a lost claim caught", caught, lost)
 	if caught < 3 {
-		t.Fatalf("only %d of %d seeds with a lost claim caught the blind executors", caught, lost)
+		t.Fatalf("only %d of %d seeds with a lost claim caught the blind holders", caught, lost)
 	}
 }
 
@@ -287,10 +300,10 @@ var regressionSeeds = []struct {
 	{295540, "1-byte blocks, window 1: catch-up rounds did not shrink"},
 	{296853, "1-byte blocks, window 1: catch-up rounds did not shrink"},
 	// The destination node restarted, and its executor died holding the
-	// claim; a woken older executor's destination completed the task, and
-	// the run ended a tick before the dead executor's lease ran out. The
-	// round budget moved its timing; TestDeadExecutorClaimAtEnd keeps the
-	// case.
+	// claim (before issue 11 the claim was held on the destination). The
+	// arrangement changed and the seed no longer draws that case;
+	// TestUnreleasedClaimAtEnd keeps its kind: a claim nobody gives back,
+	// left to run out at the end.
 	{292768, "a dead executor's claim still within its lease at the end"},
 }
 
@@ -306,24 +319,24 @@ func TestRegressionSeeds(t *testing.T) {
 	}
 }
 
-// TestDeadExecutorClaimAtEnd: seed 292768's destination node restarts and
-// its executor dies holding the claim, while a woken older executor's
-// destination completes the task. The run must not end before the dead
-// executor's lease runs out (the final check wants no claim left), however
-// soon after the handoff the workload stops: LiveTicks sweeps the end of
-// the run across the lease's expiry.
-func TestDeadExecutorClaimAtEnd(t *testing.T) {
+// TestUnreleasedClaimAtEnd: seed 119's coordinator goes out just before
+// the handoff and stays out past it: both completions fail (the
+// destination's lands once the coordinator is back) and the holder's
+// release too, so its claim stays until its lease runs out, after the
+// outage. The run must not end before it does (the final check wants no
+// claim left), however soon after the handoff the workload stops:
+// LiveTicks sweeps the end of the run across the lease's expiry (the
+// workload stops LiveTicks after the handoff).
+func TestUnreleasedClaimAtEnd(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	const seed = 292768
+	const seed = 119
 	for live := 0; live <= 150; live += 5 {
-		r := Run(seed, Options{Tweak: func(k *Knobs) { k.LiveTicks = live }})
+		r := Run(seed, Options{Tweak: func(k *Knobs) { k.WorkloadTicks, k.LiveTicks = 0, live }})
 		if r.Err != nil {
 			t.Fatalf("seed %d with LiveTicks %d: %v", seed, live, r.Err)
 		}
-		// Attempt 1's claim expired while its executor was paused; the
-		// dead executor's is the second.
-		if r.Stats.ClaimsExpired != 2 {
-			t.Fatalf("seed %d with LiveTicks %d: %d claims expired, want 2: the case is gone", seed, live, r.Stats.ClaimsExpired)
+		if r.Stats.ClaimsExpired != 1 || r.Stats.Kinds[faultOutage] != 1 || r.Attempts != 1 {
+			t.Fatalf("seed %d with LiveTicks %d: %d claims expired, %d outages, %d attempts, want 1 each: the case is gone", seed, live, r.Stats.ClaimsExpired, r.Stats.Kinds[faultOutage], r.Attempts)
 		}
 	}
 }
