@@ -32,6 +32,12 @@ type feedIns struct {
 	// last is each initiator's latest feed, open or ended: a new feed
 	// waits for its tail to be resolved before it is read.
 	last map[txnid.Initiator]*feedIn
+	// told holds, per node and process (incarnation), what its feeds'
+	// hellos said it sequenced without a feed here (wire.Hello.Missed),
+	// also of feeds ended since: a process that wrote while this node was
+	// away and died before it settled told it all the same. The last
+	// toldMax processes of each node.
+	told map[string]map[uint64][]uint32
 	// holding: the node's registration was lost and is not settled yet,
 	// so a replica here may lack txns and must not answer: its results
 	// wait in held until settle says which to send and which to drop.
@@ -48,6 +54,26 @@ type heldDone struct {
 // are answers no initiator still waits for (the node was not live for
 // it), so past the bound the oldest go.
 const heldMax = 1 << 18
+
+// toldMax bounds the processes per node whose Missed a node keeps.
+const toldMax = 8
+
+// tellLocked adds what a feed's hello said to told; f.mu held.
+func (f *feedIns) tellLocked(node string, inc uint64, missed []uint32) {
+	byInc := f.told[node]
+	if byInc == nil {
+		byInc = map[uint64][]uint32{}
+		f.told[node] = byInc
+	}
+	byInc[inc] = append(byInc[inc], missed...)
+	for len(byInc) > toldMax {
+		oldest := inc
+		for i := range byInc {
+			oldest = min(oldest, i)
+		}
+		delete(byInc, oldest)
+	}
+}
 
 // hold holds every result from now until release.
 func (f *feedIns) hold() {
@@ -150,6 +176,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	n.feeds.mu.Lock()
 	old, prev := n.feeds.by[in], n.feeds.last[in]
 	n.feeds.by[in], n.feeds.last[in] = fi, fi
+	n.feeds.tellLocked(fi.node, fi.inc, fi.missed)
 	n.feeds.mu.Unlock()
 	if old != nil {
 		old.conn.Close()

@@ -93,6 +93,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	}
 	n.feeds.by = map[txnid.Initiator]*feedIn{}
 	n.feeds.last = map[txnid.Initiator]*feedIn{}
+	n.feeds.told = map[string]map[uint64][]uint32{}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		TLS: cfg.EtcdTLS, Username: cfg.EtcdUser, Password: cfg.EtcdPassword})
 	if err != nil {

@@ -135,8 +135,8 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	}
 	// Each gap's process says, when its feed opens, which partitions it
 	// wrote without a feed here: only those replicas missed anything. A
-	// gap that cannot say (dead since, or no feed from it in time)
-	// may have written any partition.
+	// gap that cannot say (a process of it that never opened a feed here,
+	// or no feed from it in time) may have written any partition.
 	missed := map[uint32][]string{}
 	var unknown []string
 	for _, node := range gaps {
@@ -179,32 +179,48 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 // tail of its previous one here is settled.
 const missedWait = 30 * time.Second
 
-// missedBy returns the partitions that node's current process sequenced
-// txns of without a feed to this node, as its feed's hello says, waiting
-// (boundedly) for that feed. False: node is not registered now, another
-// of its processes registered meanwhile (it told nothing), or its feed
-// did not open in time. The process whose feed was open here when the
-// registration was lost (in before) sent everything on it until it ended,
-// and its tail is repaired as any dead initiator's.
+// missedBy returns the partitions that node's processes sequenced txns
+// of without a feed to this node, as their feeds' hellos said: the
+// current process's open feed, waited for (boundedly), and every other
+// process of it that registered meanwhile, whose feed may have ended
+// since. False: a process of it that registered meanwhile never opened a
+// feed here, or the live one's feed did not open in time. The process whose feed was open here when
+// the registration was lost (in before) sent everything on it until it
+// ended, and its tail is repaired as any dead initiator's.
 func (n *Node) missedBy(ctx context.Context, node string, before map[txnid.Initiator]*feedIn, meanwhile []supervise.NodeRecord) ([]uint32, bool) {
 	deadline := time.Now().Add(missedWait)
 	for time.Now().Before(deadline) {
 		rec, alive := n.members.view().nodes[node]
-		if !alive {
-			return nil, false
+		var inc uint64 // the live process's; 0: none
+		if alive {
+			inc = uint64(incarnation(rec))
 		}
-		inc := uint64(incarnation(rec))
+		var told []uint32
 		for _, m := range meanwhile {
-			if m.ID != node || uint64(incarnation(m)) == inc {
+			minc := uint64(incarnation(m))
+			if m.ID != node || minc == inc {
 				continue
 			}
 			known := false
 			for _, fi := range before {
-				known = known || fi.node == node && fi.inc == uint64(incarnation(m))
+				known = known || fi.node == node && fi.inc == minc
 			}
-			if !known {
+			if known {
+				continue
+			}
+			n.feeds.mu.Lock()
+			ps, ok := n.feeds.told[node][minc]
+			n.feeds.mu.Unlock()
+			if !ok {
 				return nil, false
 			}
+			told = append(told, ps...)
+		}
+		if !alive {
+			// No process of it lives: each that did either had its feed
+			// open here throughout (its tail is repaired as a dead
+			// initiator's) or told what it sent without one.
+			return told, true
 		}
 		n.feeds.mu.Lock()
 		var found *feedIn
@@ -215,7 +231,7 @@ func (n *Node) missedBy(ctx context.Context, node string, before map[txnid.Initi
 		}
 		n.feeds.mu.Unlock()
 		if found != nil {
-			return found.missed, true
+			return append(told, found.missed...), true
 		}
 		select {
 		case <-time.After(50 * time.Millisecond):
