@@ -527,18 +527,27 @@ func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (txni
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	m, err := conn.Recv()
-	if !stop() {
-		return txnid.Zero, fmt.Errorf("no floor within %s: %w", wait, ctx.Err())
+	defer stop()
+	for {
+		m, err := conn.Recv()
+		if ctx.Err() != nil {
+			return txnid.Zero, fmt.Errorf("no floor within %s: %w", wait, ctx.Err())
+		}
+		if err != nil {
+			return txnid.Zero, err
+		}
+		switch m := m.(type) {
+		case *wire.Beat:
+			return m.ID, nil
+		case *wire.Done:
+			// A result of a txn of this node's previous process: results
+			// go back on the initiator's feed, and the receiver counts
+			// this one its feed as soon as its hello is in. Nothing of
+			// this process was sent yet, so nothing waits for it.
+		default:
+			return txnid.Zero, fmt.Errorf("expected the feed's floor, got %v", m.Type())
+		}
 	}
-	if err != nil {
-		return txnid.Zero, err
-	}
-	b, ok := m.(*wire.Beat)
-	if !ok {
-		return txnid.Zero, fmt.Errorf("expected the feed's floor, got %v", m.Type())
-	}
-	return b.ID, nil
 }
 
 // noteMissedLocked records that node's replica of p lacks a txn this
