@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -100,6 +101,21 @@ func CheckDigests(ctx context.Context, cli *clientv3.Client, c *client.Client) (
 		wg.Go(func() {
 			defer func() { <-sem }()
 			res, err := c.CallEach(ctx, p, client.ProcDigest, nil)
+			// A replica etcd has live may not be in the answering node's
+			// view yet (it reads the membership every 100 ms): a call
+			// then waits for fewer replicas. Ask again, a few polls'
+			// worth, before counting it; a digest that differs is never
+			// asked again.
+			for try := 0; err == nil && len(res.Each) < live[p] && try < digestRetries; try++ {
+				select {
+				case <-time.After(digestRetryEvery):
+				case <-ctx.Done():
+				}
+				if ctx.Err() != nil {
+					break
+				}
+				res, err = c.CallEach(ctx, p, client.ProcDigest, nil)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			answers[p] = Answer{ID: res.ID, Each: res.Each, Err: err}
@@ -108,6 +124,13 @@ func CheckDigests(ctx context.Context, cli *clientv3.Client, c *client.Client) (
 	wg.Wait()
 	return EvaluateDigests(c.Partitions(), answers, live), nil
 }
+
+// digestRetries and digestRetryEvery bound the asking again of a
+// partition that fewer replicas answered than etcd has live.
+const (
+	digestRetries    = 10
+	digestRetryEvery = 150 * time.Millisecond
+)
 
 // LiveReplicas counts, per partition, the replicas placed live on a
 // registered node.
