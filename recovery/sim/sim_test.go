@@ -305,6 +305,11 @@ var regressionSeeds = []struct {
 	// TestUnreleasedClaimAtEnd keeps its kind: a claim nobody gives back,
 	// left to run out at the end.
 	{292768, "a dead executor's claim still within its lease at the end"},
+	// The destination, live, was cut off from the coordinator through its
+	// completion; the health task reset the task, and the attempts that
+	// followed were refused at the hello (the replica is live). They do
+	// no work, and the faults' bound counted them (CI, start 230257141).
+	{230303601, "attempts refused at the hello by a live replica counted against the faults' bound"},
 }
 
 // TestRegressionSeeds replays every seed that once failed.
