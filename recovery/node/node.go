@@ -54,6 +54,11 @@ type Node struct {
 	init     *initiator
 	metrics  *metrics
 	outgoing atomic.Int32
+	// settledTerm is the registration term (Term.Seq) whose start found
+	// nothing to settle or settled what the replicas may have missed while
+	// the node was not registered (registration.go). No replica serves as
+	// a rejoin source in a term that is not settled.
+	settledTerm atomic.Int64
 	// retry hands the executor loop the tasks whose attempt failed.
 	retry chan claim.Task
 	wg    sync.WaitGroup

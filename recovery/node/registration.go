@@ -45,6 +45,9 @@ func (n *Node) registration() {
 		if out != nil && n.settle(ctx, out, t) {
 			out = nil
 		}
+		if out == nil {
+			n.settledTerm.Store(int64(t.Seq))
+		}
 		var wg sync.WaitGroup
 		for _, f := range []func(context.Context){n.republishLoop, n.openTasks, n.supervise} {
 			wg.Add(1)

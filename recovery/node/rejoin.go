@@ -445,8 +445,12 @@ func (n *Node) executor() {
 			continue
 		case <-t.C:
 		}
-		if !n.reg.Registered() {
-			continue // no new claim without a registration (registration.go)
+		if !n.reg.Registered() || int64(n.reg.Term().Seq) != n.settledTerm.Load() {
+			// No new claim without a registration, nor before a lapse is
+			// settled: a replica about to be failed for what it missed
+			// would hand its stale content to a destination that goes
+			// live with it (registration.go).
+			continue
 		}
 		mine, err := supervise.AssignedTo(n.ctx, n.cli, n.id)
 		if err != nil {
