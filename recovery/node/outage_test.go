@@ -144,11 +144,12 @@ func TestLapsedNodeMissedNewInitiator(t *testing.T) {
 	}
 }
 
-func testLapsedMissed(t *testing.T, stopNew bool) {
-	const ttl = 2 * time.Second
-	const parts = 2
+// newClusterN2ViaProxy starts n1..n3 on cfg with lease TTL ttl, n2
+// reaching etcd through a proxy the test can freeze.
+func newClusterN2ViaProxy(t *testing.T, cfg layout.Config, ttl time.Duration) (*cluster, *faultnet.Proxy) {
+	t.Helper()
 	var px *faultnet.Proxy
-	c := newClusterWith(t, 3, 3, kv(), func(c *cluster) {
+	c := newClusterWith(t, 3, 3, cfg, func(c *cluster) {
 		var err error
 		px, err = faultnet.Start(c.e.Endpoints()[0][len("http://"):])
 		if err != nil {
@@ -163,6 +164,30 @@ func testLapsedMissed(t *testing.T, stopNew bool) {
 		}
 		c.nodeTTL = ttl
 	})
+	return c, px
+}
+
+// registered reports whether etcd holds node's record; ok is false when
+// etcd did not answer.
+func registered(c *cluster, node string) (reg, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	nodes, err := supervise.Nodes(ctx, c.admin)
+	if err != nil {
+		return false, false
+	}
+	for _, n := range nodes {
+		if n.ID == node {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+func testLapsedMissed(t *testing.T, stopNew bool) {
+	const ttl = 2 * time.Second
+	const parts = 2
+	c, px := newClusterN2ViaProxy(t, kv(), ttl)
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, parts)
 	for i := range 500 {
@@ -170,18 +195,8 @@ func testLapsedMissed(t *testing.T, stopNew bool) {
 	}
 	px.Freeze()
 	waitUntil(t, 3*ttl+5*time.Second, "n2's lease to expire", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		nodes, err := supervise.Nodes(ctx, c.admin)
-		if err != nil {
-			return false
-		}
-		for _, n := range nodes {
-			if n.ID == "n2" {
-				return false
-			}
-		}
-		return true
+		reg, ok := registered(c, "n2")
+		return ok && !reg
 	})
 	c.start(4)
 	cl4 := dialClient(t, c.nodes[4].addrs.TCP)
@@ -194,18 +209,8 @@ func testLapsedMissed(t *testing.T, stopNew bool) {
 	}
 	px.Thaw()
 	waitUntil(t, 20*time.Second, "n2 registered again", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		nodes, err := supervise.Nodes(ctx, c.admin)
-		if err != nil {
-			return false
-		}
-		for _, n := range nodes {
-			if n.ID == "n2" {
-				return true
-			}
-		}
-		return false
+		reg, ok := registered(c, "n2")
+		return ok && reg
 	})
 	// Once n2 is back every replica must end live with the same content:
 	// those of n2 after a rejoin.
@@ -246,22 +251,7 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 	const ttl = 2 * time.Second
 	const parts = 3
 	cfg := layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}
-	var px *faultnet.Proxy
-	c := newClusterWith(t, 3, 3, cfg, func(c *cluster) {
-		var err error
-		px, err = faultnet.Start(c.e.Endpoints()[0][len("http://"):])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(px.Close)
-		c.etcdFor = func(id int) []string {
-			if id == 2 {
-				return []string{px.Endpoint()}
-			}
-			return c.e.Endpoints()
-		}
-		c.nodeTTL = ttl
-	})
+	c, px := newClusterN2ViaProxy(t, cfg, ttl)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	reps, err := supervise.Replicas(ctx, c.admin)
 	cancel()
@@ -305,18 +295,8 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 	}
 	px.Freeze()
 	waitUntil(t, 3*ttl+5*time.Second, "n2's lease to expire", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		nodes, err := supervise.Nodes(ctx, c.admin)
-		if err != nil {
-			return false
-		}
-		for _, n := range nodes {
-			if n.ID == "n2" {
-				return false
-			}
-		}
-		return true
+		reg, ok := registered(c, "n2")
+		return ok && !reg
 	})
 	c.start(4)
 	cl4 := dialClient(t, c.nodes[4].addrs.TCP)
