@@ -334,16 +334,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		return err
 	}
 	defer c.Close()
-	if err := poll(ctx, 60*time.Second, "every replica answering", func() (bool, error) {
-		rep, err := clusterview.CheckDigests(ctx, r.cli, c)
-		if err != nil {
-			return false, err
-		}
-		if !rep.OK() {
-			return false, errors.New(rep.Partitions[rep.Bad[0]].Problem)
-		}
-		return true, nil
-	}); err != nil {
+	if err := demo.WaitAnswering(ctx, r.cli, c, 60*time.Second); err != nil {
 		return err
 	}
 	if cfg.Rows > 0 {
@@ -414,7 +405,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		return healErr
 	}
 	healed := time.Now()
-	liveErr := poll(ctx, cfg.LiveWithin, "every replica live", func() (bool, error) {
+	liveErr := demo.Poll(ctx, cfg.LiveWithin, "every replica live", func() (bool, error) {
 		v, err := clusterview.Read(ctx, r.cli, r.hc, time.Second)
 		if err != nil {
 			return false, nil // a node restarting may not answer: retry
@@ -535,7 +526,7 @@ func (r *run) startAll(ctx context.Context) error {
 	if err := errors.Join(all...); err != nil {
 		return err
 	}
-	return poll(ctx, 60*time.Second, "every node registered", func() (bool, error) {
+	return demo.Poll(ctx, 60*time.Second, "every node registered", func() (bool, error) {
 		nodes, err := supervise.Nodes(ctx, r.cli)
 		return len(nodes) == r.cfg.Nodes, err
 	})
@@ -614,28 +605,6 @@ func (r *run) checkDigests(ctx context.Context, c *client.Client) (clusterview.D
 		}
 		if !sleepCtx(ctx, 200*time.Millisecond) {
 			return rep, ctx.Err()
-		}
-	}
-}
-
-// poll calls f every 100 ms until it says done, fails, or within ends.
-func poll(ctx context.Context, within time.Duration, what string, f func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	var last error
-	for {
-		done, err := f()
-		if done && err == nil {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			if last != nil {
-				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
-			}
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		}
 	}
 }

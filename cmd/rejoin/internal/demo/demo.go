@@ -438,18 +438,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	defer loader.Close()
-	// Ready for writes: every replica of every partition answers digest
-	// (the initiators have opened their feeds).
-	if err := poll(ctx, 30*time.Second, "every replica answering", func() (bool, error) {
-		rep, err := clusterview.CheckDigests(ctx, r.cli, loader)
-		if err != nil {
-			return false, err
-		}
-		if !rep.OK() {
-			return false, errors.New(rep.Partitions[rep.Bad[0]].Problem)
-		}
-		return true, nil
-	}); err != nil {
+	if err := WaitAnswering(ctx, r.cli, loader, 30*time.Second); err != nil {
 		return err
 	}
 	if cfg.Rows > 0 {
@@ -638,14 +627,30 @@ func (r *run) startAll(ctx context.Context) error {
 	if err := errors.Join(all...); err != nil {
 		return err
 	}
-	return poll(ctx, 30*time.Second, "every node registered", func() (bool, error) {
+	return Poll(ctx, 30*time.Second, "every node registered", func() (bool, error) {
 		nodes, err := supervise.Nodes(ctx, r.cli)
 		return len(nodes) == r.cfg.Nodes, err
 	})
 }
 
-// poll calls f every 100 ms until it says done, fails, or within ends.
-func poll(ctx context.Context, within time.Duration, what string, f func() (bool, error)) error {
+// WaitAnswering waits, within a bound, until every replica of every
+// partition answers a digest call: the cluster is ready for writes (the
+// initiators have opened their feeds).
+func WaitAnswering(ctx context.Context, cli *clientv3.Client, c *client.Client, within time.Duration) error {
+	return Poll(ctx, within, "every replica answering", func() (bool, error) {
+		rep, err := clusterview.CheckDigests(ctx, cli, c)
+		if err != nil {
+			return false, err
+		}
+		if !rep.OK() {
+			return false, errors.New(rep.Partitions[rep.Bad[0]].Problem)
+		}
+		return true, nil
+	})
+}
+
+// Poll calls f every 100 ms until it says done, fails, or within ends.
+func Poll(ctx context.Context, within time.Duration, what string, f func() (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -692,7 +697,7 @@ func (r *run) hostedBy(ctx context.Context, nodeID string) ([]uint32, error) {
 // waitDead waits until the node's record is gone from etcd.
 func (r *run) waitDead(ctx context.Context, nodeID string) error {
 	start := time.Now()
-	err := poll(ctx, 3*r.cfg.NodeTTL+10*time.Second, nodeID+"'s registration to expire", func() (bool, error) {
+	err := Poll(ctx, 3*r.cfg.NodeTTL+10*time.Second, nodeID+"'s registration to expire", func() (bool, error) {
 		nodes, err := supervise.Nodes(ctx, r.cli)
 		if err != nil {
 			return false, err
@@ -797,7 +802,7 @@ type heldRejoin struct {
 // that ok accepts, and returns every held one seen then.
 func (r *run) waitHeld(ctx context.Context, dest string, partitions []uint32, ok func(heldRejoin) bool) ([]heldRejoin, error) {
 	var held []heldRejoin
-	err := poll(ctx, 60*time.Second, "a rejoin into "+dest+" held mid-snapshot", func() (bool, error) {
+	err := Poll(ctx, 60*time.Second, "a rejoin into "+dest+" held mid-snapshot", func() (bool, error) {
 		if err := r.ps.exited(); err != nil {
 			return false, err
 		}
@@ -938,7 +943,7 @@ func (r *run) inject(ctx context.Context, victimID int, hosted []uint32) error {
 		}
 		// Registered and updating since the resume: a record read at once
 		// may be one whose lease etcd has not revoked yet.
-		if err := poll(ctx, 30*time.Second, "every node registered again", func() (bool, error) {
+		if err := Poll(ctx, 30*time.Second, "every node registered again", func() (bool, error) {
 			if err := r.ps.exited(); err != nil {
 				return false, err
 			}
@@ -1009,7 +1014,7 @@ func (r *run) waitAllLive(ctx context.Context, b *bars) error {
 	if dl, ok := ctx.Deadline(); ok {
 		within = time.Until(dl)
 	}
-	return poll(ctx, within, "every replica live", func() (bool, error) {
+	return Poll(ctx, within, "every replica live", func() (bool, error) {
 		if err := r.ps.exited(); err != nil {
 			return false, err
 		}
