@@ -40,7 +40,7 @@ const (
 	// BufferBytesMaxDefault is BufferBytesMax when the config gives none.
 	BufferBytesMaxDefault = 512 << 20
 	// TxnOverheadBytes is what a buffered txn costs beyond its params and
-	// procedure name: its Invocation in the executor's queue.
+	// procedure name: its Invocation in the store's queue.
 	TxnOverheadBytes = 64
 )
 

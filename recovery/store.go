@@ -57,7 +57,10 @@ type SourceStore interface {
 //     false only when that part is all cut. The Source calls StartRound
 //     or FinalDelta after the snapshot or a round is cut, and after the
 //     final delta nothing more. Blocks read the store's content when they
-//     are cut.
+//     are cut. A block's Tuples are a canonical array header for Count
+//     tuples in the wire tuple format, as wire.Block carries them; what
+//     the tuples mean (rows, keys) is between the two stores, and the
+//     processors never look inside.
 //   - After the final delta is cut, a destination that applied every
 //     block in order holds the store's content: every change made behind
 //     the snapshot's cursor since S was shipped by a round or the final
