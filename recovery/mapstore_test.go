@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/rejoin-db/rejoin/cow"
 	"github.com/rejoin-db/rejoin/partition"
@@ -23,6 +24,7 @@ import (
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
+	"go.uber.org/goleak"
 )
 
 var (
@@ -433,12 +435,19 @@ func (s *mapStream) Tick() {}
 
 func (s *mapStream) Deactivate() { s.m.stream = nil }
 
-// pipe is one direction of an in-memory connection: every message goes
-// through the wire's frame encoding, as on TCP. The test's driver is one
-// goroutine and receives only what is there (Len), so Recv never waits.
+// pipe is an in-memory connection: two queues of frames, every message
+// going through the wire's frame encoding as on TCP. The test's driver
+// is one goroutine and receives only what it knows was sent, so Recv
+// never waits.
 type pipe struct {
-	frames [][]byte
-	codec  wire.Codec
+	out, in *[][]byte
+	codec   wire.Codec
+}
+
+// pipePair returns the two ends of a new in-memory connection.
+func pipePair(codec wire.Codec) (a, b *pipe) {
+	var ab, ba [][]byte
+	return &pipe{out: &ab, in: &ba, codec: codec}, &pipe{out: &ba, in: &ab, codec: codec}
 }
 
 func (p *pipe) Send(_ context.Context, m wire.Message) error {
@@ -446,16 +455,16 @@ func (p *pipe) Send(_ context.Context, m wire.Message) error {
 	if err != nil {
 		return err
 	}
-	p.frames = append(p.frames, f)
+	*p.out = append(*p.out, f)
 	return nil
 }
 
 func (p *pipe) Recv() (wire.Message, error) {
-	if len(p.frames) == 0 {
-		return nil, errors.New("pipe: nothing to receive; the driver receives only what Len says is there")
+	if len(*p.in) == 0 {
+		return nil, errors.New("pipe: nothing to receive; the driver receives only what was sent")
 	}
-	f := p.frames[0]
-	p.frames = p.frames[1:]
+	f := (*p.in)[0]
+	*p.in = (*p.in)[1:]
 	m, n, err := wire.DecodeFrame(f)
 	if err == nil && n != len(f) {
 		err = fmt.Errorf("pipe: frame of %d bytes decoded %d", len(f), n)
@@ -463,7 +472,78 @@ func (p *pipe) Recv() (wire.Message, error) {
 	return m, err
 }
 
-func (p *pipe) Len() int { return len(p.frames) }
+// transport opens a connection between the source's end and the
+// destination's, and closes it.
+type transport struct {
+	name string
+	open func(t *testing.T, codec wire.Codec) (src, dst recovery.Conn, closeConn func())
+}
+
+var inMemory = transport{name: "pipe", open: func(_ *testing.T, codec wire.Codec) (recovery.Conn, recovery.Conn, func()) {
+	a, b := pipePair(codec)
+	return a, b, func() {}
+}}
+
+// overTCP runs the link on stream.Conn over loopback TCP, on the test's
+// one goroutine: what one side sends, the other receives at once (the
+// kernel's buffer holds the few frames of one exchange), and a frame not
+// there within the stall window fails Recv.
+func overTCP(t *testing.T) transport {
+	ln, err := stream.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return transport{name: "tcp", open: func(t *testing.T, codec wire.Codec) (recovery.Conn, recovery.Conn, func()) {
+		cfg := stream.Config{Codec: codec, StallWindow: 10 * time.Second}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		src, err := stream.Dial(ctx, ln.Addr().String(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := stream.NewConn(nc, cfg)
+		return src, dst, func() { src.Close(); dst.Close() }
+	}}
+}
+
+// link is one direction of the connection as the driver sees it: the
+// sending end, the receiving end, how many messages were sent and not
+// yet received, and the messages received and not yet delivered, which
+// a drop loses with the connection.
+type link struct {
+	send, recv recovery.Conn
+	sent       int
+	inbox      []wire.Message
+}
+
+func (l *link) push(t *testing.T, msgs []wire.Message) {
+	for _, m := range msgs {
+		if err := l.send.Send(context.Background(), m); err != nil {
+			t.Fatalf("send %s: %v", m.Type(), err)
+		}
+		l.sent++
+	}
+}
+
+// pull receives everything sent so far. A Block's Tuples alias the
+// connection's buffer until the next Recv, so they are copied.
+func (l *link) pull(t *testing.T) {
+	for ; l.sent > 0; l.sent-- {
+		m, err := l.recv.Recv()
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		if b, ok := m.(*wire.Block); ok {
+			b.Tuples = slices.Clone(b.Tuples)
+		}
+		l.inbox = append(l.inbox, m)
+	}
+}
 
 // mapRejoin drives one source and one destination map store: a feed from
 // two initiators to both, the source's txns, ticks, and the link.
@@ -474,12 +554,15 @@ type mapRejoin struct {
 	gens   []*txnid.Generator
 	keys   int
 	codec  wire.Codec
+	tr     transport
 	src    *mapStore
 	dst    *mapStore
 	source *recovery.Source
 	dest   *recovery.Destination
-	// toDest and toSource are the connection; a drop replaces them.
-	toDest, toSource *pipe
+	// toDest and toSource are the connection's two directions; a drop
+	// closes it and opens another.
+	toDest, toSource *link
+	closeConn        func()
 	drops            int
 	// duringStream counts the source's txns run while it streamed.
 	duringStream int
@@ -487,8 +570,8 @@ type mapRejoin struct {
 
 var mapInitiators = []txnid.Initiator{1, 2}
 
-func newMapRejoin(t *testing.T, seed uint64, rows int) *mapRejoin {
-	r := &mapRejoin{t: t, rng: rand.New(rand.NewPCG(seed, 11)), now: txnid.EpochUnixMillis + 5000, keys: 2 * rows}
+func newMapRejoin(t *testing.T, tr transport, seed uint64, rows int) *mapRejoin {
+	r := &mapRejoin{t: t, tr: tr, rng: rand.New(rand.NewPCG(seed, 11)), now: txnid.EpochUnixMillis + 5000, keys: 2 * rows}
 	r.codec = []wire.Codec{wire.CodecNone, wire.CodecS2}[seed%2]
 	for _, in := range mapInitiators {
 		g, err := txnid.NewGenerator(in, func() int64 { return r.now })
@@ -522,8 +605,14 @@ func (r *mapRejoin) start(epoch uint64, scfg recovery.SourceConfig) {
 	}
 }
 
+// newConn closes the connection, if one is open, and opens another.
 func (r *mapRejoin) newConn() {
-	r.toDest, r.toSource = &pipe{codec: r.codec}, &pipe{codec: r.codec}
+	if r.closeConn != nil {
+		r.closeConn()
+	}
+	src, dst, closeConn := r.tr.open(r.t, r.codec)
+	r.toDest, r.toSource, r.closeConn = &link{send: src, recv: dst}, &link{send: dst, recv: src}, closeConn
+	r.t.Cleanup(closeConn)
 }
 
 // feed sends one txn or heartbeat of a random initiator to the source, and
@@ -584,27 +673,22 @@ func (r *mapRejoin) exchange() {
 	}
 }
 
+// flush sends both outboxes and receives what was sent, so the inboxes
+// hold everything in flight.
 func (r *mapRejoin) flush() {
-	for _, link := range []struct {
-		out []wire.Message
-		to  *pipe
-	}{{r.source.Outbox(), r.toDest}, {r.dest.Outbox(), r.toSource}} {
-		for _, m := range link.out {
-			if err := link.to.Send(context.Background(), m); err != nil {
-				r.t.Fatalf("send %s: %v", m.Type(), err)
-			}
-		}
-	}
+	r.toDest.push(r.t, r.source.Outbox())
+	r.toSource.push(r.t, r.dest.Outbox())
+	r.toDest.pull(r.t)
+	r.toSource.pull(r.t)
 }
 
-func (r *mapRejoin) deliver(from *pipe, on func(wire.Message) error) {
-	if from.Len() == 0 {
+// deliver hands the first message of l's inbox, if any, to on.
+func (r *mapRejoin) deliver(l *link, on func(wire.Message) error) {
+	if len(l.inbox) == 0 {
 		return
 	}
-	m, err := from.Recv()
-	if err != nil {
-		r.t.Fatalf("receive: %v", err)
-	}
+	m := l.inbox[0]
+	l.inbox = l.inbox[1:]
 	_ = on(m) // a refused message shows in the processors' states
 }
 
@@ -680,39 +764,53 @@ func mapSourceConfig(seed uint64) recovery.SourceConfig {
 // partition: the handshake, the snapshot and the catch-up rounds while the
 // source takes writes, the handoff, with the connection dropped and
 // resumed on the way. The destination must end live with the source's
-// rows, and stay equal to it as both execute on.
+// rows, and stay equal to it as both execute on. The link is an in-memory
+// Conn, then stream.Conn over loopback TCP: the driver is the same and
+// synchronous, so each seed must do exactly the same over both.
 func TestMapStoreRejoins(t *testing.T) {
-	var rounds, held, drops, during int
-	for seed := uint64(1); seed <= 20; seed++ {
-		r := newMapRejoin(t, seed, 300)
-		r.start(7, mapSourceConfig(seed))
-		r.run(20000, 6, r.ended)
-		if r.dest.State() != recovery.StateLive || r.source.State() != recovery.StateDone {
-			t.Fatalf("seed %d after %d drops: destination %s (%v), source %s (%v)", seed, r.drops, r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
+	defer goleak.VerifyNone(t)
+	const seeds = 20
+	var pipeRuns [seeds + 1]recovery.Metrics
+	for _, tr := range []transport{inMemory, overTCP(t)} {
+		var rounds, held, drops, during int
+		for seed := uint64(1); seed <= seeds; seed++ {
+			r := newMapRejoin(t, tr, seed, 300)
+			r.start(7, mapSourceConfig(seed))
+			r.run(20000, 6, r.ended)
+			if r.dest.State() != recovery.StateLive || r.source.State() != recovery.StateDone {
+				t.Fatalf("%s, seed %d after %d drops: destination %s (%v), source %s (%v)", tr.name, seed, r.drops, r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
+			}
+			if r.src.gate != nil || r.src.stream != nil || r.dst.gate != nil {
+				t.Fatalf("%s, seed %d: done with a gate or a stream left", tr.name, seed)
+			}
+			r.settleAndCompare(fmt.Sprintf("%s, seed %d", tr.name, seed))
+			m := r.source.Metrics()
+			if m.Snapshot.Rows == 0 {
+				t.Fatalf("%s, seed %d: no snapshot rows", tr.name, seed)
+			}
+			if tr.name == inMemory.name {
+				pipeRuns[seed] = m
+			} else if m != pipeRuns[seed] {
+				t.Fatalf("seed %d: over %s the source did %+v; over the in-memory pipe %+v", seed, tr.name, m, pipeRuns[seed])
+			}
+			if m.Rounds > 1 {
+				rounds++
+			}
+			drops += r.drops
+			during += r.duringStream
+			if r.src.held > 0 {
+				held++
+			}
+			r.closeConn()
 		}
-		if r.src.gate != nil || r.src.stream != nil || r.dst.gate != nil {
-			t.Fatalf("seed %d: done with a gate or a stream left", seed)
+		// What the runs claim to cover: writes while the source streamed,
+		// shipped in several catch-up rounds, a throttle that held, and
+		// resumed connections.
+		if rounds < 5 || drops < 20 || during < 100 || held < 2 {
+			t.Fatalf("%s, of %d seeds: %d with several rounds, %d drops in all, %d source txns while streaming, %d holding a txn for the log", tr.name, seeds, rounds, drops, during, held)
 		}
-		r.settleAndCompare(fmt.Sprintf("seed %d", seed))
-		m := r.source.Metrics()
-		if m.Snapshot.Rows == 0 {
-			t.Fatalf("seed %d: no snapshot rows", seed)
-		}
-		if m.Rounds > 1 {
-			rounds++
-		}
-		drops += r.drops
-		during += r.duringStream
-		if r.src.held > 0 {
-			held++
-		}
+		t.Logf("%s, %d seeds: %d with several rounds, %d drops, %d txns during the stream, %d with txns held", tr.name, seeds, rounds, drops, during, held)
 	}
-	// What the runs claim to cover: writes while the source streamed,
-	// shipped in several catch-up rounds, and resumed connections.
-	if rounds < 5 || drops < 20 || during < 100 || held < 2 {
-		t.Fatalf("of 20 seeds: %d with several rounds, %d drops in all, %d source txns while streaming, %d holding a txn for the log", rounds, drops, during, held)
-	}
-	t.Logf("20 seeds: %d with several rounds, %d drops, %d txns during the stream, %d with txns held", rounds, drops, during, held)
 }
 
 // TestMapStoreAbortThenHigherEpoch aborts an attempt in its catch-up (a
@@ -724,7 +822,7 @@ func TestMapStoreAbortThenHigherEpoch(t *testing.T) {
 	stale := 0
 	for seed := uint64(1); seed <= 10; seed++ {
 		cfg := mapSourceConfig(seed)
-		r := newMapRejoin(t, seed, 300)
+		r := newMapRejoin(t, inMemory, seed, 300)
 		r.start(7, cfg)
 		catchingUp := func() bool { return r.dest.State() == recovery.StateCatchingUp }
 		r.run(20000, 2, catchingUp)
@@ -733,7 +831,7 @@ func TestMapStoreAbortThenHigherEpoch(t *testing.T) {
 		}
 		r.dest.Abort(wire.AbortNodeFailed, "a node of the partition failed")
 		r.flush()
-		for r.toSource.Len() > 0 {
+		for len(r.toSource.inbox) > 0 {
 			r.deliver(r.toSource, r.source.OnMessage)
 		}
 		if r.dest.State() != recovery.StateAborted || r.source.State() != recovery.StateAborted {
@@ -745,7 +843,7 @@ func TestMapStoreAbortThenHigherEpoch(t *testing.T) {
 		old := r.toDest
 		r.newConn()
 		r.start(8, cfg)
-		if old.Len() > 0 {
+		if len(old.inbox) > 0 {
 			r.deliver(old, func(m wire.Message) error {
 				if err := r.dest.OnMessage(m); !errors.Is(err, recovery.ErrStaleEpoch) || r.dest.State() != recovery.StateBuffering {
 					t.Fatalf("seed %d: old attempt's %s taken by the new one: %v, %s", seed, m.Type(), err, r.dest.State())
@@ -770,7 +868,7 @@ func TestMapStoreAbortThenHigherEpoch(t *testing.T) {
 // digests differ at the handoff, both sides abort, and the destination is
 // left empty. This is what the tests above would see of a broken store.
 func TestMapStoreLostBlockFails(t *testing.T) {
-	r := newMapRejoin(t, 3, 300)
+	r := newMapRejoin(t, inMemory, 3, 300)
 	r.src.skipBlock = 2
 	r.start(7, mapSourceConfig(3))
 	r.run(20000, 0, r.ended)
