@@ -41,7 +41,8 @@
 // PartitionStore adapts partition.Executor, its partition and cow to
 // them; NewSource and NewDestination wrap their executor in one, and
 // NewSourceOn and NewDestinationOn take any store. mapstore_test.go
-// rejoins a map-backed store through the same processors.
+// rejoins a map-backed store through the same processors, over an
+// in-memory Conn and over stream.Conn.
 //
 // # The protocol in brief
 //
