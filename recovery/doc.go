@@ -11,14 +11,38 @@
 // no clock: a driver feeds them messages (OnMessage), the partition's feed
 // (Destination.OnTxn, OnHeartbeat) and ticks (Tick), calls Source.Pump
 // between two transactions, and sends what Outbox returns. The source is
-// also its executor's partition.Gate, which is how it activates the table
-// stream exactly at S, throttles, and holds the partition for the handoff.
+// also its store's partition.Gate, which is how it activates the table
+// stream exactly at S, throttles, and holds the replica for the handoff.
 //
 //	destination  buffering ─► proposing ─► streaming ─► catching-up ─► handing-off ─► live
 //	source       answering ─► awaiting-boundary ─► streaming ─► catching-up ─► handing-off ─► done
 //	             (every state but the last ─► aborted)
 //
 // state.go holds the tables of legal moves; a move off the table panics.
+//
+// # Store seams
+//
+// The processors reach the replica only through small interfaces
+// (store.go; docs/DESIGN.md "Store seams"), so any store can rejoin
+// through them:
+//
+//   - SourceStore: the order of its txns (SourceView: queued, safe, last
+//     executed, ready), the initiators it may still run, a gate asked
+//     before each txn (SetGate), a TableStream activated at S, and its
+//     Digest and Rows.
+//   - TableStream: NextBlock, StartRound, FinalDelta, LogBytes, and the
+//     throttle (BeforeTxn, Tick) until Deactivate. *cow.Stream is one.
+//   - DestinationStore: the queue the feed fills (Offer, Heartbeat,
+//     AddInitiator, RemoveInitiator, ResetTo), SetGate, Clear, Apply of a
+//     block, and Digest and Rows computed as the source's.
+//   - Conn, for drivers: Send and Recv of wire messages in order;
+//     *stream.Conn is the TCP one.
+//
+// PartitionStore adapts partition.Executor, its partition and cow to
+// them; NewSource and NewDestination wrap their executor in one, and
+// NewSourceOn and NewDestinationOn take any store. mapstore_test.go
+// rejoins a map-backed store through the same processors, over an
+// in-memory Conn and over stream.Conn.
 //
 // # The protocol in brief
 //
