@@ -273,7 +273,11 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 // others' safe point only as long as its sockets take to close and one
 // round trip to each peer. If its process lives on (no feed of a newer
 // incarnation follows while its node is alive), the replicas may have
-// missed txns it sent: they fail and need a rejoin.
+// missed txns it sent: they fail and need a rejoin. The process, not
+// the node: a newer process registered under the node's id has taken the
+// old one's record, and with it the registration the old one needs to
+// sequence a call (supervise.ErrSuperseded), so nothing more comes from
+// it and the repair of its tail is complete.
 func (n *Node) feedLost(fi *feedIn) {
 	ctx, cancel := context.WithCancel(n.ctx)
 	go func() {
@@ -288,7 +292,7 @@ func (n *Node) feedLost(fi *feedIn) {
 	close(fi.resolved)
 	deadline := time.Now().Add(3 * n.cfg.NodeTTL)
 	for time.Now().Before(deadline) {
-		if !n.members.alive(fi.node) || n.feedSuperseded(fi) {
+		if !n.members.aliveAs(fi.node, fi.inc) || n.feedSuperseded(fi) {
 			return
 		}
 		select {
@@ -297,7 +301,7 @@ func (n *Node) feedLost(fi *feedIn) {
 			return
 		}
 	}
-	if n.feedSuperseded(fi) || !n.members.alive(fi.node) {
+	if n.feedSuperseded(fi) || !n.members.aliveAs(fi.node, fi.inc) {
 		return
 	}
 	for _, r := range n.replicas {

@@ -173,6 +173,10 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	defer stopWatch()
 	n.ctx = nctx
 	defer func() {
+		if n.cfg.testCrash {
+			reg.Abandon()
+			return
+		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 		defer cancel()
 		_ = reg.Close(cctx)
