@@ -842,9 +842,13 @@ func (n *Node) Status() Status {
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	n.feeds.mu.Lock()
+	settling := n.feeds.holding
+	n.feeds.mu.Unlock()
 	for _, p := range ps {
 		if rs := n.replicas[p].status.Load(); rs != nil {
 			st.Replicas = append(st.Replicas, *rs)
+			st.Replicas[len(st.Replicas)-1].Settling = settling
 			st.TxnsExecuted += rs.TxnsExecuted
 		}
 	}

@@ -299,6 +299,16 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 		reg, ok := registered(c, "n2")
 		return ok && !reg
 	})
+	// Cut off, n2 may miss txns: /status says its replicas are settling.
+	waitUntil(t, 10*time.Second, "n2's replicas reported settling", func() bool {
+		st := nodeStatus(t, c.nodes[2].addrs)
+		for _, rs := range st.Replicas {
+			if !rs.Settling {
+				return false
+			}
+		}
+		return len(st.Replicas) > 0
+	})
 	c.start(4)
 	cl4 := dialClient(t, c.nodes[4].addrs.TCP)
 	// n4 calls nothing on keepP, not even a read: any txn it sequences
@@ -328,6 +338,9 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 		return allLive(t, c)
 	})
 	for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
+		if rs.Settling {
+			t.Errorf("n2's replica of partition %d still reported settling after the settlement", rs.Partition)
+		}
 		switch int(rs.Partition) {
 		case missP:
 			if rs.Rejoin == nil {

@@ -196,7 +196,9 @@ func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bo
 		if _, err := fmt.Sscanf(rp.Node, "n%d", &id); err != nil || id < 1 || id > ns.n || ns.state[id] != nodeUp {
 			continue
 		}
-		live := rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive
+		// A replica whose node is settling a lost registration may yet
+		// fail for what it missed: not one to leave a partition with.
+		live := rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive && !rp.Settling
 		switch {
 		case !live:
 		case rp.Node == target:
