@@ -196,14 +196,16 @@ func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bo
 		if _, err := fmt.Sscanf(rp.Node, "n%d", &id); err != nil || id < 1 || id > ns.n || ns.state[id] != nodeUp {
 			continue
 		}
-		// A replica whose node is settling a lost registration may yet
-		// fail for what it missed: not one to leave a partition with.
-		live := rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive && !rp.Settling
+		live := rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive
 		switch {
 		case !live:
 		case rp.Node == target:
+			// Settling or not, it may hold the partition's only copy.
 			hosted[rp.Partition] = true
-		default:
+		case !rp.Settling:
+			// A replica whose node is settling a lost registration may
+			// yet fail for what it missed: not one to leave a partition
+			// with.
 			others[rp.Partition]++
 		}
 	}

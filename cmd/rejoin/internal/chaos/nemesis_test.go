@@ -51,7 +51,17 @@ func TestLastLiveSettling(t *testing.T) {
 	if p, ok := ns.lastLiveLocked(v, "n1"); ok || p != 3 {
 		t.Errorf("lastLiveLocked(n1) with n2 settling = %d, %v; want 3, false", p, ok)
 	}
-	v.Replicas[1].Settling = false
+	// The settling replica itself may hold the only copy (seed 1123 again:
+	// n2, settling, was killed as if it held nothing, and five
+	// partitions were lost).
+	if _, ok := ns.lastLiveLocked(v, "n2"); !ok {
+		t.Error("lastLiveLocked(n2), n2 settling and n1 live: refused")
+	}
+	v.Replicas[0].Settling, v.Replicas[1].Settling = true, true
+	if p, ok := ns.lastLiveLocked(v, "n2"); ok || p != 3 {
+		t.Errorf("lastLiveLocked(n2), both settling = %d, %v; want 3, false", p, ok)
+	}
+	v.Replicas[0].Settling, v.Replicas[1].Settling = false, false
 	if _, ok := ns.lastLiveLocked(v, "n1"); !ok {
 		t.Error("lastLiveLocked(n1) with n2 live: refused")
 	}
