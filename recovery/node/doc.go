@@ -205,7 +205,9 @@
 //
 // # Admin HTTP
 //
-// GET /status (Status as JSON, with tls or insecure), GET /metrics
+// GET /status (Status as JSON, with tls or insecure), GET /timeline
+// (Timelines: every rejoin attempt the node took part in, as source or
+// destination, sampled every 100 ms; ?partition=P, ?last=N), GET /metrics
 // (Prometheus); with Config.Pprof GET /debug/pprof/ (Go's profiles), and
 // with Config.FaultPoints the fault points the demo and tests use (each
 // is 404 otherwise). Off loopback the admin HTTP is TLS with the node's
@@ -217,6 +219,18 @@
 // (close the rejoin's TCP connection), /fault/pause-executor?for=D (the
 // source attempt's I/O stands still and its claim's keepalive stops, as
 // in a process stalled past its TTL).
+//
+// The timelines (timeline.go) are recorded by one goroutine of the node,
+// which every TimelineEvery reads each replica's published status (the
+// atomic pointer the replica refreshes every tick) and appends a sample
+// to the timeline of each attempt under way: cumulative rows, bytes,
+// change-log peak, throttle and hold, the replica's txns executed, the
+// phase. It never touches a replica's goroutine. A timeline is a ring of
+// the latest TimelineSamplesMax samples; the node keeps at most
+// TimelineRejoinsMax timelines, a new attempt taking an ended one's
+// place (none ended: the newcomer waits, counted as untracked). An
+// attempt's final phase, or its leaving the status unseen, ends its
+// timeline.
 //
 // Config.PlantDropKey is a planted fault for `rejoin chaos`'s own test
 // only (plant.go): the initiator writes its first upsert of that key

@@ -53,6 +53,8 @@ type Node struct {
 	feeds    feedIns
 	init     *initiator
 	metrics  *metrics
+	// timeline records the rejoins the node takes part in (timeline.go).
+	timeline *timelines
 	outgoing atomic.Int32
 	// settledTerm is the registration term (Term.Seq) whose start found
 	// nothing to settle or settled what the replicas may have missed while
@@ -188,6 +190,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		return err
 	}
 	n.metrics = newMetrics(n)
+	n.timeline = newTimelines(TimelineSamplesMax, TimelineRejoinsMax)
 
 	srv := &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
@@ -201,6 +204,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
 	n.goRun(n.registration)
+	n.goRun(func() { n.timeline.run(n.ctx, TimelineEvery, n.replicaStatuses) })
 	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.replicas),
 		"first_start", report.First, "unexpected_shutdown", report.Unexpected)
 	if ready != nil {

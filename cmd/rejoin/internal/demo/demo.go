@@ -84,6 +84,9 @@ type Config struct {
 	JSON bool
 	// Progress draws progress bars (ignored with JSON).
 	Progress bool
+	// Plot, if set, is a PNG file to draw the run in, its data beside it
+	// in CSV (plot.go).
+	Plot string
 
 	// Before is the writer's measured interval before the kill (default 2s).
 	Before time.Duration
@@ -160,6 +163,9 @@ func (c *Config) Check() error {
 		return errors.New("demo: --fault kill-source needs --nodes >= 3: the gateway n1 is never killed")
 	case c.Rows < 0 || c.ValueBytes < 0 || c.WriteRate < 0 || c.Writers < 0 || c.Writers > 4096:
 		return errors.New("demo: --rows, --value-bytes and --write-rate must not be negative, --writers 1..4096")
+	}
+	if c.Plot != "" {
+		return CheckPlotPath(c.Plot)
 	}
 	return nil
 }
@@ -249,6 +255,8 @@ type run struct {
 	attempts map[string]bool
 	// restarted: node ids killed and restarted.
 	restarted []string
+	// plot records the run for cfg.Plot; nil without.
+	plot *plotRec
 }
 
 // Run runs the demo and prints its summary on out: human text, or one JSON
@@ -466,6 +474,10 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	defer w.Stop()
+	if cfg.Plot != "" {
+		r.plot = startPlotRec(w.g.Snapshot, node.TimelineEvery)
+		defer r.plot.finish()
+	}
 	if cfg.WriteAll {
 		r.eventf("writer started through every node, the fault's victims included: %d callers, rate %s", cfg.Writers, rateText(cfg.WriteRate))
 	} else {
@@ -495,6 +507,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	r.eventf("killed %s (SIGKILL); it hosts partitions %v", victim, hosted)
+	r.plot.mark("kill " + victim)
 	if err := r.waitDead(ctx, victim); err != nil {
 		return err
 	}
@@ -513,6 +526,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	restartAt := time.Now()
+	r.plot.mark("restart " + victim)
 	r.restarted = append(r.restarted, victim)
 	r.eventf("restarted %s (same id, same data dir; http %s): its replicas rejoin (writes while it was down: %.0f/s)", victim, vp.ready.HTTP, outage.PerSec)
 
@@ -539,16 +553,21 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	allLive := time.Now()
+	r.plot.mark("all live")
 	finishBars()
 	r.sum.RejoinSeconds = allLive.Sub(restartAt).Seconds()
 	during := w.Phase()
 	r.sum.WritesPerSecDuring, r.sum.WriteP99MsDuring = during.PerSec, ms(during.P99)
 	r.eventf("every replica live %.2f s after the restart; during: %.0f writes/s, p99 %.2f ms",
 		r.sum.RejoinSeconds, during.PerSec, ms(during.P99))
+	r.plot.finish()
 	w.Stop()
 	r.sum.WriteErrors = before.Errors + outage.Errors + during.Errors
 	r.sum.WritesUncertain = before.Uncertain + outage.Uncertain + during.Uncertain
 	if err := r.figures(ctx); err != nil {
+		return err
+	}
+	if err := r.savePlot(ctx); err != nil {
 		return err
 	}
 

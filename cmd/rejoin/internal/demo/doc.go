@@ -9,6 +9,12 @@
 // Run is the whole demo; the command only binds flags to Config, and the
 // end-to-end tests call Run with the binary they built.
 //
+// With Config.Plot (`--plot FILE.png`) the run is drawn (plot.go): the
+// writer's throughput and p99 every 100 ms (plotrec.go) and the nodes'
+// rejoin timelines (GET /timeline, recovery/node) on one time axis, with
+// the run's events; the data goes to FILE.csv beside the picture
+// (plotdata.go), and the picture is drawn from what that file reads back.
+//
 // export.go lends `rejoin chaos` (internal/chaos) the process helpers:
 // etcd as a process of its own and the node processes, each signalled and
 // killed by its pid only.
