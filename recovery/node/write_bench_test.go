@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/bench/load"
+	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/wire"
 )
 

@@ -19,10 +19,10 @@ import (
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
