@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // The bounds of the buffers under a TLS connection (tlsConn).
@@ -67,6 +68,17 @@ func (c *tlsConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the connection. A Write whose held records are still
+// being written is a Write in flight, and crypto/tls closes under one at
+// once, without the close_notify that would wait for it (up to 5 s): so
+// does Close here.
+func (c *tlsConn) Close() error {
+	if c.raw.releasing.Load() {
+		return c.raw.Conn.Close()
+	}
+	return c.Conn.Close()
+}
+
 // recordConn is the TCP connection under a tlsConn: reads are buffered,
 // and writes made while held are kept (up to tlsHeldBytesMax) until
 // release. Writes made while not held (the handshake, alerts, a close)
@@ -82,6 +94,9 @@ type recordConn struct {
 	held bool
 	buf  []byte
 	err  error // of a write made while held; returned by release
+	// releasing is set while release writes what was held: outside
+	// crypto/tls's Write, which does not know it is still in flight.
+	releasing atomic.Bool
 }
 
 func newRecordConn(nc net.Conn) *recordConn {
@@ -119,6 +134,8 @@ func (r *recordConn) hold() {
 
 // release writes what was held and stops holding.
 func (r *recordConn) release() error {
+	r.releasing.Store(true)
+	defer r.releasing.Store(false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.held = false

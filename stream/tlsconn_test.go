@@ -207,3 +207,51 @@ func TestTLSConnCloseWriteAndStall(t *testing.T) {
 		t.Fatalf("recv on a silent TLS link: %v, want ErrStalled", err)
 	}
 }
+
+// TestTLSCloseUnblocksHeldWrite: a Write stuck writing its held records
+// to a peer that reads nothing ends as soon as the connection is closed,
+// as a stuck crypto/tls Write does, not after close_notify's 5 s.
+func TestTLSCloseUnblocksHeldWrite(t *testing.T) {
+	srvCfg, cliCfg := tlsConfigs(t)
+	a, b := tcpPair(t)
+	ctc, cc := Client(a, cliCfg)
+	stc, _ := Server(b, srvCfg)
+	hs := make(chan error, 1)
+	go func() { hs <- stc.Handshake() }() // then the server reads nothing
+	if err := ctc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hs; err != nil {
+		t.Fatal(err)
+	}
+	// Writes of three records each: all held, written by release, where
+	// one blocks once the peer's buffers are full.
+	chunk := make([]byte, 3*16<<10)
+	done := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := cc.Write(chunk); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // the writer fills the buffers and blocks
+	select {
+	case err := <-done:
+		t.Fatalf("the writer ended before the close: %v", err)
+	default:
+	}
+	start := time.Now()
+	if err := cc.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		t.Logf("close: %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the blocked Write did not end within 3 s of the close")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("close took %s", took)
+	}
+}
