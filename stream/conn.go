@@ -175,6 +175,13 @@ func (c *Conn) WriteFrame(ctx context.Context, frame []byte) error {
 
 func (c *Conn) writeFrame(ctx context.Context, frame []byte) error {
 	if c.limiter != nil {
+		// The frames written before go out first: the rate limit's wait
+		// must not hold them too.
+		if c.w.Buffered() > 0 {
+			if err := c.w.Flush(); err != nil {
+				return c.ioErr("send", err)
+			}
+		}
 		if err := c.limiter.wait(ctx, len(frame), c.closed); err != nil {
 			return err
 		}
