@@ -30,10 +30,10 @@ const (
 // crypto/tls writes each record, 16 KiB at most, with a write of its own
 // and reads about one record per read: a 256 KiB block costs plain TCP a
 // syscall or two and TLS some 30 (a measured 16 writes and 11 to 14
-// reads per block; 4 and 4 with this). Under the TLS connection, the records of one Write leave in
-// one write of up to tlsHeldBytesMax and reads bring in up to
-// tlsReadBufferBytes at once. Nothing waits on a later Write: the records
-// are written before Write returns.
+// reads per block; 4 and 4 with this). Under the TLS connection, the
+// records of one Write leave in one write of up to tlsHeldBytesMax, and
+// reads bring in up to tlsReadBufferBytes at once. Nothing waits on a
+// later Write: the records are written before Write returns.
 func Client(nc net.Conn, cfg *tls.Config) (*tls.Conn, net.Conn) {
 	raw := newRecordConn(nc)
 	tc := tls.Client(raw, cfg)
