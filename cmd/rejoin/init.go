@@ -174,7 +174,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("etcd at %s already holds a cluster (%d partitions x %d replicas); nothing changed", etcd.endpoints, have.Partitions, have.Replicas)
 			}
 		}
-		return etcdErr(ctx, etcd, *timeout, err)
+		return etcd.explain(etcdErr(ctx, etcd.endpoints, *timeout, err))
 	}
 	fmt.Fprintf(stdout, "initialised the cluster in %.2f s: %d partitions x %d replicas on %s; tables %s\n",
 		time.Since(start).Seconds(), cfg.Partitions, cfg.Replicas, strings.Join(nodes, ","), tables.String())
@@ -183,9 +183,9 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 }
 
 // etcdErr names the bound when err is etcd not answering within it.
-func etcdErr(ctx context.Context, etcd *etcdFlags, timeout time.Duration, err error) error {
+func etcdErr(ctx context.Context, endpoints string, timeout time.Duration, err error) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-		return etcd.explain(fmt.Errorf("etcd at %s did not answer within %s (--timeout): %w", etcd.endpoints, timeout, err))
+		return fmt.Errorf("etcd at %s did not answer within %s (--timeout): %w", endpoints, timeout, err)
 	}
 	return err
 }
