@@ -65,6 +65,30 @@ func TestEmbeddedEtcdRequiresClientCertificate(t *testing.T) {
 			}
 		})
 	}
+	// The shell client too: refused without a certificate, through with
+	// the demo's.
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"get without a client certificate", []string{"--etcd", ep, "--etcd-cacert", ca}, "refused this client's certificate (--etcd-cert): remote error: tls: certificate required"},
+		{"get with the demo's certificate", append([]string{"--etcd", ep}, demo.EtcdTLSFlags(dir, certs.ClientID(demo.ClientName))...), "holds no cluster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			start := time.Now()
+			args := append(append([]string{"get", "--timeout", timeout.String(), "--certs-dir", dir, "--client", demo.ClientName}, tc.flags...), "k")
+			code := run(args, &out, &errOut)
+			t.Logf("exit %d after %s: %s", code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(errOut.String()))
+			if took := time.Since(start); took > timeout+5*time.Second {
+				t.Errorf("took %s with --timeout %s", took, timeout)
+			}
+			if code == 0 || !strings.Contains(errOut.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want a failure with %q", code, errOut.String(), tc.want)
+			}
+		})
+	}
 	// A node with another CA's certificate exits within --etcd-timeout,
 	// saying why.
 	t.Run("node with another CA's certificate", func(t *testing.T) {
