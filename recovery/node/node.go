@@ -583,8 +583,7 @@ func (n *Node) accept(ln net.Listener) {
 		raw := nc
 		var tc *tls.Conn
 		if n.serverTLS != nil {
-			tc = tls.Server(nc, n.serverTLS)
-			nc = tc
+			tc, nc = stream.Server(nc, n.serverTLS) // records batched: see stream.Client
 		}
 		hc, err := newHelloConn(nc, n.cfg.HelloTimeout)
 		if err != nil {

@@ -184,10 +184,14 @@ type Summary struct {
 	// partition the fault hit (the source for kill-source).
 	Victim      string `json:"victim"`
 	FaultTarget string `json:"fault_target,omitempty"`
-	// LoadRows and LoadRowsPerSec are the bulk load's.
 	// TLS: every node connection of the run was mutual TLS (false with
 	// --insecure).
-	TLS            bool    `json:"tls"`
+	TLS bool `json:"tls"`
+	// EtcdTLS: etcd served TLS only and required a client certificate
+	// from the demo's CA of every client, nodes included (false with
+	// --insecure).
+	EtcdTLS bool `json:"etcd_tls"`
+	// LoadRows and LoadRowsPerSec are the bulk load's.
 	LoadRows       int     `json:"load_rows"`
 	LoadRowsPerSec float64 `json:"load_rows_per_sec"`
 
@@ -298,18 +302,25 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 	var cli *clientv3.Client
 	if cfg.Fault == FaultPauseEtcd {
 		// Its own process, so that pausing it pauses nothing else.
-		ep, err := startEtcdProc(ctx, cfg.Binary, dir)
+		ep, err := startEtcdProc(ctx, cfg.Binary, dir, r.certsDir)
 		if err != nil {
 			return r.sum, err
 		}
 		defer ep.stop(stopGrace)
 		r.etcd, r.sum.Etcd = ep, ep.endpoint
-		cli, err = clientv3.New(clientv3.Config{Endpoints: []string{ep.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
+		ecfg := clientv3.Config{Endpoints: []string{ep.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+		if r.tls != nil {
+			ecfg.TLS = r.tls.EtcdClientConfig()
+		}
+		if cli, err = clientv3.New(ecfg); err != nil {
 			return r.sum, err
 		}
 	} else {
-		etcd, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
+		opts := claim.EmbeddedOptions{}
+		if r.tls != nil {
+			opts.TLS = EmbeddedEtcdTLS(r.certsDir, r.tls)
+		}
+		etcd, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), opts)
 		if err != nil {
 			return r.sum, err
 		}
@@ -319,6 +330,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 			return r.sum, err
 		}
 	}
+	r.sum.EtcdTLS = r.tls != nil
 	defer cli.Close()
 	r.cli = cli
 	r.ps = newProcs(cfg.Binary, r.sum.Etcd, dir, r.nodeFlags)
@@ -358,12 +370,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 			w = cfg.Stderr
 		}
 		fmt.Fprintf(w, "\nThe cluster keeps running (--keep); Ctrl-C stops it.\n")
-		creds := "--insecure"
+		creds, etcdCreds := "--insecure", ""
 		if r.certsDir != "" {
 			creds = "--certs-dir " + r.certsDir + " --client " + ClientName
+			etcdCreds = " " + strings.Join(EtcdTLSFlags(r.certsDir, certs.ClientID(ClientName)), " ")
 		}
-		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s\n  verify: %s verify --etcd %s %s\n  data and node logs: %s\n",
-			r.sum.Etcd, cfg.Binary, r.sum.Etcd, cfg.Binary, r.sum.Etcd, creds, dir)
+		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s%s\n  verify: %s verify --etcd %s%s %s\n  data and node logs: %s\n",
+			r.sum.Etcd, cfg.Binary, r.sum.Etcd, etcdCreds, cfg.Binary, r.sum.Etcd, etcdCreds, creds, dir)
 		<-ctx.Done()
 	}
 	return r.sum, checkErr
@@ -408,6 +421,7 @@ func (r *run) nodeFlags(id int) []string {
 		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--fault-points", "--pprof"}
 	if r.certsDir != "" {
 		f = append(f, "--certs-dir", r.certsDir)
+		f = append(f, EtcdTLSFlags(r.certsDir, certs.NodeID(id))...)
 	} else {
 		f = append(f, "--insecure")
 	}

@@ -4,7 +4,10 @@
 // in the middle of the snapshot stream if asked, waits until every replica
 // of every partition is live again, checks every replica's digest at a
 // common txn ID and reads every acknowledged write back, and reports what
-// it measured.
+// it measured. It runs secure unless Config.Insecure: a CA and
+// certificates in its directory (EnsureCerts), mutual TLS between the
+// nodes, and etcd over TLS requiring a certificate of that CA from every
+// client, the nodes included (EtcdTLSFlags, EmbeddedEtcdTLS).
 //
 // Run is the whole demo; the command only binds flags to Config, and the
 // end-to-end tests call Run with the binary they built.
