@@ -20,6 +20,16 @@
 //
 // state.go holds the tables of legal moves; a move off the table panics.
 //
+// Initiator (initiator.go) is a node's initiator as a pure core: client
+// calls, Dones, ticks, membership views and feed events (FeedOpened,
+// DialFailed, FeedLost) in; txns and heartbeats per node, dials, closes
+// (InitiatorIO) and replies out. It owns the txn ID generator, the calls
+// in flight and whom each waits for, the heartbeat schedule in ticks, and
+// each feed's state (dialing until its floor is in, open, lost with its
+// process, and the partitions missed while it had none). TailRepair
+// (tailrepair.go) is the rule of a dead initiator's tail repair beside
+// it: which peers a replica asks, and when the repair counts as failed.
+//
 // # The protocol in brief
 //
 //   - The destination buffers the feed from the moment it joins and
@@ -73,6 +83,10 @@
 //     every node its view has alive that holds a replica of it (Unfed,
 //     feeds.go), so a replica never misses a txn it does not then fail
 //     on (docs/DESIGN.md "Feeds that open late").
+//   - An Initiator sends nothing on a feed before its floor is in, and
+//     issues every ID after above it (docs/DESIGN.md "An initiator that
+//     joins"); it answers a call only once no live replica it reached is
+//     waited for.
 //   - At most WindowBlocksMax blocks are unacknowledged; blocks are applied
 //     exactly once, in Seq order.
 //   - Every phase has a stall timeout. Every abort leaves the source as it
