@@ -111,6 +111,11 @@ type feedOut struct {
 	// inc is the process the feed was dialled to: the same process
 	// across its re-registrations.
 	inc int64
+	// fresh: nothing was sent on it since it opened. The next tick
+	// heartbeats it, so the replicas there, which track this initiator
+	// from the floor on and run nothing past what they have until it
+	// speaks, hear from it within a tick.
+	fresh bool
 }
 
 // pendingCall is one call in flight.
@@ -184,7 +189,9 @@ func (in *Initiator) Unfed(v *InitiatorView, p uint32) []string {
 // registration: without it the view may be stale and others may take the
 // node for dead, so a call sequenced now could miss a replica gone live
 // meanwhile (docs/DESIGN.md "Without the coordinator"). An error refuses
-// the call with nothing sent, and reply is not called.
+// the call with nothing sent, and reply is not called. A nil reply: no
+// caller waits (a workload of the simulator or the bench), and the call
+// is not kept once sent.
 func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, reply func(*wire.Reply)) error {
 	if !registered {
 		return fmt.Errorf("node %s is not registered in etcd (coordinator unreachable): it sequences no call until it is", in.cfg.Node)
@@ -219,7 +226,9 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 		return fmt.Errorf("partition %d has no live replica", req.Partition)
 	}
 	c.id = in.gen.Next()
-	in.pending[c.id] = c
+	if reply != nil {
+		in.pending[c.id] = c
+	}
 	for _, node := range Missed(feeds) {
 		in.noteMissed(node, req.Partition)
 	}
@@ -232,7 +241,7 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 			delete(c.waiting, node)
 			continue
 		}
-		if !in.io.Send(node, txn) {
+		if !in.send(node, txn) {
 			delete(c.waiting, node)
 			in.noteMissed(node, req.Partition)
 			continue
@@ -240,8 +249,19 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 		c.sent = true
 	}
 	in.sent = true
-	in.maybeReply(c)
+	if reply != nil {
+		in.maybeReply(c)
+	}
 	return nil
+}
+
+// send sends m on the open feed to node.
+func (in *Initiator) send(node string, m wire.Message) bool {
+	if !in.io.Send(node, m) {
+		return false
+	}
+	in.feeds[node].fresh = false
+	return true
 }
 
 func (in *Initiator) skip(node string, id txnid.ID) bool {
@@ -362,35 +382,63 @@ func (in *Initiator) maybeReply(c *pendingCall) {
 
 // Tick advances the heartbeat schedule: after BeatTicks ticks in a row in
 // which nothing was sent, a heartbeat goes out on every open feed, so the
-// replicas' safe point moves on an idle feed.
+// replicas' safe point moves on an idle feed; a feed opened since the
+// last tick with nothing sent on it yet gets one at once.
 func (in *Initiator) Tick() {
+	due := false
 	if in.sent {
 		in.sent, in.idle = false, 0
-		return
+	} else {
+		in.idle++
+		due = in.idle >= in.cfg.BeatTicks
 	}
-	in.idle++
-	if in.idle < in.cfg.BeatTicks {
-		return
-	}
-	var open []string
+	var to []string
 	for node, f := range in.feeds {
-		if f.state == feedOpen {
-			open = append(open, node)
+		if f.state == feedOpen && (due || f.fresh) {
+			to = append(to, node)
 		}
 	}
-	if len(open) == 0 {
+	if len(to) == 0 {
 		return
 	}
-	slices.Sort(open)
+	in.beat(to)
+	if due {
+		in.idle = 0
+	}
+}
+
+// Heartbeat sends a heartbeat on every open feed now, whatever the
+// schedule: a driver that stops its txns and lets every replica run to
+// the end (the simulator's quiescence and its scripts).
+func (in *Initiator) Heartbeat() {
+	var to []string
+	for node, f := range in.feeds {
+		if f.state == feedOpen {
+			to = append(to, node)
+		}
+	}
+	in.beat(to)
+	in.sent, in.idle = false, 0
+}
+
+// beat sends one heartbeat to the nodes to, in name order; it takes an ID
+// even with none to send to.
+func (in *Initiator) beat(to []string) {
+	slices.Sort(to)
 	b := &wire.Beat{ID: in.gen.Next()}
-	for _, node := range open {
+	for _, node := range to {
 		if in.skip(node, b.ID) {
 			continue
 		}
-		in.io.Send(node, b) // a failed send closes the feed: FeedLost follows
+		in.send(node, b) // a failed send closes the feed: FeedLost follows
 	}
-	in.idle = 0
 }
+
+// Last is the last txn or heartbeat ID issued.
+func (in *Initiator) Last() txnid.ID { return in.gen.Last() }
+
+// Fed reports whether the feed to node is open.
+func (in *Initiator) Fed(node string) bool { return in.open(node) }
 
 // SetView takes a new membership view: it stops waiting for nodes taken
 // for dead and replicas no longer live, closes feeds to a stale process
@@ -439,17 +487,17 @@ func sortedKeys[V any](m map[string]V) []string {
 // FeedOpened: the feed to node is up and its receiver's floor came in,
 // the highest txn ID its replicas executed before they began to track
 // this initiator. Every ID issued from now on lies above it
-// (docs/DESIGN.md "An initiator that joins"), and a heartbeat goes first,
-// so the replicas' safe point hears from this initiator at once.
+// (docs/DESIGN.md "An initiator that joins"), and the next tick
+// heartbeats the feed if nothing went out on it before, so the replicas'
+// safe point hears from this initiator within a tick.
 func (in *Initiator) FeedOpened(node string, floor txnid.ID) {
 	f := in.feeds[node]
 	if f == nil || f.state != feedDialing {
 		panic(fmt.Sprintf("recovery: feed to %s opened without a dial", node))
 	}
-	f.state = feedOpen
+	f.state, f.fresh = feedOpen, true
 	delete(in.missed, node) // the node has the list now
 	in.gen.Advance(floor)
-	in.io.Send(node, &wire.Beat{ID: in.gen.Next()})
 }
 
 // DialFailed: the feed to node could not be opened; the next view asks

@@ -68,12 +68,16 @@ func newTestInitiator(t *testing.T, beatTicks int) *testInitiator {
 	return ti
 }
 
-// openAll opens a feed to every node of the view, each with floor 0.
+// openAll opens a feed to every node of the view, each with floor 0, and
+// ticks once: each opened feed starts with a heartbeat.
 func (ti *testInitiator) openAll(t *testing.T) {
 	t.Helper()
 	ti.SetView(ti.view)
 	for _, n := range sortedKeys(ti.view.Nodes) {
 		ti.FeedOpened(n, txnid.Zero)
+	}
+	ti.Tick()
+	for _, n := range sortedKeys(ti.view.Nodes) {
 		if ms := ti.io.take(n); len(ms) != 1 || ms[0].Type() != wire.MsgBeat {
 			t.Fatalf("feed to %s opened with %v, want one heartbeat", n, ms)
 		}
@@ -266,6 +270,7 @@ func TestInitiatorFeedFloor(t *testing.T) {
 		t.Fatalf("the clock is not behind: %v >= %v", first, floor)
 	}
 	ti.FeedOpened("n1", floor)
+	ti.Tick()
 	ms := ti.io.take("n1")
 	if len(ms) != 1 || ms[0].(*wire.Beat).ID <= floor {
 		t.Fatalf("feed opened with %v, want a heartbeat above %v", ms, floor)
@@ -302,8 +307,8 @@ func TestInitiatorHeartbeat(t *testing.T) {
 	ti := newTestInitiator(t, 3)
 	ti.Tick()
 	ti.Tick()
-	ti.Tick() // no feed open: nothing to beat on
-	ti.openAll(t)
+	ti.Tick()     // no feed open: nothing to beat on
+	ti.openAll(t) // a tick, the feeds' first heartbeat
 	beats := func() int {
 		n := 0
 		for _, node := range []string{"n1", "n2", "n3"} {
@@ -316,13 +321,13 @@ func TestInitiatorHeartbeat(t *testing.T) {
 		return n
 	}
 	ti.Tick()
-	if got := beats(); got != 3 {
-		t.Fatalf("%d heartbeats after an idle stretch, want one per feed", got)
-	}
-	ti.Tick()
 	ti.Tick()
 	if got := beats(); got != 0 {
 		t.Fatalf("%d heartbeats after 2 idle ticks of 3", got)
+	}
+	ti.Tick()
+	if got := beats(); got != 3 {
+		t.Fatalf("%d heartbeats after 3 idle ticks, want one per feed", got)
 	}
 	if err := ti.submit(t, 1, false); err != nil {
 		t.Fatal(err)
@@ -337,6 +342,23 @@ func TestInitiatorHeartbeat(t *testing.T) {
 	ti.Tick()
 	if got := beats(); got != 3 {
 		t.Fatalf("%d heartbeats after 3 idle ticks, want 3", got)
+	}
+	// A feed that opens gets a heartbeat at the next tick, though a txn
+	// went out elsewhere in it and none is due on the others.
+	ti.FeedLost("n3")
+	ti.SetView(ti.view)
+	ti.FeedOpened("n3", txnid.Zero)
+	if err := ti.submit(t, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	ti.io.take("n1")
+	ti.Tick()
+	if ms := ti.io.take("n3"); len(ms) != 1 || ms[0].Type() != wire.MsgBeat || beats() != 0 {
+		t.Fatalf("a fresh feed got %v at the next tick; want one heartbeat, and none elsewhere", ms)
+	}
+	ti.Tick()
+	if got := beats(); got != 0 {
+		t.Fatalf("%d heartbeats after a fresh feed's first", got)
 	}
 }
 
@@ -420,8 +442,8 @@ func TestInitiatorStaleProcess(t *testing.T) {
 // missed: it models a txn lost on the wire.
 func TestInitiatorSkipSend(t *testing.T) {
 	ti := newTestInitiator(t, 1)
-	ti.cfg.Knobs.SkipSend = func(node string, _ txnid.ID) bool { return node == "n2" }
 	ti.openAll(t)
+	ti.cfg.Knobs.SkipSend = func(node string, _ txnid.ID) bool { return node == "n2" }
 	if err := ti.submit(t, 0, false); err != nil {
 		t.Fatal(err)
 	}

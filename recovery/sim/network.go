@@ -251,32 +251,6 @@ func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
 	w.afterCall(a)
 }
 
-// sendFeed sends a txn (or, with proc "", a heartbeat) from an initiator
-// to every replica of the partition: the oracle at once, the source and
-// the current destination replica over their links, where its feed is
-// open.
-func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
-	var err error
-	if inv.Proc == "" {
-		err = w.ref.Heartbeat(inv.ID)
-	} else {
-		err = w.ref.Offer(inv)
-	}
-	if err != nil {
-		w.violate("feed", "oracle refused %v: %v", inv.ID, err)
-	}
-	if !in.srcUnfed {
-		for _, l := range in.toSrc {
-			l.send(w, inv)
-		}
-	}
-	for _, a := range w.atts {
-		if !in.dstUnfed && w.inFeed(a) {
-			a.feed[in.idx].send(w, inv)
-		}
-	}
-}
-
 // inFeed reports whether a's destination replica is in the feed: from its
 // attempt's start on, until it aborts, its node restarts or it is dropped
 // as a duplicate. Without claims that is the newest attempt's alone; a
