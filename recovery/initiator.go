@@ -152,6 +152,10 @@ type Initiator struct {
 	// feed: told in the hello of the next feed there (wire.Hello.Missed).
 	missed  map[string]map[uint32]bool
 	pending map[txnid.ID]*pendingCall
+	// feedsScratch and targetsScratch are Submit's, kept so that a call
+	// allocates only its txn (and, with a caller, its wait).
+	feedsScratch   []ReplicaFeed
+	targetsScratch []ReplicaPlace
 	// idle counts the ticks in a row in which nothing was sent; sent
 	// says a txn went out since the last tick.
 	idle int
@@ -204,52 +208,64 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 		// come up live and empty, so nothing may be written before.
 		return fmt.Errorf("the cluster is not bootstrapped yet: a node of its placement has never started")
 	}
-	feeds := in.replicaFeeds(req.Partition, v)
+	feeds := in.replicaFeedsInto(in.feedsScratch[:0], req.Partition, v)
+	in.feedsScratch = feeds
 	if unfed := Unfed(feeds); len(unfed) > 0 {
 		// A replica there would never get the txn and, not tracking
 		// this initiator, would run past it (docs/DESIGN.md "Feeds that
 		// open late").
 		return &UnfedError{Partition: req.Partition, Nodes: unfed}
 	}
-	c := &pendingCall{req: req, waiting: map[string]bool{}, send: reply}
-	var targets []string
+	targets, live := in.targetsScratch[:0], 0
 	for _, rp := range v.Placement[req.Partition] {
-		if !in.open(rp.Node) {
-			continue
-		}
-		targets = append(targets, rp.Node)
-		if rp.Live {
-			c.waiting[rp.Node] = true
+		if in.open(rp.Node) {
+			targets = append(targets, rp)
+			if rp.Live {
+				live++
+			}
 		}
 	}
-	if len(c.waiting) == 0 {
+	in.targetsScratch = targets
+	if live == 0 {
 		return fmt.Errorf("partition %d has no live replica", req.Partition)
 	}
-	c.id = in.gen.Next()
+	id := in.gen.Next()
+	var c *pendingCall
 	if reply != nil {
-		in.pending[c.id] = c
+		c = &pendingCall{req: req, id: id, waiting: make(map[string]bool, live), send: reply}
+		for _, rp := range targets {
+			if rp.Live {
+				c.waiting[rp.Node] = true
+			}
+		}
+		in.pending[id] = c
 	}
-	for _, node := range Missed(feeds) {
-		in.noteMissed(node, req.Partition)
+	for _, r := range feeds {
+		if !r.Fed { // Missed
+			in.noteMissed(r.Node, req.Partition)
+		}
 	}
-	txn := &wire.Txn{Partition: req.Partition, ID: c.id, Proc: req.Proc, Params: req.Params}
+	txn := &wire.Txn{Partition: req.Partition, ID: id, Proc: req.Proc, Params: req.Params}
 	if in.cfg.Knobs.Plant != nil {
 		in.cfg.Knobs.Plant(txn)
 	}
-	for _, node := range targets {
-		if in.skip(node, c.id) {
-			delete(c.waiting, node)
+	for _, rp := range targets {
+		switch {
+		case in.skip(rp.Node, id):
+		case !in.send(rp.Node, txn):
+			in.noteMissed(rp.Node, req.Partition)
+		default:
+			if c != nil {
+				c.sent = true
+			}
 			continue
 		}
-		if !in.send(node, txn) {
-			delete(c.waiting, node)
-			in.noteMissed(node, req.Partition)
-			continue
+		if c != nil {
+			delete(c.waiting, rp.Node)
 		}
-		c.sent = true
 	}
 	in.sent = true
-	if reply != nil {
+	if c != nil {
 		in.maybeReply(c)
 	}
 	return nil
@@ -278,7 +294,11 @@ func (in *Initiator) open(node string) bool {
 // one to its process broke (its replicas then fail, having tracked this
 // initiator all along).
 func (in *Initiator) replicaFeeds(p uint32, v *InitiatorView) []ReplicaFeed {
-	var rs []ReplicaFeed
+	return in.replicaFeedsInto(nil, p, v)
+}
+
+// replicaFeedsInto is replicaFeeds appending to rs.
+func (in *Initiator) replicaFeedsInto(rs []ReplicaFeed, p uint32, v *InitiatorView) []ReplicaFeed {
 	for _, rp := range v.Placement[p] {
 		inc, alive := v.Nodes[rp.Node]
 		lost, broke := in.lost[rp.Node]

@@ -524,3 +524,34 @@ func TestTailRepair(t *testing.T) {
 		}
 	})
 }
+
+// discardIO takes every message and asks nothing.
+type discardIO struct{}
+
+func (discardIO) Send(string, wire.Message) bool { return true }
+func (discardIO) Dial(string, int64, []uint32)   {}
+func (discardIO) Close(string)                   {}
+
+// TestInitiatorSubmitAllocs: a call with no caller (a workload's)
+// allocates its txn and nothing else, so a driver that offers a hundred
+// thousand a second (the bench) does not feed the collector per replica.
+func TestInitiatorSubmitAllocs(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	in, err := NewInitiator(InitiatorConfig{Node: "n9", ID: 9, Clock: func() int64 { return ti.now }, Partitions: 2, BeatTicks: 1}, discardIO{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.SetView(ti.view)
+	for _, n := range sortedKeys(ti.view.Nodes) {
+		in.FeedOpened(n, txnid.Zero)
+	}
+	call := &wire.Call{Partition: 0, Proc: "upsert"}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := in.Submit(ti.view, true, call, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 1 {
+		t.Fatalf("%.1f allocations a call, want 1 (its txn)", allocs)
+	}
+}
