@@ -175,13 +175,7 @@ func (w *world) routeFeed(in *initiator) {
 		panic(fmt.Sprintf("sim: i%d sent %v", in.id, m.Type()))
 	}
 	if to[oracleNode] {
-		var err error
-		if inv.Proc == "" {
-			err = w.ref.Heartbeat(inv.ID)
-		} else {
-			err = w.ref.Offer(inv)
-		}
-		if err != nil {
+		if err := offer(w.ref, inv); err != nil {
 			w.violate("feed", "oracle refused %v: %v", inv.ID, err)
 		}
 	}

@@ -216,15 +216,17 @@ func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
 	if sr.dead {
 		return
 	}
-	var err error
-	if inv.Proc == "" {
-		err = sr.exec.Heartbeat(inv.ID)
-	} else {
-		err = sr.exec.Offer(inv)
-	}
-	if err != nil {
+	if err := offer(sr.exec, inv); err != nil {
 		w.violate("feed", "source refused %v: %v", inv.ID, err)
 	}
+}
+
+// offer gives an executor a txn, or with proc "" a heartbeat.
+func offer(e *partition.Executor, inv partition.Invocation) error {
+	if inv.Proc == "" {
+		return e.Heartbeat(inv.ID)
+	}
+	return e.Offer(inv)
 }
 
 // feedDestination delivers a txn or heartbeat to an attempt's destination
