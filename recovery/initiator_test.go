@@ -406,6 +406,14 @@ func TestInitiatorMissed(t *testing.T) {
 	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n3"}) {
 		t.Fatalf("call while n3 is dialled: %v", err)
 	}
+	// Taken for dead again while its dial is under way: still nothing of
+	// partition 0, as a txn now would be missed there and not named in
+	// the hello already sent.
+	delete(ti.view.Nodes, "n3")
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n3"}) {
+		t.Fatalf("call while n3, taken for dead, is dialled: %v", err)
+	}
+	ti.view.Nodes["n3"] = 2
 	ti.FeedOpened("n3", txnid.Zero)
 	if got := ti.Missed("n3"); len(got) != 0 {
 		t.Fatalf("n3 still missed %v once its feed opened", got)
