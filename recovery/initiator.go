@@ -23,8 +23,8 @@ import (
 // InitiatorIO.
 
 // InitiatorIO is what an Initiator needs from its driver. Each method is
-// called from within an input (Submit, Tick, SetView, FeedOpened), never
-// concurrently with another.
+// called from within an input (Submit, Tick, Heartbeat, SetView), never
+// concurrently with another, and must not call back into the Initiator.
 type InitiatorIO interface {
 	// Send queues m on the open feed to node, in order, and reports
 	// whether it did: false if the feed is broken or its queue full, in
@@ -150,7 +150,10 @@ type Initiator struct {
 	lost map[string]int64
 	// missed holds, per node, the partitions sequenced while it had no
 	// feed: told in the hello of the next feed there (wire.Hello.Missed).
-	missed  map[string]map[uint32]bool
+	missed map[string]map[uint32]bool
+	// pending are the calls in flight with a caller. Its bound is the
+	// driver's: recovery/node admits a client's calls within
+	// ClientBytesMax per connection and ConnsMax connections.
 	pending map[txnid.ID]*pendingCall
 	// feedsScratch and targetsScratch are Submit's, kept so that a call
 	// allocates only its txn (and, with a caller, its wait).
