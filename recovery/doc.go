@@ -20,16 +20,6 @@
 //
 // state.go holds the tables of legal moves; a move off the table panics.
 //
-// Initiator (initiator.go) is a node's initiator as a pure core: client
-// calls, Dones, ticks, membership views and feed events (FeedOpened,
-// DialFailed, FeedLost) in; txns and heartbeats per node, dials, closes
-// (InitiatorIO) and replies out. It owns the txn ID generator, the calls
-// in flight and whom each waits for, the heartbeat schedule in ticks, and
-// each feed's state (dialing until its floor is in, open, lost with its
-// process, and the partitions missed while it had none). TailRepair
-// (tailrepair.go) is the rule of a dead initiator's tail repair beside
-// it: which peers a replica asks, and when the repair counts as failed.
-//
 // # The protocol in brief
 //
 //   - The destination buffers the feed from the moment it joins and
@@ -69,6 +59,19 @@
 //   - Progress counts what resets a side's stall count; the driver
 //     refreshes the task record when it moves, so a long rejoin that
 //     makes progress is never taken for a dead one (DESIGN.md step 1).
+//
+// # The initiator core
+//
+// Initiator (initiator.go) is a node's initiator as a pure core: client
+// calls, Dones, ticks, membership views and feed events (FeedOpened,
+// DialFailed, FeedLost) in; txns and heartbeats per node, dials, closes
+// (InitiatorIO) and replies out. It owns the txn ID generator, the calls
+// in flight and whom each waits for, the heartbeat schedule in ticks, and
+// each feed's state (dialing until its floor is in, open, lost with its
+// process, and the partitions missed while it had none). recovery/node,
+// the simulator and the bench drive it. TailRepair (tailrepair.go) is the
+// rule of a dead initiator's tail repair beside it: which peers a replica
+// asks, and when the repair counts as failed.
 //
 // # Invariants
 //
