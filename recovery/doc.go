@@ -84,6 +84,19 @@
 //     refreshes the task record when it moves, so a long rejoin that
 //     makes progress is never taken for a dead one (DESIGN.md step 1).
 //
+// # The initiator core
+//
+// Initiator (initiator.go) is a node's initiator as a pure core: client
+// calls, Dones, ticks, membership views and feed events (FeedOpened,
+// DialFailed, FeedLost) in; txns and heartbeats per node, dials, closes
+// (InitiatorIO) and replies out. It owns the txn ID generator, the calls
+// in flight and whom each waits for, the heartbeat schedule in ticks, and
+// each feed's state (dialing until its floor is in, open, lost with its
+// process, and the partitions missed while it had none). recovery/node,
+// the simulator and the bench drive it. TailRepair (tailrepair.go) is the
+// rule of a dead initiator's tail repair beside it: which peers a replica
+// asks, and when the repair counts as failed.
+//
 // # Invariants
 //
 //   - Every message carries the attempt's fencing epoch; a lower one is
@@ -97,6 +110,10 @@
 //     every node its view has alive that holds a replica of it (Unfed,
 //     feeds.go), so a replica never misses a txn it does not then fail
 //     on (docs/DESIGN.md "Feeds that open late").
+//   - An Initiator sends nothing on a feed before its floor is in, and
+//     issues every ID after above it (docs/DESIGN.md "An initiator that
+//     joins"); it answers a call only once no live replica it reached is
+//     waited for.
 //   - At most WindowBlocksMax blocks are unacknowledged; blocks are applied
 //     exactly once, in Seq order.
 //   - Every phase has a stall timeout. Every abort leaves the source as it

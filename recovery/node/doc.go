@@ -79,7 +79,12 @@
 //
 // # The initiator
 //
-// A node's initiator assigns txn IDs (txnid.Generator) to client calls and
+// A node's initiator is recovery.Initiator, the pure core, driven by
+// feed.go: the core decides (txn IDs, whom a call waits for, when a
+// heartbeat is due, which node to dial and what its hello's Missed says,
+// the floor rule), and the driver dials, reads and writes the feeds,
+// ticks the core every BeatEvery and gives it the membership view every
+// 100 ms. The core assigns txn IDs (txnid.Generator) to client calls and
 // sends each to every replica of the call's partition on a live node,
 // under one lock so that every feed carries IDs in increasing order. It
 // sequences a call only once it has a feed open to every node of its view
@@ -101,8 +106,9 @@
 // past it has run while the initiator is in its safe-point tracker. So
 // before a replica stops waiting for the initiator, it asks every live
 // peer replica of its partition for that initiator's txns past its own
-// prefix (repair.go; each replica keeps the latest 16k per initiator) and
-// takes them in: every survivor runs the longest prefix any of them got.
+// prefix (repair.go, by recovery.TailRepair's rule; each replica keeps the
+// latest 16k per initiator) and takes them in: every survivor runs the
+// longest prefix any of them got.
 // A peer that cannot answer (its own feed from that incarnation of the
 // initiator still open, or the range no longer kept) fails the replica:
 // it rejoins rather than risk diverging. If the initiator's process lives

@@ -215,7 +215,7 @@ func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attemp
 func (w *world) startDest(a *attempt) {
 	// The destination node's replica hears the initiators whose feed to
 	// that node is open, as recovery/node's does.
-	fed := func(in *initiator) bool { return !in.dstUnfed }
+	fed := func(in *initiator) bool { return in.core.Fed(dstNode) }
 	a.exec = w.newReplica(fed)
 	var ins []txnid.Initiator
 	for _, in := range w.inits {

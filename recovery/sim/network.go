@@ -216,15 +216,17 @@ func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
 	if sr.dead {
 		return
 	}
-	var err error
-	if inv.Proc == "" {
-		err = sr.exec.Heartbeat(inv.ID)
-	} else {
-		err = sr.exec.Offer(inv)
-	}
-	if err != nil {
+	if err := offer(sr.exec, inv); err != nil {
 		w.violate("feed", "source refused %v: %v", inv.ID, err)
 	}
+}
+
+// offer gives an executor a txn, or with proc "" a heartbeat.
+func offer(e *partition.Executor, inv partition.Invocation) error {
+	if inv.Proc == "" {
+		return e.Heartbeat(inv.ID)
+	}
+	return e.Offer(inv)
 }
 
 // feedDestination delivers a txn or heartbeat to an attempt's destination
@@ -249,32 +251,6 @@ func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
 		w.violate("feed", "destination e%d (%s) refused %v: %v", a.epoch, a.dst.State(), inv.ID, err)
 	}
 	w.afterCall(a)
-}
-
-// sendFeed sends a txn (or, with proc "", a heartbeat) from an initiator
-// to every replica of the partition: the oracle at once, the source and
-// the current destination replica over their links, where its feed is
-// open.
-func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
-	var err error
-	if inv.Proc == "" {
-		err = w.ref.Heartbeat(inv.ID)
-	} else {
-		err = w.ref.Offer(inv)
-	}
-	if err != nil {
-		w.violate("feed", "oracle refused %v: %v", inv.ID, err)
-	}
-	if !in.srcUnfed {
-		for _, l := range in.toSrc {
-			l.send(w, inv)
-		}
-	}
-	for _, a := range w.atts {
-		if !in.dstUnfed && w.inFeed(a) {
-			a.feed[in.idx].send(w, inv)
-		}
-	}
 }
 
 // inFeed reports whether a's destination replica is in the feed: from its
