@@ -80,7 +80,7 @@ func runReplace(args []string, stdout, stderr io.Writer) error {
 	}
 	defer done()
 	if err := waitUnregistered(ctx, cli, dead, *wait, stdout); err != nil {
-		return etcdErr(ctx, etcd.endpoints, *wait+*timeout, err)
+		return etcd.explain(etcdErr(ctx, etcd.endpoints, *wait+*timeout, err))
 	}
 	moved, err := supervise.Replace(ctx, cli, dead, with)
 	if len(moved) > 0 {
@@ -90,7 +90,7 @@ func runReplace(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, supervise.ErrPlacement) || errors.Is(err, supervise.ErrRunning) {
 			return fmt.Errorf("nothing more moved: %w", err)
 		}
-		return etcdErr(ctx, etcd.endpoints, *wait+*timeout, err)
+		return etcd.explain(etcdErr(ctx, etcd.endpoints, *wait+*timeout, err))
 	}
 	fmt.Fprintf(stdout, "start %s: rejoin node --id %s --etcd %s --data DIR --certs-dir CERTS; each of its replicas rejoins from a live one\n",
 		with, strings.TrimPrefix(with, "n"), etcd.endpoints)
