@@ -23,8 +23,9 @@ type members struct {
 type view struct {
 	nodes     map[string]supervise.NodeRecord
 	placement map[uint32][]replicaPlace
-	// bootstrapped: every node of the placement has started once, so
-	// client calls may be taken (supervise.Bootstrapped).
+	// bootstrapped: every node of the placement has started and
+	// registered once, so client calls may be taken
+	// (supervise.Bootstrapped).
 	bootstrapped bool
 }
 
@@ -73,6 +74,21 @@ const refreshTimeout = 2 * time.Second
 func (m *members) refresh() error {
 	ctx, cancel := context.WithTimeout(m.n.ctx, refreshTimeout)
 	defer cancel()
+	m.mu.Lock()
+	booted := m.booted
+	m.mu.Unlock()
+	if !booted {
+		// Before the membership: every node that made the cluster
+		// bootstrapped had registered by then, so the membership read
+		// after has it alive (supervise.MarkRegistered).
+		placed, err := supervise.Replicas(ctx, m.n.cli)
+		if err != nil {
+			return err
+		}
+		if booted, err = supervise.Bootstrapped(ctx, m.n.cli, placedNodes(placed)); err != nil {
+			return err
+		}
+	}
 	nodes, err := supervise.Nodes(ctx, m.n.cli)
 	if err != nil {
 		return err
@@ -88,14 +104,6 @@ func (m *members) refresh() error {
 	for _, r := range reps {
 		_, alive := v.nodes[r.Node]
 		v.placement[r.Partition] = append(v.placement[r.Partition], replicaPlace{node: r.Node, live: alive && r.State == supervise.ReplicaLive})
-	}
-	m.mu.Lock()
-	booted := m.booted
-	m.mu.Unlock()
-	if !booted {
-		if booted, err = supervise.Bootstrapped(ctx, m.n.cli, placedNodes(reps)); err != nil {
-			return err
-		}
 	}
 	v.bootstrapped = booted
 	m.mu.Lock()

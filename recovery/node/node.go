@@ -155,6 +155,9 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		n.log.Warn("INSECURE: the admin HTTP is served in plain text off loopback", "http", n.addrs.HTTP)
 	}
 
+	if d := cfg.testBeforeRegister; d > 0 {
+		time.Sleep(d)
+	}
 	var reg *supervise.Node
 	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
 		reg, err = supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
@@ -183,6 +186,11 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		defer cancel()
 		_ = reg.Close(cctx)
 	}()
+	// Only now, registered, may the node count toward the cluster's
+	// bootstrap (supervise.MarkRegistered).
+	if err := n.startStep(ctx, "mark registered", func(ctx context.Context) error { return supervise.MarkRegistered(ctx, cli, n.id) }); err != nil {
+		return err
+	}
 	if err := n.members.refresh(); err != nil {
 		return err
 	}
@@ -291,7 +299,7 @@ func waitCluster(ctx context.Context, cli *clientv3.Client, readTimeout time.Dur
 }
 
 // hostReplicas builds the replicas the placement gives this node. Until
-// every node of the placement has started once (the cluster is
+// every node of the placement has started and registered once (the cluster is
 // bootstrapped) no node takes a client call, so every copy is empty and a
 // starting node's replicas are live; after that, whatever a replica held
 // died with its process (DESIGN.md step 10): it needs a rejoin, which is recorded

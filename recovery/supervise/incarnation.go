@@ -34,6 +34,9 @@ type Incarnation struct {
 	Count uint64 `json:"count"`
 	// Started is when the incarnation began, by the node's clock.
 	Started time.Time `json:"started"`
+	// Registered: a process of the node has registered (MarkRegistered)
+	// since it first started. Sticky: a later Incarnate keeps it.
+	Registered bool `json:"registered,omitempty"`
 
 	ModRevision int64 `json:"-"`
 }
@@ -49,7 +52,7 @@ func IncarnationKey(node string) string { return incarnationsPrefix + node }
 type Started struct {
 	Incarnation
 	// Bootstrapped: before this start, every node of the placement had
-	// started at least once, so the cluster may have taken writes (see
+	// started and registered at least once, so the cluster may have taken writes (see
 	// Bootstrapped). A replica may start live only when it was not: until
 	// then no write was taken anywhere, and every copy is empty.
 	Bootstrapped bool
@@ -77,6 +80,7 @@ func Incarnate(ctx context.Context, cli *clientv3.Client, node string, placed []
 				return Started{}, fmt.Errorf("%w: incarnation of %s: count at its maximum", ErrCorrupt, node)
 			}
 			next.Count = cur.Count + 1
+			next.Registered = cur.Registered
 		}
 		val, err := encode(next)
 		if err != nil {
@@ -97,8 +101,8 @@ func Incarnate(ctx context.Context, cli *clientv3.Client, node string, placed []
 	return Started{}, fmt.Errorf("supervise: incarnation of %s: lost %d races for the key", node, incarnateTriesMax)
 }
 
-// Bootstrapped reports whether every node of placed has started at least
-// once. Until then the nodes take no client call (recovery/node), so
+// Bootstrapped reports whether every node of placed has started, and
+// registered, at least once. Until then the nodes take no client call (recovery/node), so
 // every replica of the cluster is empty and equal, and a node that starts
 // (again) may bring its replicas up live; from then on a replica that
 // starts holds nothing that the others hold, and must rejoin.
@@ -115,11 +119,55 @@ func bootstrapped(all map[string]Incarnation, placed []string) bool {
 		return true
 	}
 	for _, node := range placed {
-		if _, ok := all[node]; !ok {
+		if inc, ok := all[node]; !ok || !inc.Registered {
 			return false
 		}
 	}
 	return true
+}
+
+// MarkRegistered records that node has registered (Incarnation.
+// Registered), once its process is in the membership. The cluster counts
+// as bootstrapped, and its nodes take client calls, only once every node
+// of the placement is marked: marked after registering, a node is alive in
+// any view read after the mark, so no write is taken without it while its
+// replicas start live. Marked when it had only started, a node that had
+// not registered yet missed the writes taken meanwhile and brought its
+// replicas up live without them.
+func MarkRegistered(ctx context.Context, cli *clientv3.Client, node string) error {
+	if err := checkID("node id", node, nodeIDBytesMax); err != nil {
+		return err
+	}
+	key := IncarnationKey(node)
+	for range incarnateTriesMax {
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("supervise: mark %s registered: %w", node, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return fmt.Errorf("%w: mark %s registered: no incarnation record", ErrCorrupt, node)
+		}
+		inc, err := decodeIncarnation(resp.Kvs[0])
+		if err != nil {
+			return err
+		}
+		if inc.Registered {
+			return nil
+		}
+		inc.Registered = true
+		val, err := encode(inc)
+		if err != nil {
+			return err
+		}
+		tx, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpPut(key, val)).Commit()
+		if err != nil {
+			return fmt.Errorf("supervise: mark %s registered: %w", node, err)
+		}
+		if tx.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("supervise: mark %s registered: lost %d races for the key", node, incarnateTriesMax)
 }
 
 // incarnations reads every incarnation record, at one revision.

@@ -96,14 +96,29 @@ func TestBootstrapped(t *testing.T) {
 			t.Fatalf("Bootstrapped = %v, %v; want %v", got, err, want)
 		}
 	}
+	mark := func(node string) {
+		t.Helper()
+		if err := MarkRegistered(ctx, cli, node); err != nil {
+			t.Fatal(err)
+		}
+	}
 	check(false)
 	step("n1", 1, false)
+	mark("n1")
 	step("n1", 2, false) // n2 never started: nothing was written yet
 	check(false)
-	step("n2", 1, false) // its own start completes the bootstrap
+	step("n2", 1, false)
+	// Started but not registered: no other node sees n2 alive yet, and a
+	// write taken now would miss its replicas, which start live.
+	check(false)
+	mark("n2") // its registration completes the bootstrap
 	check(true)
 	step("n1", 3, true)
 	step("n2", 2, true)
+	check(true) // a later start keeps the mark
+	if err := MarkRegistered(ctx, cli, "n3"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("marking a node that never started: %v, want ErrCorrupt", err)
+	}
 	if ok, err := Bootstrapped(ctx, cli, append(placed, "n3")); err != nil || ok {
 		t.Fatalf("a node that never started: bootstrapped %v, %v", ok, err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // BootstrappedKey marks a cluster that has bootstrapped (every node of its
-// placement started once, so it may hold writes). Replace writes it before
+// placement started and registered once, so it may hold writes). Replace writes it before
 // it places a node that never started: without it, that node's absence
 // would make the cluster look new again, and a node restarting then would
 // bring its empty replicas up live. Never deleted but by layout.Init.

@@ -66,6 +66,9 @@ func TestReplace(t *testing.T) {
 		if _, err := Incarnate(ctx, cli, n, nodes, now); err != nil {
 			t.Fatal(err)
 		}
+		if err := MarkRegistered(ctx, cli, n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var onN2 []uint32
 	for p, ns := range place {
