@@ -178,10 +178,22 @@ func (r *replica) stop() {
 // step runs the ready txns and reports each result to its initiator; the
 // core pumps the source between txns.
 func (r *replica) step() bool {
-	r.beforeSource()
-	did := r.core.Step(stepBurst)
-	for _, d := range r.core.Results() {
-		r.n.feeds.done(d.ID.Initiator(), d)
+	did := 0
+	if r.src == nil {
+		did = r.core.Step(stepBurst)
+	} else {
+		// One txn a call while a source attempt runs: the handoff's
+		// pause is measured from the start of the call in which it began
+		// (srcAttempt.lastCheck), never a burst earlier.
+		for did < stepBurst {
+			r.beforeSource()
+			ran := r.core.Step(1)
+			r.drain()
+			if ran == 0 {
+				break
+			}
+			did += ran
+		}
 	}
 	r.executed += uint64(did)
 	r.n.metrics.txns.Add(float64(did))
@@ -248,10 +260,13 @@ func (r *replica) beforeSource() {
 	}
 }
 
-// drain does what the core produced, in order: messages onto the
-// attempts' links, endings and state changes into the records and logs.
+// drain does what the core produced, in order: each txn's Done to its
+// initiator, messages onto the attempts' links, endings and state changes into the records and logs.
 // What it does may produce more (an abort), which it does too.
 func (r *replica) drain() {
+	for _, d := range r.core.Results() {
+		r.n.feeds.done(d.ID.Initiator(), d)
+	}
 	for {
 		outs := r.core.Outbox()
 		if len(outs) == 0 {
