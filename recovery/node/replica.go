@@ -261,8 +261,9 @@ func (r *replica) beforeSource() {
 }
 
 // drain does what the core produced, in order: each txn's Done to its
-// initiator, messages onto the attempts' links, endings and state changes into the records and logs.
-// What it does may produce more (an abort), which it does too.
+// initiator, messages onto the attempts' links, endings and state changes
+// into the records and logs. What it does may produce more (an abort),
+// which it does too.
 func (r *replica) drain() {
 	for _, d := range r.core.Results() {
 		r.n.feeds.done(d.ID.Initiator(), d)
