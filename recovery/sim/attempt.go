@@ -307,14 +307,14 @@ func (w *world) startSource(a *attempt) {
 	if prev := w.srcAttemptOn(a.sn); prev != nil && !prev.src.State().Final() {
 		prev.superseded = true
 		w.tracef("%s node: attempt %d superseded by %d", a.sn.id, prev.epoch, a.epoch)
-		prev.src.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by attempt %d", a.epoch))
+		a.sn.core.AbortSource(prev.epoch, wire.AbortStaleEpoch, fmt.Sprintf("superseded by attempt %d", a.epoch))
 		w.afterCall(prev)
 	}
 	w.checkReleased(a.sn, fmt.Sprintf("before attempt %d's source starts", a.epoch))
-	s, err := recovery.NewSource(a.sn.exec, w.k.sourceConfig(a.hdr))
-	if err != nil {
+	if err := a.sn.core.StartSource(dstNode, w.k.sourceConfig(a.hdr)); err != nil {
 		w.violate("config", "source: %v", err)
 	}
+	s := a.sn.core.Source()
 	a.src, a.srcState = s, s.State()
 	w.tracef("attempt %d: source up (%s)", a.epoch, s.State())
 	w.afterCall(a)
@@ -325,22 +325,8 @@ func (w *world) startSource(a *attempt) {
 // state.
 func (w *world) afterCall(a *attempt) {
 	if a.src != nil {
-		msgs := a.src.Outbox()
-		if x := a.x; x != nil && w.k.LeaseGuard && len(msgs) > 0 && !a.src.State().Final() && !x.guard.Held(int64(w.tick)) && w.opts.Sabotage != SabotageIgnoreClaimLoss {
-			// The lease guard, as the node's checkSource: a claim that may
-			// have expired sends nothing more, whatever the holder
-			// believes.
-			w.stopHolder(a, wire.AbortClaimLost, fmt.Sprintf("claim of epoch %d not certainly held since tick %d", x.epoch, x.guard.HeldUntil()))
-			msgs = a.src.Outbox()
-		}
-		for _, m := range msgs {
-			w.route(a, true, m)
-		}
-		if st := a.src.State(); st != a.srcState {
-			from := a.srcState
-			a.srcState = st
-			w.onSourceState(a, from, st)
-		}
+		w.drainSource(a.sn)
+		w.noteSourceState(a)
 	}
 	if a.dst != nil && !a.dstGone {
 		for _, m := range a.dst.Outbox() {
@@ -352,6 +338,63 @@ func (w *world) afterCall(a *attempt) {
 			w.onDestinationState(a, from, st)
 		}
 	}
+}
+
+// drainSource does what a source node's replica core produced, as the
+// node's drain does: the messages go onto their attempt's connection, and
+// each attempt's moves run their checks. The initiators' replies are not
+// modelled.
+func (w *world) drainSource(sr *srcReplica) {
+	sr.core.Results()
+	for {
+		outs := sr.core.Outbox()
+		if len(outs) == 0 {
+			return
+		}
+		for _, o := range outs {
+			a := w.attemptOf(o.Epoch)
+			if a == nil || a.sn != sr {
+				w.violate("c", "%s node's replica produced %v for attempt %d, not one of its own", sr.id, o.Kind, o.Epoch)
+			}
+			if o.Kind == recovery.OutSourceMessages {
+				w.sendSource(a, o)
+			}
+			w.noteSourceState(a)
+		}
+	}
+}
+
+// sendSource routes a source's messages.
+func (w *world) sendSource(a *attempt, o recovery.Output) {
+	if x := a.x; x != nil && w.k.LeaseGuard && !o.State.Final() && !x.guard.Held(int64(w.tick)) && w.opts.Sabotage != SabotageIgnoreClaimLoss {
+		// The lease guard, as the node's sendSource: a claim that may
+		// have expired sends nothing more, whatever the holder believes.
+		w.stopHolder(a, wire.AbortClaimLost, fmt.Sprintf("claim of epoch %d not certainly held since tick %d", x.epoch, x.guard.HeldUntil()))
+		return
+	}
+	for _, m := range o.Msgs {
+		w.route(a, true, m)
+	}
+}
+
+// noteSourceState runs the checks of a's source's move since the last
+// look, if it moved.
+func (w *world) noteSourceState(a *attempt) {
+	if st := a.src.State(); st != a.srcState {
+		from := a.srcState
+		a.srcState = st
+		w.onSourceState(a, from, st)
+	}
+}
+
+// toSource hands m to a's source processor: through its node's replica
+// core while it runs there, else to the ended processor itself, which
+// refuses everything (counting a stale epoch) and does nothing.
+func (w *world) toSource(a *attempt, m wire.Message) error {
+	if a.sn.core.Source() == a.src {
+		return a.sn.core.OnSourceMessage(a.epoch, m)
+	}
+	return a.src.OnMessage(m)
 }
 
 // route sends a message a processor put in its outbox: over the
@@ -437,7 +480,7 @@ func (w *world) onConn(p *pipe, m wire.Message) {
 	side := sideName(p.toSrc)
 	if p.toSrc {
 		running, senderRunning = !a.src.State().Final(), !a.dstGone && !a.dst.State().Final()
-		err = a.src.OnMessage(m)
+		err = w.toSource(a, m)
 	} else {
 		running, senderRunning = !a.dst.State().Final(), !a.src.State().Final()
 		err = a.dst.OnMessage(m)
@@ -509,7 +552,7 @@ func (w *world) onStale(toSrc bool, a *attempt, m wire.Message) {
 	side := sideName(toSrc)
 	if toSrc {
 		st = a.src.State()
-		err = a.src.OnMessage(m)
+		err = w.toSource(a, m)
 	} else {
 		st = a.dst.State()
 		err = a.dst.OnMessage(m)
@@ -546,7 +589,7 @@ func (w *world) learnCuts() {
 			}
 			if a.src != nil && !a.src.State().Final() {
 				w.tracef("src e%d learns the connection is cut", a.epoch)
-				a.src.Abort(wire.AbortConnLost, "connection lost")
+				a.sn.core.AbortSource(a.epoch, wire.AbortConnLost, "connection lost")
 				w.afterCall(a)
 			}
 		}

@@ -234,7 +234,7 @@ func (w *world) fire(f *fault, a *attempt) {
 	w.tracef("FAULT %s in %s of attempt %d (source %s, destination %s)", f.kind, f.phase, a.epoch, a.src.State(), a.dst.State())
 	switch f.kind {
 	case faultAbortSource:
-		a.src.Abort(f.reason, fmt.Sprintf("injected %s", f.reason))
+		a.sn.core.AbortSource(a.epoch, f.reason, fmt.Sprintf("injected %s", f.reason))
 		w.afterCall(a)
 	case faultAbortDest:
 		a.dst.Abort(f.reason, fmt.Sprintf("injected %s", f.reason))

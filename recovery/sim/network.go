@@ -216,14 +216,20 @@ func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
 	if sr.dead {
 		return
 	}
-	var err error
+	var ok bool
 	if inv.Proc == "" {
-		err = sr.exec.Heartbeat(inv.ID)
+		ok = sr.core.OnHeartbeat(inv.ID)
 	} else {
-		err = sr.exec.Offer(inv)
+		ok = sr.core.OnTxn(inv)
 	}
-	if err != nil {
-		w.violate("feed", "source refused %v: %v", inv.ID, err)
+	if !ok {
+		why := "dropped"
+		for _, o := range sr.core.Outbox() {
+			if o.Kind == recovery.OutFailed {
+				why = o.Why
+			}
+		}
+		w.violate("feed", "source refused %v: %s", inv.ID, why)
 	}
 }
 

@@ -360,7 +360,7 @@ func (s *script) openFeed(t *testing.T, d *datadriven.TestData) string {
 		}
 		in.srcUnfed = false
 		for _, sr := range w.srcs {
-			sr.exec.AddInitiator(in.id)
+			sr.core.AddInitiator(in.id)
 		}
 	case "dest":
 		if !in.dstUnfed {
@@ -536,7 +536,7 @@ func (s *script) abort(t *testing.T, d *datadriven.TestData) string {
 	a := s.w.cur()
 	switch side {
 	case "source":
-		a.src.Abort(r, "script")
+		a.sn.core.AbortSource(a.epoch, r, "script")
 	case "dest":
 		a.dst.Abort(r, "script")
 	default:

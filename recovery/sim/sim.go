@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
@@ -310,7 +311,7 @@ func (w *world) setup() {
 		w.inits = append(w.inits, in)
 	}
 	for i := range w.k.Sources {
-		sr := &srcReplica{id: srcNode, exec: w.newReplica(func(in *initiator) bool { return !in.srcUnfed })}
+		sr := w.newSrcReplica()
 		if i > 0 {
 			sr.id = fmt.Sprintf("%s%d", srcNode, i+1)
 		}
@@ -337,6 +338,24 @@ func (w *world) setup() {
 	}
 	w.tracef("setup seed=%d %s", w.seed, w.k)
 	w.tracef("source loaded: %s", w.describeReplica(w.srcExec))
+}
+
+// newSrcReplica builds a source node's live replica: a core over an
+// executor that hears the initiators whose feed to the source is open.
+func (w *world) newSrcReplica() *srcReplica {
+	fed := func(in *initiator) bool { return !in.srcUnfed }
+	exec := w.newReplica(fed)
+	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Live: true,
+		NewExecutor: func() (*partition.Executor, error) { return exec, nil }})
+	if err != nil {
+		panic(err)
+	}
+	for _, in := range w.inits {
+		if fed(in) {
+			core.AddInitiator(in.id)
+		}
+	}
+	return &srcReplica{id: srcNode, core: core, exec: core.Executor()}
 }
 
 // step is one tick of the world, in a fixed order of phases; within a
@@ -539,7 +558,9 @@ func (w *world) stepExecutors() {
 }
 
 // stepSource runs up to n txns on every live source replica and reports
-// how many ran on the first.
+// how many ran on the first. Its core pumps the source processor after
+// every txn and once more at the end; the outputs are taken after each
+// txn, so a Handoff is recorded where the source sent it.
 func (w *world) stepSource(n int) int {
 	first := 0
 	for i, sr := range w.srcs {
@@ -547,13 +568,26 @@ func (w *world) stepSource(n int) int {
 			continue
 		}
 		ran := 0
-		for ; ran < n; ran++ {
-			if _, ok := sr.exec.Step(); !ok {
-				break
+		if a := w.srcAttemptOn(sr); a != nil && !a.src.State().Final() && w.pausedNow(a) {
+			// A frozen holder's processor does nothing; the executor runs
+			// on past it, its gate (the processor) deciding what runs.
+			for ; ran < n; ran++ {
+				if _, ok := sr.exec.Step(); !ok {
+					break
+				}
 			}
-			w.pumpSource(sr)
+		} else {
+			for ; ran < n; ran++ {
+				if sr.core.Step(1) == 0 {
+					break // Step pumped once, with no txn to run
+				}
+				w.afterSourceStep(sr)
+			}
+			if ran == n {
+				sr.core.Step(0) // the pump after the last txn
+			}
+			w.afterSourceStep(sr)
 		}
-		w.pumpSource(sr)
 		if i == 0 {
 			first = ran
 		}
@@ -561,13 +595,13 @@ func (w *world) stepSource(n int) int {
 	return first
 }
 
-// pumpSource lets the source processor holding sr's executor's gate do
-// what it can between two txns.
-func (w *world) pumpSource(sr *srcReplica) {
-	if a := w.srcAttemptOn(sr); a != nil && !a.src.State().Final() && !w.pausedNow(a) {
-		a.src.Pump()
+// afterSourceStep takes what sr's core produced in a step.
+func (w *world) afterSourceStep(sr *srcReplica) {
+	if a := w.srcAttemptOn(sr); a != nil {
 		w.afterCall(a)
+		return
 	}
+	w.drainSource(sr)
 }
 
 // tickProcessors advances every running processor's clock, old attempts'
@@ -576,7 +610,10 @@ func (w *world) pumpSource(sr *srcReplica) {
 func (w *world) tickProcessors() {
 	for _, a := range w.atts {
 		if a.src != nil && !a.src.State().Final() && !w.pausedNow(a) && !a.sn.dead {
-			a.src.Tick()
+			if a.sn.core.Source() != a.src {
+				w.violate("c", "attempt %d's source runs, but not on its node's replica", a.epoch)
+			}
+			a.sn.core.Tick()
 			w.afterCall(a)
 			w.watchThrottle(a)
 		}
