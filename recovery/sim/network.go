@@ -238,21 +238,27 @@ func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
 // after the handoff may a txn be refused, and only as too late: one below
 // E still on its way when the snapshot already held its effect.
 func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
-	if a.dst == nil || a.dstGone || a.dst.State() == recovery.StateAborted {
-		return // the replica is gone; its link is dropped with it
+	if a.dst == nil || a.dstGone || w.dst.Destination() != a.dst {
+		return // the replica is gone (aborted, superseded); its link is dropped with it
 	}
-	var err error
+	var ok bool
 	if inv.Proc == "" {
-		err = a.dst.OnHeartbeat(inv.ID)
+		ok = w.dst.OnHeartbeat(inv.ID)
 	} else {
-		err = a.dst.OnTxn(inv)
+		ok = w.dst.OnTxn(inv)
 	}
-	if err != nil {
-		if a.dst.State() == recovery.StateLive && errors.Is(err, partition.ErrTooLate) && inv.ID < a.e {
-			w.stats.TooLate++
-			return
+	if !ok {
+		// The core aborted the attempt, or failed the live replica.
+		why := "dropped"
+		for _, o := range w.dst.Outbox() {
+			switch {
+			case o.Kind == recovery.OutFailed:
+				why = o.Why
+			case o.Kind == recovery.OutDestinationEnded && o.Err != nil:
+				why = o.Err.Error()
+			}
 		}
-		w.violate("feed", "destination e%d (%s) refused %v: %v", a.epoch, a.dst.State(), inv.ID, err)
+		w.violate("feed", "destination e%d (%s) refused %v: %s", a.epoch, a.dst.State(), inv.ID, why)
 	}
 	w.afterCall(a)
 }

@@ -367,8 +367,8 @@ func (s *script) openFeed(t *testing.T, d *datadriven.TestData) string {
 			d.Fatalf(t, "i%d's feed to the destination is open already", in.id)
 		}
 		in.dstUnfed = false
-		if a := w.dstAttempt(); a != nil && w.inFeed(a) {
-			a.dst.AddInitiator(in.id)
+		w.dst.AddInitiator(in.id)
+		if a := w.dstAttempt(); a != nil {
 			w.afterCall(a)
 		}
 	default:
@@ -538,7 +538,7 @@ func (s *script) abort(t *testing.T, d *datadriven.TestData) string {
 	case "source":
 		a.sn.core.AbortSource(a.epoch, r, "script")
 	case "dest":
-		a.dst.Abort(r, "script")
+		s.w.dst.AbortDestination(a.epoch, r, "script")
 	default:
 		d.Fatalf(t, "abort side=%s: want source or dest", side)
 	}
@@ -738,11 +738,9 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 	var b strings.Builder
 	a := w.cur()
 	if w.live != nil {
-		for {
-			if _, ok := w.live.exec.Step(); !ok {
-				break
-			}
+		for w.dst.Step(1<<16) > 0 {
 		}
+		w.dst.Results()
 		src, dst := s.src(), w.live.exec
 		eq := "equal"
 		if src.Partition().Digest() != dst.Partition().Digest() || recompute(dst.Partition()) != src.Partition().Digest() {

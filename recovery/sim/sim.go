@@ -79,9 +79,6 @@ type Stats struct {
 	TxnsHeldForRound     int64
 	// TxnsDropped: buffered txns below E the live destination dropped.
 	TxnsDropped int
-	// TooLate: txns below E that reached the live destination after the
-	// handoff and were refused as too late, as they must be.
-	TooLate int
 	// StaleDelivered counts messages of a superseded attempt delivered to
 	// a newer attempt's processor; StaleRejected what the processors
 	// counted as rejected; StaleAccepted those not rejected (invariant d:
@@ -211,9 +208,13 @@ type world struct {
 
 	atts  []*attempt
 	epoch uint64 // the last attempt's, without claims
-	// dstFence is the highest epoch the destination node has taken
-	// (durable: it survives a restart).
-	dstFence uint64
+	// dst is the destination node's replica core, as recovery/node runs
+	// it: it holds the fence (the highest epoch the node has taken,
+	// durable: a restart keeps it), the attempts' processors, and the
+	// replica once live. dstExec is the executor it built last: the
+	// newest attempt's replica.
+	dst      *recovery.Replica
+	dstExec  *partition.Executor
 	faults   []*fault
 	ghostSrc *pipe // late messages to the source node
 	ghostDst *pipe // late messages to the destination node
@@ -321,6 +322,7 @@ func (w *world) setup() {
 		}
 	}
 	w.srcExec = w.srcs[0].exec
+	w.dst = w.newDstReplica(0)
 	// The oracle hears every initiator from the start: it is the truth.
 	w.ref = w.newReplica(func(*initiator) bool { return true })
 	// The same rows from the same numbers: generators on one seed.
@@ -356,6 +358,27 @@ func (w *world) newSrcReplica() *srcReplica {
 		}
 	}
 	return &srcReplica{id: srcNode, core: core, exec: core.Executor()}
+}
+
+// newDstReplica builds the destination node's replica core: it needs a
+// rejoin, its fence is fence, and it hears the initiators whose feed to
+// the destination is open.
+func (w *world) newDstReplica(fence uint64) *recovery.Replica {
+	fed := func(in *initiator) bool { return !in.dstUnfed }
+	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Fence: fence,
+		NewExecutor: func() (*partition.Executor, error) {
+			w.dstExec = w.newReplica(fed)
+			return w.dstExec, nil
+		}})
+	if err != nil {
+		panic(err)
+	}
+	for _, in := range w.inits {
+		if fed(in) {
+			core.AddInitiator(in.id)
+		}
+	}
+	return core
 }
 
 // step is one tick of the world, in a fixed order of phases; within a
@@ -549,11 +572,8 @@ func (w *world) stepExecutors() {
 		}
 	}
 	if w.live != nil {
-		for n := w.net.IntN(w.k.StepsMax + 1); n > 0; n-- {
-			if _, ok := w.live.exec.Step(); !ok {
-				break
-			}
-		}
+		w.dst.Step(w.net.IntN(w.k.StepsMax + 1))
+		w.dst.Results() // the initiators' replies are not modelled
 	}
 }
 
@@ -618,7 +638,10 @@ func (w *world) tickProcessors() {
 			w.watchThrottle(a)
 		}
 		if a.dstUp() && !a.dst.State().Final() {
-			a.dst.Tick()
+			if w.dst.Destination() != a.dst {
+				w.violate("c", "attempt %d's destination runs, but not on the node's replica", a.epoch)
+			}
+			w.dst.Tick()
 			w.afterCall(a)
 		}
 	}
