@@ -78,6 +78,10 @@ type ReplicaConfig struct {
 	// NewExecutor builds an empty partition with the cluster's tables and
 	// an executor over it. The replica adds its initiators.
 	NewExecutor func() (*partition.Executor, error)
+	// DropResults: keep no Done for Results (a driver that replies to no
+	// initiator: the simulator, a benchmark), which saves a copy and an
+	// allocation a txn.
+	DropResults bool
 }
 
 // OutputKind says what an Output is.
@@ -137,8 +141,9 @@ type Replica struct {
 	newExec func() (*partition.Executor, error)
 	// initiators are those heard from on a feed, added to every new
 	// executor and destination attempt.
-	initiators map[txnid.Initiator]bool
-	fence      uint64
+	initiators  map[txnid.Initiator]bool
+	fence       uint64
+	dropResults bool
 
 	src     *Source
 	srcPeer string
@@ -162,7 +167,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		return nil, fmt.Errorf("%w: no NewExecutor", ErrConfig)
 	}
 	r := &Replica{p: cfg.Partition, state: ReplicaNeedsRejoin, newExec: cfg.NewExecutor,
-		initiators: map[txnid.Initiator]bool{}, fence: cfg.Fence}
+		initiators: map[txnid.Initiator]bool{}, fence: cfg.Fence, dropResults: cfg.DropResults}
 	if cfg.Live {
 		exec, err := r.newExecutor()
 		if err != nil {
@@ -375,7 +380,9 @@ func (r *Replica) Step(n int) int {
 			break
 		}
 		did++
-		r.results = append(r.results, &wire.Done{Partition: r.p, ID: res.ID, Out: append([]byte(nil), res.Out...), Err: wire.ErrText(res.Err)})
+		if !r.dropResults {
+			r.results = append(r.results, &wire.Done{Partition: r.p, ID: res.ID, Out: append([]byte(nil), res.Out...), Err: wire.ErrText(res.Err)})
+		}
 		r.pumpSource()
 	}
 	if did == 0 {

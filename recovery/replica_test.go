@@ -405,3 +405,25 @@ func TestReplicaFailEndsSource(t *testing.T) {
 		t.Fatalf("after the failure: %v", r.State())
 	}
 }
+
+// TestReplicaDropResults: a driver that replies to no initiator gets no
+// Done, and the txns run all the same.
+func TestReplicaDropResults(t *testing.T) {
+	now := txnid.EpochUnixMillis + 5000
+	g := testGenerator(t, 1, &now)
+	r, err := NewReplica(ReplicaConfig{Partition: testPartition, Live: true, DropResults: true,
+		NewExecutor: func() (*partition.Executor, error) { return newReplica(t, nil), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddInitiator(1)
+	id := g.Next()
+	r.OnTxn(upsert(t, id, 1))
+	r.OnHeartbeat(g.Next())
+	if n := r.Step(10); n != 1 || r.Results() != nil || r.ExecutedUpTo() != id {
+		t.Fatalf("ran %d, last %v", n, r.ExecutedUpTo())
+	}
+	if _, err := NewReplica(ReplicaConfig{Partition: testPartition}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("no NewExecutor: %v", err)
+	}
+}

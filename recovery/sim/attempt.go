@@ -380,7 +380,6 @@ func (w *world) toDest(a *attempt, m wire.Message) error {
 // each attempt's moves run their checks. The initiators' replies are not
 // modelled.
 func (w *world) drainSource(sr *srcReplica) {
-	sr.core.Results()
 	for {
 		outs := sr.core.Outbox()
 		if len(outs) == 0 {

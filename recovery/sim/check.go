@@ -93,7 +93,6 @@ func (w *world) checkReleased(sr *srcReplica, when string) {
 	}
 	for sr.core.Step(1<<16) > 0 {
 	}
-	sr.core.Results()
 	if id, ok := src.Ready(); ok {
 		w.violate("c", "%s: the source executor holds txn %v, which its safe point allows", when, id)
 	}

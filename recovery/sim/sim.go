@@ -347,7 +347,7 @@ func (w *world) setup() {
 func (w *world) newSrcReplica() *srcReplica {
 	fed := func(in *initiator) bool { return !in.srcUnfed }
 	exec := w.newReplica(fed)
-	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Live: true,
+	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Live: true, DropResults: true,
 		NewExecutor: func() (*partition.Executor, error) { return exec, nil }})
 	if err != nil {
 		panic(err)
@@ -365,7 +365,7 @@ func (w *world) newSrcReplica() *srcReplica {
 // the destination is open.
 func (w *world) newDstReplica(fence uint64) *recovery.Replica {
 	fed := func(in *initiator) bool { return !in.dstUnfed }
-	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Fence: fence,
+	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Fence: fence, DropResults: true,
 		NewExecutor: func() (*partition.Executor, error) {
 			w.dstExec = w.newReplica(fed)
 			return w.dstExec, nil
@@ -573,7 +573,6 @@ func (w *world) stepExecutors() {
 	}
 	if w.live != nil {
 		w.dst.Step(w.net.IntN(w.k.StepsMax + 1))
-		w.dst.Results() // the initiators' replies are not modelled
 	}
 }
 
