@@ -322,36 +322,12 @@ func (w *world) startSource(a *attempt) {
 // state.
 func (w *world) afterCall(a *attempt) {
 	if a.src != nil {
-		w.drainSource(a.sn)
+		w.drain(a.sn.core, a.sn.id)
 		w.noteSourceState(a)
 	}
 	if a.dst != nil && !a.dstGone {
-		w.drainDest()
+		w.drain(w.dst, dstNode)
 		w.noteDestState(a)
-	}
-}
-
-// drainDest does what the destination node's replica core produced, as
-// the node's drain does: the messages go onto their attempt's
-// connection, and each attempt's moves run their checks.
-func (w *world) drainDest() {
-	for {
-		outs := w.dst.Outbox()
-		if len(outs) == 0 {
-			return
-		}
-		for _, o := range outs {
-			a := w.attemptOf(o.Epoch)
-			if a == nil || a.dst == nil {
-				w.violate("c", "the destination node's replica produced %v for attempt %d, which it does not run", o.Kind, o.Epoch)
-			}
-			if o.Kind == recovery.OutDestinationMessages {
-				for _, m := range o.Msgs {
-					w.route(a, false, m)
-				}
-			}
-			w.noteDestState(a)
-		}
 	}
 }
 
@@ -375,25 +351,35 @@ func (w *world) toDest(a *attempt, m wire.Message) error {
 	return a.dst.OnMessage(m)
 }
 
-// drainSource does what a source node's replica core produced, as the
-// node's drain does: the messages go onto their attempt's connection, and
-// each attempt's moves run their checks. The initiators' replies are not
+// drain does what a node's replica core produced, as recovery/node's
+// drain does: the messages go onto their attempt's connection, and each
+// attempt's moves run their checks. The initiators' replies are not
 // modelled.
-func (w *world) drainSource(sr *srcReplica) {
+func (w *world) drain(core *recovery.Replica, node string) {
 	for {
-		outs := sr.core.Outbox()
+		outs := core.Outbox()
 		if len(outs) == 0 {
 			return
 		}
 		for _, o := range outs {
 			a := w.attemptOf(o.Epoch)
-			if a == nil || a.sn != sr {
-				w.violate("c", "%s node's replica produced %v for attempt %d, not one of its own", sr.id, o.Kind, o.Epoch)
+			src := o.Kind == recovery.OutSourceMessages || o.Kind == recovery.OutSourceEnded
+			if a == nil || (src && a.src == nil) || (!src && a.dst == nil) {
+				w.violate("c", "%s node's replica produced %v for attempt %d, which it does not run", node, o.Kind, o.Epoch)
 			}
-			if o.Kind == recovery.OutSourceMessages {
+			switch o.Kind {
+			case recovery.OutSourceMessages:
 				w.sendSource(a, o)
+			case recovery.OutDestinationMessages:
+				for _, m := range o.Msgs {
+					w.route(a, false, m)
+				}
 			}
-			w.noteSourceState(a)
+			if src {
+				w.noteSourceState(a)
+			} else {
+				w.noteDestState(a)
+			}
 		}
 	}
 }

@@ -620,7 +620,7 @@ func (w *world) afterSourceStep(sr *srcReplica) {
 		w.afterCall(a)
 		return
 	}
-	w.drainSource(sr)
+	w.drain(sr.core, sr.id)
 }
 
 // tickProcessors advances every running processor's clock, old attempts'
