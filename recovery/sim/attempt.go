@@ -263,7 +263,10 @@ func (w *world) onHello(a *attempt, h *wire.Hello) {
 		w.violate("c", "a second hello of epoch %d: the simulator's attempts say hello once", h.Epoch)
 	}
 	prev := w.dstAttempt()
-	if prev != nil && !prev.dst.State().Final() {
+	if prev != nil && prev.dst.State().Final() {
+		prev = nil // nothing to supersede
+	}
+	if prev != nil {
 		prev.superseded = true
 		w.tracef("dst node: attempt %d superseded by %d", prev.epoch, a.epoch)
 	}
