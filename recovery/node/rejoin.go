@@ -29,7 +29,8 @@ type srcAttempt struct {
 	epoch   uint64
 	started time.Time
 	link    *link
-	proc    *recovery.Source
+	// proc is the core's source, read for status and the fault hold.
+	proc *recovery.Source
 	// end is closed by the replica goroutine once proc is final; err is
 	// then its outcome (nil: done).
 	end chan struct{}
@@ -40,9 +41,9 @@ type srcAttempt struct {
 	holdRows int64
 	held     bool
 	heldAcks []wire.Message
-	// lastCheck is when checkSource last ran, before the next call into
-	// proc; holdAt is the lastCheck before the call in which the source
-	// began to hand off, doneAt when it was seen to have sent the Handoff
+	// lastCheck is when the core was last called or drained, before the
+	// next call that may move the source (beforeSource); holdAt is the
+	// lastCheck before the call in which the source began to hand off, doneAt when it was seen to have sent the Handoff
 	// and released the partition. So the handoff pause holdAt..doneAt is
 	// wall time, never under-reported.
 	lastCheck, holdAt, doneAt time.Time
