@@ -291,6 +291,11 @@ func TestReplicaRejoin(t *testing.T) {
 	if err := dst.StartDestination("n1", destConfig(5)); err != nil {
 		t.Fatal(err)
 	}
+	// Rejoining, the feed goes to the attempt, which buffers it.
+	feed(true)
+	if m := dst.Destination().Metrics(); m.BufferBytesPeak == 0 || !dst.Executing() || dst.ExecutedUpTo() != txnid.Zero {
+		t.Fatalf("the attempt did not take the feed: buffer peak %d", m.BufferBytesPeak)
+	}
 	var toSrc, toDst []wire.Message
 	var srcEnded, dstLive *Output
 	take := func() {
