@@ -326,32 +326,12 @@ func (w *world) startSource(a *attempt) {
 func (w *world) afterCall(a *attempt) {
 	if a.src != nil {
 		w.drain(a.sn.core, a.sn.id)
-		w.noteSourceState(a)
+		w.noteState(a, true)
 	}
 	if a.dst != nil && !a.dstGone {
 		w.drain(w.dst, dstNode)
-		w.noteDestState(a)
+		w.noteState(a, false)
 	}
-}
-
-// noteDestState runs the checks of a's destination's move since the last
-// look, if it moved.
-func (w *world) noteDestState(a *attempt) {
-	if st := a.dst.State(); st != a.dstState {
-		from := a.dstState
-		a.dstState = st
-		w.onDestinationState(a, from, st)
-	}
-}
-
-// toDest hands m to a's destination processor: through the node's
-// replica core while it runs there (live included), else to the ended
-// processor itself, which refuses everything and does nothing.
-func (w *world) toDest(a *attempt, m wire.Message) error {
-	if !a.dstGone && w.dst.Destination() == a.dst {
-		return w.dst.OnDestinationMessage(a.epoch, m)
-	}
-	return a.dst.OnMessage(m)
 }
 
 // drain does what a node's replica core produced, as recovery/node's
@@ -378,11 +358,7 @@ func (w *world) drain(core *recovery.Replica, node string) {
 					w.route(a, false, m)
 				}
 			}
-			if src {
-				w.noteSourceState(a)
-			} else {
-				w.noteDestState(a)
-			}
+			w.noteState(a, src)
 		}
 	}
 }
@@ -400,24 +376,38 @@ func (w *world) sendSource(a *attempt, o recovery.Output) {
 	}
 }
 
-// noteSourceState runs the checks of a's source's move since the last
-// look, if it moved.
-func (w *world) noteSourceState(a *attempt) {
-	if st := a.src.State(); st != a.srcState {
-		from := a.srcState
-		a.srcState = st
-		w.onSourceState(a, from, st)
+// noteState runs the checks of a's source's (src) or destination's move
+// since the last look, if it moved.
+func (w *world) noteState(a *attempt, src bool) {
+	if src {
+		if st := a.src.State(); st != a.srcState {
+			from := a.srcState
+			a.srcState = st
+			w.onSourceState(a, from, st)
+		}
+		return
+	}
+	if st := a.dst.State(); st != a.dstState {
+		from := a.dstState
+		a.dstState = st
+		w.onDestinationState(a, from, st)
 	}
 }
 
-// toSource hands m to a's source processor: through its node's replica
-// core while it runs there, else to the ended processor itself, which
-// refuses everything (counting a stale epoch) and does nothing.
-func (w *world) toSource(a *attempt, m wire.Message) error {
-	if a.sn.core.Source() == a.src {
+// toProcessor hands m to a's source (toSrc) or destination processor:
+// through its node's replica core while it runs there (a destination gone
+// live included), else to the ended processor itself, which refuses
+// everything (counting a stale epoch) and does nothing.
+func (w *world) toProcessor(a *attempt, toSrc bool, m wire.Message) error {
+	switch {
+	case toSrc && a.sn.core.Source() == a.src:
 		return a.sn.core.OnSourceMessage(a.epoch, m)
+	case toSrc:
+		return a.src.OnMessage(m)
+	case !a.dstGone && w.dst.Destination() == a.dst:
+		return w.dst.OnDestinationMessage(a.epoch, m)
 	}
-	return a.src.OnMessage(m)
+	return a.dst.OnMessage(m)
 }
 
 // route sends a message a processor put in its outbox: over the
@@ -503,10 +493,10 @@ func (w *world) onConn(p *pipe, m wire.Message) {
 	side := sideName(p.toSrc)
 	if p.toSrc {
 		running, senderRunning = !a.src.State().Final(), !a.dstGone && !a.dst.State().Final()
-		err = w.toSource(a, m)
+		err = w.toProcessor(a, true, m)
 	} else {
 		running, senderRunning = !a.dst.State().Final(), !a.src.State().Final()
-		err = w.toDest(a, m)
+		err = w.toProcessor(a, false, m)
 	}
 	if err == nil && running && senderRunning {
 		w.noteWrite(a, p.toSrc, m)
@@ -575,10 +565,10 @@ func (w *world) onStale(toSrc bool, a *attempt, m wire.Message) {
 	side := sideName(toSrc)
 	if toSrc {
 		st = a.src.State()
-		err = w.toSource(a, m)
+		err = w.toProcessor(a, true, m)
 	} else {
 		st = a.dst.State()
-		err = w.toDest(a, m)
+		err = w.toProcessor(a, false, m)
 	}
 	if !st.Final() {
 		w.stats.StaleToRunning++
