@@ -110,12 +110,20 @@ const (
 
 // Output is one thing the driver must do, in order: send, report, record.
 type Output struct {
-	Kind        OutputKind
-	Epoch       uint64
-	Msgs        []wire.Message
-	State       State
-	Err         error
-	Why         string
+	Kind OutputKind
+	// Epoch names the attempt (0 for OutFailed).
+	Epoch uint64
+	// Msgs are the messages for the attempt's peer, in order.
+	Msgs []wire.Message
+	// State is the attempt's state once the output was produced: the
+	// driver's lease guard holds back messages of a running source only.
+	State State
+	// Err is why an attempt ended (nil: a source done); Why why the
+	// replica failed.
+	Err error
+	Why string
+	// Source and Destination are the ended or live attempt's processor,
+	// for its metrics.
 	Source      *Source
 	Destination *Destination
 }
