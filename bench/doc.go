@@ -23,10 +23,11 @@
 //     exchanges wire frames with the other over two bounded channels,
 //     encoded, checksummed and compressed with FrameEncoder and
 //     FrameDecoder exactly as they would go on a socket.
-//   - An initiator goroutine assigns txn IDs on the wall clock
-//     (txnid.Generator) and sends every txn to every replica: the source
-//     from the start, the destination from the moment it joins the feed.
-//     In a tick without a txn it sends a heartbeat. With Writer set it
+//   - An initiator goroutine drives the product's initiator core
+//     (recovery.Initiator, as recovery/node and the simulator do), which
+//     assigns txn IDs on the wall clock and sends every txn to every
+//     replica: the source from the start, the destination from the
+//     moment it joins the feed. In a tick without a txn it heartbeats. With Writer set it
 //     offers upserts at a fixed rate, WriterTxnsPerSec (100,000 by
 //     default), 90% to random existing keys and 10% to new ones.
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -27,16 +28,22 @@ type batch struct {
 	end bool
 }
 
-// initiator assigns txn IDs on the wall clock and sends every txn to every
-// replica of the partition, as DESIGN.md's initiator does: the source
-// from the start, the destination from the moment it joins the feed
-// (DESIGN.md step 2). It writes upserts at a fixed offered rate (open
+// initiator drives the product's initiator core (recovery.Initiator, the
+// one recovery/node and the simulator drive): the core assigns txn IDs on
+// the wall clock, heartbeats a tick with no txn, and sends every txn to
+// every replica of the partition, as DESIGN.md's initiator does. Its
+// feeds to the source node and the destination node are open from the
+// start; the destination replica takes what comes from the moment it
+// joins the feed (DESIGN.md step 2). It writes upserts at a fixed offered rate (open
 // loop: it does not wait for the source, so a source slowed by the rejoin
 // shows as executing fewer txns per second than it is offered, not as a
 // writer that politely slows down), and heartbeats in ticks without a txn
 // so the replicas' safe txn ID keeps moving.
 type initiator struct {
-	gen   *txnid.Generator
+	core  *recovery.Initiator
+	view  *recovery.InitiatorView
+	call  wire.Call // the one call being sequenced; the core keeps none
+	cur   *batch    // what the core sends in this tick
 	shape *rowShape
 	rng   *rand.Rand
 	enc   wire.TupleEncoder
@@ -57,13 +64,16 @@ type initiator struct {
 	offered atomic.Int64
 }
 
+// The bench's nodes, as the initiator core knows them.
+const (
+	sourceNode      = "source"
+	destinationNode = "destination"
+)
+
 func newInitiator(cfg RejoinConfig, shape *rowShape, toSource chan<- *batch, join <-chan chan<- *batch, stop <-chan struct{}) (*initiator, error) {
-	gen, err := txnid.NewGenerator(benchInitiator, func() int64 { return time.Now().UnixMilli() })
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
 	in := &initiator{
-		gen:       gen,
+		view: &recovery.InitiatorView{Nodes: map[string]int64{sourceNode: 1, destinationNode: 1}, Bootstrapped: true,
+			Placement: map[uint32][]recovery.ReplicaPlace{0: {{Node: sourceNode, Live: true}, {Node: destinationNode}}}},
 		shape:     shape,
 		rng:       rand.New(rand.NewPCG(cfg.Seed, 3)),
 		newKeyPct: cfg.WriterNewKeyPercent,
@@ -78,8 +88,42 @@ func newInitiator(cfg RejoinConfig, shape *rowShape, toSource chan<- *batch, joi
 	if cfg.Writer {
 		in.rate = cfg.WriterTxnsPerSec
 	}
+	core, err := recovery.NewInitiator(recovery.InitiatorConfig{Node: sourceNode, ID: benchInitiator, Partitions: 1, BeatTicks: 1,
+		Clock: func() int64 { return time.Now().UnixMilli() }}, (*initiatorFeeds)(in))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	in.core = core
+	// Both feeds open at once: nothing ran yet, so the floors are zero.
+	core.SetView(in.view)
+	core.FeedOpened(sourceNode, txnid.Zero)
+	core.FeedOpened(destinationNode, txnid.Zero)
 	return in, nil
 }
+
+// initiatorFeeds is the core's I/O: what it sends to the source goes in
+// the tick's batch, which the destination replica gets too once it has
+// joined the feed. The feeds never break.
+type initiatorFeeds initiator
+
+func (f *initiatorFeeds) Send(node string, m wire.Message) bool {
+	if node != sourceNode {
+		return true // the same batch, sent to the destination by run
+	}
+	switch m := m.(type) {
+	case *wire.Txn:
+		f.cur.txns = append(f.cur.txns, partition.Invocation{ID: m.ID, Proc: m.Proc, Params: m.Params})
+	case *wire.Beat:
+		f.cur.heartbeat = m.ID
+	}
+	return true
+}
+
+// Dial is asked once per node, by the one view newInitiator gives the
+// core, which then opens both feeds.
+func (f *initiatorFeeds) Dial(string, int64, []uint32) {}
+
+func (f *initiatorFeeds) Close(node string) { panic("bench: the initiator closed its feed to " + node) }
 
 // run sends a batch every tick until stop, then the fence and the end.
 // It returns nil when ctx ends: it was told to stop.
@@ -145,18 +189,19 @@ func (in *initiator) send(ctx context.Context, to chan<- *batch, b *batch) bool 
 	}
 }
 
-// nextBatch makes n upserts, or a heartbeat if n is 0. Their params share
-// one slab: one allocation per tick rather than one per txn.
+// nextBatch makes n upserts, or a heartbeat if n is 0 (the core's tick
+// with nothing sent). Their params share one slab: one allocation per
+// tick rather than one per txn.
 func (in *initiator) nextBatch(n int) (*batch, error) {
-	if n == 0 {
-		return &batch{heartbeat: in.gen.Next()}, nil
+	in.cur = &batch{}
+	if n > 0 {
+		in.cur.txns = make([]partition.Invocation, 0, n)
 	}
-	b := &batch{txns: make([]partition.Invocation, n)}
 	slab := make([]byte, 0, n*in.txnBytesMax)
 	key := make([]byte, 0, in.shape.keyBytes)
 	val := make([]byte, 0, in.shape.valueBytes)
 	params := []wire.Value{wire.String(kvTable), {}, {}}
-	for i := range b.txns {
+	for range n {
 		// Most writes update an existing row, some insert a new one; the
 		// new rows count as existing from then on.
 		row := in.existing
@@ -173,9 +218,21 @@ func (in *initiator) nextBatch(n int) (*batch, error) {
 		if slab, err = in.enc.AppendTuple(slab, params); err != nil {
 			return nil, fmt.Errorf("bench: encode upsert: %w", err)
 		}
-		b.txns[i] = partition.Invocation{ID: in.gen.Next(), Proc: partition.ProcUpsert, Params: slab[at:len(slab):len(slab)]}
+		if err := in.submit(partition.ProcUpsert, slab[at:len(slab):len(slab)]); err != nil {
+			return nil, err
+		}
 	}
-	return b, nil
+	in.core.Tick()
+	return in.cur, nil
+}
+
+// submit sequences one txn of the workload into the tick's batch.
+func (in *initiator) submit(proc string, params []byte) error {
+	in.call = wire.Call{Proc: proc, Params: params}
+	if err := in.core.Submit(in.view, true, &in.call, nil); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
 }
 
 // fenceBatch is the last batch: one read of row 0, a txn that changes
@@ -187,5 +244,9 @@ func (in *initiator) fenceBatch() (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: encode fence: %w", err)
 	}
-	return &batch{txns: []partition.Invocation{{ID: in.gen.Next(), Proc: partition.ProcRead, Params: params}}, end: true}, nil
+	in.cur = &batch{end: true}
+	if err := in.submit(partition.ProcRead, params); err != nil {
+		return nil, err
+	}
+	return in.cur, nil
 }

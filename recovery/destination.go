@@ -40,7 +40,7 @@ const (
 	// BufferBytesMaxDefault is BufferBytesMax when the config gives none.
 	BufferBytesMaxDefault = 512 << 20
 	// TxnOverheadBytes is what a buffered txn costs beyond its params and
-	// procedure name: its Invocation in the executor's queue.
+	// procedure name: its Invocation in the store's queue.
 	TxnOverheadBytes = 64
 )
 
@@ -80,7 +80,7 @@ func (c DestinationConfig) bufferHoldBytes() int64 {
 	return c.BufferHoldBytes
 }
 
-// holdAll is the destination executor's gate until it goes live: it
+// holdAll is the destination store's gate until it goes live: it
 // buffers, it does not execute.
 type holdAll struct{}
 
@@ -90,25 +90,25 @@ func (holdAll) BeforeTxn(txnid.ID) bool { return false }
 // attempt that rebuilds a partition replica. It buffers the partition's
 // transaction feed from the start, proposes P, applies the snapshot and
 // catch-up blocks in order, checks the digest at the handoff txn E, drops
-// its buffered txns below E, lets its executor run from E on, and tells
+// its buffered txns below E, lets its store run from E on, and tells
 // the source so (HandoffAck): the rejoin is done only when the source has
 // that acknowledgement (DESIGN.md step 7).
 //
 // Like Source it has no I/O and no clock. The driver feeds it the
 // initiators' traffic (OnTxn, OnHeartbeat), the source's messages
-// (OnMessage) and ticks, and sends what Outbox returns.
+// (OnMessage) and ticks, and sends what Outbox returns. It reaches the
+// replica only through its DestinationStore.
 //
-// Invariants: the partition is empty when the attempt starts and is
-// emptied again if it aborts, so a failed attempt leaves nothing half
-// built; the executor runs nothing before the replica is live; blocks are
-// applied exactly once, in Seq order; the replica goes live only with the
-// source's digest at E.
+// Invariants: the store is empty when the attempt starts and is emptied
+// again if it aborts, so a failed attempt leaves nothing half built; the
+// store runs no txn before the replica is live; blocks are applied exactly
+// once, in Seq order; the replica goes live only with the source's digest
+// at E.
 type Destination struct {
 	side
-	cfg     DestinationConfig
-	exec    *partition.Executor
-	cov     *Coverage
-	applier cow.Applier
+	cfg   DestinationConfig
+	store DestinationStore
+	cov   *Coverage
 
 	p, s, e txnid.ID // proposed P, answered S, handoff E
 	applied uint64   // Seq of the last block applied
@@ -129,16 +129,23 @@ type Destination struct {
 // empties the partition and holds the executor, which buffers from now on.
 // The driver must already have added cfg.Initiators to exec.
 func NewDestination(exec *partition.Executor, cfg DestinationConfig) (*Destination, error) {
+	return NewDestinationOn(NewPartitionStore(exec), cfg)
+}
+
+// NewDestinationOn starts a destination attempt on store: it empties the
+// store and holds it, so it buffers from now on. The driver must already
+// have added cfg.Initiators to the store.
+func NewDestinationOn(store DestinationStore, cfg DestinationConfig) (*Destination, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	exec.Partition().Clear()
-	exec.SetGate(holdAll{})
+	store.Clear()
+	store.SetGate(holdAll{})
 	return &Destination{
-		side: side{name: "destination", header: cfg.Header, moves: destinationMoves, state: StateBuffering},
-		cfg:  cfg,
-		exec: exec,
-		cov:  NewCoverage(cfg.Initiators),
+		side:  side{name: "destination", header: cfg.Header, moves: destinationMoves, state: StateBuffering},
+		cfg:   cfg,
+		store: store,
+		cov:   NewCoverage(cfg.Initiators),
 	}, nil
 }
 
@@ -149,17 +156,17 @@ func (d *Destination) Proposal() txnid.ID { return d.p }
 func (d *Destination) Metrics() Metrics { return d.m }
 
 // OnTxn buffers a transaction of the partition's feed. While the attempt
-// runs, the executor only queues it; after the handoff it runs in order.
+// runs, the store only queues it; after the handoff it runs in order.
 // Past the hold mark the destination asks the source to hold (wire.Hold);
 // a txn that would take the buffer past BufferBytesMax is refused with
-// ErrBufferFull and aborts the attempt, as does a full executor queue: a
-// buffer missing a txn cannot go live.
+// ErrBufferFull and aborts the attempt, as does a full queue in the store:
+// a buffer missing a txn cannot go live.
 func (d *Destination) OnTxn(inv partition.Invocation) error {
 	if d.state == StateLive && inv.ID < d.e {
 		// The feed lags the stream: this txn's effect came with the
 		// snapshot. It still tells the safe point its initiator passed it.
 		d.m.TxnsLate++
-		return d.exec.Heartbeat(inv.ID)
+		return d.store.Heartbeat(inv.ID)
 	}
 	var cost int64
 	if d.state != StateLive {
@@ -172,7 +179,7 @@ func (d *Destination) OnTxn(inv partition.Invocation) error {
 			return err
 		}
 	}
-	if err := d.exec.Offer(inv); err != nil {
+	if err := d.store.Offer(inv); err != nil {
 		if errors.Is(err, partition.ErrQueueFull) && !d.state.Final() {
 			d.abort(wire.AbortOverload, "transaction buffer full: "+err.Error(), false)
 		}
@@ -199,7 +206,7 @@ func (d *Destination) maybeHold() {
 
 // OnHeartbeat records an initiator's heartbeat.
 func (d *Destination) OnHeartbeat(id txnid.ID) error {
-	if err := d.exec.Heartbeat(id); err != nil {
+	if err := d.store.Heartbeat(id); err != nil {
 		return err
 	}
 	d.observe(id)
@@ -215,23 +222,23 @@ func (d *Destination) observe(id txnid.ID) {
 }
 
 // AddInitiator: a feed from in opened while the attempt runs (or after
-// it went live). The executor tracks it from now on. Before the proposal,
+// it went live). The store tracks it from now on. Before the proposal,
 // the proposal waits for it too; at the handoff the destination goes live
 // only if it heard in at or below E (Coverage.Covers), since what in sent
 // before its feed opened went to the source alone.
 func (d *Destination) AddInitiator(in txnid.Initiator) {
-	d.exec.AddInitiator(in)
+	d.store.AddInitiator(in)
 	if d.state != StateLive {
 		d.cov.AddInitiator(in)
 	}
 }
 
 // RemoveInitiator: the initiator's node died and sends nothing more. The
-// executor's safe point stops waiting for it, and so does the proposal if
+// store's safe point stops waiting for it, and so does the proposal if
 // it is still to come.
 func (d *Destination) RemoveInitiator(in txnid.Initiator) {
 	d.cov.RemoveInitiator(in)
-	d.exec.RemoveInitiator(in)
+	d.store.RemoveInitiator(in)
 	if d.state == StateBuffering {
 		d.maybePropose()
 	}
@@ -312,7 +319,7 @@ func (d *Destination) onBlock(m *wire.Block) error {
 		d.move(StateCatchingUp)
 	}
 	b := cow.Block{Kind: m.Kind, Table: partition.TableID(m.Table), Count: m.Count, Tuples: m.Tuples}
-	if err := d.applier.Apply(d.exec.Partition(), b); err != nil {
+	if err := d.store.Apply(b); err != nil {
 		d.abort(wire.AbortDecodeError, fmt.Sprintf("block %d: %v", m.Seq, err), false)
 		return d.Err()
 	}
@@ -341,21 +348,16 @@ func (d *Destination) onHandoff(m *wire.Handoff) error {
 		return d.Err()
 	}
 	d.move(StateHandingOff)
-	p := d.exec.Partition()
-	var rows uint64
-	for _, t := range p.Tables() {
-		rows += uint64(t.Len())
-	}
-	got := p.Digest()
+	rows, got := d.store.Rows(), d.store.Digest()
 	if got != m.Digest || rows != m.Rows {
 		d.abort(wire.AbortDigestMismatch, fmt.Sprintf("at %v: digest %016x with %d rows, source has %016x with %d rows", m.TxnID, got, rows, m.Digest, m.Rows), false)
 		return d.Err()
 	}
 	d.e = m.TxnID
-	d.m.TxnsDropped = d.exec.ResetTo(m.TxnID)
+	d.m.TxnsDropped = d.store.ResetTo(m.TxnID)
 	// The buffer is the live replica's queue now, bounded as any.
 	d.buffered = 0
-	d.exec.SetGate(nil)
+	d.store.SetGate(nil)
 	d.move(StateLive)
 	d.ack = &wire.HandoffAck{MsgHeader: d.header, TxnID: m.TxnID, Digest: got}
 	d.send(d.ack)
@@ -414,8 +416,8 @@ func (d *Destination) abort(reason wire.AbortReason, text string, remote bool) {
 	if !d.recordAbort(reason, text, remote) {
 		return
 	}
-	// Drop the partial replica; the executor stays held, so nothing runs
-	// on it. A new attempt starts from a new processor.
-	d.exec.Partition().Clear()
+	// Drop the partial replica; the store stays held, so nothing runs on
+	// it. A new attempt starts from a new processor.
+	d.store.Clear()
 	d.move(StateAborted)
 }

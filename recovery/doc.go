@@ -11,8 +11,8 @@
 // no clock: a driver feeds them messages (OnMessage), the partition's feed
 // (Destination.OnTxn, OnHeartbeat) and ticks (Tick), calls Source.Pump
 // between two transactions, and sends what Outbox returns. The source is
-// also its executor's partition.Gate, which is how it activates the table
-// stream exactly at S, throttles, and holds the partition for the handoff.
+// also its store's partition.Gate, which is how it activates the table
+// stream exactly at S, throttles, and holds the replica for the handoff.
 //
 //	destination  buffering ─► proposing ─► streaming ─► catching-up ─► handing-off ─► live
 //	source       answering ─► awaiting-boundary ─► streaming ─► catching-up ─► handing-off ─► done
@@ -43,6 +43,30 @@
 // (live included, which takes txns below E as heartbeats); a source
 // attempt runs only on a live replica, and only a newer epoch of the same
 // peer supersedes it; the source is pumped after every txn.
+//
+// # Store seams
+//
+// The processors reach the replica only through small interfaces
+// (store.go; docs/DESIGN.md "Store seams"), so any store can rejoin
+// through them:
+//
+//   - SourceStore: the order of its txns (SourceView: queued, safe, last
+//     executed, ready), the initiators it may still run, a gate asked
+//     before each txn (SetGate), a TableStream activated at S, and its
+//     Digest and Rows.
+//   - TableStream: NextBlock, StartRound, FinalDelta, LogBytes, and the
+//     throttle (BeforeTxn, Tick) until Deactivate. *cow.Stream is one.
+//   - DestinationStore: the queue the feed fills (Offer, Heartbeat,
+//     AddInitiator, RemoveInitiator, ResetTo), SetGate, Clear, Apply of a
+//     block, and Digest and Rows computed as the source's.
+//   - Conn, for drivers: Send and Recv of wire messages in order;
+//     *stream.Conn is the TCP one.
+//
+// PartitionStore adapts partition.Executor, its partition and cow to
+// them; NewSource and NewDestination wrap their executor in one, and
+// NewSourceOn and NewDestinationOn take any store. mapstore_test.go
+// rejoins a map-backed store through the same processors, over an
+// in-memory Conn and over stream.Conn.
 //
 // # The protocol in brief
 //
@@ -84,6 +108,19 @@
 //     refreshes the task record when it moves, so a long rejoin that
 //     makes progress is never taken for a dead one (DESIGN.md step 1).
 //
+// # The initiator core
+//
+// Initiator (initiator.go) is a node's initiator as a pure core: client
+// calls, Dones, ticks, membership views and feed events (FeedOpened,
+// DialFailed, FeedLost) in; txns and heartbeats per node, dials, closes
+// (InitiatorIO) and replies out. It owns the txn ID generator, the calls
+// in flight and whom each waits for, the heartbeat schedule in ticks, and
+// each feed's state (dialing until its floor is in, open, lost with its
+// process, and the partitions missed while it had none). recovery/node,
+// the simulator and the bench drive it. TailRepair (tailrepair.go) is the
+// rule of a dead initiator's tail repair beside it: which peers a replica
+// asks, and when the repair counts as failed.
+//
 // # Invariants
 //
 //   - Every message carries the attempt's fencing epoch; a lower one is
@@ -97,6 +134,10 @@
 //     every node its view has alive that holds a replica of it (Unfed,
 //     feeds.go), so a replica never misses a txn it does not then fail
 //     on (docs/DESIGN.md "Feeds that open late").
+//   - An Initiator sends nothing on a feed before its floor is in, and
+//     issues every ID after above it (docs/DESIGN.md "An initiator that
+//     joins"); it answers a call only once no live replica it reached is
+//     waited for.
 //   - At most WindowBlocksMax blocks are unacknowledged; blocks are applied
 //     exactly once, in Seq order.
 //   - Every phase has a stall timeout. Every abort leaves the source as it

@@ -149,8 +149,9 @@ func (c *Coverage) Covers(e txnid.ID, sources []txnid.Initiator) error {
 	return nil
 }
 
-// SourceView is what the source's answer and activation depend on: its
-// executor's state. partition.Executor satisfies it.
+// SourceView is what the source's answer and activation depend on: the
+// order of the txns its store runs, one at a time in txn-ID order
+// (SourceStore). partition.Executor satisfies it.
 type SourceView interface {
 	// QueuedFrom returns the smallest queued, unexecuted txn ID >= p.
 	QueuedFrom(p txnid.ID) (txnid.ID, bool)

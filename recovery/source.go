@@ -82,11 +82,13 @@ func (c SourceConfig) Validate() error {
 //
 // It is a state machine with no I/O and no clock: the driver feeds it the
 // peer's messages (OnMessage) and ticks (Tick), calls Pump between two
-// transactions of the partition's executor, and sends what Outbox returns,
-// in order. A Block's Tuples stay valid until the block is acknowledged;
-// the driver must have sent (or copied) it by then. It is also the executor's Gate while the attempt runs, which is
-// how it activates exactly at S, throttles, and holds the partition for the
-// handoff. Like the executor, it belongs to the executor's goroutine.
+// transactions of the store, and sends what Outbox returns, in order. A
+// Block's Tuples stay valid until the block is acknowledged; the driver
+// must have sent (or copied) it by then. It reaches the replica only
+// through its SourceStore, and is the store's gate while the attempt
+// runs, which is how it activates exactly at S, throttles, and holds the
+// replica for the handoff. Like the store, it belongs to the goroutine
+// that runs the store's txns.
 //
 // Invariants: at most WindowBlocksMax blocks are unacknowledged; blocks
 // carry consecutive sequence numbers from 1; once the Handoff is sent, and
@@ -97,8 +99,12 @@ func (c SourceConfig) Validate() error {
 type Source struct {
 	side
 	cfg    SourceConfig
-	exec   *partition.Executor
-	stream *cow.Stream
+	store  SourceStore
+	stream TableStream // nil until activated
+	// rounds counts the catch-up rounds started, the final delta
+	// included; final is set once the final delta is started.
+	rounds int
+	final  bool
 	// s is the agreed boundary S; valid from StateAwaitingBoundary.
 	s txnid.ID
 	// sent is the Seq of the last block sent, acked the highest Seq
@@ -146,15 +152,21 @@ func (s *Source) blockBuf(seq uint64) []byte {
 // NewSource starts a source attempt on exec's partition and installs itself
 // as exec's gate. One attempt per source executor at a time.
 func NewSource(exec *partition.Executor, cfg SourceConfig) (*Source, error) {
+	return NewSourceOn(NewPartitionStore(exec), cfg)
+}
+
+// NewSourceOn starts a source attempt on store and installs itself as the
+// store's gate. One attempt per store at a time.
+func NewSourceOn(store SourceStore, cfg SourceConfig) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Source{
-		side: side{name: "source", header: cfg.Header, moves: sourceMoves, state: StateAnswering},
-		cfg:  cfg,
-		exec: exec,
+		side:  side{name: "source", header: cfg.Header, moves: sourceMoves, state: StateAnswering},
+		cfg:   cfg,
+		store: store,
 	}
-	exec.SetGate(s)
+	store.SetGate(s)
 	return s, nil
 }
 
@@ -164,10 +176,10 @@ func (s *Source) Boundary() txnid.ID { return s.s }
 // Metrics returns what the attempt did so far.
 func (s *Source) Metrics() Metrics {
 	m := s.m
-	if s.stream != nil {
-		sm := s.stream.Metrics()
+	m.Rounds = s.rounds
+	if st, ok := s.stream.(interface{ Metrics() cow.Metrics }); ok {
+		sm := st.Metrics()
 		m.Stream = sm
-		m.Rounds = sm.Rounds
 		m.LogBytesPeak = sm.LogBytesPeak
 		m.ThrottledTicks = sm.ThrottledTicks
 	}
@@ -176,10 +188,10 @@ func (s *Source) Metrics() Metrics {
 
 // BeforeTxn implements partition.Gate. Before S it lets everything run; the
 // txn at S activates the stream first (every txn below S has run, so the
-// partition is at the boundary); from then on the stream's throttle
-// decides, unless the destination asked for a hold (wire.Hold), and it
-// holds everything during the handoff. A hold before S waits for S: the
-// txns below it must run for the stream to start at all.
+// store is at the boundary); from then on the stream's throttle decides,
+// unless the destination asked for a hold (wire.Hold), and everything is
+// held during the handoff. A hold before S waits for S: the txns below it
+// must run for the stream to start at all.
 func (s *Source) BeforeTxn(next txnid.ID) bool {
 	switch s.state {
 	case StateAwaitingBoundary:
@@ -202,7 +214,11 @@ func (s *Source) BeforeTxn(next txnid.ID) bool {
 		if s.released {
 			return true // awaiting the HandoffAck; the gate is gone anyway
 		}
-		return s.stream.BeforeTxn(next)
+		// From the final delta to the handoff the replica stands still at
+		// E, whatever the store's stream would say; it is still asked, for
+		// its account of the txns it held.
+		s.stream.BeforeTxn(next)
+		return false
 	}
 	return true
 }
@@ -259,10 +275,10 @@ func (s *Source) onPropose(m *wire.Propose) error {
 		return s.protocol("proposal in state %s", s.state)
 	}
 	s.p = m.TxnID
-	s.s = Answer(s.exec, m.TxnID)
+	s.s = Answer(s.store, m.TxnID)
 	s.move(StateAwaitingBoundary)
 	s.progressed()
-	s.lastSafe, _ = s.exec.Safe()
+	s.lastSafe, _ = s.store.Safe()
 	s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s})
 	s.Pump()
 	return nil
@@ -300,13 +316,13 @@ func (s *Source) onHandoffAck(m *wire.HandoffAck) error {
 
 // activate starts the table stream at the boundary S.
 func (s *Source) activate() {
-	if !AtBoundary(s.exec, s.s) {
-		// The executor asked about a txn >= S while a txn < S may still
+	if !AtBoundary(s.store, s.s) {
+		// The store asked about a txn >= S while a txn < S may still
 		// come: it cannot, the txn asked about is ready, so the safe txn
 		// ID is past S. Reaching here is a bug.
 		panic(fmt.Sprintf("recovery: source asked to run %v before reaching the boundary", s.s))
 	}
-	st, err := cow.Activate(s.exec.Partition(), s.cfg.Stream)
+	st, err := s.store.Activate(s.cfg.Stream)
 	if err != nil {
 		s.abort(wire.AbortInternal, "activate table stream: "+err.Error(), false)
 		return
@@ -319,9 +335,9 @@ func (s *Source) activate() {
 // Pump does what the source can do now, between two transactions: reach
 // the boundary when only heartbeats flow, ship blocks while the window has
 // room, start catch-up rounds, and hand off. The driver calls it after
-// every executor step and message, and when idle.
+// every txn the store runs and every message, and when idle.
 func (s *Source) Pump() {
-	if s.state == StateAwaitingBoundary && AtBoundary(s.exec, s.s) {
+	if s.state == StateAwaitingBoundary && AtBoundary(s.store, s.s) {
 		s.activate()
 	}
 	for !s.state.Final() && s.state != StateAnswering && s.state != StateAwaitingBoundary && s.handoff == nil {
@@ -339,38 +355,33 @@ func (s *Source) Pump() {
 	}
 }
 
-// advance moves the stream on when it has no block to give: from the
-// snapshot to catch-up, from one round to the next, into the handoff, and
-// out of it. It reports whether there may be more to do at once.
+// advance moves the stream on once the part in flight is all cut
+// (TableStream.NextBlock): from the snapshot to catch-up, from one round
+// to the next, into the handoff, and out of it. It reports whether there
+// may be more to do at once.
 func (s *Source) advance() bool {
-	switch s.stream.Phase() {
-	case cow.PhaseSnapshot, cow.PhaseRound, cow.PhaseFinal:
-		return false // a block will come once the window or the stream allows
-	case cow.PhaseBetweenRounds:
-		if s.state == StateStreaming {
-			s.move(StateCatchingUp)
-		}
-		// Rounds repeat while the log is above the handoff size, and
-		// RoundsMax ends the loop whatever happens. The next round starts
-		// here, the moment the last one is shipped, which is what the
-		// stream's round budget needs to guarantee that each round is at
-		// most half the last plus one txn's log bytes (docs/DESIGN.md,
-		// "Catch-up convergence"): the rounds shrink whatever the write
-		// rate.
-		if s.stream.LogBytes() <= s.cfg.HandoffLogBytesMax || s.stream.Metrics().Rounds >= s.cfg.RoundsMax {
-			return s.beginHandoff()
-		}
-		if err := s.stream.StartRound(); err != nil {
-			s.abort(wire.AbortInternal, "start round: "+err.Error(), false)
-			return false
-		}
-		return true
-	case cow.PhaseDone:
+	if s.final {
 		s.finishHandoff()
 		return false
 	}
-	s.abort(wire.AbortInternal, fmt.Sprintf("table stream in phase %s", s.stream.Phase()), false)
-	return false
+	if s.state == StateStreaming {
+		s.move(StateCatchingUp)
+	}
+	// Rounds repeat while the log is above the handoff size, and RoundsMax
+	// ends the loop whatever happens. The next round starts here, the
+	// moment the last one is shipped, which is what the stream's round
+	// budget needs to guarantee that each round is at most half the last
+	// plus one txn's log bytes (docs/DESIGN.md, "Catch-up convergence"):
+	// the rounds shrink whatever the write rate.
+	if s.stream.LogBytes() <= s.cfg.HandoffLogBytesMax || s.rounds >= s.cfg.RoundsMax {
+		return s.beginHandoff()
+	}
+	if err := s.stream.StartRound(); err != nil {
+		s.abort(wire.AbortInternal, "start round: "+err.Error(), false)
+		return false
+	}
+	s.rounds++
+	return true
 }
 
 func (s *Source) beginHandoff() bool {
@@ -378,6 +389,8 @@ func (s *Source) beginHandoff() bool {
 		s.abort(wire.AbortInternal, "final delta: "+err.Error(), false)
 		return false
 	}
+	s.rounds++
+	s.final = true
 	s.move(StateHandingOff)
 	s.holdTick = s.tick
 	return true
@@ -389,14 +402,9 @@ func (s *Source) beginHandoff() bool {
 // stays handing-off until the destination's HandoffAck (onHandoffAck), or
 // aborts if none comes within the stall window.
 func (s *Source) finishHandoff() {
-	p := s.exec.Partition()
-	e := max(s.s, s.exec.LastExecuted()+1)
-	var rows uint64
-	for _, t := range p.Tables() {
-		rows += uint64(t.Len())
-	}
-	s.handoff = &wire.Handoff{MsgHeader: s.header, TxnID: e, Digest: p.Digest(), LastSeq: s.sent, Rows: rows,
-		Initiators: s.exec.Initiators()}
+	e := max(s.s, s.store.LastExecuted()+1)
+	s.handoff = &wire.Handoff{MsgHeader: s.header, TxnID: e, Digest: s.store.Digest(), LastSeq: s.sent, Rows: s.store.Rows(),
+		Initiators: s.store.Initiators()}
 	s.send(s.handoff)
 	s.m.HandoffPauseTicks = s.tick - s.holdTick
 	s.release()
@@ -462,7 +470,7 @@ func (s *Source) Tick() {
 		s.m.PeerHoldTicks++
 	}
 	if s.state == StateAwaitingBoundary {
-		if safe, ok := s.exec.Safe(); ok && safe != s.lastSafe {
+		if safe, ok := s.store.Safe(); ok && safe != s.lastSafe {
 			s.lastSafe = safe
 			s.progressed()
 		}
@@ -488,7 +496,7 @@ func (s *Source) abort(reason wire.AbortReason, text string, remote bool) {
 	s.move(StateAborted)
 }
 
-// release gives the partition back: no stream, no gate. The deactivated
+// release gives the store back: no stream, no gate. The deactivated
 // stream stays referenced for its metrics. It runs once: after the
 // handoff the gate may already be another attempt's.
 func (s *Source) release() {
@@ -499,5 +507,5 @@ func (s *Source) release() {
 	if s.stream != nil {
 		s.stream.Deactivate()
 	}
-	s.exec.SetGate(nil)
+	s.store.SetGate(nil)
 }

@@ -95,12 +95,12 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	}
 	if cfg.TLS != nil {
 		SetKeepAlive(nc, cfg.KeepAlive) // the TLS conn hides the TCP one
-		tc := tls.Client(nc, cfg.TLS)
+		tc, sc := Client(nc, cfg.TLS)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("stream: dial %s: tls: %w", addr, err)
 		}
-		nc = tc
+		nc = sc
 	}
 	return NewConn(nc, cfg), nil
 }
@@ -155,15 +155,38 @@ func (c *Conn) Flush() error {
 func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	if err := c.writeFrame(ctx, frame); err != nil {
+		return err
+	}
+	if err := c.w.Flush(); err != nil {
+		return c.ioErr("send", err)
+	}
+	return nil
+}
+
+// WriteFrame is SendFrame without the flush, as Write is Send's: a
+// writer with more frames queued writes them all and flushes once, so
+// small frames share a syscall (and a TLS record).
+func (c *Conn) WriteFrame(ctx context.Context, frame []byte) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.writeFrame(ctx, frame)
+}
+
+func (c *Conn) writeFrame(ctx context.Context, frame []byte) error {
 	if c.limiter != nil {
+		// The frames written before go out first: the rate limit's wait
+		// must not hold them too.
+		if c.w.Buffered() > 0 {
+			if err := c.w.Flush(); err != nil {
+				return c.ioErr("send", err)
+			}
+		}
 		if err := c.limiter.wait(ctx, len(frame), c.closed); err != nil {
 			return err
 		}
 	}
 	if _, err := c.w.Write(frame); err != nil {
-		return c.ioErr("send", err)
-	}
-	if err := c.w.Flush(); err != nil {
 		return c.ioErr("send", err)
 	}
 	return nil

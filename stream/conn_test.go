@@ -172,3 +172,40 @@ func TestRateLimitedSendHonoursContext(t *testing.T) {
 		t.Fatalf("send past its deadline: %v, want context.DeadlineExceeded", err)
 	}
 }
+
+// TestWriteFrameFlushesBeforeRateWait: frames written without a flush
+// go out before a later frame waits for the rate limit, not after it.
+func TestWriteFrameFlushesBeforeRateWait(t *testing.T) {
+	client, server := pair(t, Config{RateBytesPerSec: 1000, StallWindow: 5 * time.Second})
+	var enc wire.FrameEncoder
+	small, err := enc.AppendFrame(nil, &wire.Ack{Seq: 1}, wire.CodecNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := enc.AppendFrame(nil, sampleMessages()[2], wire.CodecNone) // ~12 KB: 12 s at 1000 B/s
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.WriteFrame(ctx, small); err != nil { // within the burst: no wait, no flush
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- client.WriteFrame(ctx, big) }() // waits for the rate limit
+	start := time.Now()
+	m, err := server.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack, ok := m.(*wire.Ack); !ok || ack.Seq != 1 {
+		t.Fatalf("got %v, want the ack", m)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the written frame arrived after %s", took)
+	}
+	client.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("the waiting write: %v, want ErrClosed", err)
+	}
+}

@@ -19,6 +19,10 @@
 //   - A frame that does not decode is wire's error, distinct from a broken
 //     link (an EOF or reset) and from this side's own Close (ErrClosed).
 //   - Listens on loopback unless told otherwise.
+//   - Over TLS (Dial with Config.TLS, Client, Server), the records of one
+//     write leave in one system call of up to four records, and reads take
+//     up to four at once: crypto/tls alone makes a system call per 16 KiB
+//     record. Nothing is held past the write that made it.
 //
 // Status: frames over TCP, stall detection, rate limit and keepalive are
 // built. The protocol side of resuming on a new connection is too

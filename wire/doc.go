@@ -15,7 +15,7 @@
 //   - recovery builds and consumes the protocol messages (Propose, Answer,
 //     Block, Ack, Handoff, Abort, Heartbeat, Hold, HandoffAck) in its state
 //     machines.
-//   - recovery/node and its client speak the cluster messages (Hello, Txn,
+//   - recovery/node and recovery/client speak the cluster messages (Hello, Txn,
 //     Beat, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
 //     frames.
 //   - stream moves frames: it writes what AppendFrame or BlockWriter.Frame

@@ -1,5 +1,5 @@
 // Package load generates load on a rejoin cluster through its Go client
-// (recovery/node/client): a writer of upserts to random keys of a kv table
+// (recovery/client): a writer of upserts to random keys of a kv table
 // at a fixed rate or as fast as it goes, for a time or a count of writes
 // (Config.Writes: `rejoin load`), measuring per-call latency and
 // throughput, optionally recording every acknowledged write so they can be

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rejoin-db/rejoin/recovery/claim"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
-	"github.com/rejoin-db/rejoin/recovery/node/client/clienttest"
+	"github.com/rejoin-db/rejoin/recovery/client"
+	"github.com/rejoin-db/rejoin/recovery/client/clienttest"
 	"github.com/rejoin-db/rejoin/wire"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
-const certUsage = `usage: rejoin cert <create-ca | create-node N | create-client NAME> --certs-dir DIR [flags]
+const certUsage = `usage: rejoin cert <create-ca | create-node N | create-client NAME | create-etcd> --certs-dir DIR [flags]
 
 Writes a cluster's certificates (ECDSA P-256, for TLS 1.3):
   create-ca           DIR/ca.crt and DIR/ca.key: the cluster CA
@@ -20,7 +20,12 @@ Writes a cluster's certificates (ECDSA P-256, for TLS 1.3):
                       as initiator N and rejoin and repair as n<N>
   create-client NAME  DIR/client.<NAME>.crt and .key: a client, which may
                       only call procedures
-create-node and create-client need DIR/ca.key. Nothing is overwritten.
+  create-etcd         DIR/etcd.crt and .key: the server certificate of
+                      'rejoin etcd --certs-dir DIR' (for --host), which
+                      then requires a node's or client's certificate of
+                      every etcd client (--etcd-cacert, --etcd-cert,
+                      --etcd-key)
+create-node, create-client and create-etcd need DIR/ca.key. Nothing is overwritten.
 Every node and client needs DIR/ca.crt and its own pair; keep ca.key where
 certificates are issued, not on the nodes.
 
@@ -31,7 +36,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cert", stderr)
 	dir := fs.String("certs-dir", "", "certificates `directory` (made if missing)")
 	lifetime := fs.Duration("lifetime", 0, "validity from now (0: 87600h for a CA, 17520h for a node or client)")
-	hosts := fs.String("host", "localhost,127.0.0.1,::1", "create-node: comma-separated DNS names and IPs for clients that check a host name (the admin HTTP); the node protocol checks the identity instead")
+	hosts := fs.String("host", "localhost,127.0.0.1,::1", "create-node, create-etcd: comma-separated DNS names and IPs for clients that check a host name (the admin HTTP, etcd's clients); the node protocol checks the identity instead")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, certUsage)
 		fs.PrintDefaults()
@@ -45,7 +50,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	}
 	verb, rest := args[0], args[1:]
 	var name string
-	if verb != "create-ca" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+	if verb != "create-ca" && verb != "create-etcd" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		name, rest = rest[0], rest[1:]
 	}
 	if err := fs.Parse(rest); err != nil {
@@ -55,7 +60,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	extra := fs.Args()
-	if name == "" && verb != "create-ca" && len(extra) > 0 {
+	if name == "" && verb != "create-ca" && verb != "create-etcd" && len(extra) > 0 {
 		name, extra = extra[0], extra[1:] // `create-node --certs-dir d 3`
 	}
 	if len(extra) > 0 {
@@ -97,8 +102,16 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 		o.Hosts = splitEndpoints(*hosts)
 	case "create-client":
 		id = certs.ClientID(name)
+	case "create-etcd":
+		o.Hosts = splitEndpoints(*hosts)
+		cf, kf, err := certs.CreateEtcd(*dir, o)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s and %s (etcd's server certificate for %s)\n", cf, kf, strings.Join(o.Hosts, ","))
+		return nil
 	default:
-		fmt.Fprintf(stderr, "rejoin cert: unknown action %q: want create-ca, create-node or create-client\n", verb)
+		fmt.Fprintf(stderr, "rejoin cert: unknown action %q: want create-ca, create-node, create-client or create-etcd\n", verb)
 		return errUsage
 	}
 	if err := id.Check(); err != nil {

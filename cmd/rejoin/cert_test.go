@@ -36,6 +36,9 @@ func TestCertCommands(t *testing.T) {
 		{args: []string{"cert", "create-client", "a/b", "--certs-dir", dir}, code: 2, stderrIn: "client name"},
 		{args: []string{"cert", "create-client", "x", "y", "--certs-dir", dir}, code: 2, stderrIn: `unexpected argument "y"`},
 		{args: []string{"cert", "create-user", "x", "--certs-dir", dir}, code: 2, stderrIn: `unknown action "create-user"`},
+		{args: []string{"cert", "create-etcd", "--certs-dir", dir, "--host", "127.0.0.1"}, code: 0, stdoutIn: "etcd.crt"},
+		{args: []string{"cert", "create-etcd", "--certs-dir", dir}, code: 1, stderrIn: "exists"},
+		{args: []string{"cert", "create-etcd", "x", "--certs-dir", dir}, code: 2, stderrIn: `unexpected argument "x"`},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(tt.args, &out, &errOut)

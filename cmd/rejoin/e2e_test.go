@@ -126,6 +126,10 @@ func TestDemoEndToEnd(t *testing.T) {
 			if printed["tls"] != true || !sum.TLS {
 				t.Errorf("printed tls %v, summary TLS %v; want a secure run", printed["tls"], sum.TLS)
 			}
+			// etcd too: TLS, client certificates required of the nodes.
+			if printed["etcd_tls"] != true || !sum.EtcdTLS || !strings.HasPrefix(sum.Etcd, "https://") {
+				t.Errorf("printed etcd_tls %v, summary EtcdTLS %v, etcd %s; want etcd over TLS", printed["etcd_tls"], sum.EtcdTLS, sum.Etcd)
+			}
 			if printed["digests_match"] != true || printed["acked_writes_lost"] != 0.0 {
 				t.Errorf("printed summary: digests_match %v, acked_writes_lost %v", printed["digests_match"], printed["acked_writes_lost"])
 			}

@@ -6,20 +6,26 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
-const etcdUsage = `usage: rejoin etcd --data DIR [--port PORT]
+const etcdUsage = `usage: rejoin etcd --data DIR [--port PORT] [--certs-dir DIR]
 
 Runs the embedded etcd of the default single-machine setup (the one
 'rejoin demo' starts) as a process of its own, on loopback ports, so that
 it can be paused (SIGSTOP) or stopped apart from the nodes: the demo's
 --fault pause-etcd does, and README's walk-through runs it as the
-cluster's etcd (--port 2379, etcd's own default). Once serving it prints
+cluster's etcd (--port 2379, etcd's own default). With --certs-dir it
+serves https only and requires a client certificate from that
+directory's CA (a node's or a client's), with its server certificate
+etcd.crt and etcd.key from there (the demo writes them); a client then
+needs --etcd-cacert, --etcd-cert and --etcd-key. Once serving it prints
 one line on stdout:
   ready etcd=<client URL>
 SIGINT or SIGTERM stop it cleanly. Not listed by 'rejoin help': an
@@ -33,6 +39,7 @@ func runEtcd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("etcd", stderr)
 	dir := fs.String("data", "", "data `directory` of the etcd server")
 	port := fs.Int("port", 0, "client `port` on 127.0.0.1 (0: a free one)")
+	certsDir := fs.String("certs-dir", "", "certificates `directory`: serve TLS with its etcd.crt and etcd.key, and require client certificates from its ca.crt")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, etcdUsage)
 		fs.PrintDefaults()
@@ -46,11 +53,19 @@ func runEtcd(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var err error
 	if *port < 0 || *port > 65535 {
 		fmt.Fprintf(stderr, "rejoin etcd: --port %d: want 0..65535\n", *port)
 		return errUsage
 	}
-	e, err := claim.StartEmbedded(*dir, claim.EmbeddedOptions{ClientPort: *port})
+	opts := claim.EmbeddedOptions{ClientPort: *port}
+	if *certsDir != "" {
+		if opts.TLS, err = embeddedTLS(*certsDir); err != nil {
+			fmt.Fprintf(stderr, "rejoin etcd: --certs-dir: %v\n", err)
+			return errUsage
+		}
+	}
+	e, err := claim.StartEmbedded(*dir, opts)
 	if err != nil {
 		return err
 	}
@@ -58,4 +73,18 @@ func runEtcd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, demo.EtcdReadyPrefix+strings.Join(e.Endpoints(), ","))
 	<-ctx.Done()
 	return nil
+}
+
+// embeddedTLS are the TLS files of an embedded etcd in a certificates
+// directory, each checked to be there: etcd's own error would come later
+// and less plainly.
+func embeddedTLS(dir string) (*claim.EmbeddedTLS, error) {
+	cert, key := certs.EtcdFiles(dir)
+	t := &claim.EmbeddedTLS{CertFile: cert, KeyFile: key, TrustedCAFile: filepath.Join(dir, certs.CACertFile)}
+	for _, f := range []string{t.CertFile, t.KeyFile, t.TrustedCAFile} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -102,4 +105,68 @@ func (f *etcdFlags) credentials() (user, password string, err error) {
 		return "", "", fmt.Errorf("--etcd-password-file: %w", err)
 	}
 	return f.user, strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// probeTimeout bounds each step of probe: the dial and handshake, and the
+// wait for the server's verdict on the client's certificate.
+const probeTimeout = time.Second
+
+// explain adds to err, etcd not answering in time, why when it is TLS:
+// etcd's client retries a refused handshake until its deadline and then
+// says only that, so the cause is found by a handshake of our own.
+func (f *etcdFlags) explain(err error) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if why := f.probe(); why != nil {
+		return fmt.Errorf("%w; %w", err, why)
+	}
+	return err
+}
+
+// probe shakes hands with each endpoint as the etcd client would and
+// returns the first TLS refusal: etcd refusing our certificate (in TLS
+// 1.3 its verdict comes after our side of the handshake is done, so it
+// waits for it), our refusing etcd's, or a TLS server dialled as plain
+// http. Nil if nothing was learned.
+func (f *etcdFlags) probe() error {
+	cfg, err := f.tls()
+	if err != nil {
+		return err
+	}
+	for _, ep := range splitEndpoints(f.endpoints) {
+		u, err := url.Parse(ep)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		d := &net.Dialer{Timeout: probeTimeout}
+		if u.Scheme != "https" || cfg == nil {
+			// A plain client of a TLS server: gRPC sees a closed connection.
+			c, err := tls.DialWithDialer(d, "tcp", u.Host, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a probe: nothing is sent
+			if err == nil {
+				c.Close()
+				return fmt.Errorf("etcd at %s serves TLS: use https:// and --etcd-cacert (and a client certificate, --etcd-cert and --etcd-key, if it asks for one)", ep)
+			}
+			continue
+		}
+		pc := cfg.Clone()
+		pc.ServerName = u.Hostname()
+		pc.NextProtos = []string{"h2"}
+		c, err := tls.DialWithDialer(d, "tcp", u.Host, pc)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("TLS with etcd at %s: %w", ep, err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(probeTimeout))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+		var alert tls.AlertError
+		if errors.As(err, &alert) || (err != nil && strings.Contains(err.Error(), "remote error")) {
+			return fmt.Errorf("etcd at %s refused this client's certificate (--etcd-cert): %w", ep, err)
+		}
+	}
+	return nil
 }

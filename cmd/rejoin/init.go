@@ -174,7 +174,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("etcd at %s already holds a cluster (%d partitions x %d replicas); nothing changed", etcd.endpoints, have.Partitions, have.Replicas)
 			}
 		}
-		return etcdErr(ctx, etcd.endpoints, *timeout, err)
+		return etcd.explain(etcdErr(ctx, etcd.endpoints, *timeout, err))
 	}
 	fmt.Fprintf(stdout, "initialised the cluster in %.2f s: %d partitions x %d replicas on %s; tables %s\n",
 		time.Since(start).Seconds(), cfg.Partitions, cfg.Replicas, strings.Join(nodes, ","), tables.String())

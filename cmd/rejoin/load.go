@@ -16,7 +16,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/rejoin-db/rejoin/bench/load"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
+	"github.com/rejoin-db/rejoin/recovery/client"
 )
 
 const loadUsage = `usage: rejoin load --etcd ENDPOINTS --rows N [--rate R] [--writers W] [--batch B] [--json]

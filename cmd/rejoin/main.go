@@ -20,6 +20,7 @@ var commands = []command{
 	{"demo", "start a local cluster, kill a node, watch it rejoin, check digests", runDemo},
 	{"init", "create a cluster in an existing etcd: shape, tables, placement", runInit},
 	{"node", "run one node of a cluster", runNode},
+	{"replace", "move a dead node's replicas onto a new node, which rebuilds them by rejoins", runReplace},
 	{"put", "write a value under a key", runPut},
 	{"get", "print the value under a key", runGet},
 	{"del", "delete a key", runDel},

@@ -162,5 +162,5 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil // stopped by a signal
 	}
-	return err
+	return f.etcd.explain(err)
 }

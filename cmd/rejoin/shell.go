@@ -15,8 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -184,7 +184,7 @@ func (s *shell) clusterErr(err error) error {
 	case errors.Is(err, client.ErrNoNode):
 		return fmt.Errorf("no node of the cluster could be reached (are they running? rejoin status --etcd %s): %w", ep, err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(s.ctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("no answer within --timeout %s (etcd at %s, or the cluster's nodes): %w", s.flags.timeout, ep, err)
+		return s.flags.etcd.explain(fmt.Errorf("no answer within --timeout %s (etcd at %s, or the cluster's nodes): %w", s.flags.timeout, ep, err))
 	}
 	return err
 }

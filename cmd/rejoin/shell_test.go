@@ -12,7 +12,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/claim"
-	"github.com/rejoin-db/rejoin/recovery/node/client/clienttest"
+	"github.com/rejoin-db/rejoin/recovery/client/clienttest"
 	"github.com/rejoin-db/rejoin/wire"
 )
 

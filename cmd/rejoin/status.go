@@ -62,7 +62,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, layout.ErrMissing) {
 			return fmt.Errorf("etcd at %s holds no cluster (create one with rejoin init): %w", etcd.endpoints, err)
 		}
-		return etcdErr(ctx, etcd.endpoints, *timeout, err)
+		return etcd.explain(etcdErr(ctx, etcd.endpoints, *timeout, err))
 	}
 	hc := &http.Client{}
 	if *certsDir != "" {

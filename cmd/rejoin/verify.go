@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
+	"github.com/rejoin-db/rejoin/recovery/client"
 )
 
 // errMismatch makes run exit 1 after verify printed its report.

@@ -32,7 +32,7 @@ import (
 func TestWalkthrough(t *testing.T) {
 	bin := rejoinBinary(t)
 	lines := walkthroughLines(t)
-	w := &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}}
+	w := &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}, ids: map[string]string{}}
 	defer checkNoNodes(t)
 	defer w.stopAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -48,6 +48,9 @@ func TestWalkthrough(t *testing.T) {
 	}
 	if w.phase != phaseRestarted {
 		t.Fatalf("the walk-through never restarted a node (phase %d)", w.phase)
+	}
+	if w.rejoiner == w.killed {
+		t.Fatalf("the walk-through ends with %s restarted, not with a node replaced by another", w.killed)
 	}
 }
 
@@ -101,6 +104,11 @@ type walk struct {
 	procs map[string]*exec.Cmd // background processes by variable
 	logs  []string
 	phase int
+	// ids are the node ids of the background nodes, by variable; killed
+	// is the node the last kill stopped, rejoiner the node started after
+	// it (the same one restarted, or the one that replaced it).
+	ids              map[string]string
+	killed, rejoiner string
 }
 
 // readmeDir and readmeEtcd are what the README uses; the test runs its
@@ -282,8 +290,14 @@ func (w *walk) startNode(v string, args []string, stderrFile string, appendErr b
 	c, l := w.start(v, args, f, "ready node=")
 	w.vars[v] = strconv.Itoa(c.Process.Pid)
 	w.t.Logf("%s (pid %d)", l, c.Process.Pid)
+	for i, a := range args {
+		if a == "--id" && i+1 < len(args) {
+			w.ids[v] = "n" + args[i+1]
+		}
+	}
 	if w.phase == phaseKilled {
 		w.phase = phaseRestarted
+		w.rejoiner = w.ids[v]
 	}
 }
 
@@ -299,12 +313,14 @@ func (w *walk) kill(ref string) {
 	_ = c.Wait()
 	delete(w.procs, v)
 	w.phase = phaseKilled
+	w.killed = w.ids[v]
 }
 
 // waitStatus waits for what the README's prose says status shows at this
-// point: every node up and every replica live at first; the killed n3 gone
-// after the kill; after the restart, n3's replicas rejoined (their tasks
-// done) and every replica live.
+// point: every node up and every replica live at first; the killed node
+// gone after a kill; after the node that follows it starts (the same
+// restarted, or a new one that replaced it), that node's replicas
+// rejoined (their tasks done) and every replica live.
 func (w *walk) waitStatus() {
 	deadline := time.Now().Add(90 * time.Second)
 	var last string
@@ -347,24 +363,27 @@ func (w *walk) statusShows() (bool, string) {
 	}
 	switch w.phase {
 	case phaseKilled:
-		if up["n3"] {
-			return false, "n3 still registered"
+		if up[w.killed] {
+			return false, w.killed + " still registered"
 		}
 		return true, ""
 	case phaseRestarted:
 		hosted, done := 0, 0
 		for _, r := range v.Replicas {
-			if r.Node == "n3" {
+			if r.Node == w.rejoiner {
 				hosted++
+			}
+			if r.Node == w.killed && w.killed != w.rejoiner {
+				return false, fmt.Sprintf("%s, replaced, still holds a replica of partition %d", w.killed, r.Partition)
 			}
 		}
 		for _, tk := range v.Tasks {
-			if tk.Dest == "n3" && tk.Status == "done" {
+			if tk.Dest == w.rejoiner && tk.Status == "done" {
 				done++
 			}
 		}
 		if hosted == 0 || done != hosted {
-			return false, fmt.Sprintf("%d of n3's %d replicas rejoined", done, hosted)
+			return false, fmt.Sprintf("%d of %s's %d replicas rejoined", done, w.rejoiner, hosted)
 		}
 	}
 	return allLive()

@@ -13,7 +13,9 @@
 // progress, and ends with MarkDone, Requeue or MarkFailed and then
 // Release. The coordinator's leader (supervision) opens tasks with
 // CreateTask and runs ResetStale as its periodic health task. cmd/rejoin
-// starts StartEmbedded for the single-machine setup; tests use it too.
+// starts StartEmbedded for the single-machine setup, with
+// EmbeddedOptions.TLS (https, client certificates required) unless
+// insecure; tests use it too.
 //
 // # Why the epoch, not the lease, keeps two executors from both writing
 //

@@ -2,15 +2,18 @@ package claim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -55,6 +58,22 @@ type EmbeddedOptions struct {
 	ReadyTimeout time.Duration
 	// UnsafeNoFsync skips fsync: for tests only, a crash loses writes.
 	UnsafeNoFsync bool
+	// TLS, if set, serves the client and peer URLs over TLS (https) and
+	// requires of every client a certificate issued by its CA (etcd's
+	// --client-cert-auth): whoever may write to etcd controls placement,
+	// addresses and claims.
+	TLS *EmbeddedTLS
+}
+
+// EmbeddedTLS are the embedded server's TLS files, PEM.
+type EmbeddedTLS struct {
+	// CertFile and KeyFile are the server's certificate, naming
+	// 127.0.0.1; TrustedCAFile is the CA its clients' certificates must
+	// come from.
+	CertFile, KeyFile, TrustedCAFile string
+	// Client is the TLS config of the clients Client makes (a client
+	// certificate from that CA); nil if Client is not used.
+	Client *tls.Config
 }
 
 // Embedded is an etcd server running in this process, listening only on
@@ -121,13 +140,29 @@ func StartEmbedded(dir string, opts EmbeddedOptions) (*Embedded, error) {
 func (e *Embedded) Endpoints() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return []string{loopbackURL(e.clientPort)}
+	return []string{e.clientURL()}
+}
+
+// clientURL is the client URL, https with TLS.
+func (e *Embedded) clientURL() string {
+	u := loopbackURL(e.clientPort)
+	if e.opts.TLS != nil {
+		u = "https" + strings.TrimPrefix(u, "http")
+	}
+	return u
 }
 
 // Client returns a new client of the server, logging at error level only.
 // The caller closes it.
 func (e *Embedded) Client() (*clientv3.Client, error) {
-	return clientv3.New(loopbackClientConfig(e.Endpoints(), e.log))
+	cfg := loopbackClientConfig(e.Endpoints(), e.log)
+	if e.opts.TLS != nil {
+		if e.opts.TLS.Client == nil {
+			return nil, errors.New("claim: the embedded etcd requires client certificates: EmbeddedTLS.Client is nil")
+		}
+		cfg.TLS = e.opts.TLS.Client
+	}
+	return clientv3.New(cfg)
 }
 
 // loopbackClientConfig is a client of a server on this machine: it
@@ -203,7 +238,12 @@ func (e *Embedded) start() error {
 	cfg := embed.NewConfig()
 	cfg.Name = e.opts.Name
 	cfg.Dir = e.dir
-	curl, purl := mustURL(loopbackURL(e.clientPort)), mustURL(loopbackURL(e.peerPort))
+	curl, purl := mustURL(e.clientURL()), mustURL(loopbackURL(e.peerPort))
+	if t := e.opts.TLS; t != nil {
+		info := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile, ClientCertAuth: true}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
+		purl.Scheme = "https"
+	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{curl}, []url.URL{curl}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{purl}, []url.URL{purl}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)

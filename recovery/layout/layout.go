@@ -151,6 +151,7 @@ func Init(ctx context.Context, cli *clientv3.Client, cfg Config, nodes []string)
 	resp, err := cli.Txn(ctx).If(absent, noNodes).Then(
 		clientv3.OpPut(InitKey, token),
 		clientv3.OpDelete(supervise.ReplicasPrefix, clientv3.WithPrefix()),
+		clientv3.OpDelete(supervise.BootstrappedKey),
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("layout: init: %w", err)

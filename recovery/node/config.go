@@ -116,6 +116,10 @@ type Config struct {
 	// testSkip, in tests, keeps the initiator from sending txn id to
 	// node: a node that died half way through sending it.
 	testSkip func(node string, id txnid.ID) bool
+	// testCrash, in tests, stops the node without a goodbye to etcd: its
+	// record stays until its lease ends or a newer process of the node
+	// takes it over, as after a SIGKILL.
+	testCrash bool
 	// testNoTasks, in tests, keeps the node from opening rejoin tasks:
 	// its replicas that need a rejoin stay so.
 	testNoTasks bool

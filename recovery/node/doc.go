@@ -89,7 +89,12 @@
 //
 // # The initiator
 //
-// A node's initiator assigns txn IDs (txnid.Generator) to client calls and
+// A node's initiator is recovery.Initiator, the pure core, driven by
+// feed.go: the core decides (txn IDs, whom a call waits for, when a
+// heartbeat is due, which node to dial and what its hello's Missed says,
+// the floor rule), and the driver dials, reads and writes the feeds,
+// ticks the core every BeatEvery and gives it the membership view every
+// 100 ms. The core assigns txn IDs (txnid.Generator) to client calls and
 // sends each to every replica of the call's partition on a live node,
 // under one lock so that every feed carries IDs in increasing order. It
 // sequences a call only once it has a feed open to every node of its view
@@ -111,8 +116,9 @@
 // past it has run while the initiator is in its safe-point tracker. So
 // before a replica stops waiting for the initiator, it asks every live
 // peer replica of its partition for that initiator's txns past its own
-// prefix (repair.go; each replica keeps the latest 16k per initiator) and
-// takes them in: every survivor runs the longest prefix any of them got.
+// prefix (repair.go, by recovery.TailRepair's rule; each replica keeps the
+// latest 16k per initiator) and takes them in: every survivor runs the
+// longest prefix any of them got.
 // A peer that cannot answer (its own feed from that incarnation of the
 // initiator still open, or the range no longer kept) fails the replica:
 // it rejoins rather than risk diverging. If the initiator's process lives
@@ -217,7 +223,9 @@
 //
 // # Admin HTTP
 //
-// GET /status (Status as JSON, with tls or insecure), GET /metrics
+// GET /status (Status as JSON, with tls or insecure), GET /timeline
+// (Timelines: every rejoin attempt the node took part in, as source or
+// destination, sampled every 100 ms; ?partition=P, ?last=N), GET /metrics
 // (Prometheus); with Config.Pprof GET /debug/pprof/ (Go's profiles), and
 // with Config.FaultPoints the fault points the demo and tests use (each
 // is 404 otherwise). Off loopback the admin HTTP is TLS with the node's
@@ -229,6 +237,18 @@
 // (close the rejoin's TCP connection), /fault/pause-executor?for=D (the
 // source attempt's I/O stands still and its claim's keepalive stops, as
 // in a process stalled past its TTL).
+//
+// The timelines (timeline.go) are recorded by one goroutine of the node,
+// which every TimelineEvery reads each replica's published status (the
+// atomic pointer the replica refreshes every tick) and appends a sample
+// to the timeline of each attempt under way: cumulative rows, bytes,
+// change-log peak, throttle and hold, the replica's txns executed, the
+// phase. It never touches a replica's goroutine. A timeline is a ring of
+// the latest TimelineSamplesMax samples; the node keeps at most
+// TimelineRejoinsMax timelines, a new attempt taking an ended one's
+// place (none ended: the newcomer waits, counted as untracked). An
+// attempt's final phase, or its leaving the status unseen, ends its
+// timeline.
 //
 // Config.PlantDropKey is a planted fault for `rejoin chaos`'s own test
 // only (plant.go): the initiator writes its first upsert of that key

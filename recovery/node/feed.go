@@ -2,9 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -273,7 +273,11 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 // others' safe point only as long as its sockets take to close and one
 // round trip to each peer. If its process lives on (no feed of a newer
 // incarnation follows while its node is alive), the replicas may have
-// missed txns it sent: they fail and need a rejoin.
+// missed txns it sent: they fail and need a rejoin. The process, not
+// the node: a newer process registered under the node's id has taken the
+// old one's record, and with it the registration the old one needs to
+// sequence a call (supervise.ErrSuperseded), so nothing more comes from
+// it and the repair of its tail is complete.
 func (n *Node) feedLost(fi *feedIn) {
 	ctx, cancel := context.WithCancel(n.ctx)
 	go func() {
@@ -288,7 +292,7 @@ func (n *Node) feedLost(fi *feedIn) {
 	close(fi.resolved)
 	deadline := time.Now().Add(3 * n.cfg.NodeTTL)
 	for time.Now().Before(deadline) {
-		if !n.members.alive(fi.node) || n.feedSuperseded(fi) {
+		if !n.members.aliveAs(fi.node, fi.inc) || n.feedSuperseded(fi) {
 			return
 		}
 		select {
@@ -297,7 +301,7 @@ func (n *Node) feedLost(fi *feedIn) {
 			return
 		}
 	}
-	if n.feedSuperseded(fi) || !n.members.alive(fi.node) {
+	if n.feedSuperseded(fi) || !n.members.aliveAs(fi.node, fi.inc) {
 		return
 	}
 	for _, r := range n.replicas {
@@ -365,33 +369,29 @@ func writeQueueOf[T any](ctx context.Context, conn *stream.Conn, q <-chan T, sto
 
 // ---- the initiator: client calls in, feeds out ----
 
-// initiator assigns txn IDs to client calls, sends each to every replica
-// of its partition on a live node, heartbeats when idle, and answers the
-// client once every live replica has executed the txn.
+// initiator drives the initiator core (recovery.Initiator), which assigns
+// txn IDs, says whom each call waits for and when a heartbeat is due, and
+// keeps each feed's state: this side dials and runs the feeds out, maps
+// BeatEvery to the core's ticks and the membership view to its
+// InitiatorView, and queues the core's messages on the feeds.
 type initiator struct {
 	n *Node
 
 	mu   sync.Mutex
-	gen  *txnid.Generator
+	core *recovery.Initiator
+	// outs are the open feeds' connections, by node: the ones the core
+	// has open.
 	outs map[string]*feedOut
-	// lost holds, per node, the incarnation (incarnation()) whose feed
-	// broke: a call does not wait for a feed to a node that went away.
-	lost map[string]int64
-	// missed holds, per node, the partitions this process sequenced a txn
-	// of while it had no feed to the node: told to it when a feed opens
-	// (wire.Hello.Missed). dialing are the nodes a feed is being opened
-	// to: no txn of their partitions is sequenced meanwhile.
-	missed   map[string]map[uint32]bool
-	dialing  map[string]bool
-	pending  map[txnid.ID]*call
-	lastSend time.Time
+	// view is the membership view iv was made of; polled is the one the
+	// core was last given in a poll, whose addresses its dials use.
+	view, polled *view
+	iv           *recovery.InitiatorView
+	// dials are the goroutines of the feeds out.
+	dials sync.WaitGroup
 }
 
 type feedOut struct {
-	node string
-	// inc is the node's incarnation (incarnation()) the feed was opened
-	// to: the same process across its re-registrations.
-	inc    int64
+	node   string
 	conn   *stream.Conn
 	q      chan wire.Message
 	broken chan struct{}
@@ -418,102 +418,108 @@ func (f *feedOut) send(m wire.Message) bool {
 	}
 }
 
-// call is one client call in flight.
-type call struct {
-	req     *wire.Call
-	id      txnid.ID
-	waiting map[string]bool
-	// sent: the txn went out on at least one feed, so without a result
-	// its outcome is unknown, not a failure.
-	sent    bool
-	replied bool
-	reply   wire.Reply
-	send    func(*wire.Reply)
-}
+// beatTicks is the core's ticks per BeatEvery (a tick is a BeatEvery): a
+// heartbeat goes out after a BeatEvery with nothing sent.
+const beatTicks = 1
 
 func newInitiator(n *Node) (*initiator, error) {
 	clock := func() int64 { return time.Now().UnixMilli() }
 	if n.cfg.testClock != nil {
 		clock = n.cfg.testClock
 	}
-	gen, err := txnid.NewGenerator(txnid.Initiator(n.cfg.ID), clock)
+	in := &initiator{n: n, outs: map[string]*feedOut{}}
+	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
+		Node: n.id, ID: txnid.Initiator(n.cfg.ID), Clock: clock, Partitions: n.cluster.Partitions, BeatTicks: beatTicks,
+		Knobs: recovery.InitiatorKnobs{SkipSend: n.cfg.testSkip, Plant: n.maybePlant},
+	}, (*initiatorIO)(in))
 	if err != nil {
 		return nil, err
 	}
-	return &initiator{n: n, gen: gen, outs: map[string]*feedOut{}, lost: map[string]int64{},
-		missed: map[string]map[uint32]bool{}, dialing: map[string]bool{}, pending: map[txnid.ID]*call{}}, nil
+	in.core = core
+	return in, nil
 }
 
-// submit sequences a call and sends it to its partition's replicas.
+// initiatorIO is the core's I/O (recovery.InitiatorIO), called with
+// in.mu held.
+type initiatorIO initiator
+
+func (io *initiatorIO) Send(node string, m wire.Message) bool {
+	f := io.outs[node]
+	return f != nil && f.send(m)
+}
+
+func (io *initiatorIO) Close(node string) {
+	if f := io.outs[node]; f != nil {
+		f.close()
+	}
+}
+
+func (io *initiatorIO) Dial(node string, inc int64, missed []uint32) {
+	in := (*initiator)(io)
+	addr := in.polled.nodes[node].Address
+	in.dials.Add(1)
+	go func() {
+		defer in.dials.Done()
+		in.openFeed(node, addr, missed)
+	}()
+}
+
+// viewLocked returns v as the core's view; in.mu held. A view is read
+// every 100 ms and never changed once read, so the last one is kept.
+func (in *initiator) viewLocked(v *view) *recovery.InitiatorView {
+	if v == in.view {
+		return in.iv
+	}
+	iv := &recovery.InitiatorView{Nodes: make(map[string]int64, len(v.nodes)),
+		Placement: make(map[uint32][]recovery.ReplicaPlace, len(v.placement)), Bootstrapped: v.bootstrapped}
+	for node, rec := range v.nodes {
+		iv.Nodes[node] = incarnation(rec)
+	}
+	for p, rps := range v.placement {
+		ps := make([]recovery.ReplicaPlace, len(rps))
+		for i, rp := range rps {
+			ps[i] = recovery.ReplicaPlace{Node: rp.node, Live: rp.live}
+		}
+		iv.Placement[p] = ps
+	}
+	in.view, in.iv = v, iv
+	return iv
+}
+
+// feedWait bounds how long a call waits for the feeds to a partition's
+// replicas to open. A node that just registered is dialled within a
+// membership poll (100 ms); a call in the meantime would have to fail.
+const feedWait = 3 * time.Second
+
+// submit sequences a call and sends it to its partition's replicas. While
+// the core refuses it for a feed not yet open (recovery.Unfed), it waits,
+// up to feedWait, with the view read afresh.
 func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
-	view := in.n.members.view()
-	if !in.n.reg.Registered() {
-		// Its view may be stale and other nodes may take it for dead: a
-		// call sequenced now could miss a replica that went live
-		// meanwhile (docs/DESIGN.md "Without the coordinator").
-		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s is not registered in etcd (coordinator unreachable): it sequences no call until it is", in.n.id)})
-		return
-	}
-	if req.Partition >= in.n.cluster.Partitions {
-		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d out of range (%d partitions)", req.Partition, in.n.cluster.Partitions)})
-		return
-	}
-	if !view.bootstrapped {
-		// A node of the placement has never started: its replicas will
-		// come up live and empty, so nothing may be written before.
-		send(&wire.Reply{Req: req.Req, Err: "the cluster is not bootstrapped yet: a node of its placement has never started"})
-		return
-	}
-	view = in.waitFeeds(req.Partition, view)
-	in.mu.Lock()
-	feeds := in.replicaFeedsLocked(req.Partition, view)
-	if unfed := recovery.Unfed(feeds); len(unfed) > 0 {
-		// A replica there would never get the txn and, not tracking
-		// this initiator, would run past it (docs/DESIGN.md "Feeds that
-		// open late"). Nothing was sent: a definite failure.
+	deadline := time.Now().Add(feedWait)
+	for {
+		v := in.n.members.view()
+		registered := in.n.reg.Registered()
+		in.mu.Lock()
+		err := in.core.Submit(in.viewLocked(v), registered, req, send)
 		in.mu.Unlock()
-		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it, after %v: the txn was sent nowhere", req.Partition, strings.Join(unfed, ", "), feedWait)})
-		return
-	}
-	c := &call{req: req, waiting: map[string]bool{}, send: send}
-	var targets []*feedOut
-	for _, rp := range view.placement[req.Partition] {
-		f := in.outs[rp.node]
-		if f == nil {
-			continue
+		var unfed *recovery.UnfedError
+		if err == nil {
+			return
 		}
-		targets = append(targets, f)
-		if rp.live {
-			c.waiting[rp.node] = true
+		if !errors.As(err, &unfed) {
+			send(&wire.Reply{Req: req.Req, Err: err.Error()})
+			return
+		}
+		if !time.Now().Before(deadline) || in.n.ctx.Err() != nil {
+			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it, after %v: the txn was sent nowhere",
+				unfed.Partition, strings.Join(unfed.Nodes, ", "), feedWait)})
+			return
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-in.n.ctx.Done():
 		}
 	}
-	if len(c.waiting) == 0 {
-		in.mu.Unlock()
-		send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d has no live replica", req.Partition)})
-		return
-	}
-	c.id = in.gen.Next()
-	in.pending[c.id] = c
-	for _, node := range recovery.Missed(feeds) {
-		in.noteMissedLocked(node, req.Partition)
-	}
-	txn := &wire.Txn{Partition: req.Partition, ID: c.id, Proc: req.Proc, Params: req.Params}
-	in.n.maybePlant(txn)
-	for _, f := range targets {
-		if in.n.cfg.testSkip != nil && in.n.cfg.testSkip(f.node, c.id) {
-			delete(c.waiting, f.node)
-			continue
-		}
-		if !f.send(txn) {
-			delete(c.waiting, f.node)
-			in.noteMissedLocked(f.node, req.Partition)
-			continue
-		}
-		c.sent = true
-	}
-	in.lastSend = time.Now()
-	in.maybeReply(c)
-	in.mu.Unlock()
 }
 
 // feedFloorWait bounds the wait for a feed's floor. The receiver sends it
@@ -550,234 +556,51 @@ func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (txni
 	}
 }
 
-// noteMissedLocked records that node's replica of p lacks a txn this
-// process sequenced; in.mu held.
-func (in *initiator) noteMissedLocked(node string, p uint32) {
-	ps := in.missed[node]
-	if ps == nil {
-		ps = map[uint32]bool{}
-		in.missed[node] = ps
-	}
-	ps[p] = true
-}
-
-// feedWait bounds how long a call waits for the feeds to a partition's
-// replicas to open.
-const feedWait = 3 * time.Second
-
-// waitFeeds waits, boundedly, until a feed is open to every node of the
-// view holding a replica of p (recovery.Unfed), and returns the view
-// then. A node that just registered is dialled within a membership poll
-// (100 ms); a call in the meantime would have to fail.
-func (in *initiator) waitFeeds(p uint32, view *view) *view {
-	deadline := time.Now().Add(feedWait)
-	for {
-		in.mu.Lock()
-		missing := len(recovery.Unfed(in.replicaFeedsLocked(p, view))) > 0
-		in.mu.Unlock()
-		if !missing || !time.Now().Before(deadline) {
-			return view
-		}
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-in.n.ctx.Done():
-			return view
-		}
-		view = in.n.members.view()
-	}
-}
-
-// replicaFeedsLocked says, for each replica of p, whether its node is
-// alive in v and whether a txn sent now reaches it: the feed to it is
-// open, or the one to its process broke (its replicas then fail, having
-// tracked this initiator all along). in.mu held.
-func (in *initiator) replicaFeedsLocked(p uint32, v *view) []recovery.ReplicaFeed {
-	var rs []recovery.ReplicaFeed
-	for _, rp := range v.placement[p] {
-		rec, alive := v.nodes[rp.node]
-		fed := in.outs[rp.node] != nil || alive && in.lost[rp.node] == incarnation(rec)
-		rs = append(rs, recovery.ReplicaFeed{Node: rp.node, Alive: alive, Fed: fed, Dialing: in.dialing[rp.node]})
-	}
-	return rs
-}
-
-// onDone records one replica's result.
-func (in *initiator) onDone(node string, d *wire.Done) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	c := in.pending[d.ID]
-	if c == nil || !c.waiting[node] {
-		return // a replica not waited for (rejoining), or a late answer
-	}
-	delete(c.waiting, node)
-	if !c.replied {
-		c.replied = true
-		c.reply.Out = append([]byte(nil), d.Out...)
-		c.reply.Err = d.Err
-	}
-	if c.req.Each {
-		c.reply.Each = append(c.reply.Each, wire.ReplicaOut{Node: node, Out: append([]byte(nil), d.Out...), Err: d.Err})
-	}
-	in.maybeReply(c)
-}
-
-// dropNode stops waiting for node: its feed broke.
-func (in *initiator) dropNode(node string) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.dropNodeLocked(node)
-}
-
-// dropNodeLocked stops waiting for node; in.mu held.
-func (in *initiator) dropNodeLocked(node string) {
-	for _, c := range in.pending {
-		if c.waiting[node] {
-			delete(c.waiting, node)
-			in.maybeReply(c)
-		}
-	}
-}
-
-// dropNotLiveLocked stops waiting for the replicas v no longer has live:
-// a replica that failed (needs a rejoin) drops its feed and will not
-// answer, though its node lives (e.g. one failed after a lapsed
-// registration, docs/DESIGN.md "Without the coordinator"). The call's
-// other live replicas hold the txn. in.mu held.
-func (in *initiator) dropNotLiveLocked(v *view) {
-	for _, c := range in.pending {
-		changed := false
-		for node := range c.waiting {
-			if !slices.ContainsFunc(v.placement[c.req.Partition], func(rp replicaPlace) bool { return rp.node == node && rp.live }) {
-				delete(c.waiting, node)
-				changed = true
-			}
-		}
-		if changed {
-			in.maybeReply(c)
-		}
-	}
-}
-
-// maybeReply answers the client once nothing is waited for; in.mu held.
-func (in *initiator) maybeReply(c *call) {
-	if len(c.waiting) > 0 {
-		return
-	}
-	delete(in.pending, c.id)
-	r := c.reply
-	r.Req, r.ID = c.req.Req, c.id
-	switch {
-	case c.replied:
-	case c.sent:
-		// Every replica it was sent to was lost before answering: it may
-		// have run on some of them. Only the client can decide what to do.
-		r.Err, r.Uncertain = "no live replica answered: the txn's outcome is unknown", true
-	default:
-		r.Err = "the txn reached no live replica"
-	}
-	c.send(&r)
-}
-
-// beat sends a heartbeat on every feed if nothing was sent for a while.
-func (in *initiator) beat() {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if time.Since(in.lastSend) < in.n.cfg.BeatEvery || len(in.outs) == 0 {
-		return
-	}
-	b := &wire.Beat{ID: in.gen.Next()}
-	for _, f := range in.outs {
-		if in.n.cfg.testSkip != nil && in.n.cfg.testSkip(f.node, b.ID) {
-			continue
-		}
-		f.send(b)
-	}
-	in.lastSend = time.Now()
-}
-
-// run keeps a feed open to every live node and heartbeats.
+// run ticks the core every BeatEvery and gives it the membership view
+// every poll, which keeps a feed open to every live node.
 func (in *initiator) run() {
 	t := time.NewTicker(in.n.cfg.BeatEvery)
 	defer t.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
-	dialing := map[string]bool{}
-	dialed := make(chan string, 64)
-	var wg sync.WaitGroup
 	defer func() {
 		in.mu.Lock()
 		for _, f := range in.outs {
 			f.close()
 		}
 		in.mu.Unlock()
-		wg.Wait()
+		in.dials.Wait()
 	}()
 	for {
 		select {
 		case <-in.n.ctx.Done():
 			return
 		case <-t.C:
-			in.beat()
-		case node := <-dialed:
-			delete(dialing, node)
-		case <-poll.C:
-			view := in.n.members.view()
 			in.mu.Lock()
-			for node, f := range in.outs {
-				rec, ok := view.nodes[node]
-				switch {
-				case !ok:
-					// Taken for dead by etcd: stop waiting for it, but keep
-					// its feed. A dead process's connection breaks by
-					// itself; a process that only lost etcd goes on
-					// receiving every txn, so it misses none (docs/DESIGN.md
-					// "Without the coordinator").
-					in.dropNodeLocked(node)
-				case incarnation(rec) != f.inc:
-					f.close() // a new process: the old connection is stale
-				}
-			}
-			in.dropNotLiveLocked(view)
+			in.core.Tick()
 			in.mu.Unlock()
-			for node, rec := range view.nodes {
-				in.mu.Lock()
-				_, have := in.outs[node]
-				in.mu.Unlock()
-				if have || dialing[node] {
-					continue
-				}
-				dialing[node] = true
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { dialed <- node }()
-					in.openFeed(node, rec.Address, incarnation(rec))
-				}()
-			}
+		case <-poll.C:
+			v := in.n.members.view()
+			in.mu.Lock()
+			in.polled = v
+			in.core.SetView(in.viewLocked(v))
+			in.mu.Unlock()
 		}
 	}
 }
 
-// openFeed dials node and runs the feed until it breaks.
-func (in *initiator) openFeed(node, addr string, inc int64) {
+// openFeed dials node, whose hello names the partitions missed, and runs
+// the feed until it breaks.
+func (in *initiator) openFeed(node, addr string, missed []uint32) {
+	if f := in.n.cfg.testNoFeedTo; f != nil && f(node) {
+		in.mu.Lock()
+		in.core.DialFailed(node)
+		in.mu.Unlock()
+		return
+	}
 	ctx, cancel := context.WithTimeout(in.n.ctx, 2*time.Second)
 	cfg := in.n.dialConfig(node)
 	cfg.StallWindow = 0 // a feed may be idle one way; node death is etcd's to tell
-	if f := in.n.cfg.testNoFeedTo; f != nil && f(node) {
-		cancel()
-		return
-	}
-	// What node missed so far goes in the hello; from here until the
-	// feed is open no txn of its partitions is sequenced (Dialing), so
-	// the list stays whole.
-	in.mu.Lock()
-	in.dialing[node] = true
-	var missed []uint32
-	for p := range in.missed[node] {
-		missed = append(missed, p)
-	}
-	in.mu.Unlock()
-	slices.Sort(missed)
 	conn, err := stream.Dial(ctx, addr, cfg)
 	if err == nil {
 		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation(), Missed: missed}, node)
@@ -794,21 +617,17 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 	}
 	if err != nil {
 		in.mu.Lock()
-		delete(in.dialing, node)
+		in.core.DialFailed(node)
 		in.mu.Unlock()
 		if in.n.ctx.Err() == nil {
 			in.n.limited.Log(slog.LevelInfo, "feed-dial/"+node, "feed dial failed", "node", node, "err", err)
 		}
 		return
 	}
-	f := &feedOut{node: node, inc: inc, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
+	f := &feedOut{node: node, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()
-	delete(in.dialing, node)
-	delete(in.missed, node) // the node has the list now
-	in.gen.Advance(floor)
 	in.outs[node] = f
-	// The first message: the replicas' safe point hears from us at once.
-	f.send(&wire.Beat{ID: in.gen.Next()})
+	in.core.FeedOpened(node, floor)
 	in.mu.Unlock()
 	in.n.log.Info("feed open", "to", node)
 	done := make(chan struct{})
@@ -823,17 +642,16 @@ func (in *initiator) openFeed(node, addr string, inc int64) {
 			break
 		}
 		if d, ok := m.(*wire.Done); ok {
-			in.onDone(node, d)
+			in.mu.Lock()
+			in.core.OnDone(node, d)
+			in.mu.Unlock()
 		}
 	}
 	f.close()
 	<-done
 	in.mu.Lock()
-	if in.outs[node] == f {
-		delete(in.outs, node)
-		in.lost[node] = f.inc
-	}
+	delete(in.outs, node)
+	in.core.FeedLost(node)
 	in.mu.Unlock()
-	in.dropNode(node)
 	in.n.log.Info("feed closed", "to", node)
 }

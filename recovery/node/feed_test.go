@@ -268,3 +268,58 @@ func TestInitiatorBehindJoins(t *testing.T) {
 	})
 	checkDigests(t, cl1, 1, 3)
 }
+
+// TestFeedLostFromSupersededProcess: n3's process dies without saying
+// goodbye to etcd, and a new process of n3 registers over its record at
+// once but cannot open its feed to n2 yet. The old process's feed into n2
+// ended and its tail was repaired; the new process is another initiator
+// incarnation, so nothing of the old one can be missing. Before, n2 took
+// "n3 is alive" for "the process of the lost feed lives" and failed every
+// replica after 3 node TTLs (rejoin chaos seed 1123, 10 minutes: with n1
+// killed as well, partitions 0, 4 and 5 were left with no live replica).
+func TestFeedLostFromSupersededProcess(t *testing.T) {
+	const ttl = 2 * time.Second
+	cfg := layout.Config{Partitions: 2, Replicas: 3, Tables: []layout.Table{layout.KV()}}
+	c := newClusterWith(t, 3, 2, cfg, func(c *cluster) { c.nodeTTL = ttl })
+	c.startCfg(3, func(cfg *Config) { cfg.testCrash = true })
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 2)
+	for i := range 200 {
+		upsert(t, cl, 2, i)
+	}
+	// n3's old process leaves its record behind, and the new one takes it
+	// over at once.
+	c.stop(3)
+	var blocked atomic.Bool
+	blocked.Store(true)
+	c.startCfg(3, func(cfg *Config) {
+		cfg.testNoFeedTo = func(node string) bool { return node == NodeName(2) && blocked.Load() }
+	})
+	// Past 3 node TTLs: n2's replicas must stay live, never rejoined.
+	deadline := time.Now().Add(4*ttl + 2*time.Second)
+	for time.Now().Before(deadline) {
+		for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
+			if rs.State != StateLive || rs.Rejoin != nil {
+				t.Fatalf("n2's replica of partition %d: state %s, rejoin %+v: failed for the lost feed of a process superseded by a newer one", rs.Partition, rs.State, rs.Rejoin)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	blocked.Store(false)
+	i := 200
+	waitUntil(t, 60*time.Second, "every replica live", func() bool {
+		upsert(t, cl, 2, i)
+		i++
+		return allLive(t, c)
+	})
+	waitUntil(t, 5*time.Second, "every replica answering n1's calls", func() bool {
+		for p := range uint32(2) {
+			r, err := cl.call(p, partition.ProcDigest, true)
+			if err != nil || len(r.Each) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	checkDigests(t, cl, 2, 3)
+}

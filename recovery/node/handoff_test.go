@@ -174,6 +174,12 @@ func TestFailedHandoffRejoinsAgain(t *testing.T) {
 	for j := range 50 {
 		upsert(t, cl, 1, i+j)
 	}
+	// n1 waits for n2's replica once its own view, read every 100 ms,
+	// has it live: the task done does not say that view was read.
+	waitUntil(t, 10*time.Second, "n1's digest call waits for every replica", func() bool {
+		r, err := cl.call(0, partition.ProcDigest, true)
+		return err == nil && len(r.Each) == 2
+	})
 	checkDigests(t, cl, 1, 2)
 }
 

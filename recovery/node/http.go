@@ -20,6 +20,7 @@ func (n *Node) httpHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(n.Status())
 	})
+	mux.HandleFunc("GET /timeline", n.serveTimeline)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
 	if n.cfg.Pprof {
 		n.pprofRoutes(mux)
@@ -29,6 +30,32 @@ func (n *Node) httpHandler() http.Handler {
 		n.faultRoutes(mux)
 	}
 	return mux
+}
+
+// serveTimeline serves the node's rejoin timelines (timeline.go):
+// ?partition=P keeps that partition's, ?last=N the latest N of them.
+func (n *Node) serveTimeline(w http.ResponseWriter, req *http.Request) {
+	p, last := int64(-1), 0
+	if q := req.URL.Query().Get("partition"); q != "" {
+		v, err := strconv.ParseUint(q, 10, 32)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("partition=%q: want a partition number", q), http.StatusBadRequest)
+			return
+		}
+		p = int64(v)
+	}
+	if q := req.URL.Query().Get("last"); q != "" {
+		v, err := strconv.Atoi(q)
+		if err != nil || v < 1 {
+			http.Error(w, fmt.Sprintf("last=%q: want a positive count", q), http.StatusBadRequest)
+			return
+		}
+		last = v
+	}
+	tls := Timelines{Node: n.id, EveryMs: float64(TimelineEvery) / float64(time.Millisecond)}
+	tls.Rejoins, tls.Untracked = n.timeline.snapshotUntracked(p, last)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(tls)
 }
 
 // pprofRoutes serves Go's profiles, so a slow rejoin or write path can be

@@ -44,6 +44,13 @@ func (m *members) alive(node string) bool {
 	return ok
 }
 
+// aliveAs reports whether node is registered by its process of
+// incarnation inc (a feed's Hello.Epoch).
+func (m *members) aliveAs(node string, inc uint64) bool {
+	rec, ok := m.view().nodes[node]
+	return ok && uint64(incarnation(rec)) == inc
+}
+
 func (m *members) address(node string) (string, error) {
 	rec, ok := m.view().nodes[node]
 	if !ok {

@@ -53,6 +53,8 @@ type Node struct {
 	feeds    feedIns
 	init     *initiator
 	metrics  *metrics
+	// timeline records the rejoins the node takes part in (timeline.go).
+	timeline *timelines
 	outgoing atomic.Int32
 	// settledTerm is the registration term (Term.Seq) whose start found
 	// nothing to settle or settled what the replicas may have missed while
@@ -173,6 +175,10 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	defer stopWatch()
 	n.ctx = nctx
 	defer func() {
+		if n.cfg.testCrash {
+			reg.Abandon()
+			return
+		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 		defer cancel()
 		_ = reg.Close(cctx)
@@ -184,6 +190,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		return err
 	}
 	n.metrics = newMetrics(n)
+	n.timeline = newTimelines(TimelineSamplesMax, TimelineRejoinsMax)
 
 	srv := &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
@@ -197,6 +204,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
 	n.goRun(n.registration)
+	n.goRun(func() { n.timeline.run(n.ctx, TimelineEvery, n.replicaStatuses) })
 	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.replicas),
 		"first_start", report.First, "unexpected_shutdown", report.Unexpected)
 	if ready != nil {
@@ -575,8 +583,7 @@ func (n *Node) accept(ln net.Listener) {
 		raw := nc
 		var tc *tls.Conn
 		if n.serverTLS != nil {
-			tc = tls.Server(nc, n.serverTLS)
-			nc = tc
+			tc, nc = stream.Server(nc, n.serverTLS) // records batched: see stream.Client
 		}
 		hc, err := newHelloConn(nc, n.cfg.HelloTimeout)
 		if err != nil {
@@ -838,9 +845,13 @@ func (n *Node) Status() Status {
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	n.feeds.mu.Lock()
+	settling := n.feeds.holding
+	n.feeds.mu.Unlock()
 	for _, p := range ps {
 		if rs := n.replicas[p].status.Load(); rs != nil {
 			st.Replicas = append(st.Replicas, *rs)
+			st.Replicas[len(st.Replicas)-1].Settling = settling
 			st.TxnsExecuted += rs.TxnsExecuted
 		}
 	}

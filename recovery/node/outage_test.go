@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,6 +299,16 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 		reg, ok := registered(c, "n2")
 		return ok && !reg
 	})
+	// Cut off, n2 may miss txns: /status says its replicas are settling.
+	waitUntil(t, 10*time.Second, "n2's replicas reported settling", func() bool {
+		st := nodeStatus(t, c.nodes[2].addrs)
+		for _, rs := range st.Replicas {
+			if !rs.Settling {
+				return false
+			}
+		}
+		return len(st.Replicas) > 0
+	})
 	c.start(4)
 	cl4 := dialClient(t, c.nodes[4].addrs.TCP)
 	// n4 calls nothing on keepP, not even a read: any txn it sequences
@@ -327,6 +338,9 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 		return allLive(t, c)
 	})
 	for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
+		if rs.Settling {
+			t.Errorf("n2's replica of partition %d still reported settling after the settlement", rs.Partition)
+		}
 		switch int(rs.Partition) {
 		case missP:
 			if rs.Rejoin == nil {
@@ -348,4 +362,72 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 		return true
 	})
 	checkDigests(t, cl, parts, 2)
+}
+
+// TestNoSourceBeforeLapseSettled: a node back from a lapse holds, until
+// it has settled what its replicas missed meanwhile, a replica that looks
+// live in etcd. A rejoin assigned to it in that time must wait: served
+// from the stale replica, the destination went live without the writes
+// the replica missed and the partition diverged for good (rejoin chaos
+// seed 295137071: a read returned a value overwritten before).
+//
+// One partition on n1..n3. n2 is cut off from etcd past its lease; a new
+// node n4, whose feed to n2 cannot open, writes meanwhile. n2 registers
+// again and waits for n4's feed to learn what it missed; in that time n1
+// restarts, and its replica's rejoin is assigned to n2 (of n2 and n3, the
+// source named first). Once n4's feed opens, every replica must end live
+// with one digest.
+func TestNoSourceBeforeLapseSettled(t *testing.T) {
+	const ttl = 2 * time.Second
+	const parts = 1
+	cfg := layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}
+	c, px := newClusterN2ViaProxy(t, cfg, ttl)
+	cl := dialClient(t, c.nodes[3].addrs.TCP)
+	waitWritable(t, cl, parts)
+	for i := range 300 {
+		upsert(t, cl, parts, i)
+	}
+	px.Freeze()
+	waitUntil(t, 3*ttl+5*time.Second, "n2's lease to expire", func() bool {
+		reg, ok := registered(c, "n2")
+		return ok && !reg
+	})
+	var blocked atomic.Bool
+	blocked.Store(true)
+	a4 := c.startCfg(4, func(cfg *Config) {
+		cfg.testNoFeedTo = func(node string) bool { return node == NodeName(2) && blocked.Load() }
+	})
+	cl4 := dialClient(t, a4.TCP)
+	waitWritable(t, cl4, parts)
+	for i := 300; i < 400; i++ {
+		upsert(t, cl4, parts, i)
+	}
+	px.Thaw()
+	waitUntil(t, 20*time.Second, "n2 registered again", func() bool {
+		reg, ok := registered(c, "n2")
+		return ok && reg
+	})
+	// n2 now waits for n4's feed (up to missedWait) before it settles.
+	c.stop(1)
+	c.start(1)
+	// Long enough for a source that claims at once to stream 400 rows and
+	// hand off; short of missedWait.
+	time.Sleep(8 * time.Second)
+	blocked.Store(false)
+	i := 400
+	waitUntil(t, 60*time.Second, "every replica live", func() bool {
+		upsert(t, cl, parts, i)
+		i++
+		return allLive(t, c)
+	})
+	waitUntil(t, 5*time.Second, "every replica answering n3's calls", func() bool {
+		r, err := cl.call(0, partition.ProcDigest, true)
+		return err == nil && len(r.Each) == 3
+	})
+	checkDigests(t, cl, parts, 3)
+	for _, rs := range nodeStatus(t, c.nodes[1].addrs).Replicas {
+		if rs.Rejoin != nil {
+			t.Logf("n1's replica rejoined from %s at epoch %d", rs.Rejoin.Peer, rs.Rejoin.Epoch)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
@@ -99,48 +100,41 @@ func (r *replica) repairTxn(inv partition.Invocation) {
 
 // resolveInitiator repairs r's tail of initiator in's incarnation inc
 // from its live peers, then stops waiting for in. deadNode is the
-// initiator's node. If ctx ends first (the same process opened a new
-// feed: it lives, and its tail is not final), the replica fails.
+// initiator's node. Whom to ask, how long to retry and when the repair
+// counts as failed is recovery.TailRepair's rule. If ctx ends first (the
+// same process opened a new feed: it lives, and its tail is not final),
+// the replica fails.
 func (n *Node) resolveInitiator(ctx context.Context, r *replica, in txnid.Initiator, deadNode string, inc uint64) {
-	var failed []string
+	var nodes []string
 	for _, pl := range n.members.view().placement[r.p] {
-		if ctx.Err() != nil {
-			break
-		}
-		if pl.node == n.id || pl.node == deadNode {
-			continue
-		}
-		// A peer that cannot be reached may hold a longer prefix: try
-		// again until it answers or etcd says it died too (then it
-		// holds nothing that will run).
+		nodes = append(nodes, pl.node)
+	}
+	t := recovery.NewTailRepair(in, nodes, n.id, deadNode)
+	for peer, ok := t.Next(); ok && ctx.Err() == nil; peer, ok = t.Next() {
 		deadline := time.Now().Add(3 * n.cfg.NodeTTL)
-		taken, err := n.repairFrom(ctx, r, in, inc, pl.node)
-		for err != nil && n.members.alive(pl.node) && time.Now().Before(deadline) && ctx.Err() == nil {
+		for {
+			taken, err := n.repairFrom(ctx, r, in, inc, peer)
+			if err == nil && taken > 0 {
+				n.log.Info("initiator tail repaired", "partition", r.p, "initiator", in, "from", peer, "txns", taken)
+			}
+			try := recovery.RepairTry{Err: err, PeerAlive: n.members.alive(peer), Expired: !time.Now().Before(deadline), Ended: ctx.Err() != nil}
+			if !t.OnAnswer(peer, try) {
+				break
+			}
 			select {
 			case <-time.After(200 * time.Millisecond):
 			case <-ctx.Done():
 			}
-			taken, err = n.repairFrom(ctx, r, in, inc, pl.node)
-		}
-		if err != nil {
-			if !n.members.alive(pl.node) || ctx.Err() != nil {
-				continue
-			}
-			failed = append(failed, fmt.Sprintf("%s: %v", pl.node, err))
-			continue
-		}
-		if taken > 0 {
-			n.log.Info("initiator tail repaired", "partition", r.p, "initiator", in, "from", pl.node, "txns", taken)
 		}
 	}
-	redialled := ctx.Err() != nil && n.ctx.Err() == nil
+	if ctx.Err() != nil && n.ctx.Err() == nil {
+		t.Redialled()
+	}
+	why, fail := t.Verdict()
 	r.do(func(r *replica) {
 		r.removeInitiator(in)
-		switch {
-		case redialled:
-			r.fail(fmt.Sprintf("initiator %d's process lives on and re-opened its feed: its tail here is not final", in))
-		case len(failed) > 0:
-			r.fail(fmt.Sprintf("initiator %d's tail not repaired: %v", in, failed))
+		if fail {
+			r.fail(why)
 		}
 	})
 }

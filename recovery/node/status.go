@@ -35,6 +35,11 @@ type ReplicaStatus struct {
 	Digest       uint64 `json:"digest"`
 	LastExecuted uint64 `json:"last_executed"`
 	TxnsExecuted uint64 `json:"txns_executed"`
+	// Settling: the node lost its registration and has not yet settled
+	// what its replicas may have missed meanwhile (registration.go). The
+	// replica's answers are held, and it may still fail: it is not a copy
+	// to count on until this clears.
+	Settling bool `json:"settling,omitempty"`
 	// Rejoin is the current or latest attempt that rebuilds this replica.
 	Rejoin *RejoinStatus `json:"rejoin,omitempty"`
 	// Sources are the attempts this replica serves, current or latest.

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/bench/load"
+	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -21,25 +22,47 @@ import (
 // callers concurrent callers reach; writes/s and the latency quantiles are
 // reported beside it. nodes=3 is the demo's shape (4 partitions, 2
 // replicas each); nodes=1 has no replication, so the two side by side
-// show what the feeds and the acknowledgements cost.
+// show what the feeds and the acknowledgements cost. tls=on is mutual
+// TLS on every connection, client and feeds (the default), tls=off the
+// nodes' --insecure: side by side, what TLS costs.
 //
 //	go test -run '^$' -bench BenchmarkWrite -benchtime 20000x ./recovery/node/
 func BenchmarkWrite(b *testing.B) {
 	for _, shape := range []struct{ nodes, replicas int }{{1, 1}, {3, 2}} {
 		for _, callers := range []int{1, 64} {
-			b.Run(fmt.Sprintf("nodes=%d/replicas=%d/callers=%d", shape.nodes, shape.replicas, callers), func(b *testing.B) {
-				benchWrite(b, shape.nodes, shape.replicas, callers)
-			})
+			for _, tls := range []bool{true, false} {
+				b.Run(fmt.Sprintf("nodes=%d/replicas=%d/callers=%d/tls=%s", shape.nodes, shape.replicas, callers, onOff(tls)), func(b *testing.B) {
+					benchWrite(b, shape.nodes, shape.replicas, callers, tls)
+				})
+			}
 		}
 	}
 }
 
-func benchWrite(b *testing.B, nodes, replicas, callers int) {
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+func benchWrite(b *testing.B, nodes, replicas, callers int, tls bool) {
 	cfg := layout.Config{Partitions: 4, Replicas: replicas, Tables: []layout.Table{layout.KV()}}
-	c := newCluster(b, nodes, cfg)
+	c := newClusterStarting(b, nodes, 0, cfg)
+	var opts client.Options
+	for id := 1; id <= nodes; id++ {
+		c.startCfg(id, func(cfg *Config) {
+			if !tls {
+				cfg.TLS, cfg.Insecure = nil, true
+			}
+		})
+	}
+	if tls {
+		opts.TLS = testCreds(b, certs.ClientID("bench"))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cl, err := client.Open(ctx, c.admin, client.Options{})
+	cl, err := client.Open(ctx, c.admin, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

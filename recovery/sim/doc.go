@@ -32,10 +32,14 @@
 //     few hundred rows of one or two tables (kv with a bytes key, acct
 //     with a two-column key), and an oracle replica that receives the
 //     whole feed at once and never takes part in a rejoin.
-//   - One to four initiators, each stamping txns and heartbeats with a
-//     txnid.Generator on its own skewed (and now and then stepping) clock,
-//     sending them to every replica of the partition over links that
-//     deliver in order after random delays. The txns are the builtin
+//   - One to four initiators, each the product's initiator core
+//     (recovery.Initiator, initiator.go: the one recovery/node drives)
+//     on its own skewed (and now and then stepping) clock: it stamps txns
+//     and heartbeats, heartbeats after HeartbeatTicks idle ticks, opens
+//     its feeds with their floors, and sends each txn only with a feed to
+//     every node holding a replica (recovery.Unfed), to every replica of
+//     the partition over links that deliver in order after random
+//     delays. Its calls have no caller: nothing waits for their results. The txns are the builtin
 //     procedures (insert, upsert, update, delete, increment, transfer) and
 //     a primary key change (rekey); increments and transfers are not
 //     idempotent, so a txn run twice or never shows in the digest.
@@ -141,8 +145,8 @@
 //
 // More than two sources, a destination that dies for good, initiators
 // that fail, initiators that join in a seeded run (a script's late
-// initiator does: setup late=N, open-feed; its write keeps recovery/node's
-// feed rule, recovery.Unfed), several tasks, lost responses alone (a
+// initiator does: setup late=N, open-feed; its dials fail until then),
+// an initiator waiting for replicas' results, several tasks, lost responses alone (a
 // write applied whose answer is lost; a node cut off loses both ways),
 // clock rate differences between nodes and the coordinator (a tick is a
 // tick everywhere), a byte-stream transport (stream package) with its

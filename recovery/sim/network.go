@@ -233,6 +233,14 @@ func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
 	}
 }
 
+// offer gives an executor a txn, or with proc "" a heartbeat.
+func offer(e *partition.Executor, inv partition.Invocation) error {
+	if inv.Proc == "" {
+		return e.Heartbeat(inv.ID)
+	}
+	return e.Offer(inv)
+}
+
 // feedDestination delivers a txn or heartbeat to an attempt's destination
 // replica, through its processor (which buffers until it goes live). Only
 // after the handoff may a txn be refused, and only as too late: one below
@@ -261,32 +269,6 @@ func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
 		w.violate("feed", "destination e%d (%s) refused %v: %s", a.epoch, a.dst.State(), inv.ID, why)
 	}
 	w.afterCall(a)
-}
-
-// sendFeed sends a txn (or, with proc "", a heartbeat) from an initiator
-// to every replica of the partition: the oracle at once, the source and
-// the current destination replica over their links, where its feed is
-// open.
-func (w *world) sendFeed(in *initiator, inv partition.Invocation) {
-	var err error
-	if inv.Proc == "" {
-		err = w.ref.Heartbeat(inv.ID)
-	} else {
-		err = w.ref.Offer(inv)
-	}
-	if err != nil {
-		w.violate("feed", "oracle refused %v: %v", inv.ID, err)
-	}
-	if !in.srcUnfed {
-		for _, l := range in.toSrc {
-			l.send(w, inv)
-		}
-	}
-	for _, a := range w.atts {
-		if !in.dstUnfed && w.inFeed(a) {
-			a.feed[in.idx].send(w, inv)
-		}
-	}
 }
 
 // inFeed reports whether a's destination replica is in the feed: from its

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -296,14 +297,26 @@ func (s *script) write(t *testing.T, d *datadriven.TestData) string {
 		}
 	}
 	in := s.initiator(t, d)
-	unfed := recovery.Unfed([]recovery.ReplicaFeed{
-		{Node: "source", Alive: true, Fed: !in.srcUnfed},
-		{Node: "destination", Alive: !d.HasArg("unaware"), Fed: !in.dstUnfed},
-	})
-	if len(unfed) > 0 {
-		return fmt.Sprintf("i%d sends nothing: no feed to the %s node\n", in.id, strings.Join(unfed, " and "))
+	v := s.w.view
+	if d.HasArg("unaware") {
+		v = unawareView(v)
 	}
-	s.w.sendTxn(in, sp)
+	var unfed *recovery.UnfedError
+	if err := s.w.sendTxn(in, sp, v); errors.As(err, &unfed) {
+		var names []string
+		for _, n := range unfed.Nodes {
+			name := "source"
+			if n == dstNode {
+				name = "destination"
+			}
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+		return fmt.Sprintf("i%d sends nothing: no feed to the %s node\n", in.id, strings.Join(names, " and "))
+	} else if err != nil {
+		d.Fatalf(t, "write: %v", err)
+	}
 	s.deliverFeed()
 	return ""
 }
@@ -317,7 +330,7 @@ func (s *script) heartbeat(t *testing.T, d *datadriven.TestData) string {
 	var b strings.Builder
 	for _, in := range ins {
 		s.w.sendHeartbeat(in)
-		fmt.Fprintf(&b, "i%d heartbeat %v\n", in.id, in.gen.Last())
+		fmt.Fprintf(&b, "i%d heartbeat %v\n", in.id, in.core.Last())
 	}
 	s.w.tracef("%s", strings.TrimSuffix(b.String(), "\n"))
 	s.deliverFeed()
@@ -353,27 +366,24 @@ func (s *script) openFeed(t *testing.T, d *datadriven.TestData) string {
 	var to string
 	d.ScanArgs(t, "to", &to)
 	w := s.w
+	var nodes []string
 	switch to {
 	case "source":
-		if !in.srcUnfed {
-			d.Fatalf(t, "i%d's feed to the source is open already", in.id)
-		}
-		in.srcUnfed = false
 		for _, sr := range w.srcs {
-			sr.core.AddInitiator(in.id)
+			nodes = append(nodes, sr.id)
 		}
 	case "dest":
-		if !in.dstUnfed {
-			d.Fatalf(t, "i%d's feed to the destination is open already", in.id)
-		}
-		in.dstUnfed = false
-		w.dst.AddInitiator(in.id)
-		if a := w.dstAttempt(); a != nil {
-			w.afterCall(a)
-		}
+		nodes = []string{dstNode}
 	default:
 		d.Fatalf(t, "open-feed to=%s: want source or dest", to)
 	}
+	if !in.late || in.core.Fed(nodes[0]) {
+		d.Fatalf(t, "i%d's feed to the %s is open already", in.id, to)
+	}
+	for _, n := range nodes {
+		in.opened[n] = true
+	}
+	w.dial(in)
 	w.tracef("i%d feed to the %s opens", in.id, map[string]string{"source": "source", "dest": "destination"}[to])
 	return ""
 }

@@ -200,6 +200,9 @@ type world struct {
 	schemas []partition.Schema
 
 	inits []*initiator
+	// view is the initiators' membership view: every node alive, the
+	// sources' replicas live, the destination's and the oracle's not.
+	view *recovery.InitiatorView
 	// srcs are the source nodes' replicas, live from the start (the first
 	// is "src", the second "src2"); srcExec is the first's executor.
 	srcs    []*srcReplica
@@ -258,20 +261,29 @@ type world struct {
 	stats Stats
 }
 
-// initiator sends txns and heartbeats, stamped by a generator on its own
-// skewed view of the simulated clock.
+// initiator is the product's initiator core (recovery.Initiator) on its
+// own skewed view of the simulated clock: it sequences the workload's
+// txns, heartbeats on its schedule, and keeps its feeds to the source
+// nodes, the destination node and the oracle (initiator.go).
 type initiator struct {
 	idx  int
 	id   txnid.Initiator
-	gen  *txnid.Generator
+	core *recovery.Initiator
 	skew int64
-	idle int
 	// toSrc: a link to each source replica, in the order of world.srcs.
 	toSrc []*feedLink
-	// srcUnfed, dstUnfed: its feed to the source nodes, or to the
-	// destination node, is not open yet (a script's late initiator): it
-	// sends nothing there, and the replicas there do not track it.
-	srcUnfed, dstUnfed bool
+	// late: a script's late initiator, whose feeds to the source nodes
+	// and the destination node open only when the script says (opened;
+	// its dials fail until then). Where its feed is not open it sends
+	// nothing, and the replicas there do not track it.
+	late   bool
+	opened map[string]bool
+	// feeds is the core's I/O.
+	feeds *initiatorFeeds
+	// out is what the core sent in one input, and to which nodes; the
+	// world routes it (route).
+	out wire.Message
+	to  map[string]bool
 }
 
 func newWorld(seed uint64, opts Options) *world {
@@ -297,25 +309,26 @@ func (w *world) setup() {
 		w.violate("knobs", "%v", err)
 	}
 	w.schemas = []partition.Schema{kvSchema, acctSchema}[:w.k.Tables]
+	var srcIDs []string
+	for i := range w.k.Sources {
+		id := srcNode
+		if i > 0 {
+			id = fmt.Sprintf("%s%d", srcNode, i+1)
+		}
+		srcIDs = append(srcIDs, id)
+	}
+	w.view = initiatorView(srcIDs)
 	for i := 0; i < w.k.Initiators; i++ {
-		in := &initiator{idx: i, id: txnid.Initiator(i + 1)}
+		in := &initiator{idx: i, id: txnid.Initiator(i + 1), late: i+1 == w.late, opened: map[string]bool{}}
 		if w.k.SkewMillisMax > 0 {
 			in.skew = w.work.Int64N(int64(2*w.k.SkewMillisMax+1)) - int64(w.k.SkewMillisMax)
 		}
-		g, err := txnid.NewGenerator(in.id, func() int64 { return baseMillis + int64(w.tick) + in.skew })
-		if err != nil {
-			panic(err)
-		}
-		in.gen = g
-		in.srcUnfed = i+1 == w.late
-		in.dstUnfed = in.srcUnfed
+		w.newInitiatorCore(in)
 		w.inits = append(w.inits, in)
+		w.dial(in)
 	}
 	for i := range w.k.Sources {
-		sr := w.newSrcReplica()
-		if i > 0 {
-			sr.id = fmt.Sprintf("%s%d", srcNode, i+1)
-		}
+		sr := w.newSrcReplica(srcIDs[i])
 		w.srcs = append(w.srcs, sr)
 		for _, in := range w.inits {
 			in.toSrc = append(in.toSrc, &feedLink{src: sr})
@@ -342,10 +355,10 @@ func (w *world) setup() {
 	w.tracef("source loaded: %s", w.describeReplica(w.srcExec))
 }
 
-// newSrcReplica builds a source node's live replica: a core over an
-// executor that hears the initiators whose feed to the source is open.
-func (w *world) newSrcReplica() *srcReplica {
-	fed := func(in *initiator) bool { return !in.srcUnfed }
+// newSrcReplica builds source node id's live replica: a core over an
+// executor that hears the initiators whose feed to the node is open.
+func (w *world) newSrcReplica(id string) *srcReplica {
+	fed := func(in *initiator) bool { return in.core.Fed(id) }
 	exec := w.newReplica(fed)
 	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Live: true, DropResults: true,
 		NewExecutor: func() (*partition.Executor, error) { return exec, nil }})
@@ -357,14 +370,14 @@ func (w *world) newSrcReplica() *srcReplica {
 			core.AddInitiator(in.id)
 		}
 	}
-	return &srcReplica{id: srcNode, core: core, exec: core.Executor()}
+	return &srcReplica{id: id, core: core, exec: core.Executor()}
 }
 
 // newDstReplica builds the destination node's replica core: it needs a
 // rejoin, its fence is fence, and it hears the initiators whose feed to
 // the destination is open.
 func (w *world) newDstReplica(fence uint64) *recovery.Replica {
-	fed := func(in *initiator) bool { return !in.dstUnfed }
+	fed := func(in *initiator) bool { return in.core.Fed(dstNode) }
 	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Fence: fence, DropResults: true,
 		NewExecutor: func() (*partition.Executor, error) {
 			w.dstExec = w.newReplica(fed)
@@ -437,35 +450,17 @@ func (w *world) sendWorkload() {
 		txn := r.IntN(100) < w.k.TxnPct
 		switch {
 		case (sending && txn) || final:
-			w.sendTxn(in, w.drawTxn(r))
-		case w.quiescing || in.idle+1 >= w.k.HeartbeatTicks:
+			if err := w.sendTxn(in, w.drawTxn(r), w.view); err != nil {
+				w.violate("feed", "i%d refused a txn: %v", in.id, err)
+			}
+			in.core.Tick() // a txn went out in this tick: no heartbeat due
+		case w.quiescing:
 			w.sendHeartbeat(in)
 		default:
-			in.idle++
+			in.core.Tick()
+			w.routeFeed(in)
 		}
 	}
-}
-
-func (w *world) sendTxn(in *initiator, sp txnSpec) {
-	proc, vals, text := w.invocation(sp)
-	params, err := w.enc.AppendTuple(nil, vals)
-	if err != nil {
-		panic(err)
-	}
-	inv := partition.Invocation{ID: in.gen.Next(), Proc: proc, Params: params}
-	w.lastTxn = max(w.lastTxn, inv.ID)
-	in.idle = 0
-	w.stats.Txns++
-	if w.tr.on {
-		w.tracef("i%d txn %v %s", in.id, inv.ID, text)
-	}
-	w.sendFeed(in, inv)
-}
-
-func (w *world) sendHeartbeat(in *initiator) {
-	in.idle = 0
-	w.stats.Heartbeats++
-	w.sendFeed(in, partition.Invocation{ID: in.gen.Next()})
 }
 
 // deliverDue delivers everything due this tick, one item at a time from a

@@ -324,17 +324,19 @@ func TestRegressionSeeds(t *testing.T) {
 	}
 }
 
-// TestUnreleasedClaimAtEnd: seed 119's coordinator goes out just before
+// TestUnreleasedClaimAtEnd: seed 87's coordinator goes out just before
 // the handoff and stays out past it: both completions fail (the
 // destination's lands once the coordinator is back) and the holder's
 // release too, so its claim stays until its lease runs out, after the
 // outage. The run must not end before it does (the final check wants no
 // claim left), however soon after the handoff the workload stops:
 // LiveTicks sweeps the end of the run across the lease's expiry (the
-// workload stops LiveTicks after the handoff).
+// workload stops LiveTicks after the handoff). The seed was 119 until the
+// initiators became the product's core (a new feed's first heartbeat at
+// the first tick moved the network's draws).
 func TestUnreleasedClaimAtEnd(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	const seed = 119
+	const seed = 87
 	for live := 0; live <= 150; live += 5 {
 		r := Run(seed, Options{Tweak: func(k *Knobs) { k.WorkloadTicks, k.LiveTicks = 0, live }})
 		if r.Err != nil {

@@ -111,6 +111,9 @@ func Bootstrapped(ctx context.Context, cli *clientv3.Client, placed []string) (b
 }
 
 func bootstrapped(all map[string]Incarnation, placed []string) bool {
+	if _, ok := all[markNode]; ok {
+		return true
+	}
 	for _, node := range placed {
 		if _, ok := all[node]; !ok {
 			return false
@@ -120,10 +123,22 @@ func bootstrapped(all map[string]Incarnation, placed []string) bool {
 }
 
 // incarnations reads every incarnation record, at one revision.
+//
+// The bootstrap mark (BootstrappedKey) is read at the same revision and
+// counts as an incarnation record of every node: once a cluster has
+// bootstrapped it stays so, even when a node that never started joins the
+// placement (Replace).
 func incarnations(ctx context.Context, cli *clientv3.Client) (map[string]Incarnation, int64, error) {
-	resp, err := cli.Get(ctx, incarnationsPrefix, clientv3.WithPrefix(), clientv3.WithLimit(snapshotKeysMax+1))
+	tx, err := cli.Txn(ctx).Then(
+		clientv3.OpGet(incarnationsPrefix, clientv3.WithPrefix(), clientv3.WithLimit(snapshotKeysMax+1)),
+		clientv3.OpGet(BootstrappedKey, clientv3.WithCountOnly()),
+	).Commit()
 	if err != nil {
 		return nil, 0, fmt.Errorf("supervise: read incarnations: %w", err)
+	}
+	resp, mark := tx.Responses[0].GetResponseRange(), tx.Responses[1].GetResponseRange()
+	if resp == nil || mark == nil {
+		return nil, 0, fmt.Errorf("%w: read incarnations: a range answer missing", ErrCorrupt)
 	}
 	if len(resp.Kvs) > snapshotKeysMax {
 		return nil, 0, fmt.Errorf("%w: more than %d incarnation records", ErrCorrupt, snapshotKeysMax)
@@ -136,7 +151,10 @@ func incarnations(ctx context.Context, cli *clientv3.Client) (map[string]Incarna
 		}
 		all[inc.Node] = inc
 	}
-	return all, resp.Header.Revision, nil
+	if mark.Count > 0 {
+		all[markNode] = Incarnation{Node: markNode, Count: 1}
+	}
+	return all, tx.Header.Revision, nil
 }
 
 func decodeIncarnation(kv *mvccpb.KeyValue) (Incarnation, error) {

@@ -271,6 +271,14 @@ func (n *Node) Hold(c *claim.Claim) error {
 	return err
 }
 
+// Abandon stops the activity updates and lease keepalives and leaves the
+// record and the claims to their leases, as a process that crashed would:
+// what tests of a node killed without a goodbye need in one process.
+func (n *Node) Abandon() {
+	n.cancel(fmt.Errorf("%w: abandoned", ErrNodeLost))
+	<-n.done
+}
+
 // Close leaves the cluster cleanly: stops the activity updates, releases
 // the held claims, deletes the record and revokes the lease. Safe after a
 // loss and more than once.

@@ -216,6 +216,27 @@ func (ca *CA) Issue(id Identity, o IssueOptions) (Issued, error) {
 	if err := id.Check(); err != nil {
 		return Issued{}, err
 	}
+	tmpl := &x509.Certificate{
+		Subject:  pkix.Name{CommonName: id.String(), Organization: []string{"rejoin"}},
+		KeyUsage: x509.KeyUsageDigitalSignature,
+		URIs:     []*url.URL{id.uri()},
+	}
+	switch id.Role {
+	case RoleNode:
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		addHosts(tmpl, o.Hosts)
+	case RoleClient:
+		if len(o.Hosts) > 0 {
+			return Issued{}, errors.New("certs: a client certificate names no hosts")
+		}
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	return ca.sign(tmpl, o, id.String())
+}
+
+// sign fills tmpl's validity (o's, bounded by the CA's), serial number
+// and a new key, and signs it; what names the certificate in errors.
+func (ca *CA) sign(tmpl *x509.Certificate, o IssueOptions, what string) (Issued, error) {
 	now := time.Now()
 	if o.NotBefore.IsZero() {
 		o.NotBefore = now.Add(-backdate)
@@ -233,43 +254,31 @@ func (ca *CA) Issue(id Identity, o IssueOptions) (Issued, error) {
 	if err != nil {
 		return Issued{}, err
 	}
-	serial, err := newSerial()
-	if err != nil {
+	if tmpl.SerialNumber, err = newSerial(); err != nil {
 		return Issued{}, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: id.String(), Organization: []string{"rejoin"}},
-		NotBefore:    o.NotBefore,
-		NotAfter:     o.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		URIs:         []*url.URL{id.uri()},
-	}
-	switch id.Role {
-	case RoleNode:
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-		for _, h := range o.Hosts {
-			if ip := net.ParseIP(h); ip != nil {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-			} else if h != "" {
-				tmpl.DNSNames = append(tmpl.DNSNames, h)
-			}
-		}
-	case RoleClient:
-		if len(o.Hosts) > 0 {
-			return Issued{}, errors.New("certs: a client certificate names no hosts")
-		}
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
+	tmpl.NotBefore, tmpl.NotAfter = o.NotBefore, o.NotAfter
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return Issued{}, fmt.Errorf("certs: issue %s: %w", id, err)
+		return Issued{}, fmt.Errorf("certs: issue %s: %w", what, err)
 	}
 	kder, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		return Issued{}, err
 	}
 	return Issued{CertPEM: pemBlock("CERTIFICATE", der), KeyPEM: pemBlock("PRIVATE KEY", kder)}, nil
+}
+
+// addHosts puts hosts in tmpl's subject alternative names: IP addresses
+// as such, the rest as DNS names.
+func addHosts(tmpl *x509.Certificate, hosts []string) {
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if h != "" {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
 }
 
 func newSerial() (*big.Int, error) {

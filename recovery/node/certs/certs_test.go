@@ -3,6 +3,7 @@ package certs
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"os"
@@ -235,4 +236,96 @@ func TestHandshakes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEtcdCertificate: etcd's server certificate, issued by the cluster
+// CA, serves an etcd client that checks the host name, and a node or
+// client certificate from that CA passes etcd's client-certificate auth;
+// it carries no identity, so it is no node's or client's credentials and
+// a node refuses it as a dialler.
+func TestEtcdCertificate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	ca, err := CreateCA(dir, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.IssueEtcd(IssueOptions{}); err == nil || !strings.Contains(err.Error(), "needs the hosts") {
+		t.Fatalf("etcd certificate without hosts: %v", err)
+	}
+	cf, kf, err := CreateEtcd(dir, IssueOptions{Hosts: []string{"127.0.0.1", "localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := CreateEtcd(dir, IssueOptions{Hosts: []string{"127.0.0.1"}}); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("second etcd certificate: %v, want an error that the files exist", err)
+	}
+	if wc, wk := EtcdFiles(dir); cf != wc || kf != wk {
+		t.Fatalf("written to %s %s, EtcdFiles says %s %s", cf, kf, wc, wk)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := os.ReadFile(cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(caPEM, certPEM, keyPEM); !errors.Is(err, ErrIdentity) {
+		t.Fatalf("etcd's certificate as credentials: %v, want ErrIdentity", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// etcd's own server config: its certificate, client certificates from
+	// the CA required (what etcd's --client-cert-auth sets).
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	etcdSrv := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
+	n1 := creds(t, ca, NodeID(1), IssueOptions{})
+	cl := creds(t, ca, ClientID("demo"), IssueOptions{})
+	foreign := creds(t, newCA(t), ClientID("demo"), IssueOptions{})
+	// Trusts etcd (the CA's roots), holds another CA's certificate.
+	foreignCli := withHost(cl.EtcdClientConfig(), "127.0.0.1")
+	foreignCli.Certificates = foreign.EtcdClientConfig().Certificates
+	wrongHost := cl.EtcdClientConfig()
+	wrongHost.ServerName = "etcd.example"
+	etcdAsDialler := n1.DialConfig("")
+	etcdAsDialler.Certificates = []tls.Certificate{pair}
+	for _, tc := range []struct {
+		name               string
+		srv, cli           *tls.Config
+		serverErr, dialErr string
+	}{
+		{name: "node to etcd", srv: etcdSrv, cli: withHost(n1.EtcdClientConfig(), "127.0.0.1")},
+		{name: "client to etcd", srv: etcdSrv, cli: withHost(cl.EtcdClientConfig(), "localhost")},
+		{name: "another CA's client to etcd", srv: etcdSrv, cli: foreignCli,
+			serverErr: "certificate signed by unknown authority", dialErr: "remote error: tls: unknown certificate authority"},
+		{name: "etcd at a host it does not name", srv: etcdSrv, cli: wrongHost, serverErr: "bad certificate", dialErr: "not etcd.example"},
+		{name: "etcd's certificate dialling a node", srv: n1.ServerConfig(), cli: etcdAsDialler,
+			serverErr: "no rejoin:// URI SAN", dialErr: "remote error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, serr, derr := handshake(t, tc.srv, tc.cli)
+			for _, c := range []struct {
+				end  string
+				err  error
+				want string
+			}{{"server", serr, tc.serverErr}, {"dialler", derr, tc.dialErr}} {
+				if (c.want == "") != (c.err == nil) || (c.err != nil && !strings.Contains(c.err.Error(), c.want)) {
+					t.Errorf("%s: %v, want %q", c.end, c.err, c.want)
+				}
+			}
+		})
+	}
+}
+
+func withHost(c *tls.Config, host string) *tls.Config {
+	c.ServerName = host
+	return c
 }

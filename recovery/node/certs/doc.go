@@ -33,6 +33,13 @@
 //
 // A certificates directory holds ca.crt (every holder needs it), ca.key
 // (only where certificates are issued), node.n<N>.crt and .key, and
-// client.<name>.crt and .key; keys are written 0600, and nothing is
+// client.<name>.crt and .key, and for an etcd the cluster runs itself
+// (`rejoin etcd --certs-dir`, the demo's) etcd.crt and .key: a server
+// certificate naming etcd's host, with no rejoin identity, so no node
+// accepts it as a peer. Keys are written 0600, and nothing is
 // overwritten. `rejoin cert` writes them; Load reads them back.
+//
+// A node or client certificate is also an etcd client certificate
+// (EtcdClientConfig): an etcd that requires client certificates from the
+// cluster CA admits the nodes and the tools, and nobody else.
 package certs

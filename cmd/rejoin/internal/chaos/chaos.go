@@ -20,10 +20,10 @@ import (
 	"github.com/rejoin-db/rejoin/bench/load"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
+	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -288,20 +288,29 @@ func (r *run) summary() Summary {
 }
 
 // nodeFlags are the flags of node id beyond its identity.
-func (r *run) nodeFlags(int) []string {
-	return []string{"--node-ttl", r.cfg.NodeTTL.String(), "--claim-ttl", r.cfg.ClaimTTL.String(),
+func (r *run) nodeFlags(id int) []string {
+	f := []string{"--node-ttl", r.cfg.NodeTTL.String(), "--claim-ttl", r.cfg.ClaimTTL.String(),
 		"--incoming-max", strconv.Itoa(int(r.cfg.Partitions)), "--certs-dir", r.certsDir}
+	return append(f, demo.EtcdTLSFlags(r.certsDir, certs.NodeID(id))...)
 }
 
 func (r *run) main(ctx context.Context, steps []Step) error {
 	cfg := r.cfg
-	etcd, err := demo.StartEtcd(ctx, cfg.Binary, r.dir)
+	// The certificates first: etcd serves with one and requires them of
+	// its clients, the nodes included.
+	r.certsDir = filepath.Join(r.dir, "certs")
+	var err error
+	if r.tls, err = demo.EnsureCerts(r.certsDir, cfg.Nodes); err != nil {
+		return err
+	}
+	etcd, err := demo.StartEtcd(ctx, cfg.Binary, r.dir, r.certsDir)
 	if err != nil {
 		return err
 	}
 	r.etcd = etcd
 	r.sum.Etcd = etcd.Endpoint()
-	r.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	r.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second,
+		TLS: r.tls.EtcdClientConfig(), Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
@@ -317,10 +326,6 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	if cfg.Plant {
 		env = []string{PlantEnv + "=" + RegisterKey(0)}
 		r.eventf("planted fault (test-only): each node loses its first write of %s", RegisterKey(0))
-	}
-	r.certsDir = filepath.Join(r.dir, "certs")
-	if r.tls, err = demo.EnsureCerts(r.certsDir, cfg.Nodes); err != nil {
-		return err
 	}
 	r.nodes = demo.NewNodes(cfg.Binary, etcd.Endpoint(), r.dir, r.nodeFlags, env)
 	r.eventf("etcd at %s (pid %d); cluster: %d nodes, %d partitions x %d replicas; dir %s",

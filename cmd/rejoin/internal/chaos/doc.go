@@ -3,7 +3,9 @@
 //
 // Run starts etcd as a process of its own and the node processes on
 // loopback in a temporary directory (internal/demo's process helpers:
-// every process is ours, signalled and killed by its pid only), loads
+// every process is ours, signalled and killed by its pid only), all
+// secure: mutual TLS between the nodes, and etcd over TLS requiring a
+// certificate of the run's CA from every client (demo.EnsureCerts), loads
 // rows, and runs for Config.Duration:
 //   - a register workload: callers writing unique values to a few
 //     registers (rows of table kv) and reading them, every op recorded

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/rejoin-db/rejoin/recovery/node/client"
+	"github.com/rejoin-db/rejoin/recovery/client"
 )
 
 // op builds a register op of key 0; times in ms.

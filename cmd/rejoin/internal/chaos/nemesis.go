@@ -200,8 +200,12 @@ func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bo
 		switch {
 		case !live:
 		case rp.Node == target:
+			// Settling or not, it may hold the partition's only copy.
 			hosted[rp.Partition] = true
-		default:
+		case !rp.Settling:
+			// A replica whose node is settling a lost registration may
+			// yet fail for what it missed: not one to leave a partition
+			// with.
 			others[rp.Partition]++
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rejoin-db/rejoin/recovery/node/client"
+	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/wire"
 )
 

@@ -34,6 +34,9 @@ func Render(w io.Writer, v View) error {
 			state = "failed (node down)"
 		case r.Reported:
 			state, rows, digest = r.State, fmt.Sprint(r.Rows), fmt.Sprintf("%016x", r.Digest)
+			if r.Settling {
+				state += " (settling)"
+			}
 			if r.LastExecuted != 0 {
 				last = txnid.ID(r.LastExecuted).String()
 			}

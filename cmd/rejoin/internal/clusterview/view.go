@@ -59,8 +59,11 @@ type ReplicaRow struct {
 	Alive bool `json:"alive"`
 	// Reported: the node answered /status and hosts the replica; then
 	// State, Rows, Digest and LastExecuted are its own.
-	Reported     bool   `json:"reported"`
-	State        string `json:"state,omitempty"`
+	Reported bool   `json:"reported"`
+	State    string `json:"state,omitempty"`
+	// Settling: the node is settling a lost registration; the replica may
+	// still fail (node.ReplicaStatus.Settling).
+	Settling     bool   `json:"settling,omitempty"`
 	Rows         int64  `json:"rows"`
 	Digest       uint64 `json:"digest"`
 	LastExecuted uint64 `json:"last_executed"`
@@ -196,6 +199,7 @@ func Build(snap supervise.Snapshot, statuses map[string]node.Status, errs map[st
 			if rs, ok := replicaOf(statuses, r.Node, p); ok && row.Alive {
 				row.Reported = true
 				row.State, row.Rows, row.Digest, row.LastExecuted = rs.State, rs.Rows, rs.Digest, rs.LastExecuted
+				row.Settling = rs.Settling
 			}
 			v.Replicas = append(v.Replicas, row)
 		}

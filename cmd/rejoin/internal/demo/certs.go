@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
@@ -18,9 +19,10 @@ const ClientName = "demo"
 // one a working day or so.
 const certsLifetime = 7 * 24 * time.Hour
 
-// EnsureCerts makes dir's cluster CA and the certificates of nodes
-// 1..nodes and of the demo's client, those not there yet (a --dir reused
-// keeps its CA), and returns the client's credentials.
+// EnsureCerts makes dir's cluster CA, the certificates of nodes 1..nodes
+// and of the demo's client, and etcd's server certificate, those not
+// there yet (a --dir reused keeps its CA), and returns the client's
+// credentials.
 func EnsureCerts(dir string, nodes int) (*certs.TLS, error) {
 	if _, err := os.Stat(filepath.Join(dir, certs.CACertFile)); errors.Is(err, fs.ErrNotExist) {
 		if _, err := certs.CreateCA(dir, certsLifetime); err != nil {
@@ -47,5 +49,31 @@ func EnsureCerts(dir string, nodes int) (*certs.TLS, error) {
 			return nil, err
 		}
 	}
+	if cf, _ := certs.EtcdFiles(dir); fileMissing(cf) {
+		if _, _, err := certs.CreateEtcd(dir, certs.IssueOptions{NotAfter: o.NotAfter, Hosts: []string{"127.0.0.1", "localhost"}}); err != nil {
+			return nil, err
+		}
+	}
 	return certs.Load(dir, certs.ClientID(ClientName))
+}
+
+func fileMissing(p string) bool {
+	_, err := os.Stat(p)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// EtcdTLSFlags are the flags with which id (a node, or a client such as
+// the demo's) reaches the etcd of EnsureCerts's directory dir: etcd's CA,
+// and id's certificate for etcd's client-certificate auth.
+func EtcdTLSFlags(dir string, id certs.Identity) []string {
+	cf, kf := certs.Files(dir, id)
+	return []string{"--etcd-cacert", filepath.Join(dir, certs.CACertFile), "--etcd-cert", cf, "--etcd-key", kf}
+}
+
+// EmbeddedEtcdTLS is the embedded etcd's TLS of EnsureCerts's directory
+// dir: its server certificate, client certificates required from the
+// CA; the in-process client is the one of creds.
+func EmbeddedEtcdTLS(dir string, creds *certs.TLS) *claim.EmbeddedTLS {
+	cf, kf := certs.EtcdFiles(dir)
+	return &claim.EmbeddedTLS{CertFile: cf, KeyFile: kf, TrustedCAFile: filepath.Join(dir, certs.CACertFile), Client: creds.EtcdClientConfig()}
 }

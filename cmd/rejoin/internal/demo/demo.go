@@ -19,10 +19,10 @@ import (
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
@@ -84,6 +84,9 @@ type Config struct {
 	JSON bool
 	// Progress draws progress bars (ignored with JSON).
 	Progress bool
+	// Plot, if set, is a PNG file to draw the run in, its data beside it
+	// in CSV (plot.go).
+	Plot string
 
 	// Before is the writer's measured interval before the kill (default 2s).
 	Before time.Duration
@@ -161,6 +164,9 @@ func (c *Config) Check() error {
 	case c.Rows < 0 || c.ValueBytes < 0 || c.WriteRate < 0 || c.Writers < 0 || c.Writers > 4096:
 		return errors.New("demo: --rows, --value-bytes and --write-rate must not be negative, --writers 1..4096")
 	}
+	if c.Plot != "" {
+		return CheckPlotPath(c.Plot)
+	}
 	return nil
 }
 
@@ -178,10 +184,14 @@ type Summary struct {
 	// partition the fault hit (the source for kill-source).
 	Victim      string `json:"victim"`
 	FaultTarget string `json:"fault_target,omitempty"`
-	// LoadRows and LoadRowsPerSec are the bulk load's.
 	// TLS: every node connection of the run was mutual TLS (false with
 	// --insecure).
-	TLS            bool    `json:"tls"`
+	TLS bool `json:"tls"`
+	// EtcdTLS: etcd served TLS only and required a client certificate
+	// from the demo's CA of every client, nodes included (false with
+	// --insecure).
+	EtcdTLS bool `json:"etcd_tls"`
+	// LoadRows and LoadRowsPerSec are the bulk load's.
 	LoadRows       int     `json:"load_rows"`
 	LoadRowsPerSec float64 `json:"load_rows_per_sec"`
 
@@ -249,6 +259,8 @@ type run struct {
 	attempts map[string]bool
 	// restarted: node ids killed and restarted.
 	restarted []string
+	// plot records the run for cfg.Plot; nil without.
+	plot *plotRec
 }
 
 // Run runs the demo and prints its summary on out: human text, or one JSON
@@ -290,18 +302,25 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 	var cli *clientv3.Client
 	if cfg.Fault == FaultPauseEtcd {
 		// Its own process, so that pausing it pauses nothing else.
-		ep, err := startEtcdProc(ctx, cfg.Binary, dir)
+		ep, err := startEtcdProc(ctx, cfg.Binary, dir, r.certsDir)
 		if err != nil {
 			return r.sum, err
 		}
 		defer ep.stop(stopGrace)
 		r.etcd, r.sum.Etcd = ep, ep.endpoint
-		cli, err = clientv3.New(clientv3.Config{Endpoints: []string{ep.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
+		ecfg := clientv3.Config{Endpoints: []string{ep.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+		if r.tls != nil {
+			ecfg.TLS = r.tls.EtcdClientConfig()
+		}
+		if cli, err = clientv3.New(ecfg); err != nil {
 			return r.sum, err
 		}
 	} else {
-		etcd, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), claim.EmbeddedOptions{})
+		opts := claim.EmbeddedOptions{}
+		if r.tls != nil {
+			opts.TLS = EmbeddedEtcdTLS(r.certsDir, r.tls)
+		}
+		etcd, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), opts)
 		if err != nil {
 			return r.sum, err
 		}
@@ -311,6 +330,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 			return r.sum, err
 		}
 	}
+	r.sum.EtcdTLS = r.tls != nil
 	defer cli.Close()
 	r.cli = cli
 	r.ps = newProcs(cfg.Binary, r.sum.Etcd, dir, r.nodeFlags)
@@ -350,12 +370,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 			w = cfg.Stderr
 		}
 		fmt.Fprintf(w, "\nThe cluster keeps running (--keep); Ctrl-C stops it.\n")
-		creds := "--insecure"
+		creds, etcdCreds := "--insecure", ""
 		if r.certsDir != "" {
 			creds = "--certs-dir " + r.certsDir + " --client " + ClientName
+			etcdCreds = " " + strings.Join(EtcdTLSFlags(r.certsDir, certs.ClientID(ClientName)), " ")
 		}
-		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s\n  verify: %s verify --etcd %s %s\n  data and node logs: %s\n",
-			r.sum.Etcd, cfg.Binary, r.sum.Etcd, cfg.Binary, r.sum.Etcd, creds, dir)
+		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s%s\n  verify: %s verify --etcd %s%s %s\n  data and node logs: %s\n",
+			r.sum.Etcd, cfg.Binary, r.sum.Etcd, etcdCreds, cfg.Binary, r.sum.Etcd, etcdCreds, creds, dir)
 		<-ctx.Done()
 	}
 	return r.sum, checkErr
@@ -400,6 +421,7 @@ func (r *run) nodeFlags(id int) []string {
 		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--fault-points", "--pprof"}
 	if r.certsDir != "" {
 		f = append(f, "--certs-dir", r.certsDir)
+		f = append(f, EtcdTLSFlags(r.certsDir, certs.NodeID(id))...)
 	} else {
 		f = append(f, "--insecure")
 	}
@@ -466,6 +488,10 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	defer w.Stop()
+	if cfg.Plot != "" {
+		r.plot = startPlotRec(w.g.Snapshot, node.TimelineEvery)
+		defer r.plot.finish()
+	}
 	if cfg.WriteAll {
 		r.eventf("writer started through every node, the fault's victims included: %d callers, rate %s", cfg.Writers, rateText(cfg.WriteRate))
 	} else {
@@ -495,6 +521,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	r.eventf("killed %s (SIGKILL); it hosts partitions %v", victim, hosted)
+	r.plot.mark("kill " + victim)
 	if err := r.waitDead(ctx, victim); err != nil {
 		return err
 	}
@@ -513,6 +540,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	restartAt := time.Now()
+	r.plot.mark("restart " + victim)
 	r.restarted = append(r.restarted, victim)
 	r.eventf("restarted %s (same id, same data dir; http %s): its replicas rejoin (writes while it was down: %.0f/s)", victim, vp.ready.HTTP, outage.PerSec)
 
@@ -539,16 +567,21 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	allLive := time.Now()
+	r.plot.mark("all live")
 	finishBars()
 	r.sum.RejoinSeconds = allLive.Sub(restartAt).Seconds()
 	during := w.Phase()
 	r.sum.WritesPerSecDuring, r.sum.WriteP99MsDuring = during.PerSec, ms(during.P99)
 	r.eventf("every replica live %.2f s after the restart; during: %.0f writes/s, p99 %.2f ms",
 		r.sum.RejoinSeconds, during.PerSec, ms(during.P99))
+	r.plot.finish()
 	w.Stop()
 	r.sum.WriteErrors = before.Errors + outage.Errors + during.Errors
 	r.sum.WritesUncertain = before.Uncertain + outage.Uncertain + during.Uncertain
 	if err := r.figures(ctx); err != nil {
+		return err
+	}
+	if err := r.savePlot(ctx); err != nil {
 		return err
 	}
 

@@ -4,10 +4,19 @@
 // in the middle of the snapshot stream if asked, waits until every replica
 // of every partition is live again, checks every replica's digest at a
 // common txn ID and reads every acknowledged write back, and reports what
-// it measured.
+// it measured. It runs secure unless Config.Insecure: a CA and
+// certificates in its directory (EnsureCerts), mutual TLS between the
+// nodes, and etcd over TLS requiring a certificate of that CA from every
+// client, the nodes included (EtcdTLSFlags, EmbeddedEtcdTLS).
 //
 // Run is the whole demo; the command only binds flags to Config, and the
 // end-to-end tests call Run with the binary they built.
+//
+// With Config.Plot (`--plot FILE.png`) the run is drawn (plot.go): the
+// writer's throughput and p99 every 100 ms (plotrec.go) and the nodes'
+// rejoin timelines (GET /timeline, recovery/node) on one time axis, with
+// the run's events; the data goes to FILE.csv beside the picture
+// (plotdata.go), and the picture is drawn from what that file reads back.
 //
 // export.go lends `rejoin chaos` (internal/chaos) the process helpers:
 // etcd as a process of its own and the node processes, each signalled and

@@ -27,14 +27,20 @@ type etcdProc struct {
 }
 
 // startEtcdProc execs `binary etcd --data dir/etcd`, logging to
-// dir/etcd.log, and waits for its ready line (or its exit).
-func startEtcdProc(ctx context.Context, binary, dir string) (*etcdProc, error) {
+// dir/etcd.log, and waits for its ready line (or its exit). With
+// certsDir (EnsureCerts's) it serves TLS and requires client
+// certificates.
+func startEtcdProc(ctx context.Context, binary, dir, certsDir string) (*etcdProc, error) {
 	logPath := filepath.Join(dir, "etcd.log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(binary, "etcd", "--data", filepath.Join(dir, "etcd"))
+	args := []string{"etcd", "--data", filepath.Join(dir, "etcd")}
+	if certsDir != "" {
+		args = append(args, "--certs-dir", certsDir)
+	}
+	cmd := exec.Command(binary, args...)
 	cmd.Stderr = lf
 	cmd.SysProcAttr = sysProcAttr()
 	stdout, err := cmd.StdoutPipe()

@@ -17,9 +17,10 @@ const StopGrace = stopGrace
 type Etcd struct{ p *etcdProc }
 
 // StartEtcd execs `binary etcd` with its data and log in dir and waits
-// for it to serve.
-func StartEtcd(ctx context.Context, binary, dir string) (*Etcd, error) {
-	p, err := startEtcdProc(ctx, binary, dir)
+// for it to serve; with certsDir (EnsureCerts's) over TLS, client
+// certificates required.
+func StartEtcd(ctx context.Context, binary, dir, certsDir string) (*Etcd, error) {
+	p, err := startEtcdProc(ctx, binary, dir, certsDir)
 	if err != nil {
 		return nil, err
 	}

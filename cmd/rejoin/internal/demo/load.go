@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/bench/load"
-	"github.com/rejoin-db/rejoin/recovery/node/client"
+	"github.com/rejoin-db/rejoin/recovery/client"
 )
 
 // The demo's rows: table kv (layout.KV), keys of 16 bytes; half the

@@ -35,6 +35,9 @@ func WriteText(w io.Writer, s Summary) error {
 	fmt.Fprintf(w, "cluster     %d nodes, %d partitions x %d replicas; %s\n", s.Nodes, s.Partitions, s.Replicas, via)
 	if s.TLS {
 		fmt.Fprintf(w, "security    mutual TLS 1.3 on every node connection, certificates from the demo's own CA (%s)\n", filepath.Join(s.Dir, "certs"))
+		if s.EtcdTLS {
+			fmt.Fprintf(w, "            etcd over TLS, a client certificate from that CA required of every client, nodes included\n")
+		}
 	} else {
 		fmt.Fprintf(w, "security    INSECURE (--insecure): no TLS, anyone who reaches a node's port may do anything\n")
 	}

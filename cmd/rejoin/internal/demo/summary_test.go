@@ -26,7 +26,7 @@ func TestSummaryJSON(t *testing.T) {
 	// The figures, and the brief's.
 	for _, k := range []string{"rows", "bytes", "rejoin_seconds", "rows_per_sec", "mb_per_sec", "writes_per_sec_before",
 		"writes_per_sec_during", "write_p99_ms_before", "write_p99_ms_during", "handoff_pause_ms_max", "attempts",
-		"replicas_checked", "digests_match", "acked_writes_checked", "acked_writes_lost", "fault", "load_rows_per_sec"} {
+		"replicas_checked", "digests_match", "acked_writes_checked", "acked_writes_lost", "fault", "load_rows_per_sec", "tls", "etcd_tls"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("summary JSON lacks %q", k)
 		}

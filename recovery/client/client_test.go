@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rejoin-db/rejoin/recovery/node/client/clienttest"
+	"github.com/rejoin-db/rejoin/recovery/client/clienttest"
 	"github.com/rejoin-db/rejoin/wire"
 )
 

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rejoin-db/rejoin/recovery/claim"
-	"github.com/rejoin-db/rejoin/recovery/node/client/clienttest"
+	"github.com/rejoin-db/rejoin/recovery/client/clienttest"
 )
 
 // TestMain checks that no goroutine outlives the package's tests.

@@ -1,0 +1,372 @@
+package demo
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// The picture: four panels on one time axis, PlotWidth x PlotHeight at
+// plotDPI. plotBin is the width of the bins the rejoins' samples are
+// summed in (the nodes' sampling interval, node.TimelineEvery).
+const (
+	PlotWidth  = 12 * vg.Inch
+	PlotHeight = 10 * vg.Inch
+	plotDPI    = 96
+	plotBin    = 0.1
+	// plotBinsMax bounds the bins drawn: a run longer than plotBinsMax x
+	// plotBin is drawn with wider bins.
+	plotBinsMax = 20_000
+)
+
+// CheckPlotPath checks a --plot path: a PNG file, its CSV beside it.
+func CheckPlotPath(path string) error {
+	if !strings.EqualFold(filepath.Ext(path), ".png") {
+		return fmt.Errorf("demo: --plot %q: want a file name ending in .png (its data goes beside it, in .csv)", path)
+	}
+	return nil
+}
+
+// PlotCSVPath is where the CSV of a --plot PNG goes.
+func PlotCSVPath(pngPath string) string {
+	return strings.TrimSuffix(pngPath, filepath.Ext(pngPath)) + ".csv"
+}
+
+// SavePlot writes d's CSV beside pngPath, reads it back and draws the
+// picture from what it read: the CSV holds everything the picture shows.
+func SavePlot(pngPath string, d PlotData) (err error) {
+	if err := CheckPlotPath(pngPath); err != nil {
+		return err
+	}
+	csvPath := PlotCSVPath(pngPath)
+	if err := writeFile(csvPath, func(w io.Writer) error { return WritePlotCSV(w, d) }); err != nil {
+		return err
+	}
+	f, err := os.Open(csvPath)
+	if err != nil {
+		return err
+	}
+	back, err := ReadPlotCSV(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	return writeFile(pngPath, func(w io.Writer) error { return DrawPlot(w, back) })
+}
+
+// writeFile writes a file through a temporary one, so a failed write
+// leaves no half file under the name.
+func writeFile(path string, write func(io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := write(tmp); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// DrawPlot draws d as a PNG on w: the rejoins' rows/s (destinations
+// applied, sources sent), the sources' change-log peak with the
+// intervals a source was throttled, the writer's writes/s and its p99,
+// with the run's events and the destinations' phases (the stream, the
+// catch-up, the handoff, live) as vertical lines across all four.
+func DrawPlot(w io.Writer, d PlotData) error {
+	// The axis runs from a second before the first event (the kill),
+	// so the rejoin is not squeezed at the end of a long run.
+	end, begin := 0.0, math.Inf(1)
+	for _, m := range d.Marks {
+		end, begin = max(end, m.T), min(begin, m.T)
+	}
+	begin = max(0, begin-1)
+	for _, p := range d.Writer {
+		end = max(end, p.T)
+	}
+	for _, p := range d.Rejoin {
+		end = max(end, p.T)
+	}
+	if end <= 0 || begin >= end {
+		begin = 0
+	}
+	if end <= 0 {
+		return errors.New("demo: nothing to plot")
+	}
+	bin := max(plotBin, end/plotBinsMax)
+	bins := int(math.Ceil(end/bin)) + 1
+
+	rates := rejoinRates(d.Rejoin, bin, bins)
+	logMB, throttled := changeLog(d.Rejoin, bin, bins)
+
+	panels := []*plot.Plot{newPanel(d.Title, "rejoin k rows/s"), newPanel("", "change log MB (peak)"),
+		newPanel("", "writes/s"), newPanel("", "write p99 ms")}
+	for _, v := range rates {
+		for i := range v {
+			v[i] /= 1000
+		}
+	}
+	addLine(panels[0], binXYs(rates["destination"], bin), "destinations (applied)", color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff})
+	addLine(panels[0], binXYs(rates["source"], bin), "sources (sent)", color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff})
+	addLine(panels[1], binXYs(logMB, bin), "sources' change log", color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff})
+	if len(throttled) > 0 {
+		sc, err := plotter.NewScatter(throttled)
+		if err != nil {
+			return err
+		}
+		sc.Color = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+		sc.Shape = draw.CrossGlyph{}
+		panels[1].Add(sc)
+		panels[1].Legend.Add("throttled", sc)
+	}
+	var wps, p99 plotter.XYs
+	for _, p := range d.Writer {
+		wps = append(wps, plotter.XY{X: p.T, Y: p.WritesPerSec})
+		if p.Writes > 0 {
+			p99 = append(p99, plotter.XY{X: p.T, Y: p.P99Ms})
+		}
+	}
+	addLine(panels[2], wps, "writer", color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff})
+	addLine(panels[3], p99, "writer p99", color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff})
+
+	marks := append(append([]PlotMark(nil), d.Marks...), phaseMarks(d.Rejoin)...)
+	for i, p := range panels {
+		p.X.Min, p.X.Max = begin, end
+		if p.Y.Max <= p.Y.Min {
+			p.Y.Min, p.Y.Max = 0, 1
+		}
+		p.Y.Min = min(p.Y.Min, 0)
+		if err := addMarks(p, marks, i == 0); err != nil {
+			return err
+		}
+	}
+	panels[len(panels)-1].X.Label.Text = "seconds since the writer started"
+
+	img := vgimg.NewWith(vgimg.UseWH(PlotWidth, PlotHeight), vgimg.UseDPI(plotDPI))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4),
+		PadRight: vg.Points(12), PadY: vg.Points(6)}
+	grid := make([][]*plot.Plot, len(panels))
+	for i, p := range panels {
+		grid[i] = []*plot.Plot{p}
+	}
+	cs := plot.Align(grid, tiles, dc)
+	for i, p := range panels {
+		p.Draw(cs[i][0])
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
+		return fmt.Errorf("demo: plot: %w", err)
+	}
+	return nil
+}
+
+func newPanel(title, ylabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = ylabel
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+func addLine(p *plot.Plot, xys plotter.XYs, name string, c color.Color) {
+	if len(xys) == 0 {
+		return
+	}
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return // no finite point: nothing to draw
+	}
+	l.Color = c
+	l.Width = vg.Points(1.2)
+	p.Add(l)
+	p.Legend.Add(name, l)
+}
+
+// addMarks draws a dashed vertical line per mark across p's range, named
+// at its top if named.
+func addMarks(p *plot.Plot, marks []PlotMark, named bool) error {
+	lo, hi := p.Y.Min, p.Y.Max
+	var labels plotter.XYLabels
+	for _, m := range marks {
+		l, err := plotter.NewLine(plotter.XYs{{X: m.T, Y: lo}, {X: m.T, Y: hi}})
+		if err != nil {
+			return err
+		}
+		l.Color = color.Gray{Y: 0x60}
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(l)
+		labels.XYs = append(labels.XYs, plotter.XY{X: m.T, Y: hi})
+		labels.Labels = append(labels.Labels, " "+m.Name)
+	}
+	if !named || len(marks) == 0 {
+		return nil
+	}
+	// Marks close in time would print over each other: step them down.
+	order := make([]int, len(labels.XYs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return labels.XYs[order[a]].X < labels.XYs[order[b]].X })
+	for k, i := range order {
+		labels.XYs[i].Y = hi - float64(k%4)*(hi-lo)/10
+	}
+	ls, err := plotter.NewLabels(labels)
+	if err != nil {
+		return err
+	}
+	for i := range ls.TextStyle {
+		ls.TextStyle[i].Font.Size = vg.Points(8)
+		ls.TextStyle[i].YAlign = draw.YTop
+	}
+	p.Add(ls)
+	return nil
+}
+
+func binXYs(v []float64, bin float64) plotter.XYs {
+	xys := make(plotter.XYs, len(v))
+	for i, y := range v {
+		xys[i] = plotter.XY{X: (float64(i) + 1) * bin, Y: y}
+	}
+	return xys
+}
+
+type attemptKey struct {
+	node      string
+	partition uint32
+	role      string
+	peer      string
+	epoch     uint64
+}
+
+// attempts groups the samples by attempt side, each in time order.
+func attempts(ps []RejoinPoint) map[attemptKey][]RejoinPoint {
+	by := map[attemptKey][]RejoinPoint{}
+	for _, p := range ps {
+		k := attemptKey{p.Node, p.Partition, p.Role, p.Peer, p.Epoch}
+		by[k] = append(by[k], p)
+	}
+	for _, s := range by {
+		sort.SliceStable(s, func(i, j int) bool { return s[i].T < s[j].T })
+	}
+	return by
+}
+
+// rejoinRates sums each role's rows per second in bins: the rows between
+// two samples are spread evenly over the time between them (from the
+// attempt's start for the first), so samples a little early or late do
+// not make spikes.
+func rejoinRates(ps []RejoinPoint, bin float64, bins int) map[string][]float64 {
+	out := map[string][]float64{"destination": make([]float64, bins), "source": make([]float64, bins)}
+	for k, s := range attempts(ps) {
+		v := out[k.role]
+		if v == nil {
+			continue
+		}
+		t, rows := s[0].StartT, int64(0)
+		for _, p := range s {
+			spread(v, bin, t, p.T, float64(p.Rows-rows))
+			t, rows = p.T, p.Rows
+		}
+	}
+	for _, v := range out {
+		for i := range v {
+			v[i] /= bin
+		}
+	}
+	return out
+}
+
+// spread adds amount to the bins over (t0, t1], in proportion.
+func spread(v []float64, bin, t0, t1, amount float64) {
+	if amount == 0 {
+		return
+	}
+	if t1 <= t0 {
+		if i := int(t1 / bin); i >= 0 && i < len(v) {
+			v[i] += amount
+		}
+		return
+	}
+	for i := max(0, int(t0/bin)); i < len(v) && float64(i)*bin < t1; i++ {
+		lo, hi := max(t0, float64(i)*bin), min(t1, float64(i+1)*bin)
+		if hi > lo {
+			v[i] += amount * (hi - lo) / (t1 - t0)
+		}
+	}
+}
+
+// changeLog sums the sources' change-log peaks per bin, each attempt's
+// latest sample carried over its life, and lists the bins in which a
+// source was throttled (at the sum's height).
+func changeLog(ps []RejoinPoint, bin float64, bins int) ([]float64, plotter.XYs) {
+	sum := make([]float64, bins)
+	thr := make([]bool, bins)
+	for k, s := range attempts(ps) {
+		if k.role != "source" {
+			continue
+		}
+		for j, p := range s {
+			from := int(p.T / bin)
+			to := from + 1
+			if j+1 < len(s) {
+				to = int(s[j+1].T / bin)
+			}
+			for i := max(from, 0); i < min(to, bins); i++ {
+				sum[i] += float64(p.LogBytesPeak) / 1e6
+			}
+			if p.Throttled && from >= 0 && from < bins {
+				thr[from] = true
+			}
+		}
+	}
+	var xys plotter.XYs
+	for i, t := range thr {
+		if t {
+			xys = append(xys, plotter.XY{X: (float64(i) + 1) * bin, Y: sum[i]})
+		}
+	}
+	return sum, xys
+}
+
+// phaseMarks are the rejoins' phases: when the first attempt, on either
+// side, was seen streaming, catching up and handing off, and the first
+// destination live. A phase shorter than the nodes' sampling interval
+// may go unseen, and unmarked.
+func phaseMarks(ps []RejoinPoint) []PlotMark {
+	names := []struct{ phase, name string }{{"streaming", "stream"}, {"catching-up", "catch-up"}, {"handing-off", "handoff"}, {"live", "live"}}
+	var out []PlotMark
+	for _, n := range names {
+		first := math.Inf(1)
+		for _, p := range ps {
+			if p.Phase == n.phase {
+				first = min(first, p.T)
+			}
+		}
+		if !math.IsInf(first, 1) {
+			out = append(out, PlotMark{T: first, Name: n.name})
+		}
+	}
+	return out
+}

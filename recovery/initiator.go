@@ -1,0 +1,554 @@
+package recovery
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// The initiator core (docs/DESIGN.md "The initiator core"): what a node's
+// initiator decides, with no goroutine, socket or wall clock. It assigns
+// txn IDs to client calls, sends each txn to the replicas of its partition
+// on the nodes it has a feed to, waits for every live one's Done, answers
+// the caller, heartbeats idle feeds every BeatTicks ticks, and keeps per
+// node the state of its feed there: dialing (its hello sent, its floor not
+// yet in), open, or none; the process (incarnation) of a feed that broke;
+// and the partitions it sequenced a txn of while it had no feed there
+// (wire.Hello.Missed). A driver (recovery/node's feed.go) dials, reads and
+// writes the feeds, maps its timers to Tick and its membership reads to
+// SetView, and hands the core's messages to the feeds through
+// InitiatorIO.
+
+// InitiatorIO is what an Initiator needs from its driver. Each method is
+// called from within an input (Submit, Tick, Heartbeat, SetView), never
+// concurrently with another, and must not call back into the Initiator.
+type InitiatorIO interface {
+	// Send queues m on the open feed to node, in order, and reports
+	// whether it did: false if the feed is broken or its queue full, in
+	// which case the driver closes it and reports FeedLost later.
+	Send(node string, m wire.Message) bool
+	// Dial asks for a feed to node's process inc, whose hello names the
+	// partitions missed. The driver reports FeedOpened or DialFailed.
+	Dial(node string, inc int64, missed []uint32)
+	// Close asks the driver to close the feed to node: it is a stale
+	// process's. The driver reports FeedLost once it has ended.
+	Close(node string)
+}
+
+// InitiatorConfig configures an Initiator.
+type InitiatorConfig struct {
+	// Node names the initiator's node in its errors.
+	Node string
+	ID   txnid.Initiator
+	// Clock is the ID generator's clock, Unix milliseconds: a txn ID is
+	// its initiator's clock reading (txnid.Generator).
+	Clock func() int64
+	// Partitions is the cluster's partition count.
+	Partitions uint32
+	// BeatTicks is how many ticks in a row with nothing sent pass
+	// before a heartbeat goes out on every open feed.
+	BeatTicks int
+	// Knobs are testing hooks, off when nil.
+	Knobs InitiatorKnobs
+}
+
+// InitiatorKnobs are an Initiator's fault points for tests.
+type InitiatorKnobs struct {
+	// SkipSend keeps a txn or heartbeat id from being sent to node, as if
+	// lost on the way; the call does not wait for the node.
+	SkipSend func(node string, id txnid.ID) bool
+	// Plant may change a txn before it is sent (a planted fault).
+	Plant func(*wire.Txn)
+}
+
+// InitiatorView is the initiator's membership view: what the cluster's
+// coordinator said at the driver's last read.
+type InitiatorView struct {
+	// Nodes are the nodes alive, each with its process's incarnation.
+	Nodes map[string]int64
+	// Placement holds each partition's replicas.
+	Placement map[uint32][]ReplicaPlace
+	// Bootstrapped: every node of the placement has started once, so
+	// calls may be taken.
+	Bootstrapped bool
+}
+
+// ReplicaPlace is one replica of a partition in an InitiatorView.
+type ReplicaPlace struct {
+	Node string
+	// Live: the replica is live (not rejoining, not failed).
+	Live bool
+}
+
+// UnfedError refuses a call whose partition has a replica on a node the
+// initiator has no feed to (Unfed). Nothing was sent: a definite failure.
+type UnfedError struct {
+	Partition uint32
+	Nodes     []string
+}
+
+func (e *UnfedError) Error() string {
+	return fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it: the txn was sent nowhere", e.Partition, strings.Join(e.Nodes, ", "))
+}
+
+// feedState is the state of an initiator's feed to one node.
+type feedState int
+
+const (
+	// feedDialing: asked of the driver, its floor not yet in. Nothing is
+	// sent on it, and no txn of the node's partitions is sequenced, so
+	// its hello's Missed stays whole.
+	feedDialing feedState = iota
+	// feedOpen: its floor came in; txns and heartbeats go out on it.
+	feedOpen
+)
+
+type feedOut struct {
+	state feedState
+	// inc is the process the feed was dialled to: the same process
+	// across its re-registrations.
+	inc int64
+	// fresh: nothing was sent on it since it opened. The next tick
+	// heartbeats it, so the replicas there, which track this initiator
+	// from the floor on and run nothing past what they have until it
+	// speaks, hear from it within a tick.
+	fresh bool
+}
+
+// pendingCall is one call in flight.
+type pendingCall struct {
+	req *wire.Call
+	id  txnid.ID
+	// waiting are the nodes whose replica's Done the call waits for:
+	// live replicas whose feed took the txn. Invariant: a node leaves it
+	// only by its Done, its feed's loss, its death, or its replica no
+	// longer live.
+	waiting map[string]bool
+	// sent: the txn went out on at least one feed, so without a result
+	// its outcome is unknown, not a failure.
+	sent    bool
+	replied bool
+	reply   wire.Reply
+	send    func(*wire.Reply)
+}
+
+// Initiator is the pure core of a node's initiator. It is not safe for
+// concurrent use: the driver serializes its inputs.
+type Initiator struct {
+	cfg InitiatorConfig
+	io  InitiatorIO
+	gen *txnid.Generator
+	// feeds holds a node's entry from the dial asked until the feed is
+	// lost or the dial failed; no second feed is dialled meanwhile.
+	feeds map[string]*feedOut
+	// lost holds, per node, the process whose feed broke: a txn sent now
+	// counts as reaching it while that process lives (its replicas track
+	// this initiator and fail on the loss), and a call does not wait.
+	lost map[string]int64
+	// missed holds, per node, the partitions sequenced while it had no
+	// feed: told in the hello of the next feed there (wire.Hello.Missed).
+	missed map[string]map[uint32]bool
+	// pending are the calls in flight with a caller. Its bound is the
+	// driver's: recovery/node admits a client's calls within
+	// ClientBytesMax per connection and ConnsMax connections.
+	pending map[txnid.ID]*pendingCall
+	// feedsScratch and targetsScratch are Submit's, kept so that a call
+	// allocates only its txn (and, with a caller, its wait).
+	feedsScratch   []ReplicaFeed
+	targetsScratch []ReplicaPlace
+	// idle counts the ticks in a row in which nothing was sent; sent
+	// says a txn went out since the last tick.
+	idle int
+	sent bool
+}
+
+// NewInitiator returns an Initiator with no feed.
+func NewInitiator(cfg InitiatorConfig, io InitiatorIO) (*Initiator, error) {
+	if cfg.BeatTicks < 1 {
+		return nil, fmt.Errorf("%w: initiator BeatTicks %d, want >= 1", ErrConfig, cfg.BeatTicks)
+	}
+	if cfg.Clock == nil {
+		return nil, fmt.Errorf("%w: initiator without a clock", ErrConfig)
+	}
+	gen, err := txnid.NewGenerator(cfg.ID, cfg.Clock)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: %w", err)
+	}
+	return &Initiator{cfg: cfg, io: io, gen: gen, feeds: map[string]*feedOut{}, lost: map[string]int64{},
+		missed: map[string]map[uint32]bool{}, pending: map[txnid.ID]*pendingCall{}}, nil
+}
+
+// Pending is the number of calls in flight.
+func (in *Initiator) Pending() int { return len(in.pending) }
+
+// Unfed returns the nodes a txn of p waits for a feed to (Unfed): while
+// any, Submit refuses the call. A driver may wait, boundedly, for them.
+func (in *Initiator) Unfed(v *InitiatorView, p uint32) []string {
+	return Unfed(in.replicaFeeds(p, v))
+}
+
+// Submit sequences a call and sends its txn to every replica of its
+// partition on a node with an open feed; reply gets the answer once no
+// live replica is waited for. registered says whether the node holds its
+// registration: without it the view may be stale and others may take the
+// node for dead, so a call sequenced now could miss a replica gone live
+// meanwhile (docs/DESIGN.md "Without the coordinator"). An error refuses
+// the call with nothing sent, and reply is not called. A nil reply: no
+// caller waits (a workload of the simulator or the bench), and the call
+// is not kept once sent.
+func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, reply func(*wire.Reply)) error {
+	if !registered {
+		return fmt.Errorf("node %s is not registered in etcd (coordinator unreachable): it sequences no call until it is", in.cfg.Node)
+	}
+	if req.Partition >= in.cfg.Partitions {
+		return fmt.Errorf("partition %d out of range (%d partitions)", req.Partition, in.cfg.Partitions)
+	}
+	if !v.Bootstrapped {
+		// A node of the placement has never started: its replicas will
+		// come up live and empty, so nothing may be written before.
+		return fmt.Errorf("the cluster is not bootstrapped yet: a node of its placement has never started")
+	}
+	feeds := in.replicaFeedsInto(in.feedsScratch[:0], req.Partition, v)
+	in.feedsScratch = feeds
+	if unfed := Unfed(feeds); len(unfed) > 0 {
+		// A replica there would never get the txn and, not tracking
+		// this initiator, would run past it (docs/DESIGN.md "Feeds that
+		// open late").
+		return &UnfedError{Partition: req.Partition, Nodes: unfed}
+	}
+	targets, live := in.targetsScratch[:0], 0
+	for _, rp := range v.Placement[req.Partition] {
+		if in.open(rp.Node) {
+			targets = append(targets, rp)
+			if rp.Live {
+				live++
+			}
+		}
+	}
+	in.targetsScratch = targets
+	if live == 0 {
+		return fmt.Errorf("partition %d has no live replica", req.Partition)
+	}
+	id := in.gen.Next()
+	var c *pendingCall
+	if reply != nil {
+		c = &pendingCall{req: req, id: id, waiting: make(map[string]bool, live), send: reply}
+		for _, rp := range targets {
+			if rp.Live {
+				c.waiting[rp.Node] = true
+			}
+		}
+		in.pending[id] = c
+	}
+	for _, r := range feeds {
+		if !r.Fed { // Missed
+			in.noteMissed(r.Node, req.Partition)
+		}
+	}
+	txn := &wire.Txn{Partition: req.Partition, ID: id, Proc: req.Proc, Params: req.Params}
+	if in.cfg.Knobs.Plant != nil {
+		in.cfg.Knobs.Plant(txn)
+	}
+	for _, rp := range targets {
+		switch {
+		case in.skip(rp.Node, id):
+		case !in.send(rp.Node, txn):
+			in.noteMissed(rp.Node, req.Partition)
+		default:
+			if c != nil {
+				c.sent = true
+			}
+			continue
+		}
+		if c != nil {
+			delete(c.waiting, rp.Node)
+		}
+	}
+	in.sent = true
+	if c != nil {
+		in.maybeReply(c)
+	}
+	return nil
+}
+
+// send sends m on the open feed to node.
+func (in *Initiator) send(node string, m wire.Message) bool {
+	if !in.io.Send(node, m) {
+		return false
+	}
+	in.feeds[node].fresh = false
+	return true
+}
+
+func (in *Initiator) skip(node string, id txnid.ID) bool {
+	return in.cfg.Knobs.SkipSend != nil && in.cfg.Knobs.SkipSend(node, id)
+}
+
+func (in *Initiator) open(node string) bool {
+	f := in.feeds[node]
+	return f != nil && f.state == feedOpen
+}
+
+// replicaFeeds says, for each replica of p, whether its node is alive in
+// v and whether a txn sent now reaches it: the feed to it is open, or the
+// one to its process broke (its replicas then fail, having tracked this
+// initiator all along).
+func (in *Initiator) replicaFeeds(p uint32, v *InitiatorView) []ReplicaFeed {
+	return in.replicaFeedsInto(nil, p, v)
+}
+
+// replicaFeedsInto is replicaFeeds appending to rs.
+func (in *Initiator) replicaFeedsInto(rs []ReplicaFeed, p uint32, v *InitiatorView) []ReplicaFeed {
+	for _, rp := range v.Placement[p] {
+		inc, alive := v.Nodes[rp.Node]
+		lost, broke := in.lost[rp.Node]
+		fed := in.open(rp.Node) || alive && broke && lost == inc
+		f := in.feeds[rp.Node]
+		rs = append(rs, ReplicaFeed{Node: rp.Node, Alive: alive, Fed: fed, Dialing: f != nil && f.state == feedDialing})
+	}
+	return rs
+}
+
+// noteMissed records that node's replica of p lacks a txn this process
+// sequenced.
+func (in *Initiator) noteMissed(node string, p uint32) {
+	ps := in.missed[node]
+	if ps == nil {
+		ps = map[uint32]bool{}
+		in.missed[node] = ps
+	}
+	ps[p] = true
+}
+
+// OnDone records one replica's result, from node.
+func (in *Initiator) OnDone(node string, d *wire.Done) {
+	c := in.pending[d.ID]
+	if c == nil || !c.waiting[node] {
+		return // a replica not waited for (rejoining), or a late answer
+	}
+	delete(c.waiting, node)
+	if !c.replied {
+		c.replied = true
+		c.reply.Out = append([]byte(nil), d.Out...)
+		c.reply.Err = d.Err
+	}
+	if c.req.Each {
+		c.reply.Each = append(c.reply.Each, wire.ReplicaOut{Node: node, Out: append([]byte(nil), d.Out...), Err: d.Err})
+	}
+	in.maybeReply(c)
+}
+
+// dropNode stops waiting for node.
+func (in *Initiator) dropNode(node string) {
+	for _, id := range in.pendingIDs() {
+		if c := in.pending[id]; c.waiting[node] {
+			delete(c.waiting, node)
+			in.maybeReply(c)
+		}
+	}
+}
+
+// pendingIDs lists the calls in flight in ID order, so that replies go
+// out in an order that does not depend on a map's.
+func (in *Initiator) pendingIDs() []txnid.ID {
+	ids := make([]txnid.ID, 0, len(in.pending))
+	for id := range in.pending {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// dropNotLive stops waiting for the replicas v no longer has live: a
+// replica that failed (needs a rejoin) drops its feed and will not
+// answer, though its node lives (e.g. one failed after a lapsed
+// registration, docs/DESIGN.md "Without the coordinator"). The call's
+// other live replicas hold the txn.
+func (in *Initiator) dropNotLive(v *InitiatorView) {
+	for _, id := range in.pendingIDs() {
+		c := in.pending[id]
+		changed := false
+		for node := range c.waiting {
+			if !slices.ContainsFunc(v.Placement[c.req.Partition], func(rp ReplicaPlace) bool { return rp.Node == node && rp.Live }) {
+				delete(c.waiting, node)
+				changed = true
+			}
+		}
+		if changed {
+			in.maybeReply(c)
+		}
+	}
+}
+
+// maybeReply answers the caller once nothing is waited for.
+func (in *Initiator) maybeReply(c *pendingCall) {
+	if len(c.waiting) > 0 {
+		return
+	}
+	delete(in.pending, c.id)
+	r := c.reply
+	r.Req, r.ID = c.req.Req, c.id
+	switch {
+	case c.replied:
+	case c.sent:
+		// Every replica it was sent to was lost before answering: it may
+		// have run on some of them. Only the client can decide what to do.
+		r.Err, r.Uncertain = "no live replica answered: the txn's outcome is unknown", true
+	default:
+		r.Err = "the txn reached no live replica"
+	}
+	c.send(&r)
+}
+
+// Tick advances the heartbeat schedule: after BeatTicks ticks in a row in
+// which nothing was sent, a heartbeat goes out on every open feed, so the
+// replicas' safe point moves on an idle feed; a feed opened since the
+// last tick with nothing sent on it yet gets one at once.
+func (in *Initiator) Tick() {
+	due := false
+	if in.sent {
+		in.sent, in.idle = false, 0
+	} else {
+		in.idle++
+		due = in.idle >= in.cfg.BeatTicks
+	}
+	var to []string
+	for node, f := range in.feeds {
+		if f.state == feedOpen && (due || f.fresh) {
+			to = append(to, node)
+		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	in.beat(to)
+	if due {
+		in.idle = 0
+	}
+}
+
+// Heartbeat sends a heartbeat on every open feed now, whatever the
+// schedule: a driver that stops its txns and lets every replica run to
+// the end (the simulator's quiescence and its scripts).
+func (in *Initiator) Heartbeat() {
+	var to []string
+	for node, f := range in.feeds {
+		if f.state == feedOpen {
+			to = append(to, node)
+		}
+	}
+	in.beat(to)
+	in.sent, in.idle = false, 0
+}
+
+// beat sends one heartbeat to the nodes to, in name order; it takes an ID
+// even with none to send to.
+func (in *Initiator) beat(to []string) {
+	slices.Sort(to)
+	b := &wire.Beat{ID: in.gen.Next()}
+	for _, node := range to {
+		if in.skip(node, b.ID) {
+			continue
+		}
+		in.send(node, b) // a failed send closes the feed: FeedLost follows
+	}
+}
+
+// Last is the last txn or heartbeat ID issued.
+func (in *Initiator) Last() txnid.ID { return in.gen.Last() }
+
+// Fed reports whether the feed to node is open.
+func (in *Initiator) Fed(node string) bool { return in.open(node) }
+
+// SetView takes a new membership view: it stops waiting for nodes taken
+// for dead and replicas no longer live, closes feeds to a stale process
+// of a node, and asks for a feed to every node alive that has none.
+func (in *Initiator) SetView(v *InitiatorView) {
+	for _, node := range sortedKeys(in.feeds) {
+		f := in.feeds[node]
+		if f.state != feedOpen {
+			continue
+		}
+		inc, ok := v.Nodes[node]
+		switch {
+		case !ok:
+			// Taken for dead by the coordinator: stop waiting for it, but
+			// keep its feed. A dead process's connection breaks by itself;
+			// a process that only lost the coordinator goes on receiving
+			// every txn, so it misses none (docs/DESIGN.md "Without the
+			// coordinator").
+			in.dropNode(node)
+		case inc != f.inc:
+			in.io.Close(node) // a new process: the old connection is stale
+		}
+	}
+	in.dropNotLive(v)
+	for _, node := range sortedKeys(v.Nodes) {
+		if in.feeds[node] != nil {
+			continue
+		}
+		// What node missed so far goes in the hello; from here until the
+		// feed is open no txn of its partitions is sequenced (Dialing),
+		// so the list stays whole.
+		in.feeds[node] = &feedOut{state: feedDialing, inc: v.Nodes[node]}
+		in.io.Dial(node, v.Nodes[node], in.Missed(node))
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// FeedOpened: the feed to node is up and its receiver's floor came in,
+// the highest txn ID its replicas executed before they began to track
+// this initiator. Every ID issued from now on lies above it
+// (docs/DESIGN.md "An initiator that joins"), and the next tick
+// heartbeats the feed if nothing went out on it before, so the replicas'
+// safe point hears from this initiator within a tick.
+func (in *Initiator) FeedOpened(node string, floor txnid.ID) {
+	f := in.feeds[node]
+	if f == nil || f.state != feedDialing {
+		panic(fmt.Sprintf("recovery: feed to %s opened without a dial", node))
+	}
+	f.state, f.fresh = feedOpen, true
+	delete(in.missed, node) // the node has the list now
+	in.gen.Advance(floor)
+}
+
+// DialFailed: the feed to node could not be opened; the next view asks
+// again.
+func (in *Initiator) DialFailed(node string) {
+	if f := in.feeds[node]; f != nil && f.state == feedDialing {
+		delete(in.feeds, node)
+	}
+}
+
+// FeedLost: the open feed to node broke. The calls stop waiting for node;
+// while its process lives a txn sent counts as reaching it (its replicas
+// fail on the loss instead).
+func (in *Initiator) FeedLost(node string) {
+	if f := in.feeds[node]; f != nil && f.state == feedOpen {
+		delete(in.feeds, node)
+		in.lost[node] = f.inc
+	}
+	in.dropNode(node)
+}
+
+// Missed returns the partitions the next hello to node names: those this
+// initiator sequenced a txn of while it had no feed there.
+func (in *Initiator) Missed(node string) []uint32 {
+	var ps []uint32
+	for p := range in.missed[node] {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
+}

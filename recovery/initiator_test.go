@@ -1,0 +1,565 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// fakeIO records what an Initiator asks of its driver.
+type fakeIO struct {
+	sent   map[string][]wire.Message
+	dials  []string // "node inc missed"
+	closes []string
+	// refuse makes Send to a node fail, as a full or broken feed.
+	refuse map[string]bool
+}
+
+func newFakeIO() *fakeIO {
+	return &fakeIO{sent: map[string][]wire.Message{}, refuse: map[string]bool{}}
+}
+
+func (f *fakeIO) Send(node string, m wire.Message) bool {
+	if f.refuse[node] {
+		return false
+	}
+	f.sent[node] = append(f.sent[node], m)
+	return true
+}
+
+func (f *fakeIO) Dial(node string, inc int64, missed []uint32) {
+	f.dials = append(f.dials, fmt.Sprintf("%s %d %v", node, inc, missed))
+}
+
+func (f *fakeIO) Close(node string) { f.closes = append(f.closes, node) }
+
+// take returns and forgets what was sent to node.
+func (f *fakeIO) take(node string) []wire.Message {
+	ms := f.sent[node]
+	delete(f.sent, node)
+	return ms
+}
+
+// testInitiator is an Initiator on a clock the test moves, with a view of
+// nodes n1..n3 alive (incarnation 1) holding partition 0's replicas, live.
+type testInitiator struct {
+	*Initiator
+	io    *fakeIO
+	now   int64
+	view  *InitiatorView
+	reply []*wire.Reply
+}
+
+func newTestInitiator(t *testing.T, beatTicks int) *testInitiator {
+	t.Helper()
+	ti := &testInitiator{io: newFakeIO(), now: txnid.EpochUnixMillis + 1_000_000_000}
+	ti.view = &InitiatorView{Nodes: map[string]int64{"n1": 1, "n2": 1, "n3": 1},
+		Placement: map[uint32][]ReplicaPlace{0: {{"n1", true}, {"n2", true}, {"n3", true}}, 1: {{"n1", true}}}, Bootstrapped: true}
+	in, err := NewInitiator(InitiatorConfig{Node: "n9", ID: 9, Clock: func() int64 { return ti.now }, Partitions: 2, BeatTicks: beatTicks}, ti.io)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti.Initiator = in
+	return ti
+}
+
+// openAll opens a feed to every node of the view, each with floor 0, and
+// ticks once: each opened feed starts with a heartbeat.
+func (ti *testInitiator) openAll(t *testing.T) {
+	t.Helper()
+	ti.SetView(ti.view)
+	for _, n := range sortedKeys(ti.view.Nodes) {
+		ti.FeedOpened(n, txnid.Zero)
+	}
+	ti.Tick()
+	for _, n := range sortedKeys(ti.view.Nodes) {
+		if ms := ti.io.take(n); len(ms) != 1 || ms[0].Type() != wire.MsgBeat {
+			t.Fatalf("feed to %s opened with %v, want one heartbeat", n, ms)
+		}
+	}
+}
+
+func (ti *testInitiator) submit(t *testing.T, p uint32, each bool) error {
+	t.Helper()
+	return ti.Submit(ti.view, true, &wire.Call{Req: 7, Partition: p, Proc: "upsert", Each: each}, func(r *wire.Reply) { ti.reply = append(ti.reply, r) })
+}
+
+// lastTxn returns the txn last sent to node.
+func lastTxn(t *testing.T, io *fakeIO, node string) *wire.Txn {
+	t.Helper()
+	ms := io.sent[node]
+	if len(ms) == 0 {
+		t.Fatalf("nothing sent to %s", node)
+	}
+	txn, ok := ms[len(ms)-1].(*wire.Txn)
+	if !ok {
+		t.Fatalf("last sent to %s: %v, not a txn", node, ms[len(ms)-1])
+	}
+	return txn
+}
+
+// TestInitiatorWaitsForEveryLiveReplica: a call is answered only once
+// every live replica it was sent to answered; a replica that is not live
+// (rejoining) gets the txn but is not waited for; the first answer is
+// the reply, and Each has every waited replica's.
+func TestInitiatorWaitsForEveryLiveReplica(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.view.Placement[0][2].Live = false
+	ti.openAll(t)
+	if err := ti.submit(t, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	id := lastTxn(t, ti.io, "n1").ID
+	for _, n := range []string{"n2", "n3"} {
+		if got := lastTxn(t, ti.io, n).ID; got != id {
+			t.Fatalf("%s got txn %v, n1 %v", n, got, id)
+		}
+	}
+	ti.OnDone("n1", &wire.Done{ID: id, Out: []byte("a")})
+	ti.OnDone("n3", &wire.Done{ID: id, Out: []byte("c")})
+	if len(ti.reply) != 0 {
+		t.Fatalf("answered while n2 is waited for: %+v", ti.reply[0])
+	}
+	ti.OnDone("n2", &wire.Done{ID: id, Out: []byte("b")})
+	ti.OnDone("n2", &wire.Done{ID: id, Out: []byte("b")}) // a late duplicate
+	if len(ti.reply) != 1 {
+		t.Fatalf("%d replies, want 1", len(ti.reply))
+	}
+	r := ti.reply[0]
+	if r.Req != 7 || r.ID != id || string(r.Out) != "a" || r.Err != "" || len(r.Each) != 2 || r.Each[1].Node != "n2" {
+		t.Fatalf("reply %+v", r)
+	}
+	if ti.Pending() != 0 {
+		t.Fatal("call still pending")
+	}
+}
+
+// TestInitiatorReplyWhenReplicasLost: a call's reply once nothing is
+// waited for. A txn that went out and lost every replica it waited for is
+// uncertain (it may have run on one of them); one whose every send failed
+// is a plain failure; a replica's result is the answer. A node is lost by
+// its feed breaking, by the view taking it for dead, or by its replica
+// no longer live there.
+func TestInitiatorReplyWhenReplicasLost(t *testing.T) {
+	losses := map[string]func(ti *testInitiator, node string){
+		"feed lost": func(ti *testInitiator, node string) { ti.FeedLost(node) },
+		"node dead": func(ti *testInitiator, node string) {
+			delete(ti.view.Nodes, node)
+			ti.SetView(ti.view)
+		},
+		"replica not live": func(ti *testInitiator, node string) {
+			for i := range ti.view.Placement[0] {
+				if ti.view.Placement[0][i].Node == node {
+					ti.view.Placement[0][i].Live = false
+				}
+			}
+			ti.SetView(ti.view)
+		},
+	}
+	tests := []struct {
+		name          string
+		refused       bool // every send fails
+		answer        bool // n1 answers before the others are lost
+		wantUncertain bool
+		wantErr       string
+	}{
+		{name: "sent, every replica lost", wantUncertain: true, wantErr: "outcome is unknown"},
+		{name: "never sent", refused: true, wantErr: "reached no live replica"},
+		{name: "one answered, the others lost", answer: true},
+	}
+	for lname, lose := range losses {
+		for _, tt := range tests {
+			t.Run(lname+"/"+tt.name, func(t *testing.T) {
+				ti := newTestInitiator(t, 1)
+				ti.openAll(t)
+				if tt.refused {
+					ti.io.refuse["n1"], ti.io.refuse["n2"], ti.io.refuse["n3"] = true, true, true
+				}
+				if err := ti.submit(t, 0, false); err != nil {
+					t.Fatal(err)
+				}
+				id := ti.gen.Last()
+				if !tt.refused {
+					if tt.answer {
+						ti.OnDone("n1", &wire.Done{ID: id})
+					} else {
+						lose(ti, "n1")
+					}
+					lose(ti, "n2")
+					if len(ti.reply) != 0 {
+						t.Fatalf("answered while n3 is waited for: %+v", ti.reply[0])
+					}
+					lose(ti, "n3")
+				}
+				if len(ti.reply) != 1 {
+					t.Fatalf("%d replies, want 1", len(ti.reply))
+				}
+				r := ti.reply[0]
+				if r.Uncertain != tt.wantUncertain || !strings.Contains(r.Err, tt.wantErr) || (tt.wantErr == "") != (r.Err == "") || r.Req != 7 || r.ID != id {
+					t.Fatalf("reply %+v; want uncertain %v, error %q", r, tt.wantUncertain, tt.wantErr)
+				}
+				if ti.Pending() != 0 {
+					t.Fatal("call still pending")
+				}
+			})
+		}
+	}
+}
+
+// TestInitiatorRefuses: what a call is refused for, with nothing sent.
+func TestInitiatorRefuses(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.openAll(t)
+	call := func(p uint32) *wire.Call { return &wire.Call{Req: 1, Partition: p} }
+	never := func(r *wire.Reply) { t.Fatalf("refused call answered: %+v", r) }
+	if err := ti.Submit(ti.view, false, call(0), never); err == nil || !strings.Contains(err.Error(), "not registered") {
+		t.Fatalf("unregistered: %v", err)
+	}
+	if err := ti.Submit(ti.view, true, call(2), never); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Fatalf("partition 2 of 2: %v", err)
+	}
+	ti.view.Bootstrapped = false
+	if err := ti.Submit(ti.view, true, call(0), never); err == nil || !strings.Contains(err.Error(), "not bootstrapped") {
+		t.Fatalf("not bootstrapped: %v", err)
+	}
+	ti.view.Bootstrapped = true
+	ti.view.Placement[1][0].Live = false
+	if err := ti.Submit(ti.view, true, call(1), never); err == nil || !strings.Contains(err.Error(), "no live replica") {
+		t.Fatalf("no live replica: %v", err)
+	}
+	if len(ti.io.sent) != 0 || ti.Pending() != 0 {
+		t.Fatalf("a refused call sent %v, %d pending", ti.io.sent, ti.Pending())
+	}
+}
+
+// TestInitiatorFeedFloor: a feed asked for carries nothing before its
+// floor, a txn of a partition with a replica there is refused meanwhile
+// (its node is unfed), and once the floor is in the feed starts with a
+// heartbeat above it and every ID issued after lies above it, though the
+// initiator's clock runs far behind (docs/DESIGN.md "An initiator that
+// joins").
+func TestInitiatorFeedFloor(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.view.Nodes = map[string]int64{"n1": 4}
+	ti.view.Placement[0] = ti.view.Placement[0][:1]
+	ti.SetView(ti.view)
+	if !slices.Equal(ti.io.dials, []string{"n1 4 []"}) {
+		t.Fatalf("dials %v", ti.io.dials)
+	}
+	ti.SetView(ti.view)
+	if len(ti.io.dials) != 1 {
+		t.Fatalf("a second dial while the first is under way: %v", ti.io.dials)
+	}
+	var unfed *UnfedError
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n1"}) {
+		t.Fatalf("call before the floor: %v", err)
+	}
+	for range 3 {
+		ti.Tick()
+	}
+	if len(ti.io.sent) != 0 {
+		t.Fatalf("sent before the floor: %v", ti.io.sent)
+	}
+	floor := txnid.Make(ti.now-txnid.EpochUnixMillis+60_000, 5, 2) // a minute ahead of this clock
+	if first := ti.gen.Next(); first >= floor {
+		t.Fatalf("the clock is not behind: %v >= %v", first, floor)
+	}
+	ti.FeedOpened("n1", floor)
+	ti.Tick()
+	ms := ti.io.take("n1")
+	if len(ms) != 1 || ms[0].(*wire.Beat).ID <= floor {
+		t.Fatalf("feed opened with %v, want a heartbeat above %v", ms, floor)
+	}
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if id := lastTxn(t, ti.io, "n1").ID; id <= floor {
+		t.Fatalf("txn %v at or below the floor %v", id, floor)
+	}
+	ti.io.take("n1")
+	ti.Tick() // the tick of the txn
+	ti.Tick()
+	if ms := ti.io.take("n1"); len(ms) != 1 || ms[0].(*wire.Beat).ID <= floor {
+		t.Fatalf("heartbeat %v not above the floor %v", ms, floor)
+	}
+}
+
+// TestInitiatorDialFailed: a failed dial leaves the node unfed, and the
+// next view asks again.
+func TestInitiatorDialFailed(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.SetView(ti.view)
+	ti.DialFailed("n2")
+	ti.SetView(ti.view)
+	if want := []string{"n1 1 []", "n2 1 []", "n3 1 []", "n2 1 []"}; !slices.Equal(ti.io.dials, want) {
+		t.Fatalf("dials %v, want %v", ti.io.dials, want)
+	}
+}
+
+// TestInitiatorHeartbeat: a heartbeat goes out on every open feed after
+// BeatTicks ticks in a row with nothing sent, and a txn sent puts it off.
+func TestInitiatorHeartbeat(t *testing.T) {
+	ti := newTestInitiator(t, 3)
+	ti.Tick()
+	ti.Tick()
+	ti.Tick()     // no feed open: nothing to beat on
+	ti.openAll(t) // a tick, the feeds' first heartbeat
+	beats := func() int {
+		n := 0
+		for _, node := range []string{"n1", "n2", "n3"} {
+			for _, m := range ti.io.take(node) {
+				if m.Type() == wire.MsgBeat {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	ti.Tick()
+	ti.Tick()
+	if got := beats(); got != 0 {
+		t.Fatalf("%d heartbeats after 2 idle ticks of 3", got)
+	}
+	ti.Tick()
+	if got := beats(); got != 3 {
+		t.Fatalf("%d heartbeats after 3 idle ticks, want one per feed", got)
+	}
+	if err := ti.submit(t, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	ti.io.take("n1")
+	ti.Tick() // a txn went out in this one
+	ti.Tick()
+	ti.Tick()
+	if got := beats(); got != 0 {
+		t.Fatalf("%d heartbeats 2 idle ticks after a txn", got)
+	}
+	ti.Tick()
+	if got := beats(); got != 3 {
+		t.Fatalf("%d heartbeats after 3 idle ticks, want 3", got)
+	}
+	// A feed that opens gets a heartbeat at the next tick, though a txn
+	// went out elsewhere in it and none is due on the others.
+	ti.FeedLost("n3")
+	ti.SetView(ti.view)
+	ti.FeedOpened("n3", txnid.Zero)
+	if err := ti.submit(t, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	ti.io.take("n1")
+	ti.Tick()
+	if ms := ti.io.take("n3"); len(ms) != 1 || ms[0].Type() != wire.MsgBeat || beats() != 0 {
+		t.Fatalf("a fresh feed got %v at the next tick; want one heartbeat, and none elsewhere", ms)
+	}
+	ti.Tick()
+	if got := beats(); got != 0 {
+		t.Fatalf("%d heartbeats after a fresh feed's first", got)
+	}
+}
+
+// TestInitiatorMissed: a partition sequenced while a node holding a
+// replica of it has no feed (taken for dead, or its send failed) is named
+// in the hello of the next feed there, and only until that feed opens;
+// while the dial is under way, no txn of its partitions is sequenced.
+// A feed that broke to a process that lives counts as reaching it.
+func TestInitiatorMissed(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.openAll(t)
+	// n3 is taken for dead: its feed stays, and a txn still reaches it.
+	delete(ti.view.Nodes, "n3")
+	ti.SetView(ti.view)
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := ti.Missed("n3"); len(got) != 0 {
+		t.Fatalf("n3 missed %v though its feed is open", got)
+	}
+	// Its feed breaks: now it misses partition 0's txns.
+	ti.FeedLost("n3")
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := ti.Missed("n3"); !slices.Equal(got, []uint32{0}) {
+		t.Fatalf("n3 missed %v, want [0]", got)
+	}
+	// A send that fails misses too.
+	ti.io.refuse["n1"] = true
+	if err := ti.submit(t, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := ti.Missed("n1"); !slices.Equal(got, []uint32{1}) {
+		t.Fatalf("n1 missed %v, want [1]", got)
+	}
+	// n3 is back, a new process: the dial names what it missed, and
+	// nothing of partition 0 is sequenced until the feed opens.
+	ti.view.Nodes["n3"] = 2
+	ti.SetView(ti.view)
+	if want := "n3 2 [0]"; ti.io.dials[len(ti.io.dials)-1] != want {
+		t.Fatalf("dials %v, want the last %q", ti.io.dials, want)
+	}
+	var unfed *UnfedError
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n3"}) {
+		t.Fatalf("call while n3 is dialled: %v", err)
+	}
+	// Taken for dead again while its dial is under way: still nothing of
+	// partition 0, as a txn now would be missed there and not named in
+	// the hello already sent.
+	delete(ti.view.Nodes, "n3")
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n3"}) {
+		t.Fatalf("call while n3, taken for dead, is dialled: %v", err)
+	}
+	ti.view.Nodes["n3"] = 2
+	ti.FeedOpened("n3", txnid.Zero)
+	if got := ti.Missed("n3"); len(got) != 0 {
+		t.Fatalf("n3 still missed %v once its feed opened", got)
+	}
+	// n2's feed breaks while its process lives: a txn counts as reaching
+	// it (its replicas fail on the loss), so nothing is missed or refused.
+	ti.FeedLost("n2")
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := ti.Missed("n2"); len(got) != 0 {
+		t.Fatalf("n2 missed %v, its feed broke while its process lives", got)
+	}
+}
+
+// TestInitiatorStaleProcess: a feed to a node whose process changed is
+// closed; the next feed is dialled to the new process once it is lost.
+func TestInitiatorStaleProcess(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.openAll(t)
+	ti.view.Nodes["n2"] = 5
+	ti.SetView(ti.view)
+	if !slices.Equal(ti.io.closes, []string{"n2"}) || len(ti.io.dials) != 3 {
+		t.Fatalf("closes %v, dials %v", ti.io.closes, ti.io.dials)
+	}
+	ti.FeedLost("n2")
+	ti.SetView(ti.view)
+	if ti.io.dials[3] != "n2 5 []" {
+		t.Fatalf("dials %v", ti.io.dials)
+	}
+}
+
+// TestInitiatorSkipSend: a skipped send is not waited for and not
+// missed: it models a txn lost on the wire.
+func TestInitiatorSkipSend(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.openAll(t)
+	ti.cfg.Knobs.SkipSend = func(node string, _ txnid.ID) bool { return node == "n2" }
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if len(ti.io.sent["n2"]) != 0 {
+		t.Fatal("skipped send went out")
+	}
+	id := ti.gen.Last()
+	ti.OnDone("n1", &wire.Done{ID: id})
+	ti.OnDone("n3", &wire.Done{ID: id})
+	if len(ti.reply) != 1 {
+		t.Fatalf("%d replies, want 1: n2 was skipped", len(ti.reply))
+	}
+}
+
+// TestTailRepair: the peers asked are the partition's other replicas but
+// the initiator's; an unreachable live peer is asked again until the
+// bound, then fails the replica; a dead peer or a cut-short try does
+// not count; a re-opened feed fails it and stops the asking.
+func TestTailRepair(t *testing.T) {
+	boom := errors.New("boom")
+	t.Run("peers", func(t *testing.T) {
+		tr := NewTailRepair(3, []string{"n1", "n2", "n3", "n4"}, "n2", "n3")
+		var got []string
+		for p, ok := tr.Next(); ok; p, ok = tr.Next() {
+			got = append(got, p)
+			if tr.OnAnswer(p, RepairTry{PeerAlive: true}) {
+				t.Fatal("retry after an answer")
+			}
+		}
+		if !slices.Equal(got, []string{"n1", "n4"}) {
+			t.Fatalf("peers %v", got)
+		}
+		if why, fail := tr.Verdict(); fail {
+			t.Fatalf("failed: %s", why)
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		tr := NewTailRepair(3, []string{"n1", "n2", "n4"}, "n2", "n3")
+		p, _ := tr.Next()
+		if !tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: true}) {
+			t.Fatal("no retry of a live peer within the bound")
+		}
+		if tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: true, Expired: true}) {
+			t.Fatal("retry past the bound")
+		}
+		p, _ = tr.Next()
+		if tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: false}) {
+			t.Fatal("retry of a dead peer")
+		}
+		why, fail := tr.Verdict()
+		if !fail || why != "initiator 3's tail not repaired: [n1: boom]" {
+			t.Fatalf("verdict %q %v", why, fail)
+		}
+	})
+	t.Run("cut short", func(t *testing.T) {
+		tr := NewTailRepair(3, []string{"n1", "n2"}, "n2", "n3")
+		p, _ := tr.Next()
+		if tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: true, Ended: true}) {
+			t.Fatal("retry of a cut-short try")
+		}
+		if why, fail := tr.Verdict(); fail {
+			t.Fatalf("node stopping failed the replica: %s", why)
+		}
+	})
+	t.Run("redialled", func(t *testing.T) {
+		tr := NewTailRepair(3, []string{"n1", "n2", "n4"}, "n2", "n3")
+		p, _ := tr.Next()
+		tr.Redialled()
+		if tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: true, Expired: true}) {
+			t.Fatal("retry after the redial")
+		}
+		if p, ok := tr.Next(); ok {
+			t.Fatalf("asks %s after the redial", p)
+		}
+		why, fail := tr.Verdict()
+		if !fail || !strings.Contains(why, "re-opened its feed") {
+			t.Fatalf("verdict %q %v", why, fail)
+		}
+	})
+}
+
+// discardIO takes every message and asks nothing.
+type discardIO struct{}
+
+func (discardIO) Send(string, wire.Message) bool { return true }
+func (discardIO) Dial(string, int64, []uint32)   {}
+func (discardIO) Close(string)                   {}
+
+// TestInitiatorSubmitAllocs: a call with no caller (a workload's)
+// allocates its txn and nothing else, so a driver that offers a hundred
+// thousand a second (the bench) does not feed the collector per replica.
+func TestInitiatorSubmitAllocs(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	in, err := NewInitiator(InitiatorConfig{Node: "n9", ID: 9, Clock: func() int64 { return ti.now }, Partitions: 2, BeatTicks: 1}, discardIO{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.SetView(ti.view)
+	for _, n := range sortedKeys(ti.view.Nodes) {
+		in.FeedOpened(n, txnid.Zero)
+	}
+	call := &wire.Call{Partition: 0, Proc: "upsert"}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := in.Submit(ti.view, true, call, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 1 {
+		t.Fatalf("%.1f allocations a call, want 1 (its txn)", allocs)
+	}
+}

@@ -1,0 +1,200 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// The simulator's initiators are the product's initiator core
+// (recovery.Initiator), which recovery/node's feed.go drives too: txn
+// IDs, the heartbeat schedule in ticks, the feeds' states and floors, and
+// the rule that a txn goes out only with a feed to every node holding a
+// replica of its partition (recovery.Unfed). What the world adds is the
+// network: a message the core sends is routed to the oracle at once and
+// over links to the source replicas and the destination replica.
+
+// oracleNode is the oracle's name among the core's nodes: it holds a
+// replica of the partition that is never waited for and hears every
+// initiator from the start.
+const oracleNode = "oracle"
+
+// initiatorView is the initiators' membership view: every node alive,
+// the sources' replicas live, the destination's and the oracle's not
+// (the workload is not waited on: no caller).
+func initiatorView(srcIDs []string) *recovery.InitiatorView {
+	v := &recovery.InitiatorView{Nodes: map[string]int64{dstNode: 1, oracleNode: 1}, Bootstrapped: true}
+	var ps []recovery.ReplicaPlace
+	for _, id := range srcIDs {
+		v.Nodes[id] = 1
+		ps = append(ps, recovery.ReplicaPlace{Node: id, Live: true})
+	}
+	ps = append(ps, recovery.ReplicaPlace{Node: dstNode}, recovery.ReplicaPlace{Node: oracleNode})
+	v.Placement = map[uint32][]recovery.ReplicaPlace{partitionID: ps}
+	return v
+}
+
+// unawareView is v without the destination node: a stale view.
+func unawareView(v *recovery.InitiatorView) *recovery.InitiatorView {
+	u := *v
+	u.Nodes = map[string]int64{}
+	for n, inc := range v.Nodes {
+		if n != dstNode {
+			u.Nodes[n] = inc
+		}
+	}
+	return &u
+}
+
+// initiatorFeeds is an initiator's recovery.InitiatorIO: it keeps what
+// the core sent, for routeFeed, and the dials it asked, for dial.
+type initiatorFeeds struct {
+	in    *initiator
+	dials []string
+}
+
+func (f *initiatorFeeds) Send(node string, m wire.Message) bool {
+	in := f.in
+	if in.out != nil && in.out != m {
+		panic(fmt.Sprintf("sim: i%d sent %v and %v in one input", in.id, in.out.Type(), m.Type()))
+	}
+	in.out = m
+	in.to[node] = true
+	return true
+}
+
+func (f *initiatorFeeds) Dial(node string, _ int64, _ []uint32) { f.dials = append(f.dials, node) }
+
+// Close is never asked: no node of the world changes its process.
+func (f *initiatorFeeds) Close(node string) {
+	panic(fmt.Sprintf("sim: i%d asked to close its feed to %s", f.in.id, node))
+}
+
+func (w *world) newInitiatorCore(in *initiator) {
+	in.to = map[string]bool{}
+	in.feeds = &initiatorFeeds{in: in}
+	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
+		Node: fmt.Sprintf("i%d", in.id), ID: in.id, Partitions: partitionID + 1, BeatTicks: max(1, w.k.HeartbeatTicks),
+		Clock: func() int64 { return baseMillis + int64(w.tick) + in.skew },
+	}, in.feeds)
+	if err != nil {
+		panic(err)
+	}
+	in.core = core
+}
+
+// dial gives in's core the view and answers the dials it asks: a feed
+// opens, with its receiver's floor, unless in is late and the script has
+// not opened its feed to that node (opened), then the dial fails.
+func (w *world) dial(in *initiator) {
+	in.core.SetView(w.view)
+	dials := in.feeds.dials
+	in.feeds.dials = nil
+	for _, node := range dials {
+		if in.late && node != oracleNode && !in.opened[node] {
+			in.core.DialFailed(node)
+			continue
+		}
+		w.openFeed(in, node)
+	}
+}
+
+// openFeed opens in's feed to node as recovery/node's serveFeed does: the
+// node's replicas track in from now on (a destination through
+// Destination.AddInitiator), and the floor is the highest txn ID they
+// executed. The oracle tracks every initiator from the start.
+func (w *world) openFeed(in *initiator, node string) {
+	floor := txnid.Zero
+	switch node {
+	case oracleNode:
+	case dstNode:
+		// Its replica core tracks in, and so does its attempt, running or
+		// live; the floor is what the replica executed (Zero unless live).
+		// At setup the core is not built yet: it hears every fed
+		// initiator from the start.
+		if w.dst != nil {
+			w.dst.AddInitiator(in.id)
+			if a := w.dstAttempt(); a != nil {
+				w.afterCall(a)
+			}
+			floor = w.dst.ExecutedUpTo()
+		}
+	default:
+		for _, sr := range w.srcs {
+			if sr.id == node {
+				sr.core.AddInitiator(in.id)
+				floor = sr.core.ExecutedUpTo()
+			}
+		}
+	}
+	in.core.FeedOpened(node, floor)
+}
+
+// sendTxn sequences a txn of the workload or a script through in's core,
+// with the view v, and routes it. An error: the core refused it and
+// nothing was sent.
+func (w *world) sendTxn(in *initiator, sp txnSpec, v *recovery.InitiatorView) error {
+	proc, vals, text := w.invocation(sp)
+	params, err := w.enc.AppendTuple(nil, vals)
+	if err != nil {
+		panic(err)
+	}
+	if err := in.core.Submit(v, true, &wire.Call{Partition: partitionID, Proc: proc, Params: params}, nil); err != nil {
+		return err
+	}
+	id := in.core.Last()
+	w.lastTxn = max(w.lastTxn, id)
+	w.stats.Txns++
+	if w.tr.on {
+		w.tracef("i%d txn %v %s", in.id, id, text)
+	}
+	w.routeFeed(in)
+	return nil
+}
+
+// sendHeartbeat has in heartbeat on every open feed now.
+func (w *world) sendHeartbeat(in *initiator) {
+	in.core.Heartbeat()
+	w.routeFeed(in)
+}
+
+// routeFeed delivers what in's core last sent: to the oracle at once, to the
+// source and the current destination replicas over their links, where
+// the core sent it.
+func (w *world) routeFeed(in *initiator) {
+	m, to := in.out, in.to
+	if m == nil {
+		return
+	}
+	in.out, in.to = nil, map[string]bool{}
+	var inv partition.Invocation
+	switch m := m.(type) {
+	case *wire.Txn:
+		inv = partition.Invocation{ID: m.ID, Proc: m.Proc, Params: m.Params}
+	case *wire.Beat:
+		inv = partition.Invocation{ID: m.ID}
+		w.stats.Heartbeats++
+	default:
+		panic(fmt.Sprintf("sim: i%d sent %v", in.id, m.Type()))
+	}
+	if to[oracleNode] {
+		if err := offer(w.ref, inv); err != nil {
+			w.violate("feed", "oracle refused %v: %v", inv.ID, err)
+		}
+	}
+	for i, sr := range w.srcs {
+		if to[sr.id] {
+			in.toSrc[i].send(w, inv)
+		}
+	}
+	if to[dstNode] {
+		for _, a := range w.atts {
+			if w.inFeed(a) {
+				a.feed[in.idx].send(w, inv)
+			}
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package recovery
+
+import (
+	"fmt"
+
+	"github.com/rejoin-db/rejoin/txnid"
+)
+
+// TailRepair is the rule of a dead initiator's tail repair on one replica
+// (recovery/node's repair.go does the asking). An initiator sends each
+// txn to every replica of the partition, one feed per node, and feeds are
+// TCP streams in ID order, so when its feed ends each survivor holds a
+// prefix of its sequence, and nothing past it has run while the initiator
+// is in the replica's safe-point tracker. Before a replica stops waiting
+// for the initiator it asks every peer replica of the partition (Next)
+// for the txns past its own prefix; every survivor then holds the longest
+// prefix any survivor got. A peer that cannot answer while it is alive,
+// past the retry bound, fails the replica (it may hold a longer prefix:
+// the replica rejoins rather than risk diverging); a peer that died holds
+// nothing that will run and does not count. If the initiator's process
+// re-opens its feed meanwhile (Redialled), it lives, the tail here is not
+// final, and the replica fails.
+type TailRepair struct {
+	in        txnid.Initiator
+	peers     []string
+	next      int
+	failed    []string
+	redialled bool
+}
+
+// NewTailRepair returns the repair, on node self, of initiator in's tail,
+// whose node is initiatorNode; replicaNodes are the nodes of the
+// partition's replicas.
+func NewTailRepair(in txnid.Initiator, replicaNodes []string, self, initiatorNode string) *TailRepair {
+	t := &TailRepair{in: in}
+	for _, n := range replicaNodes {
+		if n != self && n != initiatorNode {
+			t.peers = append(t.peers, n)
+		}
+	}
+	return t
+}
+
+// Next returns the next peer to ask, in placement order; false when
+// every peer was asked or the initiator re-opened its feed.
+func (t *TailRepair) Next() (string, bool) {
+	if t.redialled || t.next >= len(t.peers) {
+		return "", false
+	}
+	t.next++
+	return t.peers[t.next-1], true
+}
+
+// RepairTry is the outcome of one try to repair from a peer.
+type RepairTry struct {
+	// Err is nil if the peer answered in full.
+	Err error
+	// PeerAlive: the membership still has the peer alive. A dead peer
+	// holds nothing that will run.
+	PeerAlive bool
+	// Expired: the retry bound for this peer passed.
+	Expired bool
+	// Ended: the repair was cut short (the initiator re-opened its feed,
+	// or the node stops); the try neither repeats nor counts.
+	Ended bool
+}
+
+// OnAnswer takes one try's outcome from peer and reports whether to ask
+// the same peer again: a peer that cannot be reached may hold a longer
+// prefix, so it is asked until it answers, dies, or the bound passes.
+func (t *TailRepair) OnAnswer(peer string, try RepairTry) (retry bool) {
+	switch {
+	case try.Err == nil, try.Ended, t.redialled, !try.PeerAlive:
+		return false
+	case !try.Expired:
+		return true
+	}
+	t.failed = append(t.failed, fmt.Sprintf("%s: %v", peer, try.Err))
+	return false
+}
+
+// Redialled: the initiator's process opened a new feed while the repair
+// ran. It lives, so its tail here is not final.
+func (t *TailRepair) Redialled() { t.redialled = true }
+
+// Verdict says, once no peer is left to ask, whether the replica fails
+// and why.
+func (t *TailRepair) Verdict() (why string, fail bool) {
+	switch {
+	case t.redialled:
+		return fmt.Sprintf("initiator %d's process lives on and re-opened its feed: its tail here is not final", t.in), true
+	case len(t.failed) > 0:
+		return fmt.Sprintf("initiator %d's tail not repaired: %v", t.in, t.failed), true
+	}
+	return "", false
+}
