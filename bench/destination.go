@@ -10,10 +10,11 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
-// destinationDriver is the thin driver of the rejoining replica. It builds
-// an empty replica, starts a recovery.Destination on it, joins the
-// initiator's feed, and feeds the processor the feed, the source's frames
-// and ticks. Once live it executes its buffered txns and the feed.
+// destinationDriver is the thin driver of the rejoining replica's core
+// (recovery.Replica). It starts a destination attempt on it (an empty
+// replica), joins the initiator's feed, and feeds the core the feed, the
+// source's frames and ticks. Once live the core executes the buffered
+// txns and the feed.
 type destinationDriver struct {
 	replica
 	cfg       recovery.DestinationConfig
@@ -38,19 +39,25 @@ type destinationDriver struct {
 // run builds the replica on this goroutine, which owns it from now on,
 // joins the feed and loops.
 func (d *destinationDriver) run(ctx context.Context) error {
-	p := partition.New()
-	if _, err := p.CreateTable(kvSchema()); err != nil {
-		return fmt.Errorf("bench: destination: %w", err)
-	}
-	d.exec = partition.NewExecutor(p, partition.NewBuiltinRegistry(), d.execCfg)
-	for _, in := range d.cfg.Initiators {
-		d.exec.AddInitiator(in)
-	}
-	proc, err := recovery.NewDestination(d.exec, d.cfg)
+	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: d.cfg.Header.Partition, DropResults: true,
+		NewExecutor: func() (*partition.Executor, error) {
+			p := partition.New()
+			if _, err := p.CreateTable(kvSchema()); err != nil {
+				return nil, err
+			}
+			d.exec = partition.NewExecutor(p, partition.NewBuiltinRegistry(), d.execCfg)
+			return d.exec, nil
+		}})
 	if err != nil {
 		return fmt.Errorf("bench: destination: %w", err)
 	}
-	d.proc = proc
+	for _, in := range d.cfg.Initiators {
+		core.AddInitiator(in)
+	}
+	if err := core.StartDestination("source", d.cfg); err != nil {
+		return fmt.Errorf("bench: destination: %w", err)
+	}
+	d.core, d.proc = core, core.Destination()
 	select {
 	case d.initiator <- d.feedIn:
 	case <-ctx.Done():
@@ -61,17 +68,12 @@ func (d *destinationDriver) run(ctx context.Context) error {
 
 func (d *destinationDriver) onBatch(b *batch) error {
 	for _, inv := range b.txns {
-		if err := d.proc.OnTxn(inv); err != nil {
-			if cerr := d.check(); cerr != nil {
-				return cerr
-			}
-			return fmt.Errorf("bench: destination: %w", err)
+		if !d.core.OnTxn(inv) {
+			return d.refused(inv.ID)
 		}
 	}
-	if b.heartbeat != 0 {
-		if err := d.proc.OnHeartbeat(b.heartbeat); err != nil {
-			return fmt.Errorf("bench: destination: %w", err)
-		}
+	if b.heartbeat != 0 && !d.core.OnHeartbeat(b.heartbeat) {
+		return d.refused(b.heartbeat)
 	}
 	if b.end {
 		if d.proc.State() != recovery.StateLive {
@@ -83,7 +85,7 @@ func (d *destinationDriver) onBatch(b *batch) error {
 }
 
 func (d *destinationDriver) onMessage(m wire.Message) error {
-	if err := d.proc.OnMessage(m); err != nil {
+	if err := d.core.OnDestinationMessage(d.cfg.Header.Epoch, m); err != nil {
 		if cerr := d.check(); cerr != nil {
 			return cerr
 		}
@@ -93,7 +95,7 @@ func (d *destinationDriver) onMessage(m wire.Message) error {
 }
 
 func (d *destinationDriver) onTick() error {
-	d.proc.Tick()
+	d.core.Tick()
 	return d.check()
 }
 
@@ -107,7 +109,7 @@ func (d *destinationDriver) work() (bool, error) {
 	return d.step(nil)
 }
 
-func (d *destinationDriver) outbox() []wire.Message { return d.proc.Outbox() }
+func (d *destinationDriver) outbox() []wire.Message { return d.messages() }
 func (d *destinationDriver) linkOpen() bool         { return true }
 func (d *destinationDriver) finished() (bool, error) {
 	return d.maybeFinish()

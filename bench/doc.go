@@ -14,10 +14,12 @@
 //     key and a ValueBytes bytes value (16 and 100 by default; values are
 //     64% repeated patterns and 36% random, so a codec has something to do
 //     but not everything).
-//   - Two goroutines, the source's and the destination's, each own one
-//     partition.Executor and one recovery processor (Source, Destination),
-//     as on two nodes. Each calls Step between inputs, Pump after every
-//     txn (source), Tick from a time.Ticker (one tick is 1 ms), and
+//   - Two goroutines, the source's and the destination's, each drive one
+//     replica core (recovery.Replica, the one recovery/node runs), which
+//     owns a partition.Executor and one recovery processor (Source,
+//     Destination), as on two nodes. Each steps its core between inputs
+//     (the core pumps the source after every txn), ticks it from a
+//     time.Ticker (one tick is 1 ms), and
 //     exchanges wire frames with the other over two bounded channels,
 //     encoded, checksummed and compressed with FrameEncoder and
 //     FrameDecoder exactly as they would go on a socket.

@@ -286,8 +286,14 @@ func (r *Rejoin) Run(ctx context.Context) (RejoinResult, error) {
 		start:   start,
 		done:    make(chan struct{}),
 	}
-	src.exec = partition.NewExecutor(srcPart, partition.NewBuiltinRegistry(), execCfg)
-	src.exec.AddInitiator(benchInitiator)
+	srcExec := partition.NewExecutor(srcPart, partition.NewBuiltinRegistry(), execCfg)
+	srcCore, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: benchHeader.Partition, Live: true, DropResults: true,
+		NewExecutor: func() (*partition.Executor, error) { return srcExec, nil }})
+	if err != nil {
+		return RejoinResult{}, err
+	}
+	srcCore.AddInitiator(benchInitiator)
+	src.core, src.exec = srcCore, srcExec
 	dst := &destinationDriver{
 		replica:   newReplica("destination", nil, down, up, cfg),
 		cfg:       cfg.destinationConfig(),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -64,7 +65,11 @@ type finalReport struct {
 // (read by Run while the loop goes on) and what the loop publishes by
 // closing a channel.
 type replica struct {
-	name      string
+	name string
+	// core is the replica's core, the one recovery/node runs: it owns the
+	// executor and the processor, routes the feed, and pumps the source
+	// after every txn. exec is its executor.
+	core      *recovery.Replica
 	exec      *partition.Executor
 	feed      <-chan *batch
 	in, out   *link
@@ -249,25 +254,57 @@ func (r *replica) flush(msgs []wire.Message) error {
 	return nil
 }
 
-// step runs up to stepBurst ready txns, calling after (if not nil) after
-// each, and reports whether any ran.
-func (r *replica) step(after func() error) (bool, error) {
+// step runs up to stepBurst ready txns on the core and reports whether
+// any ran. With call set, one txn a call through it (the source times
+// its moves around each call); the core pumps the source after every txn,
+// or once when none is ready. A procedure error is a result both replicas
+// reach alike; the digests compare what they did.
+func (r *replica) step(call func(func()) error) (bool, error) {
+	if call == nil {
+		n := r.core.Step(stepBurst)
+		r.executed.Add(int64(n))
+		return n > 0, nil
+	}
 	did := false
 	for range stepBurst {
-		if _, ok := r.exec.Step(); !ok {
+		n := 0
+		if err := call(func() { n = r.core.Step(1) }); err != nil {
+			return did, err
+		}
+		if n == 0 {
 			break
 		}
-		// A procedure error is a result both replicas reach alike; the
-		// digests compare what they did.
 		r.executed.Add(1)
 		did = true
-		if after != nil {
-			if err := after(); err != nil {
-				return did, err
-			}
-		}
 	}
 	return did, nil
+}
+
+// messages returns the messages the core has for the peer, in order. An
+// attempt's end shows in its processor's state, which the drivers check.
+func (r *replica) messages() []wire.Message {
+	var msgs []wire.Message
+	for _, o := range r.core.Outbox() {
+		if o.Kind == recovery.OutSourceMessages || o.Kind == recovery.OutDestinationMessages {
+			msgs = append(msgs, o.Msgs...)
+		}
+	}
+	return msgs
+}
+
+// refused is the error for a txn or heartbeat id the core did not take in:
+// it failed the replica or ended its attempt, and says why in its outbox.
+func (r *replica) refused(id txnid.ID) error {
+	why := "dropped"
+	for _, o := range r.core.Outbox() {
+		switch {
+		case o.Kind == recovery.OutFailed:
+			why = o.Why
+		case o.Err != nil:
+			why = o.Err.Error()
+		}
+	}
+	return fmt.Errorf("bench: %s: %v refused: %s", r.name, id, why)
 }
 
 // takeEnd records the end batch's fence.

@@ -9,10 +9,11 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
-// sourceDriver is the thin driver of the source replica: it executes the
-// feed from the start, and from the start signal runs a
-// recovery.Source on the same goroutine, calling Pump between txns, Tick
-// on every tick, and OnMessage for the destination's frames.
+// sourceDriver is the thin driver of the source replica's core
+// (recovery.Replica): it executes the feed from the start, and from the
+// start signal serves a source attempt on the same goroutine; the core
+// pumps it between txns, and the driver ticks it and hands it the
+// destination's frames.
 type sourceDriver struct {
 	replica
 	cfg recovery.SourceConfig
@@ -41,14 +42,12 @@ func (s *sourceDriver) run(ctx context.Context) error { return s.loop(ctx, s) }
 
 func (s *sourceDriver) onBatch(b *batch) error {
 	for _, inv := range b.txns {
-		if err := s.exec.Offer(inv); err != nil {
-			return fmt.Errorf("bench: source: %w", err)
+		if !s.core.OnTxn(inv) {
+			return s.refused(inv.ID)
 		}
 	}
-	if b.heartbeat != 0 {
-		if err := s.exec.Heartbeat(b.heartbeat); err != nil {
-			return fmt.Errorf("bench: source: %w", err)
-		}
+	if b.heartbeat != 0 && !s.core.OnHeartbeat(b.heartbeat) {
+		return s.refused(b.heartbeat)
 	}
 	if b.end {
 		s.takeEnd(b)
@@ -61,7 +60,7 @@ func (s *sourceDriver) onBatch(b *batch) error {
 
 func (s *sourceDriver) onMessage(m wire.Message) error {
 	var err error
-	if cerr := s.call(func() { err = s.proc.OnMessage(m) }); cerr != nil {
+	if cerr := s.call(func() { err = s.core.OnSourceMessage(s.cfg.Header.Epoch, m) }); cerr != nil {
 		return cerr
 	}
 	if err != nil {
@@ -76,18 +75,17 @@ func (s *sourceDriver) onTick() error {
 	if s.proc == nil {
 		return nil
 	}
-	return s.call(s.proc.Tick)
+	return s.call(s.core.Tick)
 }
 
 func (s *sourceDriver) control() <-chan struct{} { return s.start }
 
 func (s *sourceDriver) onControl() error {
 	s.start = nil
-	proc, err := recovery.NewSource(s.exec, s.cfg)
-	if err != nil {
+	if err := s.core.StartSource("destination", s.cfg); err != nil {
 		return fmt.Errorf("bench: source: %w", err)
 	}
-	s.proc = proc
+	s.proc = s.core.Source()
 	return nil
 }
 
@@ -95,19 +93,10 @@ func (s *sourceDriver) work() (bool, error) {
 	if s.proc == nil || s.proc.State().Final() {
 		return s.step(nil)
 	}
-	did, err := s.step(func() error { return s.call(s.proc.Pump) })
-	if err != nil {
-		return did, err
-	}
-	return did, s.call(s.proc.Pump)
+	return s.step(s.call)
 }
 
-func (s *sourceDriver) outbox() []wire.Message {
-	if s.proc == nil {
-		return nil
-	}
-	return s.proc.Outbox()
-}
+func (s *sourceDriver) outbox() []wire.Message { return s.messages() }
 
 func (s *sourceDriver) linkOpen() bool { return s.proc != nil }
 

@@ -20,6 +20,30 @@
 //
 // state.go holds the tables of legal moves; a move off the table panics.
 //
+// # The replica core
+//
+// Replica (replica.go) is one partition replica's core, modelled on raft's
+// RawNode, and the one every driver runs: recovery/node's replica
+// goroutine, the simulator's source and destination nodes. It owns the
+// executor, the initiators heard, at most one source and one destination
+// attempt, the fence (the highest destination epoch seen: CheckDestination
+// is the one fence check), and one lifecycle enum with a table of legal
+// moves, checked on every move:
+//
+//	needs-rejoin ─► rejoining ─► live ─► needs-rejoin
+//	                    └──────────────────► needs-rejoin
+//
+// Inputs: the feed (OnTxn, OnHeartbeat, AddInitiator, RemoveInitiator),
+// the attempts' starts, messages, resumes and aborts, Tick, Step, Fail.
+// Outputs, taken by the driver: Results (a Done per txn run) and Outbox
+// (messages for each attempt's peer, attempts ended, gone live, failed),
+// in order. The rules it keeps: a txn or heartbeat the replica cannot take
+// in fails a live replica, and ends a running destination attempt
+// instead; the feed goes to the destination attempt while there is one
+// (live included, which takes txns below E as heartbeats); a source
+// attempt runs only on a live replica, and only a newer epoch of the same
+// peer supersedes it; the source is pumped after every txn.
+//
 // # Store seams
 //
 // The processors reach the replica only through small interfaces

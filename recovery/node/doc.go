@@ -70,12 +70,22 @@
 //
 // # The replica loop
 //
-// Each replica is one goroutine owning its executor, its partition and
-// the rejoin processors working on it; every input (feed, rejoin message,
-// fault, membership change) reaches it as a closure through a bounded
-// inbox. It executes ready txns in bursts, reports each result to the
-// txn's initiator, pumps a source between txns, and ticks the processors
-// every 10 ms (their timeouts count ticks).
+// Each replica is one goroutine driving its core, a recovery.Replica
+// (replica.go): the core owns the executor, the partition, the lifecycle
+// (live, rejoining, needs-rejoin, with its table of legal moves), the
+// initiators heard, the rejoin attempts and the fence, and makes every
+// decision about them (docs/DESIGN.md "The replica core"). Every input
+// (feed, rejoin message, fault, membership change) reaches the goroutine
+// as a closure through a bounded inbox and goes into the core; the
+// goroutine then drains the core's outbox (drain): each txn's Done to its
+// initiator, messages onto the attempts' links, endings and state changes
+// into the node's record, etcd, the metrics and the log. It runs ready
+// txns in bursts (one a call while it serves a source, so the handoff's
+// pause is timed finely), and ticks the core every 10 ms (the attempts'
+// timeouts count ticks). What stays in the driver is I/O and wall time:
+// the links, the claim and its lease guard, the task record's touches,
+// the fault points, the durable epoch (raised between the core's fence
+// check and the attempt's start), the handoff pause in wall time.
 //
 // # The initiator
 //
@@ -160,9 +170,11 @@
 // during the attempt is added to it (Destination.AddInitiator), and the
 // attempt goes live only holding every txn >= E of each initiator the
 // source still runs (docs/DESIGN.md "Feeds that open late"). A higher
-// epoch supersedes the current attempt, a lower one is refused. Each replica keeps the highest epoch it has started an attempt
-// at (its fence), in the node's record (nodestate.RaiseEpoch, synced
-// before the attempt starts) and read back at start: an epoch at or below
+// epoch supersedes the current attempt, a lower one is refused
+// (recovery.Replica.CheckDestination, the one fence check). Each replica
+// keeps the highest epoch it has started an attempt at (its fence), in
+// the node's record (nodestate.RaiseEpoch, synced before the attempt
+// starts) and read back at start into its core: an epoch at or below
 // it is refused unless it is the running attempt's, resumed from the same
 // node, so an attempt that ended, before or after a restart, never
 // starts again. Until an attempt starts, a needs-rejoin replica drops the
@@ -246,7 +258,9 @@
 //
 // # Invariants
 //
-//   - Only a replica's goroutine touches its executor and processors.
+//   - Only a replica's goroutine touches its core, and through it its
+//     executor and processors; every decision about the replica is the
+//     core's.
 //   - Every queue is bounded: replica inboxes, feed queues (a full one
 //     closes the feed rather than wait), a rejoin link's frames, a
 //     client connection's calls and replies (in bytes: a full one stops

@@ -55,7 +55,7 @@ func testReplica(t *testing.T, n *Node, p uint32) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.initiators[1] = true
+	r.core.AddInitiator(1)
 	return r
 }
 
@@ -79,10 +79,9 @@ func TestDestFenceAcrossAttempts(t *testing.T) {
 	if _, err := r.startDest("n2", 10); err == nil {
 		t.Fatal("another node resumed the attempt of epoch 10")
 	}
-	att.proc.Abort(wire.AbortTimeout, "test")
-	r.checkDest()
-	if r.dst != nil || r.state != StateNeedsRejoin {
-		t.Fatalf("attempt not ended: state %s", r.state)
+	r.abortDest(att, wire.AbortTimeout, "test")
+	if r.dst != nil || r.core.State() != recovery.ReplicaNeedsRejoin {
+		t.Fatalf("attempt not ended: state %s", r.core.State())
 	}
 	for _, e := range []uint64{10, 9} {
 		if _, err := r.startDest("n1", e); err == nil {
@@ -96,8 +95,7 @@ func TestDestFenceAcrossAttempts(t *testing.T) {
 	if high, err := n.store.HighestEpoch(4); err != nil || high != 11 {
 		t.Fatalf("recorded epoch %d, %v, want 11", high, err)
 	}
-	att.proc.Abort(wire.AbortShutdown, "test")
-	r.checkDest()
+	r.abortDest(att, wire.AbortShutdown, "test")
 
 	// A restart: a new record handle, a new replica.
 	n.wg.Wait()
@@ -113,8 +111,7 @@ func TestDestFenceAcrossAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att.proc.Abort(wire.AbortShutdown, "test")
-	r2.checkDest()
+	r2.abortDest(att, wire.AbortShutdown, "test")
 }
 
 // TestSelfTermination: a destination attempt ends when any node whose
@@ -185,13 +182,11 @@ func TestSelfTermination(t *testing.T) {
 		if r.dst != att || att.proc.State().Final() {
 			t.Fatalf("%s: the fresh attempt ended: %v", tc.name, att.proc.Err())
 		}
-		att.proc.Abort(wire.AbortShutdown, "next case")
-		r.checkDest()
+		r.abortDest(att, wire.AbortShutdown, "next case")
 		n.members.v = start
 		att = begin(att.epoch + 1)
 	}
-	att.proc.Abort(wire.AbortShutdown, "test over")
-	r.checkDest()
+	r.abortDest(att, wire.AbortShutdown, "test over")
 }
 
 // TestHelloChecksNode: a dialer refuses a hello answered by another node

@@ -706,9 +706,9 @@ func (n *Node) serveRejoin(c *stream.Conn, h *wire.Hello, refuse func(string, ..
 			return false
 		}
 		att.link.drop()
-		att.proc.Resume()
-		r.checkDest()
-		return true
+		err := r.core.ResumeDestination(att.epoch)
+		r.drain()
+		return err == nil
 	})
 	if !resumed {
 		att.attachMu.Unlock()

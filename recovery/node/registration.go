@@ -320,7 +320,7 @@ func (n *Node) republish(ctx context.Context) {
 	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
 	for _, p := range ps {
 		r := n.replicas[p]
-		state, ok := ask(r, func(r *replica) string { return r.state })
+		state, ok := ask(r, func(r *replica) string { return r.core.State().String() })
 		if !ok {
 			return
 		}

@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
-	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -32,7 +29,8 @@ type srcAttempt struct {
 	epoch   uint64
 	started time.Time
 	link    *link
-	proc    *recovery.Source
+	// proc is the core's source, read for status and the fault hold.
+	proc *recovery.Source
 	// end is closed by the replica goroutine once proc is final; err is
 	// then its outcome (nil: done).
 	end chan struct{}
@@ -43,9 +41,9 @@ type srcAttempt struct {
 	holdRows int64
 	held     bool
 	heldAcks []wire.Message
-	// lastCheck is when checkSource last ran, before the next call into
-	// proc; holdAt is the lastCheck before the call in which the source
-	// began to hand off, doneAt when it was seen to have sent the Handoff
+	// lastCheck is when the core was last called or drained, before the
+	// next call that may move the source (beforeSource); holdAt is the
+	// lastCheck before the call in which the source began to hand off, doneAt when it was seen to have sent the Handoff
 	// and released the partition. So the handoff pause holdAt..doneAt is
 	// wall time, never under-reported.
 	lastCheck, holdAt, doneAt time.Time
@@ -87,9 +85,9 @@ type dstAttempt struct {
 	epoch   uint64
 	started time.Time
 	link    *link
-	proc    *recovery.Destination
-	exec    *partition.Executor
-	live    bool
+	// proc is the core's destination, read for status only.
+	proc *recovery.Destination
+	live bool
 	// watch are the nodes whose failure ends the attempt (partitionWatch).
 	watch []string
 	// attachMu orders the connections of the attempt.
@@ -103,32 +101,24 @@ func (a *dstAttempt) status() RejoinStatus {
 // ---- source side, on the replica goroutine ----
 
 // startSource begins serving att on this replica. A newer attempt at the
-// same task supersedes the one running here (its claim is gone, whether
-// or not it has noticed yet: DESIGN.md step 1); another task waits for
-// the replica's one source attempt to end.
+// same task supersedes the one running here; another task waits for the
+// replica's one source attempt to end (recovery.Replica.StartSource).
 func (r *replica) startSource(att *srcAttempt) error {
-	if r.state != StateLive || r.exec == nil {
-		return fmt.Errorf("replica %d is %s, not live", r.p, r.state)
-	}
-	if old := r.src; old != nil {
-		if old.task != att.task || att.epoch <= old.epoch {
-			return fmt.Errorf("replica %d already serves a rejoin (%s, epoch %d)", r.p, old.task, old.epoch)
-		}
-		r.n.log.Info("source attempt superseded", "task", old.task, "epoch", old.epoch, "by", att.epoch)
-		old.proc.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", att.epoch))
-		r.checkSource()
-	}
 	cfg := recovery.DefaultSourceConfig(wire.MsgHeader{Epoch: att.epoch, Partition: r.p})
 	cfg.StallTicksMax = r.n.cfg.sourceStallTicks()
-	proc, err := recovery.NewSource(r.exec, cfg)
+	if old := r.src; old != nil && old.task == att.task && att.epoch > old.epoch {
+		r.n.log.Info("source attempt superseded", "task", old.task, "epoch", old.epoch, "by", att.epoch)
+	}
+	err := r.core.StartSource(att.task.Dest, cfg)
+	r.drain() // the superseded attempt's end
 	if err != nil {
 		return err
 	}
-	att.proc = proc
+	att.proc = r.core.Source()
 	att.holdRows = r.holdRows
 	att.lastCheck = time.Now()
 	r.src = att
-	r.checkSource()
+	r.drain()
 	return nil
 }
 
@@ -145,10 +135,10 @@ func (r *replica) onSourceMessage(att *srcAttempt, m wire.Message) {
 		return
 	}
 	att.lastCheck = time.Now()
-	if err := att.proc.OnMessage(m); err != nil {
+	if err := r.core.OnSourceMessage(att.epoch, m); err != nil {
 		r.n.limited.Log(slog.LevelInfo, fmt.Sprintf("source-refused/%d/%v", r.p, m.Type()), "source refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
 	}
-	r.checkSource()
+	r.drain()
 }
 
 // releaseHold lets the held acks through.
@@ -165,54 +155,44 @@ func (r *replica) releaseHold() {
 			return
 		}
 		att.lastCheck = time.Now()
-		_ = att.proc.OnMessage(m)
-		r.checkSource()
+		_ = r.core.OnSourceMessage(att.epoch, m)
+		r.drain()
 	}
 }
 
-// checkSource sends what the source produced and looks at its state.
-func (r *replica) checkSource() {
-	att := r.src
-	if att == nil {
-		return
-	}
-	msgs := att.proc.Outbox()
-	if len(msgs) > 0 && !att.proc.State().Final() && !att.claim.Held(time.Now()) {
+// sendSource queues what the source produced on its link.
+func (r *replica) sendSource(att *srcAttempt, o recovery.Output) {
+	msgs := o.Msgs
+	if !o.State.Final() && !att.claim.Held(time.Now()) {
 		// The lease guard: a claim that may have expired sends nothing
-		// more, whatever the executor believes.
-		att.proc.Abort(wire.AbortClaimLost, "claim not certainly held")
-		msgs = att.proc.Outbox()
+		// more, whatever the executor believes. The abort comes next.
+		r.core.AbortSource(att.epoch, wire.AbortClaimLost, "claim not certainly held")
+		return
 	}
 	if f := r.n.cfg.testHandoff; f != nil {
 		msgs = testHandoffs(f, att.epoch, msgs)
 	}
 	if err := att.link.queue(msgs); err != nil {
-		att.proc.Abort(wire.AbortInternal, err.Error())
-		_ = att.link.queue(att.proc.Outbox())
+		r.core.AbortSource(att.epoch, wire.AbortInternal, err.Error())
+	}
+}
+
+// afterSource notes the handoff's wall-clock pause and refreshes the
+// task record when due, after the core has moved the source.
+func (r *replica) afterSource() {
+	att := r.src
+	if att == nil {
+		return
 	}
 	now := time.Now()
 	r.maybeTouch(att, now)
-	switch att.proc.State() {
-	case recovery.StateHandingOff:
+	if att.proc.State() == recovery.StateHandingOff {
 		if att.holdAt.IsZero() {
 			att.holdAt = att.lastCheck
 		}
 		if att.doneAt.IsZero() && att.proc.HandoffSent() {
 			att.doneAt = now
 		}
-	case recovery.StateDone:
-		// Only the destination's HandoffAck gets here: it is live at E
-		// with our digest.
-		if att.holdAt.IsZero() {
-			att.holdAt = att.lastCheck
-		}
-		if att.doneAt.IsZero() {
-			att.doneAt = now
-		}
-		r.endSource()
-	case recovery.StateAborted:
-		att.err = att.proc.Err()
-		r.endSource()
 	}
 	att.lastCheck = now
 }
@@ -290,61 +270,35 @@ func (r *replica) flushRejoins() {
 
 // startDest begins an attempt of epoch from peer, superseding a lower one,
 // or resumes the current attempt on a new connection (same epoch and
-// peer). An epoch at or below the replica's fence is refused unless it is
-// the current attempt's: an attempt that ended, here or in an earlier run
-// of the node, never starts again.
+// peer). The fence is the core's (recovery.Replica.CheckDestination): an
+// attempt that ended, here or in an earlier run of the node, never starts
+// again.
 func (r *replica) startDest(peer string, epoch uint64) (*dstAttempt, error) {
-	if r.state == StateLive {
-		return nil, fmt.Errorf("replica %d is live", r.p)
+	resume, err := r.core.CheckDestination(peer, epoch)
+	if err != nil {
+		return nil, err
 	}
-	if r.dst != nil {
-		if epoch < r.dst.epoch {
-			return nil, fmt.Errorf("epoch %d is below the current attempt's %d", epoch, r.dst.epoch)
-		}
-		if epoch == r.dst.epoch {
-			if peer != r.dst.peer {
-				return nil, fmt.Errorf("the attempt of epoch %d is %s's, not %s's", epoch, r.dst.peer, peer)
-			}
-			return r.dst, nil
-		}
-	}
-	if epoch <= r.fence {
-		return nil, fmt.Errorf("epoch %d is not above %d, the highest replica %d has seen", epoch, r.fence, r.p)
-	}
-	ins := make([]txnid.Initiator, 0, len(r.initiators))
-	for in := range r.initiators {
-		ins = append(ins, in)
-	}
-	if len(ins) == 0 {
-		return nil, fmt.Errorf("replica %d hears no initiator yet", r.p)
+	if resume {
+		return r.dst, nil
 	}
 	// Durable before anything of the attempt happens: once it has, a
 	// restart must not take this epoch again.
 	if err := r.n.store.RaiseEpoch(r.p, epoch); err != nil {
 		return nil, err
 	}
-	r.fence = epoch
-	if r.dst != nil {
-		r.dst.proc.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", epoch))
-		r.endDest()
-	}
-	exec, err := r.newExecutor()
-	if err != nil {
-		return nil, err
-	}
-	proc, err := recovery.NewDestination(exec, recovery.DestinationConfig{
+	err = r.core.StartDestination(peer, recovery.DestinationConfig{
 		Header:         wire.MsgHeader{Epoch: epoch, Partition: r.p},
-		Initiators:     ins,
 		StallTicksMax:  stallTicks,
 		HeartbeatTicks: 10,
 		BufferBytesMax: r.n.cfg.RejoinBufferBytesMax,
 	})
+	r.drain() // the superseded attempt's end
 	if err != nil {
 		return nil, err
 	}
 	att := &dstAttempt{peer: peer, epoch: epoch, watch: partitionWatch(r.n.members.view(), r.p, r.n.id),
-		started: time.Now(), link: newLink(wire.CodecNone), proc: proc, exec: exec}
-	r.dst, r.exec, r.state = att, nil, StateRejoining
+		started: time.Now(), link: newLink(wire.CodecNone), proc: r.core.Destination()}
+	r.dst = att
 	r.n.replicaRejoining(r.p, epoch)
 	r.publish()
 	return att, nil
@@ -354,58 +308,44 @@ func (r *replica) onDestMessage(att *dstAttempt, m wire.Message) {
 	if r.dst != att {
 		return
 	}
-	if err := att.proc.OnMessage(m); err != nil {
+	if err := r.core.OnDestinationMessage(att.epoch, m); err != nil {
 		r.n.limited.Log(slog.LevelInfo, fmt.Sprintf("dest-refused/%d/%v", r.p, m.Type()), "destination refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
 	}
-	r.checkDest()
+	r.drain()
 }
 
-// checkDest sends what the destination produced and looks at its state.
-func (r *replica) checkDest() {
-	att := r.dst
-	if att == nil || att.live {
-		if att != nil {
-			att.proc.Outbox() // after live, nothing goes out
+// abortDest ends the destination attempt att from outside.
+func (r *replica) abortDest(att *dstAttempt, reason wire.AbortReason, text string) {
+	r.core.AbortDestination(att.epoch, reason, text)
+	r.drain()
+}
+
+// destLive: the core made att's replica live.
+func (r *replica) destLive(att *dstAttempt) {
+	att.live = true
+	st := att.status()
+	st.Ended = time.Now()
+	r.lastDst = &st
+	r.n.metrics.observeRejoin(r.p, st)
+	r.n.log.Info("replica live", "partition", r.p, "epoch", att.epoch, "source", att.peer,
+		"rows", st.Rows, "seconds", st.Ended.Sub(att.started).Seconds())
+	r.n.replicaChanged(r.p, true, att.epoch)
+	r.n.goRun(func() {
+		// The HandoffAck goes out first: the source is done only
+		// with it. The source closes the connection once it is done;
+		// the writer ends with it, or with this close.
+		att.link.drain(3 * time.Second)
+		select {
+		case <-time.After(time.Second):
+		case <-r.n.ctx.Done():
 		}
-		return
-	}
-	msgs := att.proc.Outbox()
-	if r.n.cfg.testLoseHandoffAck {
-		msgs = slices.DeleteFunc(msgs, func(m wire.Message) bool { return m.Type() == wire.MsgHandoffAck })
-	}
-	if err := att.link.queue(msgs); err != nil {
-		att.proc.Abort(wire.AbortInternal, err.Error())
-	}
-	switch att.proc.State() {
-	case recovery.StateLive:
-		att.live = true
-		r.exec, r.state = att.exec, StateLive
-		st := att.status()
-		st.Ended = time.Now()
-		r.lastDst = &st
-		r.n.metrics.observeRejoin(r.p, st)
-		r.n.log.Info("replica live", "partition", r.p, "epoch", att.epoch, "source", att.peer,
-			"rows", st.Rows, "seconds", st.Ended.Sub(att.started).Seconds())
-		r.n.replicaChanged(r.p, true, att.epoch)
-		r.n.goRun(func() {
-			// The HandoffAck goes out first: the source is done only
-			// with it. The source closes the connection once it is done;
-			// the writer ends with it, or with this close.
-			att.link.drain(3 * time.Second)
-			select {
-			case <-time.After(time.Second):
-			case <-r.n.ctx.Done():
-			}
-			att.link.close()
-		})
-		r.publish()
-	case recovery.StateAborted:
-		r.endDest()
-	}
+		att.link.close()
+	})
+	r.publish()
 }
 
-// endDest drops an aborted or superseded attempt: the partial replica
-// goes with it.
+// endDest drops an aborted or superseded attempt: the core dropped the
+// partial replica with it.
 func (r *replica) endDest() {
 	att := r.dst
 	st := att.status()
@@ -415,7 +355,7 @@ func (r *replica) endDest() {
 	st.Ended = time.Now()
 	r.lastDst = &st
 	r.n.metrics.observeRejoin(r.p, st)
-	r.dst, r.exec, r.state = nil, nil, StateNeedsRejoin
+	r.dst = nil
 	r.n.log.Info("rejoin attempt ended", "partition", r.p, "epoch", att.epoch, "err", st.Err)
 	r.n.goRun(func() {
 		// The Abort goes out first: a source that never hears of a
@@ -522,8 +462,8 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 		case <-att.claim.Lost():
 			r.do(func(r *replica) {
 				if r.src == att {
-					att.proc.Abort(wire.AbortClaimLost, "claim lost")
-					r.checkSource()
+					r.core.AbortSource(att.epoch, wire.AbortClaimLost, "claim lost")
+					r.drain()
 				}
 			})
 		case <-att.end:
@@ -574,9 +514,9 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 			}
 			att.link.drop()
 			att.lastCheck = time.Now()
-			att.proc.Resume()
-			r.checkSource()
-			return nil
+			err := r.core.ResumeSource(att.epoch)
+			r.drain()
+			return err
 		})
 		if !ok {
 			conn.Close()
@@ -604,8 +544,8 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 	if started && !ended(att.end) {
 		r.do(func(r *replica) {
 			if r.src == att {
-				att.proc.Abort(wire.AbortConnLost, fmt.Sprintf("no connection to %s: %v", att.task.Dest, lastErr))
-				r.checkSource()
+				r.core.AbortSource(att.epoch, wire.AbortConnLost, fmt.Sprintf("no connection to %s: %v", att.task.Dest, lastErr))
+				r.drain()
 			}
 		})
 		select {

@@ -88,7 +88,7 @@ func (r *replica) took(id txnid.ID, inv *partition.Invocation) {
 
 // executing reports whether the replica takes in its feed: live, or
 // buffering for a rejoin attempt.
-func (r *replica) executing() bool { return r.exec != nil || r.dst != nil }
+func (r *replica) executing() bool { return r.core.Executing() }
 
 // repairTxn takes in a txn a peer had and this replica did not.
 func (r *replica) repairTxn(inv partition.Invocation) {

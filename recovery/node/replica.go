@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -35,24 +36,23 @@ const (
 type event func(r *replica)
 
 // replica is one partition replica hosted by the node, owned by its loop
-// goroutine: the executor, the partition, and the rejoin processors
-// working on it.
+// goroutine. Every decision about it is its core's (recovery.Replica:
+// lifecycle, executor, initiators, attempts, fence); the replica is the
+// core's driver: it feeds it the feed, the attempts' messages and ticks,
+// and does what the core's outbox says (drain).
 type replica struct {
 	n  *Node
 	p  uint32
 	in chan event
 
-	// state is StateLive, StateRejoining or StateNeedsRejoin.
-	state string
-	// exec is nil while the replica needs a rejoin and no attempt runs:
-	// the feed is dropped then, a new attempt buffers from its start.
-	exec *partition.Executor
-	// initiators are those heard from on a feed, added to every new
-	// executor.
-	initiators map[txnid.Initiator]bool
-	dst        *dstAttempt
-	src        *srcAttempt
-	executed   uint64
+	core *recovery.Replica
+	// dst and src are the driver's half of the core's attempts: the link,
+	// the claim, the status; set and cleared as the core starts and ends
+	// them. dst stays, live, after the handoff while the core keeps its
+	// destination as the router of the feed.
+	dst      *dstAttempt
+	src      *srcAttempt
+	executed uint64
 	// lastFrom is the highest ID taken in from each initiator, recent its
 	// latest txns: what the repair of a dead initiator's tail needs.
 	lastFrom map[txnid.Initiator]txnid.ID
@@ -62,12 +62,6 @@ type replica struct {
 	// holdRows arms the fault hold for the next source attempts (see
 	// srcAttempt.holdRows); 0: none.
 	holdRows int64
-	// fence is the highest rejoin epoch this replica has seen as
-	// destination, read from the node's record at start and raised there,
-	// synced, before an attempt starts: no attempt at or below it starts
-	// again, across attempts and restarts (DESIGN.md "Incarnations and
-	// fencing").
-	fence uint64
 
 	status atomic.Pointer[ReplicaStatus]
 	// lastDst and lastSrc keep the latest attempts' status after they end.
@@ -75,38 +69,35 @@ type replica struct {
 }
 
 func newReplica(n *Node, p uint32, live bool) (*replica, error) {
-	r := &replica{n: n, p: p, in: make(chan event, inboxMax), initiators: map[txnid.Initiator]bool{}, state: StateNeedsRejoin,
+	r := &replica{n: n, p: p, in: make(chan event, inboxMax),
 		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}, incOf: map[txnid.Initiator]uint64{}}
+	// The fence is the highest rejoin epoch this replica has seen as
+	// destination, raised in the node's record, synced, before an attempt
+	// starts: no attempt at or below it starts again, across attempts and
+	// restarts (docs/DESIGN.md "Incarnations and fencing").
 	fence, err := n.store.HighestEpoch(p)
 	if err != nil {
 		return nil, err
 	}
-	r.fence = fence
-	if live {
-		exec, err := r.newExecutor()
-		if err != nil {
-			return nil, err
-		}
-		r.exec, r.state = exec, StateLive
+	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: p, Live: live, Fence: fence, NewExecutor: r.newExecutor})
+	if err != nil {
+		return nil, err
 	}
+	r.core = core
 	r.publish()
 	return r, nil
 }
 
 // newExecutor builds an empty partition with the cluster's tables and an
-// executor over it that hears every known initiator.
+// executor over it; the core adds its initiators.
 func (r *replica) newExecutor() (*partition.Executor, error) {
 	part := partition.New()
 	for _, s := range r.n.schemas {
 		if _, err := part.CreateTable(s); err != nil {
-			return nil, fmt.Errorf("node: partition %d: %w", r.p, err)
+			return nil, err
 		}
 	}
-	exec := partition.NewExecutor(part, r.n.procs, partition.ExecutorConfig{QueueTxnsMax: queueTxnsMax})
-	for in := range r.initiators {
-		exec.AddInitiator(in)
-	}
-	return exec, nil
+	return partition.NewExecutor(part, r.n.procs, partition.ExecutorConfig{QueueTxnsMax: queueTxnsMax}), nil
 }
 
 // do runs f on the replica's goroutine; false if the node is stopping.
@@ -180,188 +171,168 @@ func (r *replica) loop() {
 
 // stop ends the attempts when the node stops.
 func (r *replica) stop() {
-	if r.src != nil {
-		r.src.proc.Abort(wire.AbortShutdown, "node stopping")
-		r.endSource()
-	}
-	if r.dst != nil && !r.dst.live {
-		r.dst.proc.Abort(wire.AbortShutdown, "node stopping")
-		r.endDest()
-	}
+	r.core.Stop("node stopping")
+	r.drain()
 }
 
-// step runs the ready txns, reports each result to its initiator, and
-// pumps the source between txns.
+// step runs the ready txns and reports each result to its initiator; the
+// core pumps the source between txns.
 func (r *replica) step() bool {
-	if r.exec == nil {
-		return false
-	}
-	did := false
-	for range stepBurst {
-		res, ok := r.exec.Step()
-		if !ok {
-			break
-		}
-		did = true
-		r.executed++
-		r.n.metrics.txns.Inc()
-		r.n.feeds.done(res.ID.Initiator(), &wire.Done{Partition: r.p, ID: res.ID, Out: append([]byte(nil), res.Out...), Err: wire.ErrText(res.Err)})
-		if r.src != nil {
-			r.src.lastCheck = time.Now()
-			r.src.proc.Pump()
-			r.checkSource()
+	did := 0
+	if r.src == nil {
+		did = r.core.Step(stepBurst)
+	} else {
+		// One txn a call while a source attempt runs: the handoff's
+		// pause is measured from the start of the call in which it began
+		// (srcAttempt.lastCheck), never a burst earlier.
+		for did < stepBurst {
+			r.beforeSource()
+			ran := r.core.Step(1)
+			r.drain()
+			if ran == 0 {
+				break
+			}
+			did += ran
 		}
 	}
-	if r.src != nil {
-		r.src.lastCheck = time.Now()
-		r.src.proc.Pump()
-		r.checkSource()
-	}
-	if did {
+	r.executed += uint64(did)
+	r.n.metrics.txns.Add(float64(did))
+	r.drain()
+	if did > 0 {
 		r.publish()
 	}
-	return did
+	return did > 0
 }
 
 func (r *replica) tick() {
-	if r.src != nil {
-		r.src.lastCheck = time.Now()
-		r.src.proc.Tick()
-		r.checkSource()
-	}
-	if r.dst != nil {
-		r.dst.proc.Tick()
-		r.checkDest()
-	}
+	r.beforeSource()
+	r.core.Tick()
+	r.drain()
 	r.publish()
 }
 
 // onTxn takes a txn of the feed.
 func (r *replica) onTxn(inv partition.Invocation) {
-	switch {
-	case r.dst != nil:
-		if err := r.dst.proc.OnTxn(inv); err != nil {
-			// A txn of the feed that is not taken in leaves a hole: a
-			// live replica is no longer a copy, an attempt would build one
-			// that is not.
-			r.refused(fmt.Sprintf("txn %v refused: %v", inv.ID, err))
-			return
-		}
-		r.took(inv.ID, &inv)
-		r.checkDest()
-	case r.exec != nil:
-		if err := r.exec.Offer(inv); err != nil {
-			// The replica can no longer follow the feed: it is not a
-			// copy any more.
-			r.fail(fmt.Sprintf("txn %v refused: %v", inv.ID, err))
-			return
-		}
+	if r.core.OnTxn(inv) {
 		r.took(inv.ID, &inv)
 	}
+	r.drain()
 }
 
 // onBeat takes a heartbeat of the feed.
 func (r *replica) onBeat(id txnid.ID) {
-	switch {
-	case r.dst != nil:
-		if err := r.dst.proc.OnHeartbeat(id); err != nil {
-			r.refused(fmt.Sprintf("heartbeat %v refused: %v", id, err))
-			return
-		}
-		r.took(id, nil)
-		r.checkDest()
-	case r.exec != nil:
-		if err := r.exec.Heartbeat(id); err != nil {
-			r.fail(fmt.Sprintf("heartbeat %v refused: %v", id, err))
-			return
-		}
+	if r.core.OnHeartbeat(id) {
 		r.took(id, nil)
 	}
-}
-
-// refused ends what the replica was doing after its rejoin attempt, or the
-// replica it made live, could not take in a message of the feed.
-func (r *replica) refused(why string) {
-	if r.dst != nil && !r.dst.live {
-		r.dst.proc.Abort(wire.AbortInternal, why)
-		r.checkDest()
-		return
-	}
-	r.fail(why)
+	r.drain()
 }
 
 // addInitiator: a feed from in's incarnation inc opened. Its first
 // message follows.
 func (r *replica) addInitiator(in txnid.Initiator, inc uint64) {
 	r.incOf[in] = inc
-	if r.initiators[in] {
-		return
-	}
-	r.initiators[in] = true
-	switch {
-	case r.dst != nil:
-		// The attempt buffers the newcomer's txns too. What it sent
-		// before went to the source alone: the attempt's proposal waits
-		// for it, and its handoff checks it holds the newcomer's txns
-		// from E on (docs/DESIGN.md "Feeds that open late").
-		r.dst.proc.AddInitiator(in)
-		r.checkDest()
-	case r.exec != nil:
-		r.exec.AddInitiator(in)
-	}
+	r.core.AddInitiator(in)
+	r.drain()
 }
 
 // executedUpTo is the highest txn ID the replica executed or handed off,
 // Zero when it has no executor: a feed's floor (feed.go).
-func (r *replica) executedUpTo() txnid.ID {
-	if r.exec == nil {
-		return txnid.Zero
-	}
-	return r.exec.LastExecuted()
-}
+func (r *replica) executedUpTo() txnid.ID { return r.core.ExecutedUpTo() }
 
 // removeInitiator: in's node is dead; nothing more comes from it.
 func (r *replica) removeInitiator(in txnid.Initiator) {
-	if !r.initiators[in] {
-		return
-	}
-	delete(r.initiators, in)
-	if r.dst != nil {
-		r.dst.proc.RemoveInitiator(in)
-		r.checkDest()
-		return
-	}
-	if r.exec != nil {
-		r.exec.RemoveInitiator(in)
-	}
+	r.core.RemoveInitiator(in)
+	r.drain()
 }
 
 // fail drops the replica's content: it is no longer a copy (a refused txn,
 // a feed lost while its initiator lives). It needs a rejoin.
 func (r *replica) fail(why string) {
-	if r.state == StateNeedsRejoin {
-		return
-	}
-	r.n.log.Error("replica failed, needs a rejoin", "partition", r.p, "why", why)
+	r.core.Fail(why)
+	r.drain()
+}
+
+// beforeSource notes the time before a call into the core that may move
+// the source attempt (see srcAttempt.lastCheck).
+func (r *replica) beforeSource() {
 	if r.src != nil {
-		r.src.proc.Abort(wire.AbortShutdown, "source replica failed: "+why)
-		r.endSource()
+		r.src.lastCheck = time.Now()
 	}
-	if r.dst != nil && !r.dst.live {
-		r.dst.proc.Abort(wire.AbortShutdown, "destination replica failed: "+why)
-		r.endDest()
+}
+
+// drain does what the core produced, in order: each txn's Done to its
+// initiator, messages onto the attempts' links, endings and state changes
+// into the records and logs. What it does may produce more (an abort),
+// which it does too.
+func (r *replica) drain() {
+	for _, d := range r.core.Results() {
+		r.n.feeds.done(d.ID.Initiator(), d)
 	}
-	r.dst, r.exec, r.state = nil, nil, StateNeedsRejoin
-	r.n.replicaChanged(r.p, false, 0)
-	r.publish()
+	for {
+		outs := r.core.Outbox()
+		if len(outs) == 0 {
+			break
+		}
+		for _, o := range outs {
+			r.output(o)
+		}
+	}
+	r.afterSource()
+}
+
+func (r *replica) output(o recovery.Output) {
+	switch o.Kind {
+	case recovery.OutSourceMessages:
+		if att := r.src; att != nil && att.epoch == o.Epoch {
+			r.sendSource(att, o)
+		}
+	case recovery.OutSourceEnded:
+		if att := r.src; att != nil && att.epoch == o.Epoch {
+			if o.Err == nil {
+				// Done: the destination is live at E with our digest.
+				if att.holdAt.IsZero() {
+					att.holdAt = att.lastCheck
+				}
+				if att.doneAt.IsZero() {
+					att.doneAt = time.Now()
+				}
+			}
+			att.err = o.Err
+			r.endSource()
+		}
+	case recovery.OutDestinationMessages:
+		if att := r.dst; att != nil && att.epoch == o.Epoch {
+			msgs := o.Msgs
+			if r.n.cfg.testLoseHandoffAck {
+				msgs = slices.DeleteFunc(msgs, func(m wire.Message) bool { return m.Type() == wire.MsgHandoffAck })
+			}
+			if err := att.link.queue(msgs); err != nil {
+				r.core.AbortDestination(att.epoch, wire.AbortInternal, err.Error())
+			}
+		}
+	case recovery.OutLive:
+		if att := r.dst; att != nil && att.epoch == o.Epoch {
+			r.destLive(att)
+		}
+	case recovery.OutDestinationEnded:
+		if att := r.dst; att != nil && att.epoch == o.Epoch {
+			r.endDest()
+		}
+	case recovery.OutFailed:
+		r.n.log.Error("replica failed, needs a rejoin", "partition", r.p, "why", o.Why)
+		r.dst = nil
+		r.n.replicaChanged(r.p, false, 0)
+		r.publish()
+	}
 }
 
 func (r *replica) rows() int64 {
-	if r.exec == nil {
+	exec := r.core.Executor()
+	if exec == nil {
 		return 0
 	}
 	var n int64
-	for _, t := range r.exec.Partition().Tables() {
+	for _, t := range exec.Partition().Tables() {
 		n += int64(t.Len())
 	}
 	return n
@@ -369,11 +340,11 @@ func (r *replica) rows() int64 {
 
 // publish refreshes the status others read.
 func (r *replica) publish() {
-	st := &ReplicaStatus{Partition: r.p, State: r.state, TxnsExecuted: r.executed}
-	if r.exec != nil && r.state == StateLive {
+	st := &ReplicaStatus{Partition: r.p, State: r.core.State().String(), TxnsExecuted: r.executed}
+	if exec := r.core.Executor(); exec != nil && r.core.State() == recovery.ReplicaLive {
 		st.Rows = r.rows()
-		st.Digest = r.exec.Partition().Digest()
-		st.LastExecuted = uint64(r.exec.LastExecuted())
+		st.Digest = exec.Partition().Digest()
+		st.LastExecuted = uint64(exec.LastExecuted())
 	}
 	if r.dst != nil {
 		d := r.dst.status()
@@ -414,19 +385,17 @@ func rejoinStatus(role, peer string, epoch uint64, state recovery.State, m recov
 // (DESIGN.md step 8): the source's failure handling, seeing the attempt
 // end, starts a fresh one, which watches the nodes live at its start.
 func (r *replica) checkPeers(v *view) {
-	if r.dst != nil && !r.dst.live {
-		if _, ok := v.nodes[r.dst.peer]; !ok {
-			r.dst.proc.Abort(wire.AbortNodeFailed, "source node "+r.dst.peer+" died")
-			r.checkDest()
-		} else if node, failed := failedNode(v, r.p, r.dst.watch); failed {
-			r.dst.proc.Abort(wire.AbortNodeFailed, fmt.Sprintf("node %s of partition %d failed", node, r.p))
-			r.checkDest()
+	if att := r.dst; att != nil && !att.live {
+		if _, ok := v.nodes[att.peer]; !ok {
+			r.core.AbortDestination(att.epoch, wire.AbortNodeFailed, "source node "+att.peer+" died")
+		} else if node, failed := failedNode(v, r.p, att.watch); failed {
+			r.core.AbortDestination(att.epoch, wire.AbortNodeFailed, fmt.Sprintf("node %s of partition %d failed", node, r.p))
 		}
 	}
-	if r.src != nil {
-		if _, ok := v.nodes[r.src.task.Dest]; !ok {
-			r.src.proc.Abort(wire.AbortNodeFailed, "destination node "+r.src.task.Dest+" died")
-			r.checkSource()
+	if att := r.src; att != nil {
+		if _, ok := v.nodes[att.task.Dest]; !ok {
+			r.core.AbortSource(att.epoch, wire.AbortNodeFailed, "destination node "+att.task.Dest+" died")
 		}
 	}
+	r.drain()
 }

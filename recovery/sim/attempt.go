@@ -202,7 +202,7 @@ func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attemp
 		a.s2d.send(w, &wire.Hello{Kind: wire.HelloRejoin, Node: sr.id, Partition: partitionID, Epoch: a.epoch}, w.k.ConnDelayMax, 1)
 		return a
 	}
-	w.startDest(a)
+	w.startDest(a, a.sn.id)
 	w.tracef("attempt %d: destination replica up, joins the feed; source side at tick %d", a.epoch, a.srcUpAt)
 	if a.srcUpAt <= w.tick {
 		w.startSource(a)
@@ -210,24 +210,16 @@ func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attemp
 	return a
 }
 
-// startDest starts a's destination side: a fresh replica that joins the
-// feed now, and its processor.
-func (w *world) startDest(a *attempt) {
-	// The destination node's replica hears the initiators whose feed to
-	// that node is open, as recovery/node's does.
-	fed := func(in *initiator) bool { return in.core.Fed(dstNode) }
-	a.exec = w.newReplica(fed)
-	var ins []txnid.Initiator
-	for _, in := range w.inits {
-		if fed(in) {
-			ins = append(ins, in.id)
-		}
-	}
-	d, err := recovery.NewDestination(a.exec, w.k.destinationConfig(a.hdr, ins))
-	if err != nil {
+// startDest starts a's destination side on the destination node's core:
+// a fresh replica that joins the feed now (hearing the initiators whose
+// feed to that node is open, as recovery/node's does), and its processor.
+// A running attempt is superseded first, by the core.
+func (w *world) startDest(a *attempt, peer string) {
+	if err := w.dst.StartDestination(peer, w.k.destinationConfig(a.hdr, nil)); err != nil {
 		w.violate("config", "destination: %v", err)
 	}
-	a.dst, a.dstState = d, d.State()
+	d := w.dst.Destination()
+	a.exec, a.dst, a.dstState = w.dstExec, d, d.State()
 	for range w.inits {
 		a.feed = append(a.feed, &feedLink{to: a})
 	}
@@ -235,11 +227,11 @@ func (w *world) startDest(a *attempt) {
 
 // onHello is the destination node taking a rejoin hello (recovery/node's
 // serveRejoin and checkHolder): the task's claim must stand, at the
-// hello's epoch, held by the node that says hello, the epoch must be above
-// every one the node has seen (its fence), and its replica must not be
-// live already. Then a newer attempt supersedes the one it runs, and the
-// answer goes back ahead of the destination's first message. A refusal
-// goes back as a Reply.
+// hello's epoch, held by the node that says hello; then the node's replica
+// core applies its fence (recovery.Replica.CheckDestination: not live, an
+// epoch above every one it has seen). A newer attempt supersedes the one
+// it runs, and the answer goes back ahead of the destination's first
+// message. A refusal goes back as a Reply.
 func (w *world) onHello(a *attempt, h *wire.Hello) {
 	refuse := func(format string, args ...any) {
 		why := fmt.Sprintf(format, args...)
@@ -258,22 +250,30 @@ func (w *world) onHello(a *attempt, h *wire.Hello) {
 	case hold.Node != h.Node || hold.Epoch != h.Epoch:
 		refuse("the claim on task %s is %q's at epoch %d, not %q's at %d", simTask, hold.Node, hold.Epoch, h.Node, h.Epoch)
 		return
-	case h.Epoch <= w.dstFence:
-		refuse("epoch %d is not above %d, the highest the replica has seen", h.Epoch, w.dstFence)
-		return
-	case w.live != nil:
-		a.refusedLive = true
-		refuse("the replica is live")
+	}
+	resume, err := w.dst.CheckDestination(h.Node, h.Epoch)
+	if err != nil {
+		// Refused for being live only above the fence: a stale hello
+		// is refused whatever the replica's state.
+		a.refusedLive = w.dst.State() == recovery.ReplicaLive && h.Epoch > w.dst.Fence()
+		refuse("%v", err)
 		return
 	}
-	w.dstFence = h.Epoch
-	if prev := w.dstAttempt(); prev != nil && !prev.dst.State().Final() {
+	if resume {
+		w.violate("c", "a second hello of epoch %d: the simulator's attempts say hello once", h.Epoch)
+	}
+	prev := w.dstAttempt()
+	if prev != nil && prev.dst.State().Final() {
+		prev = nil // nothing to supersede
+	}
+	if prev != nil {
 		prev.superseded = true
 		w.tracef("dst node: attempt %d superseded by %d", prev.epoch, a.epoch)
-		prev.dst.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", a.epoch))
+	}
+	w.startDest(a, h.Node)
+	if prev != nil {
 		w.afterCall(prev)
 	}
-	w.startDest(a)
 	w.tracef("attempt %d: destination checks the claim, replica up, joins the feed", a.epoch)
 	a.d2s.send(w, &wire.Hello{Kind: wire.HelloRejoin, Node: dstNode, Partition: partitionID, Epoch: h.Epoch}, w.k.ConnDelayMax, 1)
 	w.afterCall(a)
@@ -307,14 +307,14 @@ func (w *world) startSource(a *attempt) {
 	if prev := w.srcAttemptOn(a.sn); prev != nil && !prev.src.State().Final() {
 		prev.superseded = true
 		w.tracef("%s node: attempt %d superseded by %d", a.sn.id, prev.epoch, a.epoch)
-		prev.src.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by attempt %d", a.epoch))
+		a.sn.core.AbortSource(prev.epoch, wire.AbortStaleEpoch, fmt.Sprintf("superseded by attempt %d", a.epoch))
 		w.afterCall(prev)
 	}
 	w.checkReleased(a.sn, fmt.Sprintf("before attempt %d's source starts", a.epoch))
-	s, err := recovery.NewSource(a.sn.exec, w.k.sourceConfig(a.hdr))
-	if err != nil {
+	if err := a.sn.core.StartSource(dstNode, w.k.sourceConfig(a.hdr)); err != nil {
 		w.violate("config", "source: %v", err)
 	}
+	s := a.sn.core.Source()
 	a.src, a.srcState = s, s.State()
 	w.tracef("attempt %d: source up (%s)", a.epoch, s.State())
 	w.afterCall(a)
@@ -325,33 +325,89 @@ func (w *world) startSource(a *attempt) {
 // state.
 func (w *world) afterCall(a *attempt) {
 	if a.src != nil {
-		msgs := a.src.Outbox()
-		if x := a.x; x != nil && w.k.LeaseGuard && len(msgs) > 0 && !a.src.State().Final() && !x.guard.Held(int64(w.tick)) && w.opts.Sabotage != SabotageIgnoreClaimLoss {
-			// The lease guard, as the node's checkSource: a claim that may
-			// have expired sends nothing more, whatever the holder
-			// believes.
-			w.stopHolder(a, wire.AbortClaimLost, fmt.Sprintf("claim of epoch %d not certainly held since tick %d", x.epoch, x.guard.HeldUntil()))
-			msgs = a.src.Outbox()
+		w.drain(a.sn.core, a.sn.id)
+		w.noteState(a, true)
+	}
+	if a.dst != nil && !a.dstGone {
+		w.drain(w.dst, dstNode)
+		w.noteState(a, false)
+	}
+}
+
+// drain does what a node's replica core produced, as recovery/node's
+// drain does: the messages go onto their attempt's connection, and each
+// attempt's moves run their checks. The initiators' replies are not
+// modelled.
+func (w *world) drain(core *recovery.Replica, node string) {
+	for {
+		outs := core.Outbox()
+		if len(outs) == 0 {
+			return
 		}
-		for _, m := range msgs {
-			w.route(a, true, m)
+		for _, o := range outs {
+			a := w.attemptOf(o.Epoch)
+			src := o.Kind == recovery.OutSourceMessages || o.Kind == recovery.OutSourceEnded
+			if a == nil || (src && a.src == nil) || (!src && a.dst == nil) {
+				w.violate("c", "%s node's replica produced %v for attempt %d, which it does not run", node, o.Kind, o.Epoch)
+			}
+			switch o.Kind {
+			case recovery.OutSourceMessages:
+				w.sendSource(a, o)
+			case recovery.OutDestinationMessages:
+				for _, m := range o.Msgs {
+					w.route(a, false, m)
+				}
+			}
+			w.noteState(a, src)
 		}
+	}
+}
+
+// sendSource routes a source's messages.
+func (w *world) sendSource(a *attempt, o recovery.Output) {
+	if x := a.x; x != nil && w.k.LeaseGuard && !o.State.Final() && !x.guard.Held(int64(w.tick)) && w.opts.Sabotage != SabotageIgnoreClaimLoss {
+		// The lease guard, as the node's sendSource: a claim that may
+		// have expired sends nothing more, whatever the holder believes.
+		w.stopHolder(a, wire.AbortClaimLost, fmt.Sprintf("claim of epoch %d not certainly held since tick %d", x.epoch, x.guard.HeldUntil()))
+		return
+	}
+	for _, m := range o.Msgs {
+		w.route(a, true, m)
+	}
+}
+
+// noteState runs the checks of a's source's (src) or destination's move
+// since the last look, if it moved.
+func (w *world) noteState(a *attempt, src bool) {
+	if src {
 		if st := a.src.State(); st != a.srcState {
 			from := a.srcState
 			a.srcState = st
 			w.onSourceState(a, from, st)
 		}
+		return
 	}
-	if a.dst != nil && !a.dstGone {
-		for _, m := range a.dst.Outbox() {
-			w.route(a, false, m)
-		}
-		if st := a.dst.State(); st != a.dstState {
-			from := a.dstState
-			a.dstState = st
-			w.onDestinationState(a, from, st)
-		}
+	if st := a.dst.State(); st != a.dstState {
+		from := a.dstState
+		a.dstState = st
+		w.onDestinationState(a, from, st)
 	}
+}
+
+// toProcessor hands m to a's source (toSrc) or destination processor:
+// through its node's replica core while it runs there (a destination gone
+// live included), else to the ended processor itself, which refuses
+// everything (counting a stale epoch) and does nothing.
+func (w *world) toProcessor(a *attempt, toSrc bool, m wire.Message) error {
+	switch {
+	case toSrc && a.sn.core.Source() == a.src:
+		return a.sn.core.OnSourceMessage(a.epoch, m)
+	case toSrc:
+		return a.src.OnMessage(m)
+	case !a.dstGone && w.dst.Destination() == a.dst:
+		return w.dst.OnDestinationMessage(a.epoch, m)
+	}
+	return a.dst.OnMessage(m)
 }
 
 // route sends a message a processor put in its outbox: over the
@@ -437,10 +493,10 @@ func (w *world) onConn(p *pipe, m wire.Message) {
 	side := sideName(p.toSrc)
 	if p.toSrc {
 		running, senderRunning = !a.src.State().Final(), !a.dstGone && !a.dst.State().Final()
-		err = a.src.OnMessage(m)
+		err = w.toProcessor(a, true, m)
 	} else {
 		running, senderRunning = !a.dst.State().Final(), !a.src.State().Final()
-		err = a.dst.OnMessage(m)
+		err = w.toProcessor(a, false, m)
 	}
 	if err == nil && running && senderRunning {
 		w.noteWrite(a, p.toSrc, m)
@@ -509,10 +565,10 @@ func (w *world) onStale(toSrc bool, a *attempt, m wire.Message) {
 	side := sideName(toSrc)
 	if toSrc {
 		st = a.src.State()
-		err = a.src.OnMessage(m)
+		err = w.toProcessor(a, true, m)
 	} else {
 		st = a.dst.State()
-		err = a.dst.OnMessage(m)
+		err = w.toProcessor(a, false, m)
 	}
 	if !st.Final() {
 		w.stats.StaleToRunning++
@@ -546,7 +602,7 @@ func (w *world) learnCuts() {
 			}
 			if a.src != nil && !a.src.State().Final() {
 				w.tracef("src e%d learns the connection is cut", a.epoch)
-				a.src.Abort(wire.AbortConnLost, "connection lost")
+				a.sn.core.AbortSource(a.epoch, wire.AbortConnLost, "connection lost")
 				w.afterCall(a)
 			}
 		}
@@ -554,7 +610,7 @@ func (w *world) learnCuts() {
 			a.dstLearnAt = 0
 			if a.dstUp() && !a.dst.State().Final() {
 				w.tracef("dst e%d learns the connection is cut", a.epoch)
-				a.dst.Abort(wire.AbortConnLost, "connection lost")
+				w.dst.AbortDestination(a.epoch, wire.AbortConnLost, "connection lost")
 				w.afterCall(a)
 			}
 		}

@@ -91,10 +91,7 @@ func (w *world) checkReleased(sr *srcReplica, when string) {
 	if w.scripted {
 		return // a script runs the source itself, and shows what runs
 	}
-	for {
-		if _, ok := src.Step(); !ok {
-			break
-		}
+	for sr.core.Step(1<<16) > 0 {
 	}
 	if id, ok := src.Ready(); ok {
 		w.violate("c", "%s: the source executor holds txn %v, which its safe point allows", when, id)

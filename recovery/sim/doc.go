@@ -50,6 +50,16 @@
 //     them that carries real wire frames (FrameEncoder and FrameDecoder
 //     with the run's codec: none, s2 or zstd), sometimes split across two
 //     packets.
+//   - The nodes' replicas run the product's replica core
+//     (recovery.Replica, docs/DESIGN.md "The replica core"), as
+//     recovery/node's replica goroutine does: each source node's core owns
+//     its executor and its source attempt (the feed, the step that pumps
+//     the source after every txn, ticks, starts, aborts and messages go
+//     through it), and the destination node's core holds its fence, its
+//     attempts and, once live, the replica (a restart keeps the fence).
+//     The simulator drains their outboxes after every call, as the node
+//     does; a frozen holder's processor is the one thing it leaves out of
+//     the core's step (the executor runs on, the processor does nothing).
 //   - The coordinator (coordinator.go), the model of etcd under the
 //     product's rules for the run's one task (the partition onto the
 //     destination node): a claim key created only if absent, with its own

@@ -234,13 +234,13 @@ func (w *world) fire(f *fault, a *attempt) {
 	w.tracef("FAULT %s in %s of attempt %d (source %s, destination %s)", f.kind, f.phase, a.epoch, a.src.State(), a.dst.State())
 	switch f.kind {
 	case faultAbortSource:
-		a.src.Abort(f.reason, fmt.Sprintf("injected %s", f.reason))
+		a.sn.core.AbortSource(a.epoch, f.reason, fmt.Sprintf("injected %s", f.reason))
 		w.afterCall(a)
 	case faultAbortDest:
-		a.dst.Abort(f.reason, fmt.Sprintf("injected %s", f.reason))
+		w.dst.AbortDestination(a.epoch, f.reason, fmt.Sprintf("injected %s", f.reason))
 		w.afterCall(a)
 	case faultNodeFailed:
-		a.dst.Abort(wire.AbortNodeFailed, "a node of the partition failed")
+		w.dst.AbortDestination(a.epoch, wire.AbortNodeFailed, "a node of the partition failed")
 		w.afterCall(a)
 	case faultCut:
 		w.cut(a, f.srcLearn, f.dstLearn, f.ghost)
@@ -303,8 +303,10 @@ func (w *world) outage(n uint64) {
 // restartDestination makes a's destination node restart: the processor and
 // its replica are gone, and the connection with them. The claim's holder
 // is on the source node and lives on: it learns of the cut and requeues.
-// The node's fence is durable and survives.
+// The node's fence is durable and survives: the restarted node's replica
+// core starts from it.
 func (w *world) restartDestination(a *attempt, srcLearn int, ghost bool) {
+	w.dst = w.newDstReplica(w.dst.Fence())
 	a.dstGone = true
 	a.feed = nil
 	a.exec = nil

@@ -72,7 +72,11 @@ func (x *holder) attempt() claim.Attempt {
 // same assignment again, retryAt later. A node that died (faultSourceDies)
 // runs nothing more: its replica, its processors and its holder are gone.
 type srcReplica struct {
-	id       string
+	id string
+	// core is the node's replica core, as recovery/node runs it: it owns
+	// the executor and the source attempt, and steps, pumps and ticks
+	// them. exec is its executor, for the checks.
+	core     *recovery.Replica
 	exec     *partition.Executor
 	dead     bool
 	handled  uint32
@@ -281,7 +285,7 @@ func (w *world) stopHolder(a *attempt, reason wire.AbortReason, why string) {
 		w.stats.ClaimLostStops++
 	}
 	if a.src != nil && !a.src.State().Final() {
-		a.src.Abort(reason, why)
+		a.sn.core.AbortSource(a.epoch, reason, why)
 		w.afterCall(a)
 	} else if a.src == nil && a.helloErr == nil {
 		a.helloErr = errors.New(why)

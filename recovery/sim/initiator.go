@@ -111,16 +111,22 @@ func (w *world) openFeed(in *initiator, node string) {
 	switch node {
 	case oracleNode:
 	case dstNode:
-		if a := w.dstAttempt(); a != nil && w.inFeed(a) {
-			a.dst.AddInitiator(in.id)
-			w.afterCall(a)
-			floor = a.exec.LastExecuted()
+		// Its replica core tracks in, and so does its attempt, running or
+		// live; the floor is what the replica executed (Zero unless live).
+		// At setup the core is not built yet: it hears every fed
+		// initiator from the start.
+		if w.dst != nil {
+			w.dst.AddInitiator(in.id)
+			if a := w.dstAttempt(); a != nil {
+				w.afterCall(a)
+			}
+			floor = w.dst.ExecutedUpTo()
 		}
 	default:
 		for _, sr := range w.srcs {
 			if sr.id == node {
-				sr.exec.AddInitiator(in.id)
-				floor = sr.exec.LastExecuted()
+				sr.core.AddInitiator(in.id)
+				floor = sr.core.ExecutedUpTo()
 			}
 		}
 	}

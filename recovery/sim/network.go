@@ -209,6 +209,31 @@ func (w *world) tableName(id uint32) string {
 	return fmt.Sprintf("table%d", id)
 }
 
+// feedCore gives a node's replica core a txn, or with proc "" a
+// heartbeat. If the core did not take it in (it failed the replica, or
+// ended its attempt), it says why.
+func feedCore(core *recovery.Replica, inv partition.Invocation) (why string) {
+	var ok bool
+	if inv.Proc == "" {
+		ok = core.OnHeartbeat(inv.ID)
+	} else {
+		ok = core.OnTxn(inv)
+	}
+	if ok {
+		return ""
+	}
+	why = "dropped"
+	for _, o := range core.Outbox() {
+		switch {
+		case o.Kind == recovery.OutFailed:
+			why = o.Why
+		case o.Kind == recovery.OutDestinationEnded && o.Err != nil:
+			why = o.Err.Error()
+		}
+	}
+	return why
+}
+
 // feedSource delivers a txn or heartbeat to a source replica, and to
 // nothing else: the oracle got it when it was sent. A dead node takes
 // nothing.
@@ -216,8 +241,8 @@ func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
 	if sr.dead {
 		return
 	}
-	if err := offer(sr.exec, inv); err != nil {
-		w.violate("feed", "source refused %v: %v", inv.ID, err)
+	if why := feedCore(sr.core, inv); why != "" {
+		w.violate("feed", "source refused %v: %s", inv.ID, why)
 	}
 }
 
@@ -230,25 +255,16 @@ func offer(e *partition.Executor, inv partition.Invocation) error {
 }
 
 // feedDestination delivers a txn or heartbeat to an attempt's destination
-// replica, through its processor (which buffers until it goes live). Only
-// after the handoff may a txn be refused, and only as too late: one below
-// E still on its way when the snapshot already held its effect.
+// replica, through the node's replica core and its processor (which
+// buffers until it goes live, and takes a late txn below E as a
+// heartbeat after). Nothing may be refused: a refusal ends the attempt,
+// or fails the live replica.
 func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
-	if a.dst == nil || a.dstGone || a.dst.State() == recovery.StateAborted {
-		return // the replica is gone; its link is dropped with it
+	if a.dst == nil || a.dstGone || w.dst.Destination() != a.dst {
+		return // the replica is gone (aborted, superseded); its link is dropped with it
 	}
-	var err error
-	if inv.Proc == "" {
-		err = a.dst.OnHeartbeat(inv.ID)
-	} else {
-		err = a.dst.OnTxn(inv)
-	}
-	if err != nil {
-		if a.dst.State() == recovery.StateLive && errors.Is(err, partition.ErrTooLate) && inv.ID < a.e {
-			w.stats.TooLate++
-			return
-		}
-		w.violate("feed", "destination e%d (%s) refused %v: %v", a.epoch, a.dst.State(), inv.ID, err)
+	if why := feedCore(w.dst, inv); why != "" {
+		w.violate("feed", "destination e%d (%s) refused %v: %s", a.epoch, a.dst.State(), inv.ID, why)
 	}
 	w.afterCall(a)
 }

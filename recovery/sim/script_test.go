@@ -546,9 +546,9 @@ func (s *script) abort(t *testing.T, d *datadriven.TestData) string {
 	a := s.w.cur()
 	switch side {
 	case "source":
-		a.src.Abort(r, "script")
+		a.sn.core.AbortSource(a.epoch, r, "script")
 	case "dest":
-		a.dst.Abort(r, "script")
+		s.w.dst.AbortDestination(a.epoch, r, "script")
 	default:
 		d.Fatalf(t, "abort side=%s: want source or dest", side)
 	}
@@ -748,10 +748,7 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 	var b strings.Builder
 	a := w.cur()
 	if w.live != nil {
-		for {
-			if _, ok := w.live.exec.Step(); !ok {
-				break
-			}
+		for w.dst.Step(1<<16) > 0 {
 		}
 		src, dst := s.src(), w.live.exec
 		eq := "equal"

@@ -79,9 +79,6 @@ type Stats struct {
 	TxnsHeldForRound     int64
 	// TxnsDropped: buffered txns below E the live destination dropped.
 	TxnsDropped int
-	// TooLate: txns below E that reached the live destination after the
-	// handoff and were refused as too late, as they must be.
-	TooLate int
 	// StaleDelivered counts messages of a superseded attempt delivered to
 	// a newer attempt's processor; StaleRejected what the processors
 	// counted as rejected; StaleAccepted those not rejected (invariant d:
@@ -214,9 +211,13 @@ type world struct {
 
 	atts  []*attempt
 	epoch uint64 // the last attempt's, without claims
-	// dstFence is the highest epoch the destination node has taken
-	// (durable: it survives a restart).
-	dstFence uint64
+	// dst is the destination node's replica core, as recovery/node runs
+	// it: it holds the fence (the highest epoch the node has taken,
+	// durable: a restart keeps it), the attempts' processors, and the
+	// replica once live. dstExec is the executor it built last: the
+	// newest attempt's replica.
+	dst      *recovery.Replica
+	dstExec  *partition.Executor
 	faults   []*fault
 	ghostSrc *pipe // late messages to the source node
 	ghostDst *pipe // late messages to the destination node
@@ -327,14 +328,14 @@ func (w *world) setup() {
 		w.dial(in)
 	}
 	for i := range w.k.Sources {
-		sr := &srcReplica{id: srcIDs[i]}
-		sr.exec = w.newReplica(func(in *initiator) bool { return in.core.Fed(sr.id) })
+		sr := w.newSrcReplica(srcIDs[i])
 		w.srcs = append(w.srcs, sr)
 		for _, in := range w.inits {
 			in.toSrc = append(in.toSrc, &feedLink{src: sr})
 		}
 	}
 	w.srcExec = w.srcs[0].exec
+	w.dst = w.newDstReplica(0)
 	// The oracle hears every initiator from the start: it is the truth.
 	w.ref = w.newReplica(func(*initiator) bool { return true })
 	// The same rows from the same numbers: generators on one seed.
@@ -352,6 +353,45 @@ func (w *world) setup() {
 	}
 	w.tracef("setup seed=%d %s", w.seed, w.k)
 	w.tracef("source loaded: %s", w.describeReplica(w.srcExec))
+}
+
+// newSrcReplica builds source node id's live replica: a core over an
+// executor that hears the initiators whose feed to the node is open.
+func (w *world) newSrcReplica(id string) *srcReplica {
+	fed := func(in *initiator) bool { return in.core.Fed(id) }
+	exec := w.newReplica(fed)
+	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Live: true, DropResults: true,
+		NewExecutor: func() (*partition.Executor, error) { return exec, nil }})
+	if err != nil {
+		panic(err)
+	}
+	for _, in := range w.inits {
+		if fed(in) {
+			core.AddInitiator(in.id)
+		}
+	}
+	return &srcReplica{id: id, core: core, exec: core.Executor()}
+}
+
+// newDstReplica builds the destination node's replica core: it needs a
+// rejoin, its fence is fence, and it hears the initiators whose feed to
+// the destination is open.
+func (w *world) newDstReplica(fence uint64) *recovery.Replica {
+	fed := func(in *initiator) bool { return in.core.Fed(dstNode) }
+	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Fence: fence, DropResults: true,
+		NewExecutor: func() (*partition.Executor, error) {
+			w.dstExec = w.newReplica(fed)
+			return w.dstExec, nil
+		}})
+	if err != nil {
+		panic(err)
+	}
+	for _, in := range w.inits {
+		if fed(in) {
+			core.AddInitiator(in.id)
+		}
+	}
+	return core
 }
 
 // step is one tick of the world, in a fixed order of phases; within a
@@ -527,16 +567,14 @@ func (w *world) stepExecutors() {
 		}
 	}
 	if w.live != nil {
-		for n := w.net.IntN(w.k.StepsMax + 1); n > 0; n-- {
-			if _, ok := w.live.exec.Step(); !ok {
-				break
-			}
-		}
+		w.dst.Step(w.net.IntN(w.k.StepsMax + 1))
 	}
 }
 
 // stepSource runs up to n txns on every live source replica and reports
-// how many ran on the first.
+// how many ran on the first. Its core pumps the source processor after
+// every txn and once more at the end; the outputs are taken after each
+// txn, so a Handoff is recorded where the source sent it.
 func (w *world) stepSource(n int) int {
 	first := 0
 	for i, sr := range w.srcs {
@@ -544,13 +582,26 @@ func (w *world) stepSource(n int) int {
 			continue
 		}
 		ran := 0
-		for ; ran < n; ran++ {
-			if _, ok := sr.exec.Step(); !ok {
-				break
+		if a := w.srcAttemptOn(sr); a != nil && !a.src.State().Final() && w.pausedNow(a) {
+			// A frozen holder's processor does nothing; the executor runs
+			// on past it, its gate (the processor) deciding what runs.
+			for ; ran < n; ran++ {
+				if _, ok := sr.exec.Step(); !ok {
+					break
+				}
 			}
-			w.pumpSource(sr)
+		} else {
+			for ; ran < n; ran++ {
+				if sr.core.Step(1) == 0 {
+					break // Step pumped once, with no txn to run
+				}
+				w.afterSourceStep(sr)
+			}
+			if ran == n {
+				sr.core.Step(0) // the pump after the last txn
+			}
+			w.afterSourceStep(sr)
 		}
-		w.pumpSource(sr)
 		if i == 0 {
 			first = ran
 		}
@@ -558,13 +609,13 @@ func (w *world) stepSource(n int) int {
 	return first
 }
 
-// pumpSource lets the source processor holding sr's executor's gate do
-// what it can between two txns.
-func (w *world) pumpSource(sr *srcReplica) {
-	if a := w.srcAttemptOn(sr); a != nil && !a.src.State().Final() && !w.pausedNow(a) {
-		a.src.Pump()
+// afterSourceStep takes what sr's core produced in a step.
+func (w *world) afterSourceStep(sr *srcReplica) {
+	if a := w.srcAttemptOn(sr); a != nil {
 		w.afterCall(a)
+		return
 	}
+	w.drain(sr.core, sr.id)
 }
 
 // tickProcessors advances every running processor's clock, old attempts'
@@ -573,12 +624,18 @@ func (w *world) pumpSource(sr *srcReplica) {
 func (w *world) tickProcessors() {
 	for _, a := range w.atts {
 		if a.src != nil && !a.src.State().Final() && !w.pausedNow(a) && !a.sn.dead {
-			a.src.Tick()
+			if a.sn.core.Source() != a.src {
+				w.violate("c", "attempt %d's source runs, but not on its node's replica", a.epoch)
+			}
+			a.sn.core.Tick()
 			w.afterCall(a)
 			w.watchThrottle(a)
 		}
 		if a.dstUp() && !a.dst.State().Final() {
-			a.dst.Tick()
+			if w.dst.Destination() != a.dst {
+				w.violate("c", "attempt %d's destination runs, but not on the node's replica", a.epoch)
+			}
+			w.dst.Tick()
 			w.afterCall(a)
 		}
 	}

@@ -1,0 +1,665 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/txnid"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// ReplicaState is where one partition replica stands in its lifecycle. It
+// is one enum with a table of legal moves (replicaMoves), checked on every
+// move:
+//
+//	              start-destination              destination live
+//	needs-rejoin ───────────────────► rejoining ──────────────────► live
+//	      ▲                               │                           │
+//	      └───────────────────────────────┴───────────────────────────┘
+//	             attempt ended, superseded, or the replica failed
+//
+// A replica starts live (it holds its partition) or needs-rejoin. A source
+// attempt is served only while live and does not change the state; the
+// replica failing ends it.
+type ReplicaState uint8
+
+const (
+	// ReplicaNeedsRejoin: the replica holds nothing it may execute; its
+	// feed is dropped until a destination attempt starts.
+	ReplicaNeedsRejoin ReplicaState = iota + 1
+	// ReplicaRejoining: a destination attempt rebuilds the replica and
+	// buffers its feed.
+	ReplicaRejoining
+	// ReplicaLive: the replica executes its feed.
+	ReplicaLive
+)
+
+var replicaStateNames = [...]string{
+	ReplicaNeedsRejoin: "needs-rejoin",
+	ReplicaRejoining:   "rejoining",
+	ReplicaLive:        "live",
+}
+
+func (s ReplicaState) String() string {
+	if int(s) < len(replicaStateNames) && replicaStateNames[s] != "" {
+		return replicaStateNames[s]
+	}
+	return fmt.Sprintf("replica-state(%d)", uint8(s))
+}
+
+// replicaMoves is the replica's table of legal moves. Superseding a
+// destination attempt passes through needs-rejoin: the old attempt ends
+// (its partial replica goes) before the new one starts.
+var replicaMoves = map[ReplicaState][]ReplicaState{
+	ReplicaNeedsRejoin: {ReplicaRejoining},
+	ReplicaRejoining:   {ReplicaLive, ReplicaNeedsRejoin},
+	ReplicaLive:        {ReplicaNeedsRejoin},
+}
+
+// ErrReplica classifies a start or an input the replica refuses (not
+// live, a fenced epoch, no such attempt); the driver reports it to whoever
+// asked and changes nothing.
+var ErrReplica = errors.New("recovery: replica refused")
+
+// ReplicaConfig sets up a Replica.
+type ReplicaConfig struct {
+	// Partition is the replica's partition.
+	Partition uint32
+	// Live: the replica starts live, with a fresh executor; else it needs
+	// a rejoin.
+	Live bool
+	// Fence is the highest destination epoch the replica has seen, from
+	// its durable record: no destination attempt at or below it starts
+	// (docs/DESIGN.md "Incarnations and fencing").
+	Fence uint64
+	// NewExecutor builds an empty partition with the cluster's tables and
+	// an executor over it. The replica adds its initiators.
+	NewExecutor func() (*partition.Executor, error)
+	// DropResults: keep no Done for Results (a driver that replies to no
+	// initiator: the simulator, a benchmark), which saves a copy and an
+	// allocation a txn.
+	DropResults bool
+}
+
+// OutputKind says what an Output is.
+type OutputKind uint8
+
+const (
+	// OutSourceMessages: Msgs go to the source attempt's peer. State is the
+	// source's state once they were produced.
+	OutSourceMessages OutputKind = iota + 1
+	// OutDestinationMessages: Msgs go to the destination attempt's peer.
+	OutDestinationMessages
+	// OutSourceEnded: the source attempt of Epoch ended; Err is nil if it
+	// is done (the destination acknowledged the handoff). Source is the
+	// ended processor, for its metrics.
+	OutSourceEnded
+	// OutDestinationEnded: the destination attempt of Epoch ended without
+	// a live replica (aborted or superseded); Err says why.
+	OutDestinationEnded
+	// OutLive: the destination attempt of Epoch went live; the replica
+	// executes from its E on.
+	OutLive
+	// OutFailed: the replica dropped its content and needs a rejoin; Why
+	// says why.
+	OutFailed
+)
+
+// Output is one thing the driver must do, in order: send, report, record.
+type Output struct {
+	Kind OutputKind
+	// Epoch names the attempt (0 for OutFailed).
+	Epoch uint64
+	// Msgs are the messages for the attempt's peer, in order.
+	Msgs []wire.Message
+	// State is the attempt's state once the output was produced: the
+	// driver's lease guard holds back messages of a running source only.
+	State State
+	// Err is why an attempt ended (nil: a source done); Why why the
+	// replica failed.
+	Err error
+	Why string
+	// Source and Destination are the ended or live attempt's processor,
+	// for its metrics.
+	Source      *Source
+	Destination *Destination
+}
+
+// Replica is one partition replica's protocol core, modelled on raft's
+// RawNode: no goroutines, no clock, no I/O. A driver feeds it the
+// partition's feed (OnTxn, OnHeartbeat, AddInitiator, RemoveInitiator),
+// its attempts' messages, ticks and starts, runs it (Step), and takes what
+// it produced: Done results for the initiators (Results) and messages,
+// endings and state changes (Outbox). Every decision about the replica is
+// here; the driver owns the connections, the timers and the records.
+//
+// Invariants: exec is nil unless the state is live (it is the
+// destination's executor once that went live); dst is set while
+// rejoining, and may stay, live, as the router of the feed after the
+// handoff; a source attempt runs only on a live replica; fence only grows,
+// and no destination attempt at or below it starts.
+type Replica struct {
+	p     uint32
+	state ReplicaState
+	// exec runs the feed while live; nil otherwise.
+	exec    *partition.Executor
+	newExec func() (*partition.Executor, error)
+	// initiators are those heard from on a feed, added to every new
+	// executor and destination attempt.
+	initiators  map[txnid.Initiator]bool
+	fence       uint64
+	dropResults bool
+
+	src     *Source
+	srcPeer string
+	srcEp   uint64
+
+	dst     *Destination
+	dstExec *partition.Executor
+	dstPeer string
+	dstEp   uint64
+	// dstLive: dst went live; it routes the feed to exec and sends nothing
+	// more.
+	dstLive bool
+
+	out     []Output
+	results []*wire.Done
+}
+
+// NewReplica builds a replica core.
+func NewReplica(cfg ReplicaConfig) (*Replica, error) {
+	if cfg.NewExecutor == nil {
+		return nil, fmt.Errorf("%w: no NewExecutor", ErrConfig)
+	}
+	r := &Replica{p: cfg.Partition, state: ReplicaNeedsRejoin, newExec: cfg.NewExecutor,
+		initiators: map[txnid.Initiator]bool{}, fence: cfg.Fence, dropResults: cfg.DropResults}
+	if cfg.Live {
+		exec, err := r.newExecutor()
+		if err != nil {
+			return nil, err
+		}
+		r.exec, r.state = exec, ReplicaLive
+	}
+	return r, nil
+}
+
+func (r *Replica) newExecutor() (*partition.Executor, error) {
+	exec, err := r.newExec()
+	if err != nil {
+		return nil, fmt.Errorf("recovery: partition %d: %w", r.p, err)
+	}
+	for in := range r.initiators {
+		exec.AddInitiator(in)
+	}
+	return exec, nil
+}
+
+// move checks and makes a lifecycle move. An illegal one is a bug of this
+// file, never an input's doing, so it panics.
+func (r *Replica) move(to ReplicaState) {
+	if !slices.Contains(replicaMoves[r.state], to) {
+		panic(fmt.Sprintf("recovery: replica %d: illegal move %v → %v", r.p, r.state, to))
+	}
+	r.state = to
+}
+
+// State returns the replica's lifecycle state.
+func (r *Replica) State() ReplicaState { return r.state }
+
+// Fence returns the highest destination epoch seen.
+func (r *Replica) Fence() uint64 { return r.fence }
+
+// Executor returns the executor running the feed, nil unless live.
+func (r *Replica) Executor() *partition.Executor { return r.exec }
+
+// Source returns the running source attempt, or nil.
+func (r *Replica) Source() *Source { return r.src }
+
+// Destination returns the destination attempt, running or gone live, or
+// nil.
+func (r *Replica) Destination() *Destination { return r.dst }
+
+// Initiators returns the initiators heard from, sorted.
+func (r *Replica) Initiators() []txnid.Initiator {
+	return slices.Sorted(maps.Keys(r.initiators))
+}
+
+// Executing reports whether the replica takes in its feed: live, or
+// buffering for a destination attempt.
+func (r *Replica) Executing() bool { return r.exec != nil || r.dst != nil }
+
+// ExecutedUpTo is the highest txn ID the replica executed or handed off,
+// Zero when it has no executor.
+func (r *Replica) ExecutedUpTo() txnid.ID {
+	if r.exec == nil {
+		return txnid.Zero
+	}
+	return r.exec.LastExecuted()
+}
+
+// Outbox returns what the driver must do, in order, and forgets it.
+func (r *Replica) Outbox() []Output {
+	out := r.out
+	r.out = nil
+	return out
+}
+
+// Results returns the Done of every txn executed since the last call, in
+// order, and forgets them. Each goes to its txn's initiator.
+func (r *Replica) Results() []*wire.Done {
+	res := r.results
+	r.results = nil
+	return res
+}
+
+// ---- the feed ----
+
+// OnTxn takes a txn of the feed. It reports whether the txn was taken in:
+// false when the replica drops its feed (needs a rejoin) or refused it.
+func (r *Replica) OnTxn(inv partition.Invocation) bool {
+	switch {
+	case r.dst != nil:
+		if err := r.dst.OnTxn(inv); err != nil {
+			// A txn of the feed that is not taken in leaves a hole: a
+			// live replica is no longer a copy, an attempt would build
+			// one that is not.
+			r.refused(fmt.Sprintf("txn %v refused: %v", inv.ID, err))
+			return false
+		}
+		r.collectDest()
+		return true
+	case r.exec != nil:
+		if err := r.exec.Offer(inv); err != nil {
+			// The replica can no longer follow the feed: it is not a
+			// copy any more.
+			r.Fail(fmt.Sprintf("txn %v refused: %v", inv.ID, err))
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// OnHeartbeat takes a heartbeat of the feed; it reports whether it was
+// taken in, as OnTxn.
+func (r *Replica) OnHeartbeat(id txnid.ID) bool {
+	switch {
+	case r.dst != nil:
+		if err := r.dst.OnHeartbeat(id); err != nil {
+			r.refused(fmt.Sprintf("heartbeat %v refused: %v", id, err))
+			return false
+		}
+		r.collectDest()
+		return true
+	case r.exec != nil:
+		if err := r.exec.Heartbeat(id); err != nil {
+			r.Fail(fmt.Sprintf("heartbeat %v refused: %v", id, err))
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// refused ends what the replica was doing after its destination attempt,
+// or the replica it made live, could not take in a message of the feed.
+func (r *Replica) refused(why string) {
+	if r.dst != nil && !r.dstLive {
+		r.dst.Abort(wire.AbortInternal, why)
+		r.collectDest()
+		return
+	}
+	r.Fail(why)
+}
+
+// AddInitiator: a feed from in opened. Its first message follows.
+func (r *Replica) AddInitiator(in txnid.Initiator) {
+	if r.initiators[in] {
+		return
+	}
+	r.initiators[in] = true
+	switch {
+	case r.dst != nil:
+		// The attempt buffers the newcomer's txns too. What it sent
+		// before went to the source alone: the attempt's proposal waits
+		// for it, and its handoff checks it holds the newcomer's txns
+		// from E on (docs/DESIGN.md "Feeds that open late").
+		r.dst.AddInitiator(in)
+		r.collectDest()
+	case r.exec != nil:
+		r.exec.AddInitiator(in)
+	}
+}
+
+// RemoveInitiator: in's node is dead; nothing more comes from it.
+func (r *Replica) RemoveInitiator(in txnid.Initiator) {
+	if !r.initiators[in] {
+		return
+	}
+	delete(r.initiators, in)
+	if r.dst != nil {
+		r.dst.RemoveInitiator(in)
+		r.collectDest()
+		return
+	}
+	if r.exec != nil {
+		r.exec.RemoveInitiator(in)
+	}
+}
+
+// Fail drops the replica's content: it is no longer a copy (a refused txn,
+// a feed lost while its initiator lives, a tail not repaired). Its
+// attempts end; it needs a rejoin. Nothing happens if it already does.
+func (r *Replica) Fail(why string) {
+	if r.state == ReplicaNeedsRejoin {
+		return
+	}
+	if r.src != nil {
+		r.src.Abort(wire.AbortShutdown, "source replica failed: "+why)
+		r.collectSource()
+	}
+	if r.dst != nil && !r.dstLive {
+		r.dst.Abort(wire.AbortShutdown, "destination replica failed: "+why)
+		r.collectDest() // ends the attempt: needs-rejoin
+	}
+	if r.state != ReplicaNeedsRejoin {
+		r.move(ReplicaNeedsRejoin)
+	}
+	r.dst, r.dstExec, r.dstLive, r.exec = nil, nil, false, nil
+	r.out = append(r.out, Output{Kind: OutFailed, Why: why})
+}
+
+// Step runs up to n ready txns, keeps each one's Done for Results, and
+// pumps the source attempt after each one, or once if none ran: the source
+// moves between two txns, never during one. It returns how many ran. A
+// driver that measures the source's moves in wall time (the handoff's
+// pause) calls it with n = 1 while a source attempt runs.
+func (r *Replica) Step(n int) int {
+	if r.exec == nil {
+		return 0
+	}
+	did := 0
+	for range n {
+		res, ok := r.exec.Step()
+		if !ok {
+			break
+		}
+		did++
+		if !r.dropResults {
+			r.results = append(r.results, &wire.Done{Partition: r.p, ID: res.ID, Out: append([]byte(nil), res.Out...), Err: wire.ErrText(res.Err)})
+		}
+		r.pumpSource()
+	}
+	if did == 0 {
+		r.pumpSource()
+	}
+	return did
+}
+
+func (r *Replica) pumpSource() {
+	if r.src != nil {
+		r.src.Pump()
+		r.collectSource()
+	}
+}
+
+// Tick advances the attempts' clocks by one tick.
+func (r *Replica) Tick() {
+	if r.src != nil {
+		r.src.Tick()
+		r.collectSource()
+	}
+	if r.dst != nil && !r.dstLive {
+		r.dst.Tick()
+		r.collectDest()
+	}
+}
+
+// ---- the source attempt ----
+
+// StartSource starts serving a source attempt for peer with cfg (its
+// header carries the epoch). The replica must be live. A newer attempt of
+// the same peer supersedes the running one (its claim is gone, whether or
+// not it has noticed yet: docs/DESIGN.md step 1); another peer's attempt,
+// or a stale epoch, is refused while one runs.
+func (r *Replica) StartSource(peer string, cfg SourceConfig) error {
+	epoch := cfg.Header.Epoch
+	if r.state != ReplicaLive || r.exec == nil {
+		return fmt.Errorf("%w: replica %d is %s, not live", ErrReplica, r.p, r.state)
+	}
+	if cfg.Header.Partition != r.p {
+		return fmt.Errorf("%w: a source attempt of partition %d on replica %d", ErrReplica, cfg.Header.Partition, r.p)
+	}
+	if r.src != nil {
+		if peer != r.srcPeer || epoch <= r.srcEp {
+			return fmt.Errorf("%w: replica %d already serves a rejoin (to %s, epoch %d)", ErrReplica, r.p, r.srcPeer, r.srcEp)
+		}
+		r.src.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", epoch))
+		r.collectSource()
+	}
+	src, err := NewSource(r.exec, cfg)
+	if err != nil {
+		return err
+	}
+	// A new source has nothing to send before its first input.
+	r.src, r.srcPeer, r.srcEp = src, peer, epoch
+	return nil
+}
+
+// source returns the running source attempt of epoch, or an error.
+func (r *Replica) source(epoch uint64) (*Source, error) {
+	if r.src == nil || r.srcEp != epoch {
+		return nil, fmt.Errorf("%w: replica %d serves no source attempt of epoch %d", ErrReplica, r.p, epoch)
+	}
+	return r.src, nil
+}
+
+// OnSourceMessage hands the destination's message to the source attempt
+// of epoch. The error says why it was refused; whether the attempt lives
+// on shows in the outbox.
+func (r *Replica) OnSourceMessage(epoch uint64, m wire.Message) error {
+	src, err := r.source(epoch)
+	if err != nil {
+		return err
+	}
+	err = src.OnMessage(m)
+	r.collectSource()
+	return err
+}
+
+// ResumeSource resends, on a new connection, what the destination may have
+// lost with the old one.
+func (r *Replica) ResumeSource(epoch uint64) error {
+	src, err := r.source(epoch)
+	if err != nil {
+		return err
+	}
+	src.Resume()
+	r.collectSource()
+	return nil
+}
+
+// AbortSource ends the source attempt of epoch from outside (claim lost,
+// connection lost, peer dead, node stopping); epoch 0: whichever runs. No
+// attempt: nothing happens.
+func (r *Replica) AbortSource(epoch uint64, reason wire.AbortReason, text string) {
+	if r.src == nil || (epoch != 0 && epoch != r.srcEp) {
+		return
+	}
+	r.src.Abort(reason, text)
+	r.collectSource()
+}
+
+// collectSource moves the source's messages to the outbox and ends the
+// attempt once it is final.
+func (r *Replica) collectSource() {
+	src := r.src
+	if msgs := src.Outbox(); len(msgs) > 0 {
+		r.out = append(r.out, Output{Kind: OutSourceMessages, Epoch: r.srcEp, Msgs: msgs, State: src.State()})
+	}
+	switch src.State() {
+	case StateDone:
+		// Only the destination's HandoffAck gets here: it is live at E
+		// with our digest.
+		r.out = append(r.out, Output{Kind: OutSourceEnded, Epoch: r.srcEp, State: StateDone, Source: src})
+		r.src = nil
+	case StateAborted:
+		err := src.Err()
+		if err == nil {
+			err = errors.New("recovery: source attempt ended")
+		}
+		r.out = append(r.out, Output{Kind: OutSourceEnded, Epoch: r.srcEp, State: StateAborted, Err: err, Source: src})
+		r.src = nil
+	}
+}
+
+// ---- the destination attempt ----
+
+// CheckDestination applies the fence to an attempt of epoch from peer,
+// changing nothing: resume is true when it is the running attempt's (same
+// epoch and peer, not live yet), which a new connection resumes. Else a
+// new attempt may start only on a replica that is not live, above the
+// running attempt's epoch and above the fence, hearing some initiator.
+// The driver records the epoch durably between this check and
+// StartDestination, which checks again.
+func (r *Replica) CheckDestination(peer string, epoch uint64) (resume bool, err error) {
+	if r.state == ReplicaLive {
+		return false, fmt.Errorf("%w: replica %d is live", ErrReplica, r.p)
+	}
+	if r.dst != nil {
+		if epoch < r.dstEp {
+			return false, fmt.Errorf("%w: epoch %d is below the current attempt's %d", ErrReplica, epoch, r.dstEp)
+		}
+		if epoch == r.dstEp {
+			if peer != r.dstPeer {
+				return false, fmt.Errorf("%w: the attempt of epoch %d is %s's, not %s's", ErrReplica, epoch, r.dstPeer, peer)
+			}
+			return true, nil
+		}
+	}
+	if epoch <= r.fence {
+		return false, fmt.Errorf("%w: epoch %d is not above %d, the highest replica %d has seen", ErrReplica, epoch, r.fence, r.p)
+	}
+	if len(r.initiators) == 0 {
+		return false, fmt.Errorf("%w: replica %d hears no initiator yet", ErrReplica, r.p)
+	}
+	return false, nil
+}
+
+// StartDestination starts a destination attempt from peer with cfg (its
+// header carries the epoch; the replica fills in the initiators),
+// superseding a lower one. The driver has recorded the epoch durably: the
+// fence rises to it even if the start then fails, so it is never taken
+// again. Resuming the running attempt is ResumeDestination.
+func (r *Replica) StartDestination(peer string, cfg DestinationConfig) error {
+	epoch := cfg.Header.Epoch
+	if cfg.Header.Partition != r.p {
+		return fmt.Errorf("%w: a destination attempt of partition %d on replica %d", ErrReplica, cfg.Header.Partition, r.p)
+	}
+	resume, err := r.CheckDestination(peer, epoch)
+	if err != nil {
+		return err
+	}
+	if resume {
+		return fmt.Errorf("%w: the attempt of epoch %d runs: resume it", ErrReplica, epoch)
+	}
+	r.fence = epoch
+	if r.dst != nil {
+		r.dst.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", epoch))
+		r.collectDest()
+	}
+	exec, err := r.newExecutor()
+	if err != nil {
+		return err
+	}
+	cfg.Initiators = r.Initiators()
+	dst, err := NewDestination(exec, cfg)
+	if err != nil {
+		return err
+	}
+	r.move(ReplicaRejoining)
+	// A new destination has nothing to send before its first input.
+	r.dst, r.dstExec, r.dstPeer, r.dstEp, r.dstLive = dst, exec, peer, epoch, false
+	r.exec = nil
+	return nil
+}
+
+// destination returns the running, not yet live, destination attempt of
+// epoch, or an error.
+func (r *Replica) destination(epoch uint64) (*Destination, error) {
+	if r.dst == nil || r.dstLive || r.dstEp != epoch {
+		return nil, fmt.Errorf("%w: replica %d runs no destination attempt of epoch %d", ErrReplica, r.p, epoch)
+	}
+	return r.dst, nil
+}
+
+// OnDestinationMessage hands the source's message to the destination
+// attempt of epoch. Once it is live, the message goes to it all the same
+// (a late ack or heartbeat is harmless) and nothing is sent back.
+func (r *Replica) OnDestinationMessage(epoch uint64, m wire.Message) error {
+	if r.dst == nil || r.dstEp != epoch {
+		return fmt.Errorf("%w: replica %d runs no destination attempt of epoch %d", ErrReplica, r.p, epoch)
+	}
+	err := r.dst.OnMessage(m)
+	r.collectDest()
+	return err
+}
+
+// ResumeDestination resends, on a new connection, what the source may
+// have lost with the old one. An attempt gone live is not resumed.
+func (r *Replica) ResumeDestination(epoch uint64) error {
+	dst, err := r.destination(epoch)
+	if err != nil {
+		return err
+	}
+	dst.Resume()
+	r.collectDest()
+	return nil
+}
+
+// AbortDestination ends the destination attempt of epoch from outside (a
+// node of the partition failed, the node stops); epoch 0: whichever runs.
+// An attempt gone live is not aborted.
+func (r *Replica) AbortDestination(epoch uint64, reason wire.AbortReason, text string) {
+	if r.dst == nil || r.dstLive || (epoch != 0 && epoch != r.dstEp) {
+		return
+	}
+	r.dst.Abort(reason, text)
+	r.collectDest()
+}
+
+// collectDest moves the destination's messages to the outbox and looks at
+// its state: live, the replica executes on its executor; aborted, the
+// partial replica goes with it.
+func (r *Replica) collectDest() {
+	dst := r.dst
+	msgs := dst.Outbox()
+	if r.dstLive {
+		return // after live, nothing goes out
+	}
+	if len(msgs) > 0 {
+		r.out = append(r.out, Output{Kind: OutDestinationMessages, Epoch: r.dstEp, Msgs: msgs, State: dst.State()})
+	}
+	switch dst.State() {
+	case StateLive:
+		r.dstLive = true
+		r.exec = r.dstExec
+		r.move(ReplicaLive)
+		r.out = append(r.out, Output{Kind: OutLive, Epoch: r.dstEp, State: StateLive, Destination: dst})
+	case StateAborted:
+		r.out = append(r.out, Output{Kind: OutDestinationEnded, Epoch: r.dstEp, State: StateAborted, Err: dst.Err(), Destination: dst})
+		r.dst, r.dstExec, r.exec = nil, nil, nil
+		r.move(ReplicaNeedsRejoin)
+	}
+}
+
+// Stop ends the running attempts: the node stops. The replica's state
+// stays as it is, but a destination attempt that ends leaves it needing a
+// rejoin.
+func (r *Replica) Stop(text string) {
+	r.AbortSource(0, wire.AbortShutdown, text)
+	r.AbortDestination(0, wire.AbortShutdown, text)
+}
