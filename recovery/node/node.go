@@ -172,11 +172,9 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	stopWatch := context.AfterFunc(reg.Context(), ncancel)
 	defer stopWatch()
 	n.ctx = nctx
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-		defer cancel()
-		_ = reg.Close(cctx)
-	}()
+	stop := newStopBound(n.log, cli)
+	defer stop.end()
+	defer stop.deregister(reg)
 	if err := n.members.refresh(); err != nil {
 		return err
 	}
@@ -208,10 +206,12 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if ctx.Err() != nil {
 		stopErr = nil // asked to stop
 	}
+	stop.begin()
 	ln.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = srv.Shutdown(sctx)
 	cancel()
+	stop.step("the node's work: rejoin attempts reporting their end, claims released, replica states published, the supervisor resigning")
 	n.wg.Wait()
 	n.log.Info("node stopped", "err", stopErr)
 	return stopErr
