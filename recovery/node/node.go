@@ -74,6 +74,10 @@ type Node struct {
 	unpub map[uint32]bool
 }
 
+// etcdKeepAlive is the period of the etcd connection's keepalive pings
+// and their timeout (etcd refuses pings more often than every 5 s).
+const etcdKeepAlive = 10 * time.Second
+
 // Run runs the node until ctx ends, or a newer process of its id takes
 // its registration over (a lost registration does not end it: see
 // registration.go). ready, if not nil, is called with the bound addresses
@@ -99,7 +103,10 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.feeds.by = map[txnid.Initiator]*feedIn{}
 	n.feeds.last = map[txnid.Initiator]*feedIn{}
 	n.feeds.told = map[string]map[uint64][]uint32{}
+	// The keepalive ends a connection that went silent (a half-open TCP
+	// connection): the membership watch on it then resumes on another.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: etcdKeepAlive, DialKeepAliveTimeout: etcdKeepAlive,
 		TLS: cfg.EtcdTLS, Username: cfg.EtcdUser, Password: cfg.EtcdPassword})
 	if err != nil {
 		return fmt.Errorf("node: etcd: %w", err)
