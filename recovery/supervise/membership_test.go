@@ -13,7 +13,8 @@ import (
 
 // TestSnapshotReadsTaskPartitions: a pass's snapshot holds the replica
 // records of the partitions with an open task only, while they are few,
-// and the whole placement past snapshotPartitionsMax of them.
+// and the whole placement past snapshotPartitionsMax of them; the
+// snapshot others read (rejoin status) holds it always.
 func TestSnapshotReadsTaskPartitions(t *testing.T) {
 	checkLeaks(t)
 	cli := newClient(t, startEtcd(t))
@@ -26,16 +27,19 @@ func TestSnapshotReadsTaskPartitions(t *testing.T) {
 	if err := SetReplicas(ctx, cli, rs); err != nil {
 		t.Fatal(err)
 	}
-	s, err := ReadSnapshot(ctx, cli)
+	s, err := readPassSnapshot(ctx, cli)
 	if err != nil || len(s.Replicas) != 0 {
 		t.Fatalf("no task: replicas of %d partitions, %v", len(s.Replicas), err)
+	}
+	if s, err := ReadSnapshot(ctx, cli); err != nil || len(s.Replicas) != parts {
+		t.Fatalf("ReadSnapshot: replicas of %d partitions, %v", len(s.Replicas), err)
 	}
 	for _, p := range []uint32{5, 150} {
 		if _, err := claim.CreateTask(ctx, cli, claim.Task{Partition: p, Dest: "n2"}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, err = ReadSnapshot(ctx, cli)
+	s, err = readPassSnapshot(ctx, cli)
 	if err != nil || len(s.Replicas) != 2 || len(s.Replicas[5]) != 2 || len(s.Replicas[150]) != 2 || s.Replicas[150][0] != rs[300] {
 		t.Fatalf("tasks of 5 and 150: replicas %v, %v", s.Replicas, err)
 	}
@@ -44,7 +48,7 @@ func TestSnapshotReadsTaskPartitions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err = ReadSnapshot(ctx, cli)
+	s, err = readPassSnapshot(ctx, cli)
 	if err != nil || len(s.Replicas) != parts {
 		t.Fatalf("tasks of %d partitions: replicas of %d partitions, %v", snapshotPartitionsMax+1, len(s.Replicas), err)
 	}

@@ -198,13 +198,20 @@ const snapshotPartitionsMax = 64
 // be stale by the time the pass writes; every write of the pass is a
 // compare-and-swap, so a stale view costs a retry at the next pass, never
 // a wrong write.
-//
-// The placement read is only that of the partitions with a task not
-// final, the only ones Decide picks a source for, while they are at most
-// snapshotPartitionsMax: a pass every 200 ms over a cluster of 4096
-// partitions x 3 replicas read 12,288 replica records each time, when
-// there was nothing to decide.
 func ReadSnapshot(ctx context.Context, cli *clientv3.Client) (Snapshot, error) {
+	return readSnapshot(ctx, cli, true)
+}
+
+// readPassSnapshot is ReadSnapshot for a pass: its placement is only that
+// of the partitions with a task not final, the only ones Decide picks a
+// source for, while they are at most snapshotPartitionsMax. A pass every
+// 200 ms over a cluster of 4096 partitions x 3 replicas read 12,288
+// replica records each time, when there was nothing to decide.
+func readPassSnapshot(ctx context.Context, cli *clientv3.Client) (Snapshot, error) {
+	return readSnapshot(ctx, cli, false)
+}
+
+func readSnapshot(ctx context.Context, cli *clientv3.Client, placement bool) (Snapshot, error) {
 	tasks, rev, err := claim.TasksRev(ctx, cli)
 	if err != nil {
 		return Snapshot{}, err
@@ -218,7 +225,7 @@ func ReadSnapshot(ctx context.Context, cli *clientv3.Client) (Snapshot, error) {
 			parts[t.Task.Partition] = true
 		}
 	}
-	if len(parts) > snapshotPartitionsMax {
+	if placement || len(parts) > snapshotPartitionsMax {
 		prefixes = append(prefixes, replicasPrefix)
 	} else {
 		for p := range parts {

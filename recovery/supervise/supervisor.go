@@ -273,7 +273,7 @@ func (s *Supervisor) onErr(ctx context.Context, what string, err error) error {
 // guarded by the leadership (the election key still ours) and a
 // compare-and-swap on the assignment.
 func (s *Supervisor) pass(ctx context.Context, guard clientv3.Cmp) error {
-	snap, err := ReadSnapshot(ctx, s.cli)
+	snap, err := readPassSnapshot(ctx, s.cli)
 	if err != nil {
 		return err
 	}
