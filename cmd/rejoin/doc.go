@@ -8,7 +8,8 @@
 //	rejoin get       print the value under a key
 //	rejoin del       delete a key
 //	rejoin load      write N rows at a rate through W callers, with a progress bar; throughput and latency percentiles
-//	rejoin status    a cluster's nodes, replicas and rejoin tasks, from etcd and each node's /status
+//	rejoin status    a cluster's nodes, replicas and rejoin tasks, from etcd and each node's /status;
+//	                 --watch redraws the rejoins under way every second
 //	rejoin verify    every replica's digest at one common txn ID
 //	rejoin bench     one in-process rejoin, and what it measured
 //	rejoin sim       the seeded simulator: --seeds N runs 1..N, --seed S -v replays one

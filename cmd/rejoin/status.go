@@ -48,10 +48,28 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound of the whole reading")
 	nodeTimeout := fs.Duration("node-timeout", clusterview.StatusTimeoutDefault, "bound of each node's GET /status")
+	watch := fs.Bool("watch", false, "redraw every --every a line per rejoining replica (partition, source→destination, phase, rows, MB/s, change-log bytes, throttle) until interrupted; --timeout bounds each redraw")
+	every := fs.Duration("every", time.Second, "period of --watch's redraws")
+	count := fs.Int("count", 0, "with --watch, stop after this many redraws (0: until interrupted)")
 	if err := parseFlags(fs, "status", args, stderr); err != nil {
 		return err
 	}
-	cli, ctx, done, err := openEtcd("status", etcd, *timeout, stderr)
+	switch {
+	case *every <= 0:
+		fmt.Fprintf(stderr, "rejoin status: --every %s: want > 0\n", *every)
+		return errUsage
+	case *count < 0:
+		fmt.Fprintf(stderr, "rejoin status: --count %d: want >= 0\n", *count)
+		return errUsage
+	case (*count > 0 || *every != time.Second) && !*watch:
+		fmt.Fprintln(stderr, "rejoin status: --count and --every go with --watch")
+		return errUsage
+	}
+	bound := *timeout
+	if *watch {
+		bound = watchForever // each redraw has its own --timeout
+	}
+	cli, ctx, done, err := openEtcd("status", etcd, bound, stderr)
 	if err != nil {
 		return err
 	}
@@ -71,6 +89,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		hc.Transport = &http.Transport{TLSClientConfig: creds.DialConfig("")}
+	}
+	if *watch {
+		return watchRejoins(ctx, cli, hc, stdout, watchConfig{every: *every, count: *count, timeout: *timeout, nodeTimeout: *nodeTimeout})
 	}
 	v, err := clusterview.Read(ctx, cli, hc, *nodeTimeout)
 	if err != nil {

@@ -3,30 +3,48 @@ package node
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
-// members is the node's view of the cluster, read from etcd every poll:
-// the live nodes and where each partition's replicas are and whether they
-// are live. Reads are cheap and lock-free for the reader of one view.
+// members is the node's view of the cluster: the live nodes and where
+// each partition's replicas are and whether they are live. It follows
+// etcd with a watch from a listed revision (supervise.Membership): one
+// list at start, again after the watch is lost (a compaction, an error,
+// etcd's member losing its leader) and for a settlement; between them
+// only the changes cost anything. A list after every lost registration
+// would add to the load that lost it: at 4096 partitions x 3 replicas it
+// kept the nodes losing their registrations. The view is rebuilt from the records at most every
+// membershipEvery, when they changed. Reads are cheap and lock-free for
+// the reader of one view.
 type members struct {
 	n  *Node
 	mu sync.Mutex
 	v  *view
 	// booted: once the cluster is bootstrapped it stays so.
 	booted bool
+	// recs are the records as of recs.Rev; nodesChanged and
+	// placementChanged say what of them changed since v was built.
+	recs                           *supervise.Membership
+	nodesChanged, placementChanged bool
 }
 
 type view struct {
 	nodes     map[string]supervise.NodeRecord
 	placement map[uint32][]replicaPlace
-	// bootstrapped: every node of the placement has started and
-	// registered once, so client calls may be taken
-	// (supervise.Bootstrapped).
+	// bootstrapped: every node of the placement has started once, so
+	// client calls may be taken (supervise.Bootstrapped: every node of
+	// the placement has started and registered once).
 	bootstrapped bool
+	// peers counts the views whose set of live nodes or placement
+	// differed from the one before: what an attempt's peer check reads.
+	// A node's activity update changes neither.
+	peers uint64
 }
 
 type replicaPlace struct {
@@ -66,50 +84,191 @@ func (m *members) address(node string) (string, error) {
 // feeds and misses no txn.
 func incarnation(rec supervise.NodeRecord) int64 { return rec.Started.UnixNano() }
 
-// refreshTimeout bounds one read of the view: with etcd unreachable the
-// view stays as last read (frozen) and the poll goes on.
-const refreshTimeout = 2 * time.Second
+// listTimeout bounds one list of the membership: with etcd unreachable
+// the view stays as last read (frozen) and the list is tried again. A
+// list of 12,288 replica records took up to 2 s on a loaded machine.
+const listTimeout = 10 * time.Second
 
-// refresh reads etcd once.
+// membershipEvery is the period of the view's rebuild (when the records
+// changed) and of the check of the rejoin attempts' peers.
+const membershipEvery = 100 * time.Millisecond
+
+// refresh lists the membership and builds the view from it: the node's
+// start, a lost watch, and a settlement (which needs the view of after its
+// registration) call it. A list older than the records kept changes
+// nothing.
 func (m *members) refresh() error {
-	ctx, cancel := context.WithTimeout(m.n.ctx, refreshTimeout)
+	ctx, cancel := context.WithTimeout(m.n.ctx, listTimeout)
 	defer cancel()
+	recs, err := supervise.ListMembership(ctx, m.n.cli)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.recs == nil || recs.Rev >= m.recs.Rev {
+		m.recs, m.nodesChanged, m.placementChanged = recs, true, true
+	}
+	m.mu.Unlock()
+	return m.maybeRebuild(ctx)
+}
+
+// maybeRebuild builds a new view if the records changed since the last,
+// or the cluster is not known bootstrapped yet. A change of node records
+// that keeps the set of live nodes (a node's activity update) keeps the
+// placement; any other change builds it again from the records.
+func (m *members) maybeRebuild(ctx context.Context) error {
 	m.mu.Lock()
 	booted := m.booted
 	m.mu.Unlock()
 	if !booted {
-		// Before the membership: every node that made the cluster
-		// bootstrapped had registered by then, so the membership read
-		// after has it alive (supervise.MarkRegistered).
-		placed, err := supervise.Replicas(ctx, m.n.cli)
+		m.mu.Lock()
+		placed := map[string]bool{}
+		for _, r := range m.recs.Replicas {
+			placed[r.Node] = true
+		}
+		m.mu.Unlock()
+		nodes := make([]string, 0, len(placed))
+		for node := range placed {
+			nodes = append(nodes, node)
+		}
+		sort.Strings(nodes)
+		b, err := supervise.Bootstrapped(ctx, m.n.cli, nodes)
 		if err != nil {
 			return err
 		}
-		if booted, err = supervise.Bootstrapped(ctx, m.n.cli, placedNodes(placed)); err != nil {
+		var recs *supervise.Membership
+		if b {
+			// Listed after the bootstrap was read: every node that made
+			// the cluster bootstrapped had registered by then
+			// (supervise.MarkRegistered), so this view has it alive and
+			// no write is taken without its replicas, which started live.
+			if recs, err = supervise.ListMembership(ctx, m.n.cli); err != nil {
+				return err
+			}
+		}
+		m.mu.Lock()
+		if b {
+			if recs.Rev >= m.recs.Rev {
+				m.recs, m.placementChanged = recs, true
+			}
+			m.booted, m.nodesChanged = true, true
+		}
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.nodesChanged && !m.placementChanged {
+		return nil
+	}
+	old := m.v
+	v := &view{nodes: make(map[string]supervise.NodeRecord, len(m.recs.Nodes)), bootstrapped: m.booted}
+	for id, r := range m.recs.Nodes {
+		v.nodes[id] = r
+	}
+	sameNodes := old != nil && len(old.nodes) == len(v.nodes)
+	if sameNodes {
+		for id := range v.nodes {
+			if _, ok := old.nodes[id]; !ok {
+				sameNodes = false
+				break
+			}
+		}
+	}
+	if sameNodes && !m.placementChanged {
+		v.placement, v.peers = old.placement, old.peers
+	} else {
+		v.placement = placementOf(m.recs.Replicas, v.nodes)
+		if old != nil {
+			v.peers = old.peers + 1
+		}
+	}
+	m.v, m.nodesChanged, m.placementChanged = v, false, false
+	return nil
+}
+
+// placementOf is the placement of the replica records, each live if its
+// record says so and its node is alive, each partition's in node order.
+func placementOf(reps map[string]supervise.Replica, alive map[string]supervise.NodeRecord) map[uint32][]replicaPlace {
+	keys := make([]string, 0, len(reps))
+	for k := range reps {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // ReplicaKey order: partition, then node
+	out := map[uint32][]replicaPlace{}
+	for _, k := range keys {
+		r := reps[k]
+		_, ok := alive[r.Node]
+		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == supervise.ReplicaLive})
+	}
+	return out
+}
+
+// follow keeps the records by the membership watch, listing them again
+// when the watch ends or relist asks, until the node stops.
+func (m *members) follow() {
+	failing := false
+	for m.n.ctx.Err() == nil {
+		m.mu.Lock()
+		rev := m.recs.Rev
+		m.mu.Unlock()
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(m.n.ctx))
+		err := m.watch(ctx, supervise.WatchMembership(ctx, m.n.cli, rev))
+		cancel()
+		if m.n.ctx.Err() != nil {
+			return
+		}
+		m.n.log.Info("membership watch ended: listing the membership again", "rev", rev, "cause", err)
+		for wait := membershipEvery; ; wait = min(2*wait, time.Second) {
+			err := m.refresh()
+			if err == nil {
+				break
+			}
+			if m.n.ctx.Err() != nil {
+				return
+			}
+			if !failing {
+				m.n.log.Warn("reading cluster membership; the view stays as last read", "err", err)
+				failing = true
+			}
+			select {
+			case <-time.After(wait):
+			case <-m.n.ctx.Done():
+				return
+			}
+		}
+		if failing {
+			m.n.log.Info("cluster membership read again")
+			failing = false
+		}
+	}
+}
+
+// watch applies the watch's events to the records until the watch ends,
+// and returns why.
+func (m *members) watch(ctx context.Context, wch clientv3.WatchChan) error {
+	for {
+		resp, ok := <-wch
+		if !ok {
+			return ctx.Err()
+		}
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		var err error
+		for _, ev := range resp.Events {
+			var nodes, reps bool
+			if nodes, reps, err = m.recs.Apply(ev); err != nil {
+				break
+			}
+			m.nodesChanged = m.nodesChanged || nodes
+			m.placementChanged = m.placementChanged || reps
+		}
+		m.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
-	nodes, err := supervise.Nodes(ctx, m.n.cli)
-	if err != nil {
-		return err
-	}
-	reps, err := supervise.Replicas(ctx, m.n.cli)
-	if err != nil {
-		return err
-	}
-	v := &view{nodes: map[string]supervise.NodeRecord{}, placement: map[uint32][]replicaPlace{}}
-	for _, r := range nodes {
-		v.nodes[r.ID] = r
-	}
-	for _, r := range reps {
-		_, alive := v.nodes[r.Node]
-		v.placement[r.Partition] = append(v.placement[r.Partition], replicaPlace{node: r.Node, live: alive && r.State == supervise.ReplicaLive})
-	}
-	v.bootstrapped = booted
-	m.mu.Lock()
-	m.v, m.booted = v, booted
-	m.mu.Unlock()
-	return nil
 }
 
 // partitionWatch lists the nodes whose failure ends a destination attempt
@@ -154,33 +313,64 @@ func failedNode(v *view, p uint32, watch []string) (string, bool) {
 	return "", false
 }
 
-// run refreshes the view, and ends the rejoin attempts whose peer or, on
-// the destination, any node of the partition failed (DESIGN.md step 8:
-// the recovering side terminates its rejoin).
+// run follows the membership and, every membershipEvery, ends the
+// rejoin attempts whose peer or, on the destination, any node of the
+// partition failed (DESIGN.md step 8: the recovering side terminates its
+// rejoin): on every replica when the view changed, else on those with an
+// attempt under way (as their status says), so an idle node costs
+// nothing per replica.
 func (m *members) run() {
-	t := time.NewTicker(100 * time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.follow()
+	}()
+	defer func() { <-done }()
+	t := time.NewTicker(membershipEvery)
 	defer t.Stop()
 	failing := false
+	var checked *view // a view every replica was last checked against
 	for {
 		select {
 		case <-m.n.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := m.refresh(); err != nil {
+		ctx, cancel := context.WithTimeout(m.n.ctx, listTimeout)
+		err := m.maybeRebuild(ctx)
+		cancel()
+		if err != nil {
 			if m.n.ctx.Err() == nil && !failing {
-				m.n.log.Warn("reading cluster membership; the view stays as last read", "err", err)
+				m.n.log.Warn("reading whether the cluster is bootstrapped; the view stays as last read", "err", err)
 			}
 			failing = true
-			continue
-		}
-		if failing {
-			m.n.log.Info("cluster membership read again")
+		} else if failing {
+			m.n.log.Info("cluster bootstrap read again")
 			failing = false
 		}
 		v := m.view()
+		all := checked == nil || v.peers != checked.peers
+		checked = v
 		for _, r := range m.n.replicas {
-			r.do(func(r *replica) { r.checkPeers(v) })
+			if all || attemptOpen(r.status.Load()) {
+				r.do(func(r *replica) { r.checkPeers(v) })
+			}
 		}
 	}
+}
+
+// attemptOpen reports whether a replica's status shows a rejoin attempt
+// under way on it, as destination or source, or no status yet. The
+// status is published every tick, so an attempt that began since is
+// checked at the next period.
+func attemptOpen(st *ReplicaStatus) bool {
+	if st == nil || st.Rejoin != nil && st.Rejoin.Ended.IsZero() {
+		return true
+	}
+	for _, s := range st.Sources {
+		if s.Ended.IsZero() {
+			return true
+		}
+	}
+	return false
 }

@@ -76,6 +76,10 @@ type Node struct {
 	unpub map[uint32]bool
 }
 
+// etcdKeepAlive is the period of the etcd connection's keepalive pings
+// and their timeout (etcd refuses pings more often than every 5 s).
+const etcdKeepAlive = 10 * time.Second
+
 // Run runs the node until ctx ends, or a newer process of its id takes
 // its registration over (a lost registration does not end it: see
 // registration.go). ready, if not nil, is called with the bound addresses
@@ -101,7 +105,10 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.feeds.by = map[txnid.Initiator]*feedIn{}
 	n.feeds.last = map[txnid.Initiator]*feedIn{}
 	n.feeds.told = map[string]map[uint64][]uint32{}
+	// The keepalive ends a connection that went silent (a half-open TCP
+	// connection): the membership watch on it then resumes on another.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: etcdKeepAlive, DialKeepAliveTimeout: etcdKeepAlive,
 		TLS: cfg.EtcdTLS, Username: cfg.EtcdUser, Password: cfg.EtcdPassword})
 	if err != nil {
 		return fmt.Errorf("node: etcd: %w", err)
@@ -177,14 +184,14 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	stopWatch := context.AfterFunc(reg.Context(), ncancel)
 	defer stopWatch()
 	n.ctx = nctx
+	stop := newStopBound(n.log, cli)
+	defer stop.end()
 	defer func() {
 		if n.cfg.testCrash {
 			reg.Abandon()
 			return
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-		defer cancel()
-		_ = reg.Close(cctx)
+		stop.deregister(reg)
 	}()
 	// Only now, registered, may the node count toward the cluster's
 	// bootstrap (supervise.MarkRegistered).
@@ -224,10 +231,12 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if ctx.Err() != nil {
 		stopErr = nil // asked to stop
 	}
+	stop.begin()
 	ln.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = srv.Shutdown(sctx)
 	cancel()
+	stop.step("the node's work: rejoin attempts reporting their end, claims released, replica states published, the supervisor resigning")
 	n.wg.Wait()
 	n.log.Info("node stopped", "err", stopErr)
 	return stopErr

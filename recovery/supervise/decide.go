@@ -14,7 +14,7 @@ import (
 // Decide reads nothing else, so a snapshot written down replays a pass.
 type Snapshot struct {
 	Nodes       map[string]NodeRecord     // by id; a node absent is dead
-	Replicas    map[uint32][]Replica      // by partition
+	Replicas    map[uint32][]Replica      // by partition; a pass reads those of the tasks not final
 	Tasks       []claim.TaskRecord        // in key order
 	Claims      map[claim.Task]uint64     // epoch of each claim key present
 	Assignments map[claim.Task]Assignment // by task

@@ -132,7 +132,19 @@ func (s *Supervisor) Stats() Stats {
 // the caller may Run again after the latter.
 func (s *Supervisor) Run(ctx context.Context) error {
 	ttl := int((s.cfg.SessionTTL + time.Second - 1) / time.Second)
-	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	// A campaign that ctx ends resigns under its client's context
+	// (concurrency.Election.Campaign), which has no deadline: with etcd
+	// gone, a node stopping mid-campaign waited for it until the client
+	// closed, which its node does only after this returns. The election's
+	// client is s.cli's services under a context that ends resignTimeout
+	// after ctx.
+	ectx, ecancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer ecancel()
+	stopBound := context.AfterFunc(ctx, func() { time.AfterFunc(resignTimeout, ecancel) })
+	defer stopBound()
+	ecli := clientv3.NewCtxClient(ectx)
+	ecli.KV, ecli.Lease, ecli.Watcher = s.cli.KV, s.cli.Lease, s.cli.Watcher
+	sess, err := concurrency.NewSession(ecli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("supervise: election session: %w", err)
 	}
@@ -261,7 +273,7 @@ func (s *Supervisor) onErr(ctx context.Context, what string, err error) error {
 // guarded by the leadership (the election key still ours) and a
 // compare-and-swap on the assignment.
 func (s *Supervisor) pass(ctx context.Context, guard clientv3.Cmp) error {
-	snap, err := ReadSnapshot(ctx, s.cli)
+	snap, err := readPassSnapshot(ctx, s.cli)
 	if err != nil {
 		return err
 	}
