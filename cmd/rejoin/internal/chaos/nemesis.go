@@ -198,10 +198,15 @@ func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bo
 		}
 		live := rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive
 		switch {
-		case !live:
 		case rp.Node == target:
-			// Settling or not, it may hold the partition's only copy.
-			hosted[rp.Partition] = true
+			// Settling or not, it may hold the partition's only copy;
+			// and so it may when etcd has lost its registration (an etcd
+			// pause) or it did not answer: what it holds is unknown, and
+			// a kill loses it.
+			if live || !rp.Alive || !rp.Reported {
+				hosted[rp.Partition] = true
+			}
+		case !live:
 		case !rp.Settling:
 			// A replica whose node is settling a lost registration may
 			// yet fail for what it missed: not one to leave a partition

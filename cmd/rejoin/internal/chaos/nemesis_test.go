@@ -66,3 +66,27 @@ func TestLastLiveSettling(t *testing.T) {
 		t.Error("lastLiveLocked(n1) with n2 live: refused")
 	}
 }
+
+// TestLastLiveUnknown: a target whose registration etcd lost (an etcd
+// pause) or that did not answer may still hold a partition's only live
+// copy: a kill would lose it (rejoin chaos seed 31337: n3, the last live
+// replica of partitions 0, 4 and 5, was killed while etcd had lost its
+// registration, and the three partitions were lost).
+func TestLastLiveUnknown(t *testing.T) {
+	ns := &nemesis{n: 2, state: []nodeState{0, nodeUp, nodeUp}}
+	v := clusterview.View{Replicas: []clusterview.ReplicaRow{
+		{Partition: 0, Node: "n1", Placement: string(supervise.ReplicaLive)},
+		{Partition: 0, Node: "n2", Placement: string(supervise.ReplicaNeedsRejoin), Alive: true, Reported: true, State: node.StateNeedsRejoin},
+	}}
+	if p, ok := ns.lastLiveLocked(v, "n1"); ok || p != 0 {
+		t.Errorf("lastLiveLocked(n1), n1 unregistered and n2 not live = %d, %v; want 0, false", p, ok)
+	}
+	v.Replicas[0].Alive = true // registered, no answer to /status
+	if p, ok := ns.lastLiveLocked(v, "n1"); ok || p != 0 {
+		t.Errorf("lastLiveLocked(n1), n1 not answering and n2 not live = %d, %v; want 0, false", p, ok)
+	}
+	v.Replicas[0].Reported, v.Replicas[0].State = true, node.StateNeedsRejoin
+	if _, ok := ns.lastLiveLocked(v, "n1"); !ok {
+		t.Error("lastLiveLocked(n1), n1 reporting needs-rejoin: refused")
+	}
+}
