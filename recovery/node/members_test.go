@@ -53,6 +53,9 @@ func TestMembershipFollowsChanges(t *testing.T) {
 		if _, err := supervise.Incarnate(ctx, cli, id, ids, time.Now()); err != nil {
 			t.Fatal(err)
 		}
+		if err := supervise.MarkRegistered(ctx, cli, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n1, err := supervise.Register(ctx, cli, "n1", supervise.NodeOptions{Address: "127.0.0.1:1", Log: testLog(t)})
 	if err != nil {
