@@ -163,19 +163,19 @@ type placedReplica struct {
 }
 
 // replicasRev lists the replica records with their mod revisions, and the
-// revision read at.
+// revision read at, in pages at one revision (rangeAt).
 func replicasRev(ctx context.Context, cli *clientv3.Client) ([]placedReplica, int64, error) {
-	resp, err := cli.Get(ctx, replicasPrefix, clientv3.WithPrefix())
+	kvs, rev, err := rangeAt(ctx, cli, replicasPrefix, 0)
 	if err != nil {
-		return nil, 0, fmt.Errorf("supervise: read replicas: %w", err)
+		return nil, 0, err
 	}
-	out := make([]placedReplica, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	out := make([]placedReplica, 0, len(kvs))
+	for _, kv := range kvs {
 		r, err := decodeReplica(kv)
 		if err != nil {
 			return nil, 0, err
 		}
 		out = append(out, placedReplica{Replica: r, modRev: kv.ModRevision})
 	}
-	return out, resp.Header.Revision, nil
+	return out, rev, nil
 }
