@@ -185,6 +185,16 @@ func registered(c *cluster, node string) (reg, ok bool) {
 	return false, true
 }
 
+// waitRegistered waits up to d, as what, for etcd to answer that node is
+// registered (want) or not.
+func waitRegistered(t *testing.T, c *cluster, node string, want bool, d time.Duration, what string) {
+	t.Helper()
+	waitUntil(t, d, what, func() bool {
+		reg, ok := registered(c, node)
+		return ok && reg == want
+	})
+}
+
 func testLapsedMissed(t *testing.T, stopNew bool) {
 	const ttl = 2 * time.Second
 	const parts = 2
@@ -195,10 +205,7 @@ func testLapsedMissed(t *testing.T, stopNew bool) {
 		upsert(t, cl, parts, i)
 	}
 	px.Freeze()
-	waitUntil(t, 3*ttl+5*time.Second, "n2's lease to expire", func() bool {
-		reg, ok := registered(c, "n2")
-		return ok && !reg
-	})
+	waitRegistered(t, c, "n2", false, 3*ttl+5*time.Second, "n2's lease to expire")
 	c.start(4)
 	cl4 := dialClient(t, c.nodes[4].addrs.TCP)
 	waitWritable(t, cl4, parts)
@@ -209,10 +216,7 @@ func testLapsedMissed(t *testing.T, stopNew bool) {
 		c.stop(4)
 	}
 	px.Thaw()
-	waitUntil(t, 20*time.Second, "n2 registered again", func() bool {
-		reg, ok := registered(c, "n2")
-		return ok && reg
-	})
+	waitRegistered(t, c, "n2", true, 20*time.Second, "n2 registered again")
 	// Once n2 is back every replica must end live with the same content:
 	// those of n2 after a rejoin.
 	i := 1000
@@ -295,10 +299,7 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 		upsert(t, cl, parts, i)
 	}
 	px.Freeze()
-	waitUntil(t, 3*ttl+5*time.Second, "n2's lease to expire", func() bool {
-		reg, ok := registered(c, "n2")
-		return ok && !reg
-	})
+	waitRegistered(t, c, "n2", false, 3*ttl+5*time.Second, "n2's lease to expire")
 	// Cut off, n2 may miss txns: /status says its replicas are settling.
 	waitUntil(t, 10*time.Second, "n2's replicas reported settling", func() bool {
 		st := nodeStatus(t, c.nodes[2].addrs)
@@ -388,10 +389,7 @@ func TestNoSourceBeforeLapseSettled(t *testing.T) {
 		upsert(t, cl, parts, i)
 	}
 	px.Freeze()
-	waitUntil(t, 3*ttl+5*time.Second, "n2's lease to expire", func() bool {
-		reg, ok := registered(c, "n2")
-		return ok && !reg
-	})
+	waitRegistered(t, c, "n2", false, 3*ttl+5*time.Second, "n2's lease to expire")
 	var blocked atomic.Bool
 	blocked.Store(true)
 	a4 := c.startCfg(4, func(cfg *Config) {
@@ -403,10 +401,7 @@ func TestNoSourceBeforeLapseSettled(t *testing.T) {
 		upsert(t, cl4, parts, i)
 	}
 	px.Thaw()
-	waitUntil(t, 20*time.Second, "n2 registered again", func() bool {
-		reg, ok := registered(c, "n2")
-		return ok && reg
-	})
+	waitRegistered(t, c, "n2", true, 20*time.Second, "n2 registered again")
 	// n2 now waits for n4's feed (up to missedWait) before it settles.
 	c.stop(1)
 	c.start(1)
