@@ -19,7 +19,9 @@ import (
 // time.
 //
 // Invariant: Nodes and Replicas are the records under their prefixes at
-// revision Rev; an event at or below Rev is already in them.
+// revision Rev; an event below Rev is already in them, and so is one at
+// Rev, though another event of Rev may not be yet: the records of one
+// etcd transaction share its revision and come as several events.
 type Membership struct {
 	Rev   int64
 	Nodes map[string]NodeRecord
@@ -66,12 +68,15 @@ func WatchMembership(ctx context.Context, cli *clientv3.Client, rev int64) clien
 }
 
 // Apply applies one event of a membership watch. It reports whether the
-// nodes (the set of ids or a record) or the replicas changed; an event at
-// or below Rev, or of a key of neither prefix, changes nothing. A record
-// that does not decode is an error and changes nothing.
+// nodes (the set of ids or a record) or the replicas changed; an event
+// below Rev, or of a key of neither prefix, changes nothing. An event at
+// Rev is applied: it may be the next record of the transaction whose
+// first record moved Rev there, and if it is already in the records
+// (etcd changes a key at most once per revision) it changes nothing. A
+// record that does not decode is an error and changes nothing.
 func (m *Membership) Apply(ev *clientv3.Event) (nodes, replicas bool, err error) {
 	kv := ev.Kv
-	if kv.ModRevision <= m.Rev {
+	if kv.ModRevision < m.Rev {
 		return false, false, nil
 	}
 	key := string(kv.Key)
@@ -88,7 +93,8 @@ func (m *Membership) Apply(ev *clientv3.Event) (nodes, replicas bool, err error)
 		if err != nil {
 			return false, false, err
 		}
-		m.Nodes[n.ID], nodes = n, true
+		old, had := m.Nodes[n.ID]
+		m.Nodes[n.ID], nodes = n, !had || old != n
 	case strings.HasPrefix(key, replicasPrefix):
 		if ev.Type == mvccpb.DELETE {
 			_, had := m.Replicas[key]

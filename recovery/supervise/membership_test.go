@@ -123,3 +123,49 @@ func TestMembershipApply(t *testing.T) {
 		t.Fatalf("a corrupt record applied: %v, %d replicas", err, len(m.Replicas))
 	}
 }
+
+// TestMembershipApplyOneTxn: the records one etcd transaction writes
+// share its revision, and a watch brings them as events of one revision;
+// every one of them is applied. A node that came back wrote its two
+// replicas needs-rejoin in one transaction, the view kept the second live,
+// and every initiator waited for a replica that was rebuilding: the demo's
+// writes stopped for the whole rejoin.
+func TestMembershipApplyOneTxn(t *testing.T) {
+	checkLeaks(t)
+	cli := newClient(t, startEtcd(t))
+	ctx := testCtx(t, 30*time.Second)
+	live := []Replica{{Partition: 1, Node: "n3", State: ReplicaLive}, {Partition: 2, Node: "n3", State: ReplicaLive}}
+	if err := SetReplicas(ctx, cli, live); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ListMembership(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := WatchMembership(wctx, cli, m.Rev)
+	needs := []Replica{{Partition: 1, Node: "n3", State: ReplicaNeedsRejoin}, {Partition: 2, Node: "n3", State: ReplicaNeedsRejoin}}
+	if err := SetReplicas(ctx, cli, needs); err != nil {
+		t.Fatal(err)
+	}
+	var resp clientv3.WatchResponse
+	select {
+	case resp = <-wch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch response in 10 s")
+	}
+	if err := resp.Err(); err != nil || len(resp.Events) != 2 {
+		t.Fatalf("watch response: %d events, %v", len(resp.Events), err)
+	}
+	for _, ev := range resp.Events {
+		if _, _, err := m.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range needs {
+		if got := m.Replicas[ReplicaKey(r.Partition, r.Node)]; got != r {
+			t.Errorf("replica %d on %s kept as %+v after the transaction that set it %s", r.Partition, r.Node, got, r.State)
+		}
+	}
+}
