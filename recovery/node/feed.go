@@ -36,8 +36,10 @@ type feedIns struct {
 	// hellos said it sequenced without a feed here (wire.Hello.Missed),
 	// also of feeds ended since: a process that wrote while this node was
 	// away and died before it settled told it all the same. The last
-	// toldMax processes of each node.
-	told map[string]map[uint64][]uint32
+	// toldMax processes of each node. tells numbers the hellos, so that a
+	// settlement takes only those of its own outage (outage.tellsFrom).
+	told  map[string]map[uint64][]toldHello
+	tells uint64
 	// holding: the node's registration was lost and is not settled yet,
 	// so a replica here may lack txns and must not answer: its results
 	// wait in held until settle says which to send and which to drop.
@@ -58,14 +60,23 @@ const heldMax = 1 << 18
 // toldMax bounds the processes per node whose Missed a node keeps.
 const toldMax = 8
 
+// toldHello is what one feed hello said: the partitions its process
+// sequenced txns of without a feed here, and the hello's number in
+// feedIns.tells.
+type toldHello struct {
+	seq    uint64
+	missed []uint32
+}
+
 // tellLocked adds what a feed's hello said to told; f.mu held.
 func (f *feedIns) tellLocked(node string, inc uint64, missed []uint32) {
 	byInc := f.told[node]
 	if byInc == nil {
-		byInc = map[uint64][]uint32{}
+		byInc = map[uint64][]toldHello{}
 		f.told[node] = byInc
 	}
-	byInc[inc] = append(byInc[inc], missed...)
+	f.tells++
+	byInc[inc] = append(byInc[inc], toldHello{seq: f.tells, missed: missed})
 	for len(byInc) > toldMax {
 		oldest := inc
 		for i := range byInc {
@@ -73,6 +84,22 @@ func (f *feedIns) tellLocked(node string, inc uint64, missed []uint32) {
 		}
 		delete(byInc, oldest)
 	}
+}
+
+// toldSince returns what the hellos of node's process inc numbered above
+// from said it missed, and whether any of its hellos came at all, before
+// or after from.
+func (f *feedIns) toldSince(node string, inc, from uint64) (missed []uint32, hello, since bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range f.told[node][inc] {
+		hello = true
+		if h.seq > from {
+			since = true
+			missed = append(missed, h.missed...)
+		}
+	}
+	return missed, hello, since
 }
 
 // hold holds every result from now until release.

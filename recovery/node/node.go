@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	}
 	n.feeds.by = map[txnid.Initiator]*feedIn{}
 	n.feeds.last = map[txnid.Initiator]*feedIn{}
-	n.feeds.told = map[string]map[uint64][]uint32{}
+	n.feeds.told = map[string]map[uint64][]toldHello{}
 	// The keepalive ends a connection that went silent (a half-open TCP
 	// connection): the membership watch on it then resumes on another.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),

@@ -32,6 +32,9 @@ type outage struct {
 	// was lost then: the node was registered at revision rev.
 	lapses int
 	rev    int64
+	// tellsFrom is feedIns.tells then: the hellos numbered above it came
+	// in this outage or after it.
+	tellsFrom uint64
 }
 
 // registration runs the work that needs the node's registration, one
@@ -61,7 +64,8 @@ func (n *Node) registration() {
 			// At once: a feed that breaks and opens again from here on
 			// must not count as open throughout; and a replica that may
 			// miss txns from here on answers nothing until settled.
-			out = &outage{feeds: n.feedsNow(), lapses: t.Lapses, rev: t.Revision()}
+			feeds, tells := n.feedsNow()
+			out = &outage{feeds: feeds, lapses: t.Lapses, rev: t.Revision(), tellsFrom: tells}
 			n.feeds.hold()
 		}
 		wg.Wait()
@@ -143,7 +147,7 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	missed := map[uint32][]string{}
 	var unknown []string
 	for _, node := range gaps {
-		ps, ok := n.missedBy(ctx, node, out.feeds, meanwhile)
+		ps, ok := n.missedBy(ctx, node, out, meanwhile)
 		if ctx.Err() != nil {
 			return false
 		}
@@ -183,14 +187,20 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 const missedWait = 30 * time.Second
 
 // missedBy returns the partitions that node's processes sequenced txns
-// of without a feed to this node, as their feeds' hellos said: the
-// current process's open feed, waited for (boundedly), and every other
-// process of it that registered meanwhile, whose feed may have ended
-// since. False: a process of it that registered meanwhile never opened a
-// feed here, or the live one's feed did not open in time. The process whose feed was open here when
-// the registration was lost (in before) sent everything on it until it
-// ended, and its tail is repaired as any dead initiator's.
-func (n *Node) missedBy(ctx context.Context, node string, before map[txnid.Initiator]*feedIn, meanwhile []supervise.NodeRecord) ([]uint32, bool) {
+// of without a feed to this node, as the hellos of their feeds since the
+// outage began said: the current process's, whose feed is waited for
+// (boundedly), and every other process of it that registered meanwhile,
+// whose feed may have ended since. False: a process of it that registered
+// meanwhile never opened a feed here, or the live one's feed did not open
+// in time. The process whose feed was open here when the registration was
+// lost (in out.feeds) sent everything on it until it ended, and its tail
+// is repaired as any dead initiator's. So did a process whose feed opened
+// before the outage and ended before it began: what it told then was of
+// an earlier time, a previous process of this node or an outage settled
+// before, and counting it failed the last live replica of a partition
+// (rejoin chaos seed 31337).
+func (n *Node) missedBy(ctx context.Context, node string, out *outage, meanwhile []supervise.NodeRecord) ([]uint32, bool) {
+	before := out.feeds
 	deadline := time.Now().Add(missedWait)
 	for time.Now().Before(deadline) {
 		rec, alive := n.members.view().nodes[node]
@@ -211,13 +221,16 @@ func (n *Node) missedBy(ctx context.Context, node string, before map[txnid.Initi
 			if known {
 				continue
 			}
-			n.feeds.mu.Lock()
-			ps, ok := n.feeds.told[node][minc]
-			n.feeds.mu.Unlock()
-			if !ok {
+			ps, hello, since := n.feeds.toldSince(node, minc, out.tellsFrom)
+			switch {
+			case since:
+				told = append(told, ps...)
+			case hello:
+				// Its feed here opened before the outage and was gone
+				// when it began: covered as a feed of out.feeds.
+			default:
 				return nil, false
 			}
-			told = append(told, ps...)
 		}
 		if !alive {
 			// No process of it lives: each that did either had its feed
@@ -234,7 +247,11 @@ func (n *Node) missedBy(ctx context.Context, node string, before map[txnid.Initi
 		}
 		n.feeds.mu.Unlock()
 		if found != nil {
-			return append(told, found.missed...), true
+			// Every hello of the live process since the outage began:
+			// a feed of it that opened and broke meanwhile told what
+			// the open one, which names only what came after, does not.
+			ps, _, _ := n.feeds.toldSince(node, inc, out.tellsFrom)
+			return append(told, ps...), true
 		}
 		select {
 		case <-time.After(50 * time.Millisecond):
@@ -264,15 +281,15 @@ func (n *Node) feedGaps(nodes map[string]bool, before map[txnid.Initiator]*feedI
 	return gaps
 }
 
-// feedsNow copies the feeds in.
-func (n *Node) feedsNow() map[txnid.Initiator]*feedIn {
+// feedsNow copies the feeds in, with the count of hellos so far.
+func (n *Node) feedsNow() (map[txnid.Initiator]*feedIn, uint64) {
 	n.feeds.mu.Lock()
 	defer n.feeds.mu.Unlock()
 	out := make(map[txnid.Initiator]*feedIn, len(n.feeds.by))
 	for in, fi := range n.feeds.by {
 		out[in] = fi
 	}
-	return out
+	return out, n.feeds.tells
 }
 
 // historyTimeout bounds the read of the registrations made while the
