@@ -371,7 +371,7 @@ func (r *replica) endDest() {
 // executor polls the node's assignments and works them: one claim and one
 // attempt per assignment, Complete or Requeue at the end (DESIGN.md steps 1 and 9).
 func (n *Node) executor() {
-	handled := map[claim.Task]uint32{}
+	taken := supervise.Taken{}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -381,7 +381,7 @@ func (n *Node) executor() {
 		case task := <-n.retry:
 			// A failed attempt was requeued: the assignment stands, so
 			// take it again (as a new claim, with a higher epoch).
-			delete(handled, task)
+			taken.Retry(task)
 			continue
 		case <-t.C:
 		}
@@ -400,11 +400,9 @@ func (n *Node) executor() {
 			continue
 		}
 		for _, a := range mine {
-			if handled[a.Task] >= a.Seq {
-				continue
+			if taken.Take(a) {
+				n.takeAssignment(a)
 			}
-			handled[a.Task] = a.Seq
-			n.takeAssignment(a)
 		}
 	}
 }

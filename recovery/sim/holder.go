@@ -7,6 +7,7 @@ import (
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -76,10 +77,12 @@ type srcReplica struct {
 	// core is the node's replica core, as recovery/node runs it: it owns
 	// the executor and the source attempt, and steps, pumps and ticks
 	// them. exec is its executor, for the checks.
-	core     *recovery.Replica
-	exec     *partition.Executor
-	dead     bool
-	handled  uint32
+	core *recovery.Replica
+	exec *partition.Executor
+	dead bool
+	// taken is the node's record of the assignments it took, by the
+	// rule the node's executor uses (supervise.Taken).
+	taken    supervise.Taken
 	nextPoll uint64
 	retryAt  uint64 // 0: no retry pending
 }
@@ -118,7 +121,8 @@ func (w *world) stepSourceNodes() {
 			continue
 		}
 		if n.retryAt != 0 && w.tick >= n.retryAt {
-			n.retryAt, n.handled = 0, 0
+			n.retryAt = 0
+			n.taken.Retry(simTask)
 		}
 		if w.tick < n.nextPoll {
 			continue
@@ -128,10 +132,15 @@ func (w *world) stepSourceNodes() {
 			continue
 		}
 		as, ok, err := w.coord.assignment(w.tick, n.id)
-		if err != nil || !ok || as.Seq <= n.handled {
+		if err != nil || !ok {
 			continue
 		}
-		n.handled = as.Seq
+		if n.taken == nil {
+			n.taken = supervise.Taken{}
+		}
+		if !n.taken.Take(as) {
+			continue
+		}
 		w.tracef("%s node: takes assignment seq %d (%s)", n.id, as.Seq, as.Reason)
 		w.takeAssignment(n)
 	}
