@@ -193,7 +193,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		}
 		if prev.inc == fi.inc && prev.floored.Load() {
 			why := fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process: txns sent meanwhile were not received", in, h.Node)
-			for _, r := range n.replicas {
+			for _, r := range n.hosted() {
 				r.do(func(r *replica) { r.fail(why) })
 			}
 		}
@@ -210,7 +210,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	// executed bounds all they ever will without it. The initiator's IDs
 	// then start above it (docs/DESIGN.md "An initiator that joins").
 	floor := txnid.Zero
-	for _, r := range n.replicas {
+	for _, r := range n.hosted() {
 		if f, ok := ask(r, func(r *replica) txnid.ID {
 			r.addInitiator(in, fi.inc)
 			return r.executedUpTo()
@@ -250,7 +250,7 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 		}
 		switch m := m.(type) {
 		case *wire.Txn:
-			r := n.replicas[m.Partition]
+			r := n.hosted()[m.Partition]
 			if r == nil {
 				continue // not hosted here: the sender's placement is stale
 			}
@@ -258,7 +258,7 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 			r.do(func(r *replica) { r.onTxn(inv) })
 		case *wire.Beat:
 			id := m.ID
-			for _, r := range n.replicas {
+			for _, r := range n.hosted() {
 				r.do(func(r *replica) { r.onBeat(id) })
 			}
 		default:
@@ -304,7 +304,7 @@ func (n *Node) feedLost(fi *feedIn) {
 	if n.feedSuperseded(fi) || !n.members.aliveAs(fi.node, fi.inc) {
 		return
 	}
-	for _, r := range n.replicas {
+	for _, r := range n.hosted() {
 		r.do(func(r *replica) {
 			r.fail(fmt.Sprintf("feed from initiator %d lost while its node %s lives", fi.in, fi.node))
 		})
