@@ -184,7 +184,8 @@ func PlanDrain(s MoveState, node string, lim MoveLimits) ([]Move, bool, error) {
 // end up holding replica counts within one of each other, within lim, and
 // whether the cluster is balanced (within one, no move under way). Each
 // move takes the lowest partition that the node with the most replicas
-// holds and the one with the fewest does not; it moves replicas between
+// (the highest id among equals) holds and the one with the fewest (the
+// lowest id among equals) does not; it moves replicas between
 // running nodes only (a dead node's are `rejoin replace`'s).
 func PlanRebalance(s MoveState, lim MoveLimits) ([]Move, bool, error) {
 	if err := lim.check(); err != nil {
