@@ -200,3 +200,23 @@ func TestRebalanceAndDrainUnderWrites(t *testing.T) {
 		t.Fatal("no write acknowledged during the moves")
 	}
 }
+
+// TestMovedInWaitsForEveryView: a replica a move gave the node opens its
+// rejoin only once every running node's record says its view is at or
+// past the revision the replica appeared at; a replica hosted from the
+// start waits for nothing.
+func TestMovedInWaitsForEveryView(t *testing.T) {
+	n := &Node{}
+	n.members.v = &view{nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: 40}, "n2": {ViewRev: 41}}}
+	if !n.movedInSeen(&replica{}) {
+		t.Fatal("a replica hosted from the start waits")
+	}
+	r := &replica{movedIn: 41}
+	if n.movedInSeen(r) {
+		t.Fatal("opened with n1's view at 40, before the move's 41")
+	}
+	n.members.v = &view{nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: 41}, "n2": {ViewRev: 41}}}
+	if !n.movedInSeen(r) {
+		t.Fatal("every view at 41: still waits")
+	}
+}

@@ -56,16 +56,11 @@ func ReadMoves(ctx context.Context, cli *clientv3.Client) (*MoveView, error) {
 		placed = append(placed, r.Node)
 	}
 	for _, kv := range kvs {
-		var m Move
-		if err := json.Unmarshal(kv.Value, &m); err != nil {
-			return nil, fmt.Errorf("%w: move %q: %w", ErrCorrupt, kv.Key, err)
-		}
-		p, err := parsePartition(string(kv.Key[len(movesPrefix):]))
+		m, err := decodeMove(kv.Key, kv.Value)
 		if err != nil {
-			return nil, fmt.Errorf("%w: move key %q: %w", ErrCorrupt, kv.Key, err)
+			return nil, err
 		}
-		m.Partition = p
-		v.Moves[p], v.moveRev[p] = m, kv.ModRevision
+		v.Moves[m.Partition], v.moveRev[m.Partition] = m, kv.ModRevision
 	}
 	all, _, err := incarnations(ctx, cli)
 	if err != nil {
@@ -73,6 +68,36 @@ func ReadMoves(ctx context.Context, cli *clientv3.Client) (*MoveView, error) {
 	}
 	v.Bootstrapped = bootstrapped(all, placed)
 	return v, nil
+}
+
+// ListMoves lists the moves under way, by partition.
+func ListMoves(ctx context.Context, cli *clientv3.Client) ([]Move, error) {
+	kvs, _, err := rangeAt(ctx, cli, movesPrefix, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Move, 0, len(kvs))
+	for _, kv := range kvs {
+		m, err := decodeMove(kv.Key, kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func decodeMove(key, val []byte) (Move, error) {
+	var m Move
+	if err := json.Unmarshal(val, &m); err != nil {
+		return Move{}, fmt.Errorf("%w: move %q: %w", ErrCorrupt, key, err)
+	}
+	p, err := parsePartition(string(key[len(movesPrefix):]))
+	if err != nil {
+		return Move{}, fmt.Errorf("%w: move key %q: %w", ErrCorrupt, key, err)
+	}
+	m.Partition = p
+	return m, nil
 }
 
 // parsePartition reads a partition segment of a key.
