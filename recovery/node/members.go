@@ -32,6 +32,9 @@ type members struct {
 	// placementChanged say what of them changed since v was built.
 	recs                           *supervise.Membership
 	nodesChanged, placementChanged bool
+	// onPlacement, if set, is called from run with each view whose live
+	// nodes or placement changed (the node's reconcile).
+	onPlacement func(*view)
 }
 
 type view struct {
@@ -362,8 +365,8 @@ func (m *members) run() {
 		v := m.view()
 		all := checked == nil || v.peers != checked.peers
 		checked = v
-		if all {
-			m.n.reconcile(v)
+		if all && m.onPlacement != nil {
+			m.onPlacement(v)
 		}
 		for _, r := range m.n.hosted() {
 			if all || attemptOpen(r.status.Load()) {

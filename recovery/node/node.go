@@ -220,6 +220,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	for _, r := range n.hosted() {
 		n.goRun(r.loop)
 	}
+	n.members.onPlacement = n.reconcile
 	n.goRun(n.members.run)
 	n.goRun(n.init.run)
 	n.retry = make(chan claim.Task, 64)
