@@ -136,6 +136,10 @@ func movePasses(ctx context.Context, cli *clientv3.Client, plan supervise.Planne
 		evs, done, err := supervise.MovePass(pctx, cli, plan, time.Now())
 		cancel()
 		for _, ev := range evs {
+			if ev.Cancelled {
+				fmt.Fprintf(stdout, "dropped  %s: %s's replica record is gone (replaced?); planned again\n", ev.Move, ev.Move.To)
+				continue
+			}
 			if ev.Finished {
 				finished++
 				fmt.Fprintf(stdout, "moved    %s: the replica on %s is live; %s's removed\n", ev.Move, ev.Move.To, ev.Move.From)

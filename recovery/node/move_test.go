@@ -51,6 +51,9 @@ func runMoves(t *testing.T, c *cluster, what string, plan supervise.Planner, d t
 			t.Fatalf("%s: %v", what, err)
 		}
 		for _, ev := range evs {
+			if ev.Cancelled {
+				t.Fatalf("%s: move cancelled: %+v", what, ev)
+			}
 			if ev.Finished {
 				finished++
 			} else {

@@ -205,17 +205,42 @@ func FinishMove(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move) 
 	return nil
 }
 
+// CancelMove deletes the record of move m read in v whose new replica's
+// record is gone (a `rejoin replace` moved it off a dead node, or an
+// operator deleted it): it can never finish, and would hold its partition
+// and its limits forever. Conditional on the move and the absence of To's
+// record as read.
+func CancelMove(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move) error {
+	if v.hosts(m.Partition, m.To) {
+		return fmt.Errorf("%w: cancel %s: the new replica is placed; it finishes", ErrMove, m)
+	}
+	resp, err := cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(MoveKey(m.Partition)), "=", v.moveRev[m.Partition]),
+		clientv3.Compare(clientv3.CreateRevision(ReplicaKey(m.Partition, m.To)), "=", 0),
+	).Then(clientv3.OpDelete(MoveKey(m.Partition))).Commit()
+	if err != nil {
+		return fmt.Errorf("supervise: cancel %s: %w", m, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: cancel %s: changed since read; read again", ErrMoveNotReady, m)
+	}
+	return nil
+}
+
 // Planner is PlanDrain or PlanRebalance with its arguments bound.
 type Planner func(MoveState) ([]Move, bool, error)
 
-// MoveEvent is what one MovePass did: a move started or finished.
+// MoveEvent is what one MovePass did: a move started, finished, or
+// cancelled (its new replica's record gone: CancelMove).
 type MoveEvent struct {
-	Move     Move
-	Finished bool
+	Move      Move
+	Finished  bool
+	Cancelled bool
 }
 
 // MovePass is one pass of a drain or rebalance: it reads the moves, ends
-// those whose new replica is live (FinishMove), reads again if any ended,
+// those whose new replica is live (FinishMove) and cancels those whose new
+// replica's record is gone (CancelMove), reads again if any ended,
 // and starts what plan says. done: plan says there is nothing left.
 // A move that is not ready, or whose records changed, waits for the next
 // pass; any other error ends the pass.
@@ -227,6 +252,15 @@ func MovePass(ctx context.Context, cli *clientv3.Client, plan Planner, now time.
 	finished := false
 	for _, p := range sortedPartitions(v.Moves) {
 		m := v.Moves[p]
+		if !v.hosts(p, m.To) {
+			switch err := CancelMove(ctx, cli, v, m); {
+			case err == nil:
+				events, finished = append(events, MoveEvent{Move: m, Cancelled: true}), true
+			case !errors.Is(err, ErrMoveNotReady):
+				return events, false, err
+			}
+			continue
+		}
 		switch err := FinishMove(ctx, cli, v, m); {
 		case err == nil:
 			events, finished = append(events, MoveEvent{Move: m, Finished: true}), true

@@ -280,6 +280,21 @@ func TestMovesInEtcd(t *testing.T) {
 	if _, err := claim.GetTask(ctx, cli, old); !errors.Is(err, claim.ErrNoTask) {
 		t.Fatalf("n2's task after the move: %v", err)
 	}
+	// A move whose new replica's record went (replace moved it off a dead
+	// node) is cancelled by the next pass, and the plan starts afresh.
+	if err := StartMove(ctx, cli, v, Move{Partition: 0, From: "n3", To: "n2"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, ReplicaKey(0, "n2")); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := MovePass(ctx, cli, func(MoveState) ([]Move, bool, error) { return nil, false, nil }, time.Now())
+	if err != nil || len(evs) != 1 || !evs[0].Cancelled {
+		t.Fatalf("pass over a move whose new replica is gone: %+v, %v", evs, err)
+	}
+	if moves, err := ListMoves(ctx, cli); err != nil || len(moves) != 0 {
+		t.Fatalf("after cancel: %v, %v", moves, err)
+	}
 	// A removed replica is not recreated by its old node's late publish.
 	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n2", State: ReplicaLive}); !errors.Is(err, ErrNotPlaced) {
 		t.Fatalf("late publish: %v", err)
