@@ -147,12 +147,13 @@ func TestRebalanceAndDrainUnderWrites(t *testing.T) {
 		}
 	}()
 
-	lim := supervise.MoveLimits{InFlightMax: 1, IncomingMax: 2}
+	// The rebalance runs its two moves onto n4 at once; the drain one
+	// partition at a time.
 	rs, rf := runMoves(t, c, "rebalance", func(s supervise.MoveState) ([]supervise.Move, bool, error) {
-		return supervise.PlanRebalance(s, lim)
+		return supervise.PlanRebalance(s, supervise.MoveLimits{InFlightMax: 2, IncomingMax: 2})
 	}, 90*time.Second)
 	ds, df := runMoves(t, c, "drain n3", func(s supervise.MoveState) ([]supervise.Move, bool, error) {
-		return supervise.PlanDrain(s, NodeName(3), lim)
+		return supervise.PlanDrain(s, NodeName(3), supervise.MoveLimits{InFlightMax: 1, IncomingMax: 1})
 	}, 90*time.Second)
 	if rs == 0 || rs != rf || ds == 0 || ds != df {
 		t.Fatalf("rebalance started %d moves and finished %d, drain %d and %d: want some, each finished", rs, rf, ds, df)
