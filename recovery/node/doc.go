@@ -234,7 +234,9 @@
 // the new replica (NodeRecord.ViewRev at or past the revision the replica
 // appeared at): from then on no initiator sends a txn of the partition to
 // the source alone, so the attempt's proposal lies above anything it
-// lacks. The rejoin is then a normal one, with the same claims, fencing
+// lacks. A node back from a lapsed registration, which no record counted
+// meanwhile, sequences no call until its view is as new as its
+// registration (viewBehindTerm). The rejoin is then a normal one, with the same claims, fencing
 // and supervision; the old holder, still live, may be its source. A
 // dropped replica aborts its attempts (core Stop), its loop ends, its
 // content goes with it, and asks made of it return false. A node

@@ -499,18 +499,29 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	for {
 		v := in.n.members.view()
 		registered := in.n.reg.Registered()
-		in.mu.Lock()
-		err := in.core.Submit(in.viewLocked(v), registered, req, send)
-		in.mu.Unlock()
+		var err error
+		if registered && in.n.viewBehindTerm(v) {
+			err = errViewBehind // reconcile.go
+		} else {
+			in.mu.Lock()
+			err = in.core.Submit(in.viewLocked(v), registered, req, send)
+			in.mu.Unlock()
+		}
 		var unfed *recovery.UnfedError
 		if err == nil {
 			return
 		}
-		if !errors.As(err, &unfed) {
+		over := !time.Now().Before(deadline) || in.n.ctx.Err() != nil
+		switch {
+		case errors.Is(err, errViewBehind):
+			if over {
+				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v after %v: the txn was sent nowhere", err, feedWait)})
+				return
+			}
+		case !errors.As(err, &unfed):
 			send(&wire.Reply{Req: req.Req, Err: err.Error()})
 			return
-		}
-		if !time.Now().Before(deadline) || in.n.ctx.Err() != nil {
+		case over:
 			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it, after %v: the txn was sent nowhere",
 				unfed.Partition, strings.Join(unfed.Nodes, ", "), feedWait)})
 			return

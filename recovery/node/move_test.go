@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
@@ -222,5 +223,36 @@ func TestMovedInWaitsForEveryView(t *testing.T) {
 	n.members.v = &view{nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: 41}, "n2": {ViewRev: 41}}}
 	if !n.movedInSeen(r) {
 		t.Fatal("every view at 41: still waits")
+	}
+}
+
+// TestViewBehindRegistration: a node whose view is older than its
+// registration's record (back from a lapse, the view frozen meanwhile)
+// sequences nothing until the view catches up.
+func TestViewBehindRegistration(t *testing.T) {
+	e, err := claim.StartEmbedded(t.TempDir(), claim.EmbeddedOptions{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reg, err := supervise.Register(ctx, cli, "n1", supervise.NodeOptions{TTL: 2 * time.Second, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reg.Close(ctx) }()
+	n := &Node{reg: reg}
+	created := reg.Term().Created
+	if !n.viewBehindTerm(&view{rev: created - 1}) {
+		t.Fatalf("a view at %d, before the registration at %d, is not behind", created-1, created)
+	}
+	if n.viewBehindTerm(&view{rev: created}) {
+		t.Fatalf("a view at the registration's revision %d is behind", created)
 	}
 }

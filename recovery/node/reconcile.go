@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"maps"
 	"sort"
 
@@ -154,4 +155,19 @@ func (n *Node) movedInSeen(r *replica) bool {
 		}
 	}
 	return true
+}
+
+// errViewBehind: the node's view is older than its registration.
+var errViewBehind = errors.New("node: the membership view is older than the node's registration; no call is sequenced until it catches up")
+
+// viewBehindTerm reports whether view v is older than the node's current
+// registration (its record's creation). A node that comes back from a
+// lapsed registration was counted by no move's wait (movedInSeen) while
+// it was away, and its view, frozen then, may lack a replica a move
+// placed meanwhile: its initiator would send that partition's txns to the
+// old holders alone. So it sequences nothing until its view is at least
+// as new as its registration, which is after any such replica appeared.
+func (n *Node) viewBehindTerm(v *view) bool {
+	t := n.reg.Term()
+	return t != nil && v != nil && v.rev < t.Created
 }
