@@ -4,11 +4,14 @@
 //	rejoin demo      a local cluster on loopback: load, kill a node, rejoin it under writes, verify
 //	rejoin init      create a cluster in an existing etcd: partitions, replicas, tables, placement
 //	rejoin node      one node of a cluster (etcd endpoints, data directory, listen addresses)
+//	rejoin replace   move a dead node's replicas onto a node that is not running yet
+//	rejoin drain     move every replica off a running node (each a rejoin, then the old one removed)
+//	rejoin rebalance move replicas onto the running nodes that hold fewest, until within one
 //	rejoin put       write a value under a key (table kv, or --table; text, --hex or --base64)
 //	rejoin get       print the value under a key
 //	rejoin del       delete a key
 //	rejoin load      write N rows at a rate through W callers, with a progress bar; throughput and latency percentiles
-//	rejoin status    a cluster's nodes, replicas and rejoin tasks, from etcd and each node's /status;
+//	rejoin status    a cluster's nodes, replicas, moves and rejoin tasks, from etcd and each node's /status;
 //	                 --watch redraws the rejoins under way every second
 //	rejoin verify    every replica's digest at one common txn ID
 //	rejoin bench     one in-process rejoin, and what it measured

@@ -21,6 +21,8 @@ var commands = []command{
 	{"init", "create a cluster in an existing etcd: shape, tables, placement", runInit},
 	{"node", "run one node of a cluster", runNode},
 	{"replace", "move a dead node's replicas onto a new node, which rebuilds them by rejoins", runReplace},
+	{"drain", "move every replica off a running node, one rejoin at a time, before removing it", runDrain},
+	{"rebalance", "move replicas onto the running nodes that hold fewest, e.g. one just added", runRebalance},
 	{"put", "write a value under a key", runPut},
 	{"get", "print the value under a key", runGet},
 	{"del", "delete a key", runDel},

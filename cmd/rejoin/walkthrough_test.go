@@ -46,8 +46,11 @@ func TestWalkthrough(t *testing.T) {
 			return
 		}
 	}
-	if w.phase != phaseRestarted {
+	if w.rejoiner == "" {
 		t.Fatalf("the walk-through never restarted a node (phase %d)", w.phase)
+	}
+	if w.phase != phaseDrained || w.added == "" {
+		t.Fatalf("the walk-through ends in phase %d, not with a node added (%q) and one drained (%q)", w.phase, w.added, w.drained)
 	}
 	if w.rejoiner == w.killed {
 		t.Fatalf("the walk-through ends with %s restarted, not with a node replaced by another", w.killed)
@@ -92,6 +95,10 @@ const (
 	phaseUp = iota
 	phaseKilled
 	phaseRestarted
+	// phaseGrown: a node with a new id joined after the restart.
+	phaseGrown
+	// phaseDrained: a drain ran and its node was stopped.
+	phaseDrained
 )
 
 type walk struct {
@@ -109,6 +116,9 @@ type walk struct {
 	// it (the same one restarted, or the one that replaced it).
 	ids              map[string]string
 	killed, rejoiner string
+	// added is the node that joined in phaseGrown, drained the one that
+	// drain emptied.
+	added, drained string
 }
 
 // readmeDir and readmeEtcd are what the README uses; the test runs its
@@ -148,6 +158,14 @@ func (w *walk) do(line string) {
 	case len(f) == 3 && f[0] == "kill" && f[1] == "-9":
 		w.kill(f[2])
 		return
+	case len(f) == 2 && f[0] == "kill":
+		// A clean stop, of the node drain emptied.
+		v := strings.TrimPrefix(f[1], "$")
+		if w.phase != phaseDrained || w.ids[v] != w.drained {
+			t.Fatalf("%q: the walk-through stops cleanly only the node it drained (%q)", cmd, w.drained)
+		}
+		w.stop(v)
+		return
 	case len(f) < 2 || f[0] != "./rejoin":
 		t.Fatalf("the test does not know how to run %q", cmd)
 	}
@@ -170,6 +188,9 @@ func (w *walk) do(line string) {
 		w.waitStatus()
 	}
 	out := w.run(args...)
+	if f[1] == "drain" {
+		w.phase, w.drained = phaseDrained, "n"+strings.TrimPrefix(args[len(args)-1], "n")
+	}
 	if hasWant && strings.TrimSpace(out) != want {
 		t.Fatalf("%q printed %q, the README says %q", cmd, out, want)
 	}
@@ -295,9 +316,13 @@ func (w *walk) startNode(v string, args []string, stderrFile string, appendErr b
 			w.ids[v] = "n" + args[i+1]
 		}
 	}
-	if w.phase == phaseKilled {
+	switch w.phase {
+	case phaseKilled:
 		w.phase = phaseRestarted
 		w.rejoiner = w.ids[v]
+	case phaseRestarted:
+		w.phase = phaseGrown
+		w.added = w.ids[v]
 	}
 }
 
@@ -350,9 +375,13 @@ func (w *walk) statusShows() (bool, string) {
 	for _, n := range v.Nodes {
 		up[n.ID] = true
 	}
+	nodes := 3
+	if w.phase == phaseGrown {
+		nodes = 4
+	}
 	allLive := func() (bool, string) {
-		if len(up) != 3 || len(v.Replicas) != 32 {
-			return false, fmt.Sprintf("%d nodes, %d replicas", len(up), len(v.Replicas))
+		if len(up) != nodes || len(v.Replicas) != 32 || len(v.Moves) != 0 {
+			return false, fmt.Sprintf("%d nodes, %d replicas, %d moves under way", len(up), len(v.Replicas), len(v.Moves))
 		}
 		for _, r := range v.Replicas {
 			if r.Placement != "live" || !r.Alive || !r.Reported || r.State != node.StateLive {
@@ -384,6 +413,26 @@ func (w *walk) statusShows() (bool, string) {
 		}
 		if hosted == 0 || done != hosted {
 			return false, fmt.Sprintf("%d of %s's %d replicas rejoined", done, w.rejoiner, hosted)
+		}
+	case phaseGrown, phaseDrained:
+		// Rebalanced: each running node holds 32/nodes, within one. Drained:
+		// the drained node holds nothing and is gone.
+		count := map[string]int{}
+		for _, r := range v.Replicas {
+			count[r.Node]++
+		}
+		if w.phase == phaseDrained {
+			if count[w.drained] > 0 || up[w.drained] {
+				return false, fmt.Sprintf("%s, drained, holds %d replicas (registered: %v)", w.drained, count[w.drained], up[w.drained])
+			}
+			break
+		}
+		lo, hi := 32, 0
+		for id := range up {
+			lo, hi = min(lo, count[id]), max(hi, count[id])
+		}
+		if hi-lo > 1 || count[w.added] == 0 {
+			return false, fmt.Sprintf("replicas per node %v: not within one, or none on %s", count, w.added)
 		}
 	}
 	return allLive()

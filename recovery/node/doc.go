@@ -218,6 +218,31 @@
 // replica records (12,288 at 4096 partitions x 3 replicas, which a list
 // every 100 ms could not read in time).
 //
+// # Placement changes while running
+//
+// The replicas follow the placement (reconcile.go, docs/DESIGN.md
+// "Membership moves"): when a view's live nodes or placement changed,
+// the node creates the replicas the view newly places on it and drops
+// those it no longer does. The replicas are a map behind an atomic
+// pointer, copied and replaced whole on a change, so the feed's lookup
+// per txn stays one load and no lock. A new replica starts needs-rejoin,
+// as a restarted node's would: it tracks the initiator of every feed open
+// (serveFeed adds its initiator to every replica in the map; the new one
+// is published before the open feeds are read, so no feed is missed), and
+// its feed is dropped until a destination attempt buffers it. Its rejoin
+// task opens only once every running node's record says its view holds
+// the new replica (NodeRecord.ViewRev at or past the revision the replica
+// appeared at): from then on no initiator sends a txn of the partition to
+// the source alone, so the attempt's proposal lies above anything it
+// lacks. A node back from a lapsed registration, which no record counted
+// meanwhile, sequences no call until its view is as new as its
+// registration (viewBehindTerm). The rejoin is then a normal one, with the same claims, fencing
+// and supervision; the old holder, still live, may be its source. A
+// dropped replica aborts its attempts (core Stop), its loop ends, its
+// content goes with it, and asks made of it return false. A node
+// publishes a replica's state change only to a record that exists
+// (supervise.UpdateReplica).
+//
 // # Stopping
 //
 // A stop is bounded by StopMax from the moment it begins: past it the

@@ -220,7 +220,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		}
 		if prev.inc == fi.inc && prev.floored.Load() {
 			why := fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process: txns sent meanwhile were not received", in, h.Node)
-			for _, r := range n.replicas {
+			for _, r := range n.hosted() {
 				r.do(func(r *replica) { r.fail(why) })
 			}
 		}
@@ -237,7 +237,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	// executed bounds all they ever will without it. The initiator's IDs
 	// then start above it (docs/DESIGN.md "An initiator that joins").
 	floor := txnid.Zero
-	for _, r := range n.replicas {
+	for _, r := range n.hosted() {
 		if f, ok := ask(r, func(r *replica) txnid.ID {
 			r.addInitiator(in, fi.inc)
 			return r.executedUpTo()
@@ -277,7 +277,7 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 		}
 		switch m := m.(type) {
 		case *wire.Txn:
-			r := n.replicas[m.Partition]
+			r := n.hosted()[m.Partition]
 			if r == nil {
 				continue // not hosted here: the sender's placement is stale
 			}
@@ -285,7 +285,7 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 			r.do(func(r *replica) { r.onTxn(inv) })
 		case *wire.Beat:
 			id := m.ID
-			for _, r := range n.replicas {
+			for _, r := range n.hosted() {
 				r.do(func(r *replica) { r.onBeat(id) })
 			}
 		default:
@@ -331,7 +331,7 @@ func (n *Node) feedLost(fi *feedIn) {
 	if n.feedSuperseded(fi) || !n.members.aliveAs(fi.node, fi.inc) {
 		return
 	}
-	for _, r := range n.replicas {
+	for _, r := range n.hosted() {
 		r.do(func(r *replica) {
 			r.fail(fmt.Sprintf("feed from initiator %d lost while its node %s lives", fi.in, fi.node))
 		})
@@ -526,18 +526,29 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 	for {
 		v := in.n.members.view()
 		registered := in.n.reg.Registered()
-		in.mu.Lock()
-		err := in.core.Submit(in.viewLocked(v), registered, req, send)
-		in.mu.Unlock()
+		var err error
+		if registered && in.n.viewBehindTerm(v) {
+			err = errViewBehind // reconcile.go
+		} else {
+			in.mu.Lock()
+			err = in.core.Submit(in.viewLocked(v), registered, req, send)
+			in.mu.Unlock()
+		}
 		var unfed *recovery.UnfedError
 		if err == nil {
 			return
 		}
-		if !errors.As(err, &unfed) {
+		over := !time.Now().Before(deadline) || in.n.ctx.Err() != nil
+		switch {
+		case errors.Is(err, errViewBehind):
+			if over {
+				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v after %v: the txn was sent nowhere", err, feedWait)})
+				return
+			}
+		case !errors.As(err, &unfed):
 			send(&wire.Reply{Req: req.Req, Err: err.Error()})
 			return
-		}
-		if !time.Now().Before(deadline) || in.n.ctx.Err() != nil {
+		case over:
 			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it, after %v: the txn was sent nowhere",
 				unfed.Partition, strings.Join(unfed.Nodes, ", "), feedWait)})
 			return

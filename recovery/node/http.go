@@ -122,7 +122,7 @@ func (n *Node) fault(f func(r *replica, q map[string]string) error) http.Handler
 			q[k] = v[0]
 		}
 		p, err := strconv.ParseUint(q["partition"], 10, 32)
-		r := n.replicas[uint32(p)]
+		r := n.hosted()[uint32(p)]
 		if err != nil || r == nil {
 			http.Error(w, fmt.Sprintf("partition=%q: not hosted here", q["partition"]), http.StatusNotFound)
 			return

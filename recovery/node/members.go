@@ -32,6 +32,9 @@ type members struct {
 	// placementChanged say what of them changed since v was built.
 	recs                           *supervise.Membership
 	nodesChanged, placementChanged bool
+	// onPlacement, if set, is called from run with each view whose live
+	// nodes or placement changed (the node's reconcile).
+	onPlacement func(*view)
 }
 
 type view struct {
@@ -45,6 +48,8 @@ type view struct {
 	// differed from the one before: what an attempt's peer check reads.
 	// A node's activity update changes neither.
 	peers uint64
+	// rev is the etcd revision of the records the view was built from.
+	rev int64
 }
 
 type replicaPlace struct {
@@ -56,6 +61,15 @@ func (m *members) view() *view {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.v
+}
+
+// viewRev is the revision of the current view, 0 before the first: what
+// the node's record publishes as its ViewRev.
+func (m *members) viewRev() int64 {
+	if v := m.view(); v != nil {
+		return v.rev
+	}
+	return 0
 }
 
 func (m *members) alive(node string) bool {
@@ -161,7 +175,7 @@ func (m *members) maybeRebuild(ctx context.Context) error {
 		return nil
 	}
 	old := m.v
-	v := &view{nodes: make(map[string]supervise.NodeRecord, len(m.recs.Nodes)), bootstrapped: m.booted}
+	v := &view{nodes: make(map[string]supervise.NodeRecord, len(m.recs.Nodes)), bootstrapped: m.booted, rev: m.recs.Rev}
 	for id, r := range m.recs.Nodes {
 		v.nodes[id] = r
 	}
@@ -351,7 +365,10 @@ func (m *members) run() {
 		v := m.view()
 		all := checked == nil || v.peers != checked.peers
 		checked = v
-		for _, r := range m.n.replicas {
+		if all && m.onPlacement != nil {
+			m.onPlacement(v)
+		}
+		for _, r := range m.n.hosted() {
 			if all || attemptOpen(r.status.Load()) {
 				r.do(func(r *replica) { r.checkPeers(v) })
 			}

@@ -64,7 +64,7 @@ func TestMembershipFollowsChanges(t *testing.T) {
 	defer func() { _ = n1.Close(context.Background()) }()
 
 	nctx, stop := context.WithCancel(ctx)
-	n := &Node{id: "n1", ctx: nctx, cli: cli, log: testLog(t), replicas: map[uint32]*replica{}}
+	n := &Node{id: "n1", ctx: nctx, cli: cli, log: testLog(t)}
 	n.members.n = n
 	if err := n.members.refresh(); err != nil {
 		t.Fatal(err)

@@ -48,7 +48,12 @@ type Node struct {
 	// serverTLS accepts connections; nil on an insecure node.
 	serverTLS *tls.Config
 
-	replicas map[uint32]*replica
+	// replicas are the replicas the node hosts, by partition: a map
+	// never written once stored, replaced whole when the placement gives
+	// the node a replica or takes one away (reconcile.go), so the feed
+	// reads it per txn with one atomic load and no lock. Read it by
+	// hosted().
+	replicas atomic.Pointer[map[uint32]*replica]
 	members  members
 	feeds    feedIns
 	init     *initiator
@@ -169,6 +174,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
 		reg, err = supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
 			Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Started: n.started, Log: n.log,
+			ViewRev: n.members.viewRev,
 		})
 		return err
 	}); err != nil {
@@ -211,16 +217,17 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 	n.goRun(func() { _ = srv.Serve(hln) })
 	n.goRun(func() { n.accept(ln) })
-	for _, r := range n.replicas {
+	for _, r := range n.hosted() {
 		n.goRun(r.loop)
 	}
+	n.members.onPlacement = n.reconcile
 	n.goRun(n.members.run)
 	n.goRun(n.init.run)
 	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
 	n.goRun(n.registration)
 	n.goRun(func() { n.timeline.run(n.ctx, TimelineEvery, n.replicaStatuses) })
-	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.replicas),
+	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.hosted()),
 		"first_start", report.First, "unexpected_shutdown", report.Unexpected)
 	if ready != nil {
 		ready(n.addrs)
@@ -358,15 +365,16 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 	if err := n.store.SetReplicas(states); err != nil {
 		return err
 	}
-	n.replicas = map[uint32]*replica{}
+	hosted := make(map[uint32]*replica, len(states))
 	for _, st := range states {
 		r, err := newReplica(n, st.Partition, st.State == nodestate.Live)
 		if err != nil {
 			return err
 		}
-		n.replicas[st.Partition] = r
+		hosted[st.Partition] = r
 	}
-	if len(n.replicas) == 0 {
+	n.replicas.Store(&hosted)
+	if len(hosted) == 0 {
 		n.log.Warn("the placement gives this node no replica")
 	}
 	return nil
@@ -407,7 +415,10 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 	n.goRun(func() {
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 		defer cancel()
-		if err := supervise.SetReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate}); err != nil {
+		if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate}); errors.Is(err, supervise.ErrNotPlaced) {
+			n.log.Info("replica state not published: the placement no longer gives this node the partition", "partition", p)
+			n.unpublished(p, false)
+		} else if err != nil {
 			n.log.Error("publish replica state", "partition", p, "err", err)
 			n.unpublished(p, true)
 		} else {
@@ -479,8 +490,8 @@ func (n *Node) openTasks(ctx context.Context) {
 			continue // a rejoin proposes once it heard every initiator
 		}
 		var need []uint32
-		for p, r := range n.replicas {
-			if st := r.status.Load(); st != nil && st.State != StateLive {
+		for p, r := range n.hosted() {
+			if st := r.status.Load(); st != nil && st.State != StateLive && n.movedInSeen(r) {
 				need = append(need, p)
 			}
 		}
@@ -683,7 +694,7 @@ func (n *Node) serve(c *stream.Conn, p peer) {
 
 // serveRejoin is the destination's end of one attempt's connection.
 func (n *Node) serveRejoin(c *stream.Conn, h *wire.Hello, refuse func(string, ...any)) {
-	r := n.replicas[h.Partition]
+	r := n.hosted()[h.Partition]
 	if r == nil {
 		refuse("no replica of partition %d here", h.Partition)
 		return
@@ -857,8 +868,9 @@ func hello(ctx context.Context, c *stream.Conn, h *wire.Hello, want string) erro
 // Status is the node's current status.
 func (n *Node) Status() Status {
 	st := Status{Node: n.id, Addr: n.addrs.TCP, HTTP: n.addrs.HTTP, Started: n.started, TLS: n.serverTLS != nil, Insecure: n.serverTLS == nil}
-	ps := make([]uint32, 0, len(n.replicas))
-	for p := range n.replicas {
+	hosted := n.hosted()
+	ps := make([]uint32, 0, len(hosted))
+	for p := range hosted {
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
@@ -866,7 +878,7 @@ func (n *Node) Status() Status {
 	settling := n.feeds.holding
 	n.feeds.mu.Unlock()
 	for _, p := range ps {
-		if rs := n.replicas[p].status.Load(); rs != nil {
+		if rs := hosted[p].status.Load(); rs != nil {
 			st.Replicas = append(st.Replicas, *rs)
 			st.Replicas[len(st.Replicas)-1].Settling = settling
 			st.TxnsExecuted += rs.TxnsExecuted

@@ -160,7 +160,7 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 		}
 	}
 	failed := map[uint32]bool{}
-	for p, r := range n.replicas {
+	for p, r := range n.hosted() {
 		var why string
 		switch {
 		case len(unknown) > 0:
@@ -336,7 +336,11 @@ func (n *Node) republish(ctx context.Context) {
 	n.pubMu.Unlock()
 	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
 	for _, p := range ps {
-		r := n.replicas[p]
+		r := n.hosted()[p]
+		if r == nil {
+			n.unpublished(p, false) // moved off this node meanwhile
+			continue
+		}
 		state, ok := ask(r, func(r *replica) string { return r.core.State().String() })
 		if !ok {
 			return
@@ -346,8 +350,12 @@ func (n *Node) republish(ctx context.Context) {
 			sstate = supervise.ReplicaLive
 		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := supervise.SetReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate})
+		err := supervise.UpdateReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate})
 		cancel()
+		if errors.Is(err, supervise.ErrNotPlaced) {
+			n.unpublished(p, false)
+			continue
+		}
 		if err != nil {
 			n.log.Warn("publish replica state again", "partition", p, "err", err)
 			return

@@ -408,7 +408,7 @@ func (n *Node) executor() {
 }
 
 func (n *Node) takeAssignment(a supervise.Assignment) {
-	r := n.replicas[a.Task.Partition]
+	r := n.hosted()[a.Task.Partition]
 	decline := func(why string) {
 		n.log.Info("declining rejoin", "task", a.Task, "seq", a.Seq, "why", why)
 		if err := supervise.Decline(n.ctx, n.cli, a.Task, n.id, a.Seq); err != nil {

@@ -237,7 +237,7 @@ func (n *Node) serveRepair(c *stream.Conn) {
 // newer incarnation may be open meanwhile: its txns are not part of the
 // answer.
 func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID, error) {
-	r := n.replicas[req.Partition]
+	r := n.hosted()[req.Partition]
 	if r == nil {
 		return nil, 0, fmt.Errorf("no replica of partition %d here", req.Partition)
 	}
@@ -292,7 +292,7 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 // incarnation, in parallel, and waits for them.
 func (n *Node) resolveAll(ctx context.Context, in txnid.Initiator, deadNode string, inc uint64) {
 	var wg sync.WaitGroup
-	for _, r := range n.replicas {
+	for _, r := range n.hosted() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -64,12 +64,18 @@ type replica struct {
 	holdRows int64
 
 	status atomic.Pointer[ReplicaStatus]
+	// movedIn is the view revision at which a move gave the node this
+	// replica while it ran, 0 for one it hosts from its start; gone is
+	// closed once the loop ended for a drop (reconcile.go).
+	movedIn int64
+	gone    chan struct{}
+	dropped bool
 	// lastDst and lastSrc keep the latest attempts' status after they end.
 	lastDst, lastSrc *RejoinStatus
 }
 
 func newReplica(n *Node, p uint32, live bool) (*replica, error) {
-	r := &replica{n: n, p: p, in: make(chan event, inboxMax),
+	r := &replica{n: n, p: p, in: make(chan event, inboxMax), gone: make(chan struct{}),
 		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}, incOf: map[txnid.Initiator]uint64{}}
 	// The fence is the highest rejoin epoch this replica has seen as
 	// destination, raised in the node's record, synced, before an attempt
@@ -100,12 +106,15 @@ func (r *replica) newExecutor() (*partition.Executor, error) {
 	return partition.NewExecutor(part, r.n.procs, partition.ExecutorConfig{QueueTxnsMax: queueTxnsMax}), nil
 }
 
-// do runs f on the replica's goroutine; false if the node is stopping.
+// do runs f on the replica's goroutine; false if the node is stopping
+// or the replica was dropped (then f may never run).
 func (r *replica) do(f event) bool {
 	select {
 	case r.in <- f:
 		return true
 	case <-r.n.ctx.Done():
+		return false
+	case <-r.gone:
 		return false
 	}
 }
@@ -123,6 +132,8 @@ func ask[T any](r *replica, f func(r *replica) T) (T, bool) {
 		return v, true
 	case <-r.n.ctx.Done():
 		return zero, false
+	case <-r.gone:
+		return zero, false
 	}
 }
 
@@ -130,6 +141,10 @@ func (r *replica) loop() {
 	t := time.NewTicker(tickEvery)
 	defer t.Stop()
 	for {
+		if r.dropped {
+			close(r.gone)
+			return
+		}
 		busy := false
 		for range inboxBurst {
 			select {

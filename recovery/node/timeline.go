@@ -290,7 +290,7 @@ func finalPhase(phase string) bool {
 
 // replicaStatuses yields each hosted replica's published status.
 func (n *Node) replicaStatuses(yield func(*ReplicaStatus)) {
-	for _, r := range n.replicas {
+	for _, r := range n.hosted() {
 		if st := r.status.Load(); st != nil {
 			yield(st)
 		}

@@ -41,7 +41,8 @@
 // # Key layout in etcd
 //
 //	/rejoin/nodes/<node>              NodeRecord JSON (address, started,
-//	                                  last_active, status, outgoing_max);
+//	                                  last_active, status, outgoing_max,
+//	                                  view_rev);
 //	                                  on the node's lease: no key = dead;
 //	                                  started names the process, kept
 //	                                  across its re-registrations; each
@@ -58,6 +59,10 @@
 //	                                  is the only start whose replicas may
 //	                                  be live (DESIGN.md "Incarnations and
 //	                                  fencing")
+//	/rejoin/moves/<P,10 digits>       Move JSON (from, to, started,
+//	                                  live_before): a membership move under
+//	                                  way (StartMove to FinishMove; outside
+//	                                  the membership watch's range)
 //	/rejoin/supervisor/<lease>        the election (concurrency.Election)
 //	/rejoin/cluster, /rejoin/init     recovery/layout's config (written last
 //	                                  by layout.Init, after the replicas)
@@ -127,6 +132,26 @@
 //     each try to register again by its window; the leader loop ends with
 //     its context or its session, the node loop with Close or
 //     ErrSuperseded.
+//
+// # Membership moves
+//
+// `rejoin drain` and `rejoin rebalance` move replicas between running
+// nodes (move.go, docs/DESIGN.md "Membership moves"). PlanDrain and
+// PlanRebalance are pure: from the registered nodes, the placement and
+// the moves under way (MoveState) they say which moves to start within
+// MoveLimits (moves at once, moves onto one node); CheckFinish says when a
+// move may end: its new replica live on a running node, and the partition
+// keeping without the old one the live replicas it had when the move
+// started (Move.LiveBefore). The writes (move_etcd.go) are one etcd
+// transaction each: StartMove records the move and adds the new replica
+// needs-rejoin, conditional on the partition's placement and the new
+// node's registration as read; FinishMove removes the old replica, the
+// move and any task onto the old node, conditional on every record of the
+// partition and every live one's registration as read. MovePass is one
+// read-finish-plan-start round; the command loops it, and a command run
+// again goes on where one stopped. A node publishes its state with
+// UpdateReplica, which changes only a record that exists, so the node
+// that drops a moved replica cannot put its record back.
 //
 // # Timing
 //

@@ -58,6 +58,8 @@ type NodeOptions struct {
 	Window time.Duration
 	// OutgoingMax is stored in the record (see NodeRecord).
 	OutgoingMax int
+	// ViewRev, if set, gives the record's ViewRev at each write.
+	ViewRev func() int64
 	// Started is the process's start, the record's Started: the one
 	// incarnation the process shows everywhere (its feeds' hellos too).
 	// Zero: the time of Register.
@@ -305,7 +307,15 @@ func (n *Node) Close(ctx context.Context) error {
 func (n *Node) record(now time.Time) NodeRecord {
 	now = normalize(now)
 	return NodeRecord{ID: n.id, Address: n.opts.Address, HTTP: n.opts.HTTP, Started: n.started, LastActive: now,
-		Status: NodeReady, OutgoingMax: n.opts.OutgoingMax}
+		Status: NodeReady, OutgoingMax: n.opts.OutgoingMax, ViewRev: n.viewRev()}
+}
+
+// viewRev is the record's ViewRev now.
+func (n *Node) viewRev() int64 {
+	if n.opts.ViewRev == nil {
+		return 0
+	}
+	return n.opts.ViewRev()
 }
 
 // register writes a new record on a new lease and starts its keepalive.
@@ -586,7 +596,7 @@ func (n *Node) touch(ctx context.Context, now time.Time) error {
 	n.mu.Lock()
 	rec := n.rec
 	n.mu.Unlock()
-	rec.LastActive, rec.Status = normalize(now), NodeReady
+	rec.LastActive, rec.Status, rec.ViewRev = normalize(now), NodeReady, n.viewRev()
 	val, err := encode(rec)
 	if err != nil {
 		return err
@@ -608,7 +618,7 @@ func (n *Node) touch(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("%w: record of %s removed", ErrNodeLost, rec.ID)
 	}
 	n.mu.Lock()
-	n.rec.LastActive, n.rec.ModRevision = rec.LastActive, resp.Header.Revision
+	n.rec.LastActive, n.rec.ViewRev, n.rec.ModRevision = rec.LastActive, rec.ViewRev, resp.Header.Revision
 	n.term.rev.Store(resp.Header.Revision)
 	n.mu.Unlock()
 	return nil

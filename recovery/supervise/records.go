@@ -62,6 +62,12 @@ type NodeRecord struct {
 	// OutgoingMax is how many rejoins the node serves as a source at once;
 	// the supervisor assigns it no more. 0 means OutgoingMaxDefault.
 	OutgoingMax int `json:"outgoing_max,omitempty"`
+	// ViewRev is the etcd revision of the membership view the node's
+	// initiator sequences calls with, as of the record's last write: a
+	// replica that a move added at a revision at or below every running
+	// node's ViewRev gets every txn of its partition from then on
+	// (docs/DESIGN.md "Membership moves").
+	ViewRev int64 `json:"view_rev,omitempty"`
 
 	// Created is the key's CreateRevision: one incarnation's registration.
 	// ModRevision is for the compare-and-swap of the next write.

@@ -51,6 +51,37 @@ func SetReplica(ctx context.Context, cli *clientv3.Client, r Replica) error {
 	return nil
 }
 
+// ErrNotPlaced: UpdateReplica found no record of the replica: the
+// placement no longer gives the node that partition (a move ended).
+var ErrNotPlaced = errors.New("supervise: replica not placed")
+
+// UpdateReplica is SetReplica for a record that exists, else ErrNotPlaced:
+// what a node writes when its replica changes state. A replica that a
+// move took off its node must not come back to the placement by a late
+// state change of the node that drops it (docs/DESIGN.md "Membership
+// moves").
+func UpdateReplica(ctx context.Context, cli *clientv3.Client, r Replica) error {
+	if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
+		return err
+	}
+	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
+		return fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
+	}
+	val, err := encode(r)
+	if err != nil {
+		return err
+	}
+	key := ReplicaKey(r.Partition, r.Node)
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).Then(clientv3.OpPut(key, val)).Commit()
+	if err != nil {
+		return fmt.Errorf("supervise: update replica %d on %s: %w", r.Partition, r.Node, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: partition %d on %s", ErrNotPlaced, r.Partition, r.Node)
+	}
+	return nil
+}
+
 // ReplicasTxnOpsMax bounds the puts of one of SetReplicas's
 // transactions, well under etcd's default --max-txn-ops of 128.
 const ReplicasTxnOpsMax = 64

@@ -47,6 +47,15 @@ func Render(w io.Writer, v View) error {
 	}
 	fmt.Fprintln(tw)
 
+	if len(v.Moves) > 0 {
+		fmt.Fprintf(tw, "MOVES (%d under way: each new replica rebuilds, then the old one goes)\n", len(v.Moves))
+		fmt.Fprintln(tw, "PARTITION\tFROM\tTO\tNEW REPLICA\tSTARTED")
+		for _, m := range v.Moves {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Partition, m.From, m.To, m.ToState, age(v.Read, m.Started))
+		}
+		fmt.Fprintln(tw)
+	}
+
 	fmt.Fprintf(tw, "REJOIN TASKS (%d)\n", len(v.Tasks))
 	fmt.Fprintln(tw, "PARTITION\tDEST\tSOURCE\tSTATUS\tEPOCH\tATTEMPTS\tPHASE\tROWS\tMB\tPROGRESS")
 	for _, t := range v.Tasks {

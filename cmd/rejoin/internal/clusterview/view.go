@@ -31,6 +31,8 @@ type View struct {
 	Nodes    []NodeRow    `json:"nodes"`
 	Replicas []ReplicaRow `json:"replicas"`
 	Tasks    []TaskRow    `json:"tasks"`
+	// Moves are the membership moves under way (rejoin drain, rebalance).
+	Moves []MoveRow `json:"moves,omitempty"`
 	// Status holds each live node's answer, by node id; a node that did
 	// not answer has its error in NodeRow.StatusErr instead.
 	Status map[string]node.Status `json:"status,omitempty"`
@@ -67,6 +69,17 @@ type ReplicaRow struct {
 	Rows         int64  `json:"rows"`
 	Digest       uint64 `json:"digest"`
 	LastExecuted uint64 `json:"last_executed"`
+}
+
+// MoveRow is one membership move under way: the partition's replica on
+// To rebuilds (its rejoin task shows the progress); once live, From's goes.
+type MoveRow struct {
+	Partition uint32    `json:"partition"`
+	From      string    `json:"from"`
+	To        string    `json:"to"`
+	Started   time.Time `json:"started"`
+	// ToState is the new replica's placement state (needs-rejoin, live).
+	ToState string `json:"to_state"`
 }
 
 // TaskRow is one rejoin task with its assignment and progress.
@@ -116,8 +129,22 @@ func Read(ctx context.Context, cli *clientv3.Client, hc *http.Client, timeout ti
 	for _, n := range snap.Nodes {
 		nodes = append(nodes, n)
 	}
+	moves, err := supervise.ListMoves(ctx, cli)
+	if err != nil {
+		return View{}, err
+	}
 	statuses, errs := FetchAll(ctx, hc, nodes, timeout)
-	return Build(snap, statuses, errs, time.Now()), nil
+	v := Build(snap, statuses, errs, time.Now())
+	for _, m := range moves {
+		row := MoveRow{Partition: m.Partition, From: m.From, To: m.To, Started: m.Started, ToState: "?"}
+		for _, r := range v.Replicas {
+			if r.Partition == m.Partition && r.Node == m.To {
+				row.ToState = r.Placement
+			}
+		}
+		v.Moves = append(v.Moves, row)
+	}
+	return v, nil
 }
 
 // FetchAll reads GET /status of every node at once, each within timeout.

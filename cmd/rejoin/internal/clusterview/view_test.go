@@ -108,6 +108,30 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// TestRenderMoves: a move under way shows in a MOVES table of its own,
+// with the new replica's state; without one there is no such table.
+func TestRenderMoves(t *testing.T) {
+	snap, st, errs := canned()
+	v := Build(snap, st, errs, t0.Add(10*time.Second))
+	var b bytes.Buffer
+	if err := Render(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "MOVES") {
+		t.Fatalf("a MOVES table with no move:\n%s", b.String())
+	}
+	v.Moves = []MoveRow{{Partition: 1, From: "n4", To: "n3", Started: t0.Add(5 * time.Second), ToState: "needs-rejoin"}}
+	b.Reset()
+	if err := Render(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MOVES (1 under way", "PARTITION  FROM  TO  NEW REPLICA   STARTED", "1          n4    n3  needs-rejoin  5s ago"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("render lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 func digestOut(d uint64, rows int64) []wire.Value {
 	return []wire.Value{wire.Int64(int64(d)), wire.Int64(rows)}
 }

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+)
+
+// TestMoveCommandFlags: drain and rebalance refuse bad flags and
+// arguments as usage errors (exit 2), naming what is wrong.
+func TestMoveCommandFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"drain", "--etcd", "x"}, "want one NODE argument after the flags, got 0"},
+		{[]string{"drain", "--etcd", "x", "n1", "n2"}, "want one NODE argument after the flags, got 2"},
+		{[]string{"drain", "--etcd", "x", "nope"}, `"nope" is not a node id`},
+		{[]string{"drain", "--etcd", "x", "--moves-max", "0", "n1"}, "--moves-max 0: want 1 or more"},
+		{[]string{"drain", "--etcd", "x", "--incoming-max", "-1", "n1"}, "--incoming-max -1: want 1 or more"},
+		{[]string{"drain", "--etcd", "x", "--timeout", "0s", "n1"}, "--timeout 0s"},
+		{[]string{"drain", "--bogus", "n1"}, "flag provided but not defined: -bogus"},
+		{[]string{"drain", "n1"}, "--etcd is required"},
+		{[]string{"rebalance", "--etcd", "x", "n1"}, `unexpected argument "n1"`},
+		{[]string{"rebalance", "--etcd", "x", "--poll", "0s"}, "--poll 0s: want more than 0"},
+		{[]string{"rebalance"}, "--etcd is required"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("run(%q): exit %d, stderr %q; want 2 and %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}
+
+// TestMoveCommands: against an embedded etcd with registered nodes (no
+// node process: the test marks the new replicas live as a node would once
+// rebuilt), drain refuses a node whose replicas no other node can take,
+// rebalance says a balanced cluster is done, and with a node added it
+// moves its share onto it, printing each move, and ends balanced with no
+// move left.
+func TestMoveCommands(t *testing.T) {
+	e, err := claim.StartEmbedded(t.TempDir(), claim.EmbeddedOptions{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	ep := strings.Join(e.Endpoints(), ",")
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := layout.Init(ctx, cli, layout.Config{Partitions: 4, Replicas: 2, Tables: []layout.Table{layout.KV()}}, []string{"n1", "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	register := func(id string) {
+		now := time.Now()
+		if _, err := supervise.Incarnate(ctx, cli, id, []string{"n1", "n2"}, now); err != nil {
+			t.Fatal(err)
+		}
+		n, err := supervise.Register(ctx, cli, id, supervise.NodeOptions{TTL: 5 * time.Second, Started: now, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = n.Close(cctx)
+		})
+		if err := supervise.MarkRegistered(ctx, cli, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register("n1")
+	register("n2")
+
+	var out, errOut bytes.Buffer
+	if code := run([]string{"drain", "--etcd", ep, "n2"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no running node can take partition 0 off n2") {
+		t.Fatalf("drain with no room: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"rebalance", "--etcd", ep}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "done: 0 moves") {
+		t.Fatalf("rebalance when balanced: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+
+	register("n3")
+	// n3's stand-in: it marks each replica moved onto it live.
+	fake, stopFake := context.WithCancel(ctx)
+	defer stopFake()
+	go func() {
+		for fake.Err() == nil {
+			reps, err := supervise.Replicas(fake, cli)
+			if err == nil {
+				for _, r := range reps {
+					if r.Node == "n3" && r.State != supervise.ReplicaLive {
+						_ = supervise.UpdateReplica(fake, cli, supervise.Replica{Partition: r.Partition, Node: "n3", State: supervise.ReplicaLive})
+					}
+				}
+			}
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-fake.Done():
+			}
+		}
+	}()
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"rebalance", "--etcd", ep, "--poll", "50ms", "--timeout", "30s"}, &out, &errOut); code != 0 {
+		t.Fatalf("rebalance onto n3: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	// 8 replicas on n1 and n2 (4 each): n3 takes two, leaving 3,3,2.
+	if got := strings.Count(out.String(), "moving   partition"); got != 2 || !strings.Contains(out.String(), "done: 2 moves") {
+		t.Fatalf("rebalance onto n3 printed %d moves: %q", got, out.String())
+	}
+	v, err := supervise.ReadMoves(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, reps := range v.Replicas {
+		for _, r := range reps {
+			count[r.Node]++
+		}
+	}
+	if len(v.Moves) != 0 || count["n3"] != 2 || count["n1"]+count["n2"] != 6 {
+		t.Fatalf("after rebalance: moves %v, counts %v", v.Moves, count)
+	}
+}

@@ -1,0 +1,173 @@
+package node
+
+import (
+	"errors"
+	"maps"
+	"sort"
+
+	"github.com/rejoin-db/rejoin/recovery/nodestate"
+	"github.com/rejoin-db/rejoin/txnid"
+)
+
+// The node's replicas follow the placement while it runs (docs/DESIGN.md
+// "Membership moves"): a replica record a move adds for this node makes
+// it create the replica, needs-rejoin, rebuilt by a normal rejoin; a
+// record a move removed makes it drop the replica. The start reads the
+// placement as before (hostReplicas); reconcile keeps it from then on.
+
+// hosted returns the replicas the node hosts, by partition. The map is
+// never written once published: read it freely, never write it.
+func (n *Node) hosted() map[uint32]*replica {
+	if m := n.replicas.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// reconcile creates the replicas that view v places on this node and it
+// does not host, and drops those it hosts that v places elsewhere. The
+// members loop calls it when the placement changed. Before the cluster is
+// bootstrapped the placement is what the start read, and nothing moves.
+func (n *Node) reconcile(v *view) {
+	if v == nil || !v.bootstrapped {
+		return
+	}
+	cur := n.hosted()
+	want := map[uint32]bool{}
+	for p, rps := range v.placement {
+		for _, rp := range rps {
+			if rp.node == n.id {
+				want[p] = true
+			}
+		}
+	}
+	var add, drop []uint32
+	for p := range want {
+		if cur[p] == nil {
+			add = append(add, p)
+		}
+	}
+	for p := range cur {
+		if !want[p] {
+			drop = append(drop, p)
+		}
+	}
+	if len(add) == 0 && len(drop) == 0 {
+		return
+	}
+	sort.Slice(add, func(i, j int) bool { return add[i] < add[j] })
+	sort.Slice(drop, func(i, j int) bool { return drop[i] < drop[j] })
+	next := maps.Clone(cur)
+	if next == nil {
+		next = map[uint32]*replica{}
+	}
+	var added []*replica
+	for _, p := range add {
+		// Needs-rejoin, as a restarted node's replica: the move wrote
+		// its record so, and it holds nothing yet.
+		if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: nodestate.NeedsRejoin}); err != nil {
+			n.log.Error("record a replica moved here", "partition", p, "err", err)
+			continue
+		}
+		r, err := newReplica(n, p, false)
+		if err != nil {
+			n.log.Error("create a replica moved here", "partition", p, "err", err)
+			continue
+		}
+		r.movedIn = v.rev
+		next[p] = r
+		added = append(added, r)
+	}
+	var dropped []*replica
+	for _, p := range drop {
+		dropped = append(dropped, next[p])
+		delete(next, p)
+	}
+	// Published before the open feeds are read: a feed that opens
+	// meanwhile either is read below or finds the new replica in the map
+	// (serveFeed adds its initiator to every hosted replica after it is
+	// in feeds.by), so every replica tracks every feed's initiator.
+	n.replicas.Store(&next)
+	for _, r := range added {
+		n.trackFeeds(r)
+		n.goRun(r.loop)
+		n.log.Info("replica moved here: it rejoins", "partition", r.p, "view_rev", r.movedIn)
+	}
+	for _, r := range dropped {
+		n.dropReplica(r)
+	}
+}
+
+// trackFeeds makes a replica created while the node runs track the
+// initiator of every feed open here, as serveFeed does for the replicas
+// it finds: a destination attempt on it then buffers their txns.
+func (n *Node) trackFeeds(r *replica) {
+	type feed struct {
+		in  txnid.Initiator
+		inc uint64
+	}
+	n.feeds.mu.Lock()
+	var fs []feed
+	for in, fi := range n.feeds.by {
+		fs = append(fs, feed{in, fi.inc})
+	}
+	n.feeds.mu.Unlock()
+	for _, f := range fs {
+		r.do(func(r *replica) { r.addInitiator(f.in, f.inc) })
+	}
+}
+
+// dropReplica ends a replica the placement no longer gives this node:
+// its attempts end (a rejoin it serves or takes aborts), its loop ends,
+// and with the map no longer holding it, its content is freed.
+func (n *Node) dropReplica(r *replica) {
+	n.openMu.Lock()
+	delete(n.opened, r.p)
+	n.openMu.Unlock()
+	n.unpublished(r.p, false)
+	if err := n.store.SetReplica(nodestate.Replica{Partition: r.p, State: nodestate.NeedsRejoin}); err != nil {
+		n.log.Error("record a replica moved off", "partition", r.p, "err", err)
+	}
+	r.do(func(r *replica) {
+		r.core.Stop("the replica moved off this node")
+		r.drain()
+		r.dropped = true
+	})
+	n.log.Info("replica moved off this node: dropped", "partition", r.p)
+}
+
+// movedInSeen reports whether every running node's initiator sequences
+// with a view that holds r (its record's ViewRev is at or past the
+// revision r was created at): only then may r's rejoin start, so that no
+// txn of its partition goes to the source alone once r buffers the feed.
+// A replica the node hosted from its start needs no wait.
+func (n *Node) movedInSeen(r *replica) bool {
+	if r.movedIn == 0 {
+		return true
+	}
+	v := n.members.view()
+	if v == nil {
+		return false
+	}
+	for _, rec := range v.nodes {
+		if rec.ViewRev < r.movedIn {
+			return false
+		}
+	}
+	return true
+}
+
+// errViewBehind: the node's view is older than its registration.
+var errViewBehind = errors.New("node: the membership view is older than the node's registration; no call is sequenced until it catches up")
+
+// viewBehindTerm reports whether view v is older than the node's current
+// registration (its record's creation). A node that comes back from a
+// lapsed registration was counted by no move's wait (movedInSeen) while
+// it was away, and its view, frozen then, may lack a replica a move
+// placed meanwhile: its initiator would send that partition's txns to the
+// old holders alone. So it sequences nothing until its view is at least
+// as new as its registration, which is after any such replica appeared.
+func (n *Node) viewBehindTerm(v *view) bool {
+	t := n.reg.Term()
+	return t != nil && v != nil && v.rev < t.Created
+}
