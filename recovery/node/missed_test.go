@@ -1,17 +1,18 @@
 package node
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/txnid"
 )
 
 // TestMissedByCountsOnlyThisOutage: what a process's feed hellos said it
-// missed counts in a settlement only if said since the outage began.
+// missed counts in a settlement only if said since the outage began: the
+// node's reading of its feeds (settleRead) and recovery.Settle.
 // Rejoin chaos seed 31337 (10 minutes): n4 restarted, n2's process told
 // its new feed there that it had written five partitions while n4 was
 // down, and n4 rebuilt them. Later n4 lapsed, and that n2 process, which
@@ -19,7 +20,6 @@ import (
 // to have missed the five partitions again: n4 failed them, and with
 // them the last live replica of partition 1.
 func TestMissedByCountsOnlyThisOutage(t *testing.T) {
-	ctx := context.Background()
 	started := func(sec int64) time.Time { return time.Unix(sec, 0) }
 	old := supervise.NodeRecord{ID: "n2", Started: started(100)}
 	cur := supervise.NodeRecord{ID: "n2", Started: started(200)}
@@ -94,10 +94,24 @@ func TestMissedByCountsOnlyThisOutage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(tc.alive...)
 			out := tc.setup(n)
-			got, ok := n.missedBy(ctx, "n2", out, []supervise.NodeRecord{old})
+			in := &recovery.SettleInput{Lapsed: true, Meanwhile: []recovery.SettleProcess{{Node: "n2", Inc: oldInc}}, Expired: map[string]bool{}}
+			conns := map[*feedIn]uint64{}
+			in.Before = settleFeeds(out.feeds, conns)
+			n.settleRead(in, conns, out.tellsFrom)
+			o := recovery.Settle(in)
+			if o.Verdict == recovery.SettleWait {
+				t.Fatalf("settlement waits for %s", o.WaitFor)
+			}
+			var got []uint32
+			for p, by := range o.Missed {
+				if slices.Contains(by, "n2") {
+					got = append(got, p)
+				}
+			}
+			ok := !slices.Contains(o.Unknown, "n2")
 			slices.Sort(got)
 			if ok != tc.ok || !slices.Equal(got, tc.want) {
-				t.Fatalf("missedBy = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+				t.Fatalf("n2 missed %v, known %v; want %v, %v", got, ok, tc.want, tc.ok)
 			}
 		})
 	}

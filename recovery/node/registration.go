@@ -3,13 +3,13 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/txnid"
 )
@@ -84,99 +84,88 @@ func (n *Node) registration() {
 	}
 }
 
-// settle decides, once the node is registered again, whether its replicas
-// may have missed txns while it was not. If its lease outlived the
-// outage, no node took it for dead: nothing was missed. If the lease
-// lapsed, other nodes stopped waiting for it, but every initiator whose
-// feed into this node stayed open (the same connection from before the
-// loss to now) sent it every txn: initiators keep a feed to a node etcd
-// takes for dead (feed.go). An initiator of a live node without such a
-// feed (a new process, or a feed that broke and was opened again) may
-// have sequenced txns that never reached this node: then every replica
-// is failed and rejoins. The nodes checked are those of the view read
-// after registering again, and every node that registered between the
-// last revision this node was registered at and its new record (etcd's
-// history: also those dead since); a node registering later sees this
-// one and waits for its feed to it. A history that cannot be read counts
-// as a gap. False: the term ended before the check could be made; the
-// next term makes it.
+// settle settles, once the node is registered again, what its replicas
+// may have missed while it was not: recovery.Settle decides, by the rules
+// of docs/DESIGN.md "Without the coordinator" ("Settling a lapse"); this
+// side reads what it decides from (the membership read after registering
+// again, and every node that registered between the last revision this
+// node was registered at and its new record, read from etcd's history),
+// waits for the feeds it asks for (missedWait each), and fails the
+// replicas it names. False: the term ended before the check could be
+// made; the next term makes it.
 func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool {
-	if t.Lapses == out.lapses {
-		n.log.Info("registration resumed on its lease: no node took this one for dead, its replicas missed nothing")
-		n.feeds.release(func(uint32) bool { return true })
-		return true
-	}
-	var meanwhile []supervise.NodeRecord
-	for {
-		err := n.members.refresh()
-		if err == nil {
-			hctx, cancel := context.WithTimeout(ctx, historyTimeout)
-			meanwhile, err = supervise.RegisteredBetween(hctx, n.cli, out.rev, t.Created)
-			cancel()
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				meanwhile, err = []supervise.NodeRecord{{ID: "(history compacted)"}}, nil
+	in := &recovery.SettleInput{Lapsed: t.Lapses != out.lapses, Expired: map[string]bool{}}
+	if in.Lapsed {
+		for {
+			err := n.members.refresh()
+			if err == nil {
+				hctx, cancel := context.WithTimeout(ctx, historyTimeout)
+				var meanwhile []supervise.NodeRecord
+				meanwhile, err = supervise.RegisteredBetween(hctx, n.cli, out.rev, t.Created)
+				cancel()
+				in.Meanwhile, in.Compacted = nil, false
+				switch {
+				case errors.Is(err, rpctypes.ErrCompacted):
+					in.Compacted, err = true, nil
+				case err == nil:
+					for _, rec := range meanwhile {
+						in.Meanwhile = append(in.Meanwhile, recovery.SettleProcess{Node: rec.ID, Inc: uint64(incarnation(rec))})
+					}
+				}
+			}
+			if err == nil {
+				break
+			}
+			n.log.Info("reading the membership after a lapse", "err", err)
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				return false
 			}
 		}
-		if err == nil {
+	}
+	hosted := n.hosted()
+	for p := range hosted {
+		in.Partitions = append(in.Partitions, p)
+	}
+	conns := map[*feedIn]uint64{}
+	in.Before = settleFeeds(out.feeds, conns)
+	waits := map[string]time.Time{} // when each wait for a node's feed began
+	var o recovery.SettleOutcome
+	for {
+		n.settleRead(in, conns, out.tellsFrom)
+		o = recovery.Settle(in)
+		if o.Verdict != recovery.SettleWait {
 			break
 		}
-		n.log.Info("reading the membership after a lapse", "err", err)
+		if waits[o.WaitFor].IsZero() {
+			waits[o.WaitFor] = time.Now()
+		}
+		if time.Since(waits[o.WaitFor]) >= missedWait {
+			in.Expired[o.WaitFor] = true
+			continue
+		}
 		select {
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
 			return false
 		}
 	}
-	ids := map[string]bool{}
-	for node := range n.members.view().nodes {
-		ids[node] = true
-	}
-	for _, rec := range meanwhile {
-		ids[rec.ID] = true
-	}
-	gaps := n.feedGaps(ids, out.feeds)
-	if len(gaps) == 0 {
+	switch {
+	case !in.Lapsed:
+		n.log.Info("registration resumed on its lease: no node took this one for dead, its replicas missed nothing")
+	case o.Verdict == recovery.SettleKeep && len(o.Gaps) == 0:
 		n.log.Info("registration lapsed; the feed of every live node stayed open throughout: replicas stay live")
-		n.feeds.release(func(uint32) bool { return true })
-		return true
 	}
-	// Each gap's process says, when its feed opens, which partitions it
-	// wrote without a feed here: only those replicas missed anything. A
-	// gap that cannot say (a process of it that never opened a feed here,
-	// or no feed from it in time) may have written any partition.
-	missed := map[uint32][]string{}
-	var unknown []string
-	for _, node := range gaps {
-		ps, ok := n.missedBy(ctx, node, out, meanwhile)
-		if ctx.Err() != nil {
-			return false
-		}
-		if !ok {
-			unknown = append(unknown, node)
-			continue
-		}
-		for _, p := range ps {
-			missed[p] = append(missed[p], node)
-		}
-	}
-	failed := map[uint32]bool{}
-	for p, r := range n.hosted() {
-		var why string
-		switch {
-		case len(unknown) > 0:
-			why = fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout; %v cannot say what they sent meanwhile: txns may have been missed", gaps, unknown)
-		case len(missed[p]) > 0:
-			why = fmt.Sprintf("registration lapsed, and %v sequenced txns of partition %d without a feed here meanwhile", missed[p], p)
-		default:
-			continue
-		}
-		failed[p] = true
+	for p, why := range o.Fail {
 		// Synchronous, so that nothing the replica answers after the
 		// release below comes from before its failure.
-		ask(r, func(r *replica) bool { r.fail(why); return true })
+		ask(hosted[p], func(r *replica) bool { r.fail(why); return true })
 	}
-	n.feeds.release(func(p uint32) bool { return !failed[p] })
-	n.log.Info("registration lapsed: replicas settled", "gaps", gaps, "unknown", unknown, "partitions_missed", len(missed))
+	n.feeds.release(func(p uint32) bool { _, failed := o.Fail[p]; return !failed })
+	if len(o.Gaps) > 0 {
+		n.log.Info("registration lapsed: replicas settled", "gaps", o.Gaps, "unknown", o.Unknown, "partitions_missed", len(o.Missed), "failed", len(o.Fail))
+	}
 	return true
 }
 
@@ -186,99 +175,47 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 // tail of its previous one here is settled.
 const missedWait = 30 * time.Second
 
-// missedBy returns the partitions that node's processes sequenced txns
-// of without a feed to this node, as the hellos of their feeds since the
-// outage began said: the current process's, whose feed is waited for
-// (boundedly), and every other process of it that registered meanwhile,
-// whose feed may have ended since. False: a process of it that registered
-// meanwhile never opened a feed here, or the live one's feed did not open
-// in time. The process whose feed was open here when the registration was
-// lost (in out.feeds) sent everything on it until it ended, and its tail
-// is repaired as any dead initiator's. So did a process whose feed opened
-// before the outage and ended before it began: what it told then was of
-// an earlier time, a previous process of this node or an outage settled
-// before, and counting it failed the last live replica of a partition
-// (rejoin chaos seed 31337).
-func (n *Node) missedBy(ctx context.Context, node string, out *outage, meanwhile []supervise.NodeRecord) ([]uint32, bool) {
-	before := out.feeds
-	deadline := time.Now().Add(missedWait)
-	for time.Now().Before(deadline) {
-		rec, alive := n.members.view().nodes[node]
-		var inc uint64 // the live process's; 0: none
-		if alive {
-			inc = uint64(incarnation(rec))
-		}
-		var told []uint32
-		for _, m := range meanwhile {
-			minc := uint64(incarnation(m))
-			if m.ID != node || minc == inc {
-				continue
-			}
-			known := false
-			for _, fi := range before {
-				known = known || fi.node == node && fi.inc == minc
-			}
-			if known {
-				continue
-			}
-			ps, hello, since := n.feeds.toldSince(node, minc, out.tellsFrom)
-			switch {
-			case since:
-				told = append(told, ps...)
-			case hello:
-				// Its feed here opened before the outage and was gone
-				// when it began: covered as a feed of out.feeds.
-			default:
-				return nil, false
-			}
-		}
-		if !alive {
-			// No process of it lives: each that did either had its feed
-			// open here throughout (its tail is repaired as a dead
-			// initiator's) or told what it sent without one.
-			return told, true
-		}
-		n.feeds.mu.Lock()
-		var found *feedIn
-		for _, fi := range n.feeds.by {
-			if fi.node == node && fi.inc == inc {
-				found = fi
-			}
-		}
-		n.feeds.mu.Unlock()
-		if found != nil {
-			// Every hello of the live process since the outage began:
-			// a feed of it that opened and broke meanwhile told what
-			// the open one, which names only what came after, does not.
-			ps, _, _ := n.feeds.toldSince(node, inc, out.tellsFrom)
-			return append(told, ps...), true
-		}
-		select {
-		case <-time.After(50 * time.Millisecond):
-		case <-ctx.Done():
-			return nil, false
-		}
+// settleRead fills in what a settlement reads again while it waits: the
+// membership, the feeds in now, and what their hellos told, since the
+// hello numbered tellsFrom (the outage's start) or before.
+func (n *Node) settleRead(in *recovery.SettleInput, conns map[*feedIn]uint64, tellsFrom uint64) {
+	in.Alive = map[string]uint64{}
+	for node, rec := range n.members.view().nodes {
+		in.Alive[node] = uint64(incarnation(rec))
 	}
-	return nil, false
-}
-
-// feedGaps lists the nodes whose initiator's feed into this node is not
-// the one open in before.
-func (n *Node) feedGaps(nodes map[string]bool, before map[txnid.Initiator]*feedIn) []string {
+	feeds, _ := n.feedsNow()
+	in.Now = settleFeeds(feeds, conns)
 	n.feeds.mu.Lock()
-	byNode := map[string]*feedIn{}
-	for _, fi := range n.feeds.by {
-		byNode[fi.node] = fi
+	procs := map[string][]uint64{}
+	for node, byInc := range n.feeds.told {
+		for inc := range byInc {
+			procs[node] = append(procs[node], inc)
+		}
 	}
 	n.feeds.mu.Unlock()
-	var gaps []string
-	for node := range nodes {
-		if fi := byNode[node]; fi == nil || before[fi.in] != fi {
-			gaps = append(gaps, node)
+	in.Told = make(map[string]map[uint64]recovery.SettleTold, len(procs))
+	for node, incs := range procs {
+		in.Told[node] = make(map[uint64]recovery.SettleTold, len(incs))
+		for _, inc := range incs {
+			missed, _, since := n.feeds.toldSince(node, inc, tellsFrom)
+			in.Told[node][inc] = recovery.SettleTold{Since: since, Missed: missed}
 		}
 	}
-	sort.Strings(gaps)
-	return gaps
+}
+
+// settleFeeds describes feeds to recovery.Settle, naming each connection
+// by a number of its own in conns (the same feed, the same number).
+func settleFeeds(feeds map[txnid.Initiator]*feedIn, conns map[*feedIn]uint64) []recovery.SettleFeed {
+	out := make([]recovery.SettleFeed, 0, len(feeds))
+	for _, fi := range feeds {
+		c, ok := conns[fi]
+		if !ok {
+			c = uint64(len(conns) + 1)
+			conns[fi] = c
+		}
+		out = append(out, recovery.SettleFeed{Node: fi.node, Inc: fi.inc, Conn: c})
+	}
+	return out
 }
 
 // feedsNow copies the feeds in, with the count of hellos so far.

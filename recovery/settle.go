@@ -1,0 +1,249 @@
+package recovery
+
+import (
+	"fmt"
+	"slices"
+)
+
+// The settlement of a lost registration (docs/DESIGN.md "Without the
+// coordinator" and "Settling a lapse"): what a node decides, once it is
+// registered again, about the replicas it kept running while it was not.
+// Pure: the driver (recovery/node's registration.go, the simulator's
+// source nodes) reads etcd and its feeds, waits, and fails the replicas;
+// Settle only decides, from what the node knows at the moment it asks.
+//
+// The rules, in order:
+//
+//  1. The lease outlived the outage (no lapse): no node took this one for
+//     dead, every initiator kept waiting for it, so nothing was missed.
+//  2. Otherwise every node of the membership read after registering
+//     again, and every node that registered meanwhile, is checked: one
+//     whose feed into this node is the very connection that was open when
+//     the registration was lost sent it every txn (initiators keep a feed
+//     to a node etcd takes for dead), and that has no other process alive
+//     or registered meanwhile, sent it every txn. None else: nothing was
+//     missed.
+//  3. Each other node (a gap) is asked what it sequenced without a feed
+//     here, by process, as the hellos of its feeds here since the outage
+//     began said (Told): a process that registered meanwhile and is not
+//     the live one by those, or, with none since, by its feed having
+//     opened and ended before the outage (it sent everything while open),
+//     or it cannot say (it never opened a feed here); the live process
+//     once its feed is open now, which is waited for (Wait) until the
+//     driver's bound runs out (Expired). A process whose feed was open
+//     when the registration was lost sent everything on it until it ended.
+//  4. A history that could not be read (Compacted) cannot say either.
+//  5. If any gap cannot say, every replica fails; otherwise exactly the
+//     replicas of the partitions named fail.
+
+// SettleFeed is one feed in from an initiator's process.
+type SettleFeed struct {
+	Node string
+	// Inc is the sending process's incarnation (its hello's Epoch).
+	Inc uint64
+	// Conn names the connection: the same feed has the same Conn before
+	// and after the outage, a feed opened again another.
+	Conn uint64
+}
+
+// SettleTold is what one process's feed hellos here said it sequenced
+// without a feed here (wire.Hello.Missed).
+type SettleTold struct {
+	// Since: a hello of it came since the outage began, and Missed is
+	// what those said. Hellos from before speak of an earlier time (an
+	// outage settled before, a previous process of this node): a process
+	// whose feed here opened and ended before the outage sent everything
+	// while it was open, and its tail is repaired.
+	Since  bool
+	Missed []uint32
+}
+
+// SettleProcess is a registration made while the node was not
+// registered: a node's process, by its incarnation.
+type SettleProcess struct {
+	Node string
+	Inc  uint64
+}
+
+// SettleInput is what a node knows when it settles.
+type SettleInput struct {
+	// Lapsed: the registration was not resumed on its lease (a new
+	// record was written): others may have taken the node for dead.
+	Lapsed bool
+	// Before are the feeds in when the (earliest unsettled) registration
+	// was lost; Now those open now.
+	Before, Now []SettleFeed
+	// Alive is the membership read after registering again: each node
+	// alive with its process's incarnation.
+	Alive map[string]uint64
+	// Meanwhile are the processes that registered between the last
+	// revision the node was registered at and its new record (etcd's
+	// history). Compacted: that history could not be read.
+	Meanwhile []SettleProcess
+	Compacted bool
+	// Told holds, per node and process, what the hellos of its feeds here
+	// said, feeds ended since included; a process absent from it never
+	// opened a feed here.
+	Told map[string]map[uint64]SettleTold
+	// Expired are the nodes whose live process's feed the driver waited
+	// for past its bound.
+	Expired map[string]bool
+	// Partitions are the partitions with a replica here.
+	Partitions []uint32
+}
+
+// SettleVerdict is what a settlement decided.
+type SettleVerdict uint8
+
+const (
+	// SettleKeep: the replicas missed nothing; they stay live.
+	SettleKeep SettleVerdict = iota
+	// SettleFail: the replicas of SettleOutcome.Fail missed txns (or may
+	// have); the others stay live.
+	SettleFail
+	// SettleWait: the feed of SettleOutcome.WaitFor's live process is not
+	// open yet; ask again once it is, or once the wait for it ran out
+	// (SettleInput.Expired).
+	SettleWait
+)
+
+var settleVerdictNames = [...]string{"keep", "fail", "wait"}
+
+func (v SettleVerdict) String() string { return settleVerdictNames[v] }
+
+// CompactedNode names, among the gaps, the nodes of a history that could
+// not be read.
+const CompactedNode = "(history compacted)"
+
+// SettleOutcome is a settlement's decision.
+type SettleOutcome struct {
+	Verdict SettleVerdict
+	// WaitFor is the node waited for (SettleWait).
+	WaitFor string
+	// Fail holds, for SettleFail, why each partition's replica fails.
+	Fail map[uint32]string
+	// Gaps are the nodes whose feed did not stay open throughout, in
+	// order; Unknown those of them that cannot say what they sent; Missed
+	// who named each partition.
+	Gaps, Unknown []string
+	Missed        map[uint32][]string
+}
+
+// Settle decides what a node's replicas missed while it was not
+// registered (the rules above).
+func Settle(in *SettleInput) SettleOutcome {
+	if !in.Lapsed {
+		return SettleOutcome{Verdict: SettleKeep}
+	}
+	gaps := settleGaps(in)
+	if len(gaps) == 0 {
+		return SettleOutcome{Verdict: SettleKeep}
+	}
+	out := SettleOutcome{Gaps: gaps, Missed: map[uint32][]string{}}
+	for _, node := range gaps {
+		ps, known, wait := missedBy(in, node)
+		if wait {
+			return SettleOutcome{Verdict: SettleWait, WaitFor: node, Gaps: gaps}
+		}
+		if !known {
+			out.Unknown = append(out.Unknown, node)
+			continue
+		}
+		for _, p := range ps {
+			if !slices.Contains(out.Missed[p], node) {
+				out.Missed[p] = append(out.Missed[p], node)
+			}
+		}
+	}
+	out.Fail = map[uint32]string{}
+	for _, p := range in.Partitions {
+		switch {
+		case len(out.Unknown) > 0:
+			out.Fail[p] = fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout; %v cannot say what they sent meanwhile: txns may have been missed", gaps, out.Unknown)
+		case len(out.Missed[p]) > 0:
+			out.Fail[p] = fmt.Sprintf("registration lapsed, and %v sequenced txns of partition %d without a feed here meanwhile", out.Missed[p], p)
+		}
+	}
+	if len(out.Fail) > 0 {
+		out.Verdict = SettleFail
+	}
+	return out
+}
+
+// settleGaps lists, in order, the nodes to check (alive now or registered
+// meanwhile) whose feed here now is not the one open before.
+func settleGaps(in *SettleInput) []string {
+	nodes := map[string]bool{}
+	for node := range in.Alive {
+		nodes[node] = true
+	}
+	for _, m := range in.Meanwhile {
+		nodes[m.Node] = true
+	}
+	if in.Compacted {
+		nodes[CompactedNode] = true
+	}
+	before := map[uint64]bool{}
+	for _, f := range in.Before {
+		before[f.Conn] = true
+	}
+	now := map[string]SettleFeed{}
+	for _, f := range in.Now {
+		now[f.Node] = f
+	}
+	var gaps []string
+	for node := range nodes {
+		f, ok := now[node]
+		// The feed open throughout vouches for its own process only: a
+		// newer one (alive now, or registered meanwhile) may have
+		// sequenced txns while that feed was still open here.
+		other := slices.ContainsFunc(in.Meanwhile, func(m SettleProcess) bool { return m.Node == node && m.Inc != f.Inc })
+		if inc, alive := in.Alive[node]; alive && inc != f.Inc {
+			other = true
+		}
+		if !ok || !before[f.Conn] || other {
+			gaps = append(gaps, node)
+		}
+	}
+	slices.Sort(gaps)
+	return gaps
+}
+
+// missedBy says what node's processes sequenced without a feed here:
+// those that registered meanwhile by what they told, the live one by its
+// open feed's hello. known is false when one of them cannot say; wait is
+// true when the live one's feed is not open yet and its wait not over.
+func missedBy(in *SettleInput, node string) (ps []uint32, known, wait bool) {
+	if node == CompactedNode && in.Compacted {
+		return nil, false, false
+	}
+	inc, alive := in.Alive[node] // the live process's; none if not alive
+	for _, m := range in.Meanwhile {
+		if m.Node != node || alive && m.Inc == inc {
+			continue
+		}
+		if slices.ContainsFunc(in.Before, func(f SettleFeed) bool { return f.Node == node && f.Inc == m.Inc }) {
+			continue // its feed was open here when the registration was lost
+		}
+		told, ok := in.Told[node][m.Inc]
+		if !ok {
+			return nil, false, false // it never opened a feed here
+		}
+		ps = append(ps, told.Missed...) // none unless told since the outage
+	}
+	if !alive {
+		return ps, true, false
+	}
+	for _, f := range in.Now {
+		if f.Node == node && f.Inc == inc {
+			// Every hello of it since the outage: a feed of it that
+			// opened and broke meanwhile told what the open one, which
+			// names only what came after, does not.
+			return append(ps, in.Told[node][inc].Missed...), true, false
+		}
+	}
+	if in.Expired[node] {
+		return nil, false, false
+	}
+	return nil, false, true
+}
