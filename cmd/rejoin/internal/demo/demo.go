@@ -241,7 +241,9 @@ type Summary struct {
 
 // run is the state of one demo.
 type run struct {
-	cfg    Config
+	cfg Config
+	// name is the command's: "demo" or "bench".
+	name   string
 	out    io.Writer // events and the human summary
 	events io.Writer // where event lines go (above the bars while they run)
 	cli    *clientv3.Client
@@ -261,13 +263,23 @@ type run struct {
 	restarted []string
 	// plot records the run for cfg.Plot; nil without.
 	plot *plotRec
+	// before and during are the writer's windows before the kill and
+	// from the restart to all live, for the bench's served/offered.
+	before, during WindowStats
 }
 
 // Run runs the demo and prints its summary on out: human text, or one JSON
 // object with cfg.JSON. It returns ErrCheck (wrapped) when the run ended
 // but digests differ or an acknowledged write was lost. Every process it
 // started is stopped before it returns, also when ctx ends; so is etcd.
-func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error) {
+func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
+	return runWith(ctx, cfg, out, "demo", (*run).printSummary)
+}
+
+// runWith is Run with the command's name (in the plot's title) and the
+// summary's printer: `rejoin demo` prints the demo's, `rejoin bench
+// --processes` its own (bench.go).
+func runWith(ctx context.Context, cfg Config, out io.Writer, name string, print func(*run) error) (sum Summary, err error) {
 	if err := cfg.Check(); err != nil {
 		return Summary{}, err
 	}
@@ -282,7 +294,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 			}
 		}
 	}()
-	r := &run{cfg: cfg, out: out, events: out, hc: &http.Client{Timeout: 5 * time.Second}, attempts: map[string]bool{}}
+	r := &run{cfg: cfg, name: name, out: out, events: out, hc: &http.Client{Timeout: 5 * time.Second}, attempts: map[string]bool{}}
 	if cfg.JSON {
 		r.events = cfg.Stderr
 	}
@@ -354,7 +366,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 		}
 		return r.sum, fmt.Errorf("%w (node logs in %s)", err, dir)
 	}
-	if err := r.printSummary(); err != nil {
+	if err := print(r); err != nil {
 		return r.sum, err
 	}
 	var checkErr error
@@ -502,6 +514,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	before := w.Phase()
+	r.before = before
 	r.sum.WritesPerSecBefore, r.sum.WriteP99MsBefore = before.PerSec, ms(before.P99)
 	r.eventf("before: %.0f writes/s, p99 %.2f ms", before.PerSec, ms(before.P99))
 	if before.Writes == 0 {
@@ -571,6 +584,7 @@ func (r *run) main(ctx context.Context) error {
 	finishBars()
 	r.sum.RejoinSeconds = allLive.Sub(restartAt).Seconds()
 	during := w.Phase()
+	r.during = during
 	r.sum.WritesPerSecDuring, r.sum.WriteP99MsDuring = during.PerSec, ms(during.P99)
 	r.eventf("every replica live %.2f s after the restart; during: %.0f writes/s, p99 %.2f ms",
 		r.sum.RejoinSeconds, during.PerSec, ms(during.P99))
