@@ -46,7 +46,7 @@ flags:
 // benchModeFlags are the flags of one mode only.
 var (
 	benchInProcessFlags = []string{"writer", "codec", "block-bytes", "window", "seed"}
-	benchProcessFlags   = []string{"partitions", "writers", "insecure", "plot", "dir", "timeout", "before", "rate-bytes", "incoming-max"}
+	benchProcessFlags   = []string{"partitions", "writers", "insecure", "plot", "dir", "timeout", "before", "rate-bytes", "incoming-max", "outgoing-max"}
 )
 
 // runBench runs one in-process rejoin (bench.RunRejoin, the same code as
@@ -76,6 +76,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&pcfg.Before, "before", 3*time.Second, "[processes] the writer's measured interval before the kill")
 	fs.Int64Var(&pcfg.RateBytes, "rate-bytes", 0, "[processes] rate limit of each rejoin stream in bytes/s (0: none)")
 	fs.IntVar(&pcfg.IncomingMax, "incoming-max", 0, "[processes] rejoins a node runs at once as destination (0: --partitions)")
+	fs.IntVar(&pcfg.OutgoingMax, "outgoing-max", 0, "[processes] rejoins a node serves at once as source (0: --incoming-max)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()

@@ -98,6 +98,11 @@ type Config struct {
 	// IncomingMax is each node's limit of rejoins as destination (0: the
 	// number of partitions, so all of a node's replicas rejoin at once).
 	IncomingMax int
+	// OutgoingMax is each node's limit of rejoins served as source (0:
+	// IncomingMax). The nodes' own default is 2: with it, a restarted
+	// node hosting 64 partitions rejoined from two sources 4 at a time,
+	// whatever IncomingMax said.
+	OutgoingMax int
 	// RateBytes limits each rejoin stream (bytes/s, 0: none).
 	RateBytes int64
 	// Insecure runs the nodes without TLS (--insecure); by default the
@@ -141,6 +146,9 @@ func (c *Config) Check() error {
 	if c.IncomingMax == 0 {
 		c.IncomingMax = int(c.Partitions)
 	}
+	if c.OutgoingMax == 0 {
+		c.OutgoingMax = c.IncomingMax
+	}
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
@@ -161,6 +169,8 @@ func (c *Config) Check() error {
 		return errors.New("demo: --fault kill-source needs --partitions >= 2: the supervisor spreads the rejoining partitions over the least loaded sources, so with two or more one of them has a source other than the gateway n1, which is never killed")
 	case c.Fault == FaultKillSource && c.Nodes < 3:
 		return errors.New("demo: --fault kill-source needs --nodes >= 3: the gateway n1 is never killed")
+	case c.IncomingMax < 0 || c.OutgoingMax < 0:
+		return fmt.Errorf("demo: --incoming-max %d, --outgoing-max %d: want >= 0 (0: the default)", c.IncomingMax, c.OutgoingMax)
 	case c.Rows < 0 || c.ValueBytes < 0 || c.WriteRate < 0 || c.Writers < 0 || c.Writers > 4096:
 		return errors.New("demo: --rows, --value-bytes and --write-rate must not be negative, --writers 1..4096")
 	}
@@ -430,7 +440,7 @@ func workDir(dir string) (string, bool, error) {
 // nodeFlags are the flags of node id beyond its identity.
 func (r *run) nodeFlags(id int) []string {
 	f := []string{"--node-ttl", r.cfg.NodeTTL.String(), "--claim-ttl", r.cfg.ClaimTTL.String(),
-		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--fault-points", "--pprof"}
+		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--outgoing-max", strconv.Itoa(r.cfg.OutgoingMax), "--fault-points", "--pprof"}
 	if r.certsDir != "" {
 		f = append(f, "--certs-dir", r.certsDir)
 		f = append(f, EtcdTLSFlags(r.certsDir, certs.NodeID(id))...)
