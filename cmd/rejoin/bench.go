@@ -3,37 +3,111 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/rejoin-db/rejoin/bench"
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
+const benchUsage = `usage: rejoin bench [flags]
+       rejoin bench --processes [flags]
+
+Without --processes: one rejoin of one partition inside this process
+(bench.RunRejoin, the code of BenchmarkRejoinInProcess): no network, no
+kernel, the wire's CPU cost included.
+
+With --processes: the across-process bench, on the demo's runner. It starts
+an embedded etcd and 2 node processes (this binary) on loopback with every
+partition on both, loads --rows rows, starts a writer through n1 at the fixed
+offered rate --write-rate (10000/s unless set), kills n2 with SIGKILL,
+restarts it and measures its rejoin of every row from n1: the seconds from
+the restart to every replica live, rows/s and MB/s while streaming, the
+writes served during the rejoin against the offered rate (the served/offered
+ratio; offers that find every caller busy are missed, not queued), the
+writer's p99 before and during, the longest handoff pause, every replica's
+digest at a common txn ID and the acknowledged writes read back (lost
+writes). Exit status 1 if a digest differs or an acknowledged write was
+lost. It is the shape of a Redis replica's full resync of N keys.
+
+Flags marked [in-process] or [processes] belong to that mode only; giving
+one in the other mode is an error.
+
+flags:
+`
+
+// benchModeFlags are the flags of one mode only.
+var (
+	benchInProcessFlags = []string{"writer", "codec", "block-bytes", "window", "seed"}
+	benchProcessFlags   = []string{"partitions", "writers", "insecure", "plot", "dir", "timeout", "before", "rate-bytes", "incoming-max", "outgoing-max"}
+)
+
 // runBench runs one in-process rejoin (bench.RunRejoin, the same code as
-// BenchmarkRejoinInProcess) and prints what it measured. The flags only
-// fill a bench.RejoinConfig.
+// BenchmarkRejoinInProcess), or with --processes the across-process bench
+// (demo.Bench), and prints what it measured. The flags only fill a
+// bench.RejoinConfig or a demo.Config.
 func runBench(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", stderr)
 	var cfg bench.RejoinConfig
-	fs.IntVar(&cfg.Rows, "rows", 1_000_000, "rows in the source partition")
+	processes := fs.Bool("processes", false, "the across-process bench: 2 node processes on loopback, one killed and restarted, rejoining every row")
+	fs.IntVar(&cfg.Rows, "rows", 1_000_000, "rows in the source partition; with --processes, rows loaded into the cluster")
 	fs.IntVar(&cfg.ValueBytes, "value-bytes", 100, "bytes of each row's value (keys are 16 bytes)")
-	fs.BoolVar(&cfg.Writer, "writer", false, "run a concurrent writer on the source during the rejoin")
-	fs.IntVar(&cfg.WriterTxnsPerSec, "write-rate", 100_000, "the writer's offered upserts per second")
-	codec := fs.String("codec", "none", "frame compression: none, s2 or zstd")
-	fs.IntVar(&cfg.BlockBytesMax, "block-bytes", 0, "tuple bytes per block (0: 256 KiB)")
-	fs.IntVar(&cfg.WindowBlocksMax, "window", 0, "unacknowledged blocks at most (0: 16)")
-	seed := fs.Uint64("seed", 1, "seed of the rows and the writer's choices")
+	fs.BoolVar(&cfg.Writer, "writer", false, "[in-process] run a concurrent writer on the source during the rejoin")
+	fs.IntVar(&cfg.WriterTxnsPerSec, "write-rate", 100_000, "the writer's offered writes per second (with --processes: 10000 unless set)")
+	codec := fs.String("codec", "none", "[in-process] frame compression: none, s2 or zstd")
+	fs.IntVar(&cfg.BlockBytesMax, "block-bytes", 0, "[in-process] tuple bytes per block (0: 256 KiB)")
+	fs.IntVar(&cfg.WindowBlocksMax, "window", 0, "[in-process] unacknowledged blocks at most (0: 16)")
+	seed := fs.Uint64("seed", 1, "[in-process] seed of the rows and the writer's choices")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	var pcfg demo.Config
+	partitions := fs.Uint("partitions", 4, "[processes] partitions, each on both nodes")
+	fs.IntVar(&pcfg.Writers, "writers", 256, "[processes] the writer's concurrent callers")
+	fs.BoolVar(&pcfg.Insecure, "insecure", false, "[processes] run the nodes and etcd without TLS (by default every connection is mutual TLS)")
+	fs.StringVar(&pcfg.Plot, "plot", "", "[processes] draw the run in this PNG `file` (as rejoin demo --plot), its data beside it in .csv")
+	fs.StringVar(&pcfg.Dir, "dir", "", "[processes] working `directory` (default: a new temporary one, removed at the end)")
+	fs.DurationVar(&pcfg.Timeout, "timeout", 10*time.Minute, "[processes] bound of the run up to the summary")
+	fs.DurationVar(&pcfg.Before, "before", 3*time.Second, "[processes] the writer's measured interval before the kill")
+	fs.Int64Var(&pcfg.RateBytes, "rate-bytes", 0, "[processes] rate limit of each rejoin stream in bytes/s (0: none)")
+	fs.IntVar(&pcfg.IncomingMax, "incoming-max", 0, "[processes] rejoins a node runs at once as destination (0: --partitions)")
+	fs.IntVar(&pcfg.OutgoingMax, "outgoing-max", 0, "[processes] rejoins a node serves at once as source (0: --incoming-max)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "rejoin bench: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+	if err := parseFlags(fs, "bench", args, stderr); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	wrong, mode := benchProcessFlags, "--processes"
+	if *processes {
+		wrong, mode = benchInProcessFlags, "the in-process bench (without --processes)"
+	}
+	for _, name := range wrong {
+		if set[name] {
+			fmt.Fprintf(stderr, "rejoin bench: --%s is a flag of %s only\n", name, mode)
+			return errUsage
+		}
+	}
+	if *processes {
+		if *partitions < 1 || *partitions > 1<<16 {
+			fmt.Fprintf(stderr, "rejoin bench: --partitions %d, want 1..65536\n", *partitions)
+			return errUsage
+		}
+		pcfg.Partitions = uint32(*partitions)
+		pcfg.Rows, pcfg.ValueBytes, pcfg.JSON = cfg.Rows, cfg.ValueBytes, *asJSON
+		pcfg.WriteRate = 10_000
+		if set["write-rate"] {
+			pcfg.WriteRate = cfg.WriterTxnsPerSec
+		}
+		return runBenchProcesses(pcfg, stdout, stderr)
 	}
 	cfg.Seed = *seed
 	switch strings.ToLower(*codec) {
@@ -74,6 +148,24 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "digests match at %v: %016x over %d rows\n", res.CommonTxnID, res.Digest, res.FinalRows)
 	return nil
+}
+
+// runBenchProcesses runs the across-process bench (demo.Bench).
+func runBenchProcesses(cfg demo.Config, stdout, stderr io.Writer) error {
+	var err error
+	if cfg.Binary, err = os.Executable(); err == nil {
+		cfg, err = demo.BenchConfig(cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rejoin bench: %v\n", err)
+		return errUsage
+	}
+	cfg.Stderr = stderr
+	cfg.Progress = !cfg.JSON && isTerminal(os.Stdout)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, err = demo.Bench(ctx, cfg, stdout)
+	return err
 }
 
 // benchJSON names the figures of a run for --json; every one is measured.

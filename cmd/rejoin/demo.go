@@ -67,6 +67,7 @@ func newDemoFlags(fs *flag.FlagSet) *demoFlags {
 	fs.DurationVar(&f.cfg.NodeTTL, "node-ttl", 4*time.Second, "the nodes' lease TTL in etcd")
 	fs.DurationVar(&f.cfg.ClaimTTL, "claim-ttl", 5*time.Second, "rejoin claims' lease TTL")
 	fs.IntVar(&f.cfg.IncomingMax, "incoming-max", 0, "rejoins a node runs at once as destination (0: --partitions)")
+	fs.IntVar(&f.cfg.OutgoingMax, "outgoing-max", 0, "rejoins a node serves at once as source (0: --incoming-max)")
 	fs.Int64Var(&f.cfg.RateBytes, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
 	fs.StringVar(&f.cfg.Plot, "plot", "", "draw the run in this PNG `file` (rejoin rows/s, change log, writes/s and p99 on one time axis), its data beside it in .csv")
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "run the nodes without TLS (by default the demo makes a CA and certificates in its directory and every connection is mutual TLS)")

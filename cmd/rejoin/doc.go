@@ -14,7 +14,8 @@
 //	rejoin status    a cluster's nodes, replicas, moves and rejoin tasks, from etcd and each node's /status;
 //	                 --watch redraws the rejoins under way every second
 //	rejoin verify    every replica's digest at one common txn ID
-//	rejoin bench     one in-process rejoin, and what it measured
+//	rejoin bench     one in-process rejoin, and what it measured; --processes: 2 node processes,
+//	                 one killed and rejoining every row under a fixed offered write rate
 //	rejoin sim       the seeded simulator: --seeds N runs 1..N, --seed S -v replays one
 //	rejoin chaos     random faults over real processes for --duration, then the checks: PASS or FAIL
 //	rejoin version

@@ -81,8 +81,10 @@
 // initiator, messages onto the attempts' links, endings and state changes
 // into the node's record, etcd, the metrics and the log. It runs ready
 // txns in bursts (one a call while it serves a source, so the handoff's
-// pause is timed finely), and ticks the core every 10 ms (the attempts'
-// timeouts count ticks). What stays in the driver is I/O and wall time:
+// pause is timed finely), and ticks the core every 10 ms while an attempt
+// runs on the replica (the attempts' timeouts count ticks); an idle
+// replica gets no tick and costs nothing between its events
+// (docs/DESIGN.md "Ticks only for attempts under way"). What stays in the driver is I/O and wall time:
 // the links, the claim and its lease guard, the task record's touches,
 // the fault points, the durable epoch (raised between the core's fence
 // check and the attempt's start), the handoff pause in wall time.

@@ -23,7 +23,7 @@ import (
 // testNode is a Node with just what a replica's destination side needs,
 // no etcd and no goroutine of its own: the test is the replica's
 // goroutine. Its record lives in dir.
-func testNode(t *testing.T, dir string) *Node {
+func testNode(t testing.TB, dir string) *Node {
 	t.Helper()
 	s, err := layout.KV().Schema()
 	if err != nil {

@@ -70,6 +70,8 @@ type replica struct {
 	movedIn int64
 	gone    chan struct{}
 	dropped bool
+	// ticks counts the ticks run (tick), for the tests.
+	ticks atomic.Int64
 	// lastDst and lastSrc keep the latest attempts' status after they end.
 	lastDst, lastSrc *RejoinStatus
 }
@@ -137,9 +139,16 @@ func ask[T any](r *replica, f func(r *replica) T) (T, bool) {
 	}
 }
 
+// loop is the replica's goroutine: events, then ready txns, then ticks.
+// The tick clock runs only while wantsTick: a replica with nothing under
+// way is woken by its events alone, so thousands of idle replicas on a
+// node cost nothing between writes (docs/DESIGN.md "Ticks only for
+// attempts under way").
 func (r *replica) loop() {
 	t := time.NewTicker(tickEvery)
-	defer t.Stop()
+	t.Stop()
+	ticking := false
+	var tickC <-chan time.Time
 	for {
 		if r.dropped {
 			close(r.gone)
@@ -164,9 +173,25 @@ func (r *replica) loop() {
 			r.stop()
 			return
 		}
+		if want := r.wantsTick(); want != ticking {
+			// Since Go 1.23 a stopped or reset ticker delivers no
+			// stale tick: none arrives after Stop, the first after
+			// Reset is tickEvery away.
+			ticking = want
+			if want {
+				t.Reset(tickEvery)
+				tickC = t.C
+			} else {
+				t.Stop()
+				tickC = nil
+				// The attempt's end, as the last tick would have
+				// shown it (endSource does not publish).
+				r.publish()
+			}
+		}
 		if busy {
 			select {
-			case <-t.C:
+			case <-tickC:
 				r.tick()
 			default:
 			}
@@ -178,10 +203,24 @@ func (r *replica) loop() {
 			return
 		case f := <-r.in:
 			f(r)
-		case <-t.C:
+		case <-tickC:
 			r.tick()
 		}
 	}
+}
+
+// wantsTick reports whether something of the replica counts ticks or
+// must be seen every tick: the core's running attempts (a source, or a
+// destination not yet live: recovery.Replica.Tick ticks nothing else;
+// their stall windows, heartbeats and throttle are in ticks), and the
+// driver's half of them, whose status is published every tick for the
+// timeline and the membership checks (attemptOpen) and whose link's
+// queued frames are moved on between events. Everything else the replica
+// does is an answer to an event: txns and heartbeats of the feed run on
+// arrival (step), and every state change publishes itself.
+func (r *replica) wantsTick() bool {
+	return r.core.Source() != nil || r.core.State() == recovery.ReplicaRejoining ||
+		r.src != nil || (r.dst != nil && !r.dst.live)
 }
 
 // stop ends the attempts when the node stops.
@@ -220,6 +259,7 @@ func (r *replica) step() bool {
 }
 
 func (r *replica) tick() {
+	r.ticks.Add(1)
 	r.beforeSource()
 	r.core.Tick()
 	r.drain()

@@ -98,6 +98,11 @@ type Config struct {
 	// IncomingMax is each node's limit of rejoins as destination (0: the
 	// number of partitions, so all of a node's replicas rejoin at once).
 	IncomingMax int
+	// OutgoingMax is each node's limit of rejoins served as source (0:
+	// IncomingMax). The nodes' own default is 2: with it, a restarted
+	// node hosting 64 partitions rejoined from two sources 4 at a time,
+	// whatever IncomingMax said.
+	OutgoingMax int
 	// RateBytes limits each rejoin stream (bytes/s, 0: none).
 	RateBytes int64
 	// Insecure runs the nodes without TLS (--insecure); by default the
@@ -141,6 +146,9 @@ func (c *Config) Check() error {
 	if c.IncomingMax == 0 {
 		c.IncomingMax = int(c.Partitions)
 	}
+	if c.OutgoingMax == 0 {
+		c.OutgoingMax = c.IncomingMax
+	}
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
@@ -161,6 +169,8 @@ func (c *Config) Check() error {
 		return errors.New("demo: --fault kill-source needs --partitions >= 2: the supervisor spreads the rejoining partitions over the least loaded sources, so with two or more one of them has a source other than the gateway n1, which is never killed")
 	case c.Fault == FaultKillSource && c.Nodes < 3:
 		return errors.New("demo: --fault kill-source needs --nodes >= 3: the gateway n1 is never killed")
+	case c.IncomingMax < 0 || c.OutgoingMax < 0:
+		return fmt.Errorf("demo: --incoming-max %d, --outgoing-max %d: want >= 0 (0: the default)", c.IncomingMax, c.OutgoingMax)
 	case c.Rows < 0 || c.ValueBytes < 0 || c.WriteRate < 0 || c.Writers < 0 || c.Writers > 4096:
 		return errors.New("demo: --rows, --value-bytes and --write-rate must not be negative, --writers 1..4096")
 	}
@@ -241,7 +251,9 @@ type Summary struct {
 
 // run is the state of one demo.
 type run struct {
-	cfg    Config
+	cfg Config
+	// name is the command's: "demo" or "bench".
+	name   string
 	out    io.Writer // events and the human summary
 	events io.Writer // where event lines go (above the bars while they run)
 	cli    *clientv3.Client
@@ -261,13 +273,23 @@ type run struct {
 	restarted []string
 	// plot records the run for cfg.Plot; nil without.
 	plot *plotRec
+	// before and during are the writer's windows before the kill and
+	// from the restart to all live, for the bench's served/offered.
+	before, during WindowStats
 }
 
 // Run runs the demo and prints its summary on out: human text, or one JSON
 // object with cfg.JSON. It returns ErrCheck (wrapped) when the run ended
 // but digests differ or an acknowledged write was lost. Every process it
 // started is stopped before it returns, also when ctx ends; so is etcd.
-func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error) {
+func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
+	return runWith(ctx, cfg, out, "demo", (*run).printSummary)
+}
+
+// runWith is Run with the command's name (in the plot's title) and the
+// summary's printer: `rejoin demo` prints the demo's, `rejoin bench
+// --processes` its own (bench.go).
+func runWith(ctx context.Context, cfg Config, out io.Writer, name string, print func(*run) error) (sum Summary, err error) {
 	if err := cfg.Check(); err != nil {
 		return Summary{}, err
 	}
@@ -282,7 +304,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 			}
 		}
 	}()
-	r := &run{cfg: cfg, out: out, events: out, hc: &http.Client{Timeout: 5 * time.Second}, attempts: map[string]bool{}}
+	r := &run{cfg: cfg, name: name, out: out, events: out, hc: &http.Client{Timeout: 5 * time.Second}, attempts: map[string]bool{}}
 	if cfg.JSON {
 		r.events = cfg.Stderr
 	}
@@ -354,7 +376,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 		}
 		return r.sum, fmt.Errorf("%w (node logs in %s)", err, dir)
 	}
-	if err := r.printSummary(); err != nil {
+	if err := print(r); err != nil {
 		return r.sum, err
 	}
 	var checkErr error
@@ -418,7 +440,7 @@ func workDir(dir string) (string, bool, error) {
 // nodeFlags are the flags of node id beyond its identity.
 func (r *run) nodeFlags(id int) []string {
 	f := []string{"--node-ttl", r.cfg.NodeTTL.String(), "--claim-ttl", r.cfg.ClaimTTL.String(),
-		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--fault-points", "--pprof"}
+		"--incoming-max", strconv.Itoa(r.cfg.IncomingMax), "--outgoing-max", strconv.Itoa(r.cfg.OutgoingMax), "--fault-points", "--pprof"}
 	if r.certsDir != "" {
 		f = append(f, "--certs-dir", r.certsDir)
 		f = append(f, EtcdTLSFlags(r.certsDir, certs.NodeID(id))...)
@@ -502,6 +524,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	before := w.Phase()
+	r.before = before
 	r.sum.WritesPerSecBefore, r.sum.WriteP99MsBefore = before.PerSec, ms(before.P99)
 	r.eventf("before: %.0f writes/s, p99 %.2f ms", before.PerSec, ms(before.P99))
 	if before.Writes == 0 {
@@ -571,6 +594,7 @@ func (r *run) main(ctx context.Context) error {
 	finishBars()
 	r.sum.RejoinSeconds = allLive.Sub(restartAt).Seconds()
 	during := w.Phase()
+	r.during = during
 	r.sum.WritesPerSecDuring, r.sum.WriteP99MsDuring = during.PerSec, ms(during.P99)
 	r.eventf("every replica live %.2f s after the restart; during: %.0f writes/s, p99 %.2f ms",
 		r.sum.RejoinSeconds, during.PerSec, ms(during.P99))

@@ -18,6 +18,12 @@
 // the run's events; the data goes to FILE.csv beside the picture
 // (plotdata.go), and the picture is drawn from what that file reads back.
 //
+// bench.go is `rejoin bench --processes` (Bench): the same run in one
+// fixed shape, two nodes with every partition on both and a writer at a
+// fixed offered rate through n1, so that n2 rejoins every row of the
+// cluster (a Redis replica's full resync of N keys); its summary adds the
+// writes served against the rate offered, before and during the rejoin.
+//
 // export.go lends `rejoin chaos` (internal/chaos) the process helpers:
 // etcd as a process of its own and the node processes, each signalled and
 // killed by its pid only.

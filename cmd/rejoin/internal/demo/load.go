@@ -29,8 +29,12 @@ func bulkLoad(ctx context.Context, c *client.Client, rows, valueBytes int) (floa
 // WindowStats are the writer's figures over one phase.
 type WindowStats struct {
 	Writes, Errors, Uncertain int64
-	Seconds, PerSec           float64
-	P99                       time.Duration
+	// Missed: offers of a fixed-rate writer that found every caller busy
+	// (load.Window.Missed); they are not queued, so they count against
+	// the served rate.
+	Missed          int64
+	Seconds, PerSec float64
+	P99             time.Duration
 }
 
 // writer is bench/load's generator recording every acknowledged write,
@@ -56,7 +60,7 @@ func (w *writer) Phase() WindowStats {
 	sn := w.g.Snapshot()
 	win := sn.Since(w.last)
 	w.last = sn
-	return WindowStats{Writes: win.Txns, Errors: win.Errors, Uncertain: win.Uncertain, Seconds: win.Seconds,
+	return WindowStats{Writes: win.Txns, Errors: win.Errors, Uncertain: win.Uncertain, Missed: win.Missed, Seconds: win.Seconds,
 		PerSec: win.TxnsPerSec, P99: time.Duration(win.P99 * float64(time.Millisecond))}
 }
 

@@ -164,8 +164,8 @@ func (r *run) savePlot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	title := fmt.Sprintf("rejoin demo: fault %s, %d nodes, %d partitions x %d replicas, %d rows of %d bytes; %s killed and restarted",
-		r.cfg.Fault, r.cfg.Nodes, r.cfg.Partitions, r.cfg.Replicas, r.cfg.Rows, r.cfg.ValueBytes, r.sum.Victim)
+	title := fmt.Sprintf("rejoin %s: fault %s, %d nodes, %d partitions x %d replicas, %d rows of %d bytes; writes %s; %s killed and restarted",
+		r.name, r.cfg.Fault, r.cfg.Nodes, r.cfg.Partitions, r.cfg.Replicas, r.cfg.Rows, r.cfg.ValueBytes, rateText(r.cfg.WriteRate), r.sum.Victim)
 	d := r.plot.data(title, r.plot.rejoinPoints(tls, r.restarted))
 	if err := SavePlot(r.cfg.Plot, d); err != nil {
 		return err

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,6 +69,44 @@ func TestConfigCheck(t *testing.T) {
 		err := tc.cfg.Check()
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("Check(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestNodeFlagsOutgoingMax: the sources serve as many rejoins at once as
+// a destination takes (the nodes' own default, 2, capped a restarted node
+// hosting 64 partitions at 4 rejoins from two sources), unless set.
+func TestNodeFlagsOutgoingMax(t *testing.T) {
+	for _, tc := range []struct {
+		cfg      Config
+		in, out  string
+		checkErr string
+	}{
+		{cfg: Config{Binary: "x", Partitions: 96}, in: "96", out: "96"},
+		{cfg: Config{Binary: "x", Partitions: 96, IncomingMax: 8}, in: "8", out: "8"},
+		{cfg: Config{Binary: "x", Partitions: 96, IncomingMax: 8, OutgoingMax: 3}, in: "8", out: "3"},
+		{cfg: Config{Binary: "x", OutgoingMax: -1}, checkErr: "--outgoing-max -1"},
+	} {
+		err := tc.cfg.Check()
+		if tc.checkErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.checkErr) {
+				t.Errorf("Check(%+v) = %v, want %q", tc.cfg, err, tc.checkErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := (&run{cfg: tc.cfg}).nodeFlags(1)
+		flag := func(name string) string {
+			i := slices.Index(f, name)
+			if i < 0 || i+1 >= len(f) {
+				return ""
+			}
+			return f[i+1]
+		}
+		if in, out := flag("--incoming-max"), flag("--outgoing-max"); in != tc.in || out != tc.out {
+			t.Errorf("%+v: --incoming-max %q, --outgoing-max %q; want %q, %q", tc.cfg, in, out, tc.in, tc.out)
 		}
 	}
 }
