@@ -163,7 +163,14 @@ type Initiator struct {
 	// says a txn went out since the last tick.
 	idle int
 	sent bool
+	// beatTop is the highest heartbeat ID sent; every feed open then got
+	// it (BeatPast).
+	beatTop txnid.ID
 }
+
+// BeatPastAheadMillisMax bounds how far ahead of an initiator's clock an
+// ID given to BeatPast may be, in the clock's milliseconds.
+const BeatPastAheadMillisMax = 60_000
 
 // NewInitiator returns an Initiator with no feed.
 func NewInitiator(cfg InitiatorConfig, io InitiatorIO) (*Initiator, error) {
@@ -444,11 +451,43 @@ func (in *Initiator) Heartbeat() {
 	in.sent, in.idle = false, 0
 }
 
+// BeatPast sends a heartbeat above id on every open feed now, unless one
+// went out above it already: another initiator sequenced txns up to id,
+// and the replicas that got them run them only once every initiator they
+// track passed them (docs/DESIGN.md "Heartbeats on demand"). The ID
+// generator first moves above id, as for a feed's floor, so the
+// heartbeat passes id whatever this node's clock reads; an id at or
+// below what this initiator issued changes nothing but the heartbeat.
+// The periodic schedule is left as it is. An id more than BeatPastAheadMillisMax
+// ahead of this initiator's clock is ignored: a clock that far off is the
+// operator's to fix, and an ID near the end of the ID space would use it
+// up. BeatPast only ever adds a heartbeat, so ignoring one costs latency,
+// never order.
+func (in *Initiator) BeatPast(id txnid.ID) {
+	if id <= in.beatTop || id.UnixMillis()-in.cfg.Clock() > BeatPastAheadMillisMax {
+		return
+	}
+	var to []string
+	for node, f := range in.feeds {
+		if f.state == feedOpen {
+			to = append(to, node)
+		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	in.gen.Advance(id)
+	in.beat(to)
+}
+
 // beat sends one heartbeat to the nodes to, in name order; it takes an ID
 // even with none to send to.
 func (in *Initiator) beat(to []string) {
 	slices.Sort(to)
 	b := &wire.Beat{ID: in.gen.Next()}
+	if len(to) > 0 {
+		in.beatTop = b.ID
+	}
 	for _, node := range to {
 		if in.skip(node, b.ID) {
 			continue
