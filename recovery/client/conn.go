@@ -192,7 +192,9 @@ type conn struct {
 	// writes; what is left then goes to the writer goroutine (kick). So
 	// the calls made during one write share the next: one syscall and
 	// one TLS record for many, and no goroutine hop when calls are few.
-	// Bounded by the slots: at most PipelineMax frames.
+	// Its callers hold slots, but a caller that gives up frees its slot
+	// with its frame still queued, so out is bounded in bytes too
+	// (outBytesMax): past it the connection is taken for stuck and fails.
 	outMu   sync.Mutex
 	enc     wire.FrameEncoder
 	out     []byte
@@ -250,6 +252,11 @@ func (cn *conn) do(ctx context.Context, call *wire.Call) (Result, bool, error) {
 	}
 }
 
+// outBytesMax bounds the frames waiting in a connection's out (one frame
+// larger than it passes alone): that much unwritten means the node stopped
+// reading.
+const outBytesMax = 16 << 20
+
 // sendRoundsMax bounds the writes a caller makes for the others' calls
 // before it hands the rest to the writer goroutine, so that a caller's
 // own call never waits behind a stream of others.
@@ -260,8 +267,13 @@ const sendRoundsMax = 2
 // (or m's encoding's): the caller fails the connection.
 func (cn *conn) send(m *wire.Call) error {
 	cn.outMu.Lock()
+	at := len(cn.out)
 	out, err := cn.enc.AppendFrame(cn.out, m, cn.codec)
+	if err == nil && at > 0 && len(out) > outBytesMax {
+		err = fmt.Errorf("%d bytes of calls wait for the connection, limit %d: the node does not read", at, outBytesMax)
+	}
 	if err != nil {
+		cn.out = out[:at]
 		cn.outMu.Unlock()
 		return err
 	}
