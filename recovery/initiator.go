@@ -116,6 +116,8 @@ type feedOut struct {
 	// from the floor on and run nothing past what they have until it
 	// speaks, hear from it within a tick.
 	fresh bool
+	// beatTop is the highest heartbeat ID sent on it (BeatPast).
+	beatTop txnid.ID
 }
 
 // pendingCall is one call in flight.
@@ -163,9 +165,6 @@ type Initiator struct {
 	// says a txn went out since the last tick.
 	idle int
 	sent bool
-	// beatTop is the highest heartbeat ID sent; every feed open then got
-	// it (BeatPast).
-	beatTop txnid.ID
 }
 
 // BeatPastAheadMillisMax bounds how far ahead of an initiator's clock an
@@ -451,8 +450,8 @@ func (in *Initiator) Heartbeat() {
 	in.sent, in.idle = false, 0
 }
 
-// BeatPast sends a heartbeat above id on every open feed now, unless one
-// went out above it already: another initiator sequenced txns up to id,
+// BeatPast sends a heartbeat above id now on every open feed that has not
+// had one above it yet: another initiator sequenced txns up to id,
 // and the replicas that got them run them only once every initiator they
 // track passed them (docs/DESIGN.md "Heartbeats on demand"). The ID
 // generator first moves above id, as for a feed's floor, so the
@@ -464,13 +463,13 @@ func (in *Initiator) Heartbeat() {
 // up. BeatPast only ever adds a heartbeat, so ignoring one costs latency,
 // never order.
 func (in *Initiator) BeatPast(id txnid.ID) {
-	if id <= in.beatTop || id.UnixMillis()-in.cfg.Clock() > BeatPastAheadMillisMax {
+	if id.UnixMillis()-in.cfg.Clock() > BeatPastAheadMillisMax {
 		return
 	}
 	var to []string
 	for node, f := range in.feeds {
-		if f.state == feedOpen {
-			to = append(to, node)
+		if f.state == feedOpen && f.beatTop < id {
+			to = append(to, node) // a feed opened since the last heartbeat too
 		}
 	}
 	if len(to) == 0 {
@@ -485,14 +484,13 @@ func (in *Initiator) BeatPast(id txnid.ID) {
 func (in *Initiator) beat(to []string) {
 	slices.Sort(to)
 	b := &wire.Beat{ID: in.gen.Next()}
-	if len(to) > 0 {
-		in.beatTop = b.ID
-	}
 	for _, node := range to {
 		if in.skip(node, b.ID) {
 			continue
 		}
-		in.send(node, b) // a failed send closes the feed: FeedLost follows
+		if in.send(node, b) { // a failed send closes the feed: FeedLost follows
+			in.feeds[node].beatTop = b.ID
+		}
 	}
 }
 

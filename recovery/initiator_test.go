@@ -365,8 +365,9 @@ func TestInitiatorHeartbeat(t *testing.T) {
 // TestInitiatorBeatPast: asked to pass another initiator's ID, an
 // initiator sends one heartbeat above it on every open feed at once, its
 // clock far behind that ID notwithstanding; an ID at or below a heartbeat
-// it sent, or more than BeatPastAheadMillisMax ahead of its clock, sends
-// nothing, and its own IDs go on above the heartbeat.
+// a feed had sends nothing there (a feed opened since gets one), one more
+// than BeatPastAheadMillisMax ahead of its clock nothing at all, and its
+// own IDs go on above the heartbeat.
 func TestInitiatorBeatPast(t *testing.T) {
 	ti := newTestInitiator(t, 1000)
 	ti.BeatPast(txnid.Make(5, 0, 1)) // no feed open: nothing to beat on
@@ -406,6 +407,15 @@ func TestInitiatorBeatPast(t *testing.T) {
 		if got := beatsTo(); len(got) != 0 {
 			t.Fatalf("asked for %v under the heartbeat %v sent: %v", id, beat, got)
 		}
+	}
+	// A feed that opened since has not had that heartbeat: it alone gets
+	// one for the same ask.
+	ti.FeedLost("n3")
+	ti.SetView(ti.view)
+	ti.FeedOpened("n3", txnid.Zero)
+	ti.BeatPast(asked)
+	if got := beatsTo(); len(got) != 1 || got["n3"] <= beat {
+		t.Fatalf("asked for %v again after n3's feed opened anew: %v, want one heartbeat, to n3", asked, got)
 	}
 	far := txnid.Make(ti.now-txnid.EpochUnixMillis+BeatPastAheadMillisMax+1, 0, 1)
 	ti.BeatPast(far)

@@ -698,6 +698,9 @@ func (in *initiator) openFeed(node, addr string, missed []uint32) {
 	in.core.FeedOpened(node, floor)
 	in.mu.Unlock()
 	in.n.log.Info("feed open", "to", node)
+	if f := in.n.cfg.testFeedOpen; f != nil {
+		f(node)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

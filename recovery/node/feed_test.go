@@ -375,9 +375,26 @@ func TestFeedLostFromSupersededProcess(t *testing.T) {
 // write waited for the first periodic heartbeat, an hour away.
 func TestWritesNeedNoPeriodicBeat(t *testing.T) {
 	c := newClusterStarting(t, 3, 0, kv())
+	var mu sync.Mutex
+	open := map[string]bool{}
 	for id := 1; id <= 3; id++ {
-		c.startCfg(id, func(cfg *Config) { cfg.BeatEvery = time.Hour })
+		c.startCfg(id, func(cfg *Config) {
+			cfg.BeatEvery = time.Hour
+			cfg.testFeedOpen = func(node string) {
+				mu.Lock()
+				open[fmt.Sprintf("%d>%s", id, node)] = true
+				mu.Unlock()
+			}
+		})
 	}
+	// Every initiator's feed to every node open first: an initiator asks
+	// only the nodes it has a feed to, and a feed that opens after the
+	// last ask has its first heartbeat at the first tick, an hour away.
+	waitUntil(t, 20*time.Second, "every feed open", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(open) == 9
+	})
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	done := make(chan error, 1)
 	go func() {
