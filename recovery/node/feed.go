@@ -332,9 +332,14 @@ func (n *Node) feedOpenUpTo(in txnid.Initiator, inc uint64) bool {
 // writeQueue writes q's messages to conn, flushing when q runs dry, until
 // the connection fails or ctx ends. The BeatAsks of one burst go out as
 // one, the highest, written last before the flush: an ask orders nothing
-// on the feed, and the highest answers them all.
+// on the feed, and the highest answers them all. Of Beats queued one after
+// another with nothing between them only the last goes out: each is its
+// initiator's promise to send nothing below it, and they grow, so the
+// last says all the others do (heartbeats answering asks pile up so when
+// the writer waits for a CPU).
 func writeQueue(ctx context.Context, conn *stream.Conn, q <-chan wire.Message, stop <-chan struct{}) {
 	var ask wire.BeatAsk
+	var beat wire.Message // a Beat held back until the next message shows whether it is needed
 	for {
 		var m wire.Message
 		select {
@@ -347,17 +352,36 @@ func writeQueue(ctx context.Context, conn *stream.Conn, q <-chan wire.Message, s
 		}
 		ask.ID = txnid.Zero
 		for more := true; more; {
-			if a, ok := m.(*wire.BeatAsk); ok {
-				ask.ID = max(ask.ID, a.ID)
-			} else if err := conn.Write(ctx, m); err != nil {
-				conn.Close()
-				return
+			switch m := m.(type) {
+			case *wire.BeatAsk:
+				ask.ID = max(ask.ID, m.ID)
+			case *wire.Beat:
+				beat = m
+			default:
+				if beat != nil {
+					if err := conn.Write(ctx, beat); err != nil {
+						conn.Close()
+						return
+					}
+					beat = nil
+				}
+				if err := conn.Write(ctx, m); err != nil {
+					conn.Close()
+					return
+				}
 			}
 			select {
 			case m = <-q:
 			default:
 				more = false
 			}
+		}
+		if beat != nil {
+			if err := conn.Write(ctx, beat); err != nil {
+				conn.Close()
+				return
+			}
+			beat = nil
 		}
 		if ask.ID != txnid.Zero {
 			if err := conn.Write(ctx, &ask); err != nil {

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -430,5 +433,46 @@ func TestWritesNeedNoPeriodicBeat(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("writes through n1 not answered within 30 s: its replicas wait for the other initiators' periodic heartbeats")
+	}
+}
+
+// TestWriteQueueCoalesces: of a burst on a feed, Beats queued one after
+// another go out as the last of them, a Beat before a Txn goes out before
+// it, and the BeatAsks go out as one, the highest, last.
+func TestWriteQueueCoalesces(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	id := func(n int64) txnid.ID { return txnid.Make(1000+n, 0, 1) }
+	q := make(chan wire.Message, 16)
+	for _, m := range []wire.Message{&wire.Beat{ID: id(1)}, &wire.BeatAsk{ID: id(9)}, &wire.Beat{ID: id(2)}, &wire.Txn{Partition: 1, ID: id(3), Proc: "p"},
+		&wire.Beat{ID: id(4)}, &wire.BeatAsk{ID: id(11)}, &wire.Beat{ID: id(5)}, &wire.BeatAsk{ID: id(10)}} {
+		q <- m
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		writeQueue(context.Background(), stream.NewConn(a, stream.Config{Codec: wire.CodecNone}), q, stop)
+	}()
+	r := stream.NewConn(b, stream.Config{})
+	var got []string
+	for range 4 {
+		m, err := r.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *wire.Beat:
+			got = append(got, fmt.Sprintf("beat %d", m.ID.Millis()-1000))
+		case *wire.BeatAsk:
+			got = append(got, fmt.Sprintf("ask %d", m.ID.Millis()-1000))
+		case *wire.Txn:
+			got = append(got, fmt.Sprintf("txn %d", m.ID.Millis()-1000))
+		}
+	}
+	close(stop)
+	<-done
+	if want := "beat 2, txn 3, beat 5, ask 11"; strings.Join(got, ", ") != want {
+		t.Fatalf("wrote %s, want %s", strings.Join(got, ", "), want)
 	}
 }
