@@ -114,7 +114,8 @@
 // calls, Dones, ticks, membership views and feed events (FeedOpened,
 // DialFailed, FeedLost) in; txns and heartbeats per node, dials, closes
 // (InitiatorIO) and replies out. It owns the txn ID generator, the calls
-// in flight and whom each waits for, the heartbeat schedule in ticks, and
+// in flight and whom each waits for, the heartbeat schedule in ticks (and
+// the heartbeats another initiator asks for, BeatPast), and
 // each feed's state (dialing until its floor is in, open, lost with its
 // process, and the partitions missed while it had none). recovery/node,
 // the simulator and the bench drive it. TailRepair (tailrepair.go) is the

@@ -116,6 +116,8 @@ type feedOut struct {
 	// from the floor on and run nothing past what they have until it
 	// speaks, hear from it within a tick.
 	fresh bool
+	// beatTop is the highest heartbeat ID sent on it (BeatPast).
+	beatTop txnid.ID
 }
 
 // pendingCall is one call in flight.
@@ -164,6 +166,10 @@ type Initiator struct {
 	idle int
 	sent bool
 }
+
+// BeatPastAheadMillisMax bounds how far ahead of an initiator's clock an
+// ID given to BeatPast may be, in the clock's milliseconds.
+const BeatPastAheadMillisMax = 60_000
 
 // NewInitiator returns an Initiator with no feed.
 func NewInitiator(cfg InitiatorConfig, io InitiatorIO) (*Initiator, error) {
@@ -444,6 +450,35 @@ func (in *Initiator) Heartbeat() {
 	in.sent, in.idle = false, 0
 }
 
+// BeatPast sends a heartbeat above id now on every open feed that has not
+// had one above it yet: another initiator sequenced txns up to id,
+// and the replicas that got them run them only once every initiator they
+// track passed them (docs/DESIGN.md "Heartbeats on demand"). The ID
+// generator first moves above id, as for a feed's floor, so the
+// heartbeat passes id whatever this node's clock reads; an id at or
+// below what this initiator issued changes nothing but the heartbeat.
+// The periodic schedule is left as it is. An id more than BeatPastAheadMillisMax
+// ahead of this initiator's clock is ignored: a clock that far off is the
+// operator's to fix, and an ID near the end of the ID space would use it
+// up. BeatPast only ever adds a heartbeat, so ignoring one costs latency,
+// never order.
+func (in *Initiator) BeatPast(id txnid.ID) {
+	if id.UnixMillis()-in.cfg.Clock() > BeatPastAheadMillisMax {
+		return
+	}
+	var to []string
+	for node, f := range in.feeds {
+		if f.state == feedOpen && f.beatTop < id {
+			to = append(to, node) // a feed opened since the last heartbeat too
+		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	in.gen.Advance(id)
+	in.beat(to)
+}
+
 // beat sends one heartbeat to the nodes to, in name order; it takes an ID
 // even with none to send to.
 func (in *Initiator) beat(to []string) {
@@ -453,7 +488,9 @@ func (in *Initiator) beat(to []string) {
 		if in.skip(node, b.ID) {
 			continue
 		}
-		in.send(node, b) // a failed send closes the feed: FeedLost follows
+		if in.send(node, b) { // a failed send closes the feed: FeedLost follows
+			in.feeds[node].beatTop = b.ID
+		}
 	}
 }
 

@@ -362,6 +362,80 @@ func TestInitiatorHeartbeat(t *testing.T) {
 	}
 }
 
+// TestInitiatorBeatPast: asked to pass another initiator's ID, an
+// initiator sends one heartbeat above it on every open feed at once, its
+// clock far behind that ID notwithstanding; an ID at or below a heartbeat
+// a feed had sends nothing there (a feed opened since gets one), one more
+// than BeatPastAheadMillisMax ahead of its clock nothing at all, and its
+// own IDs go on above the heartbeat.
+func TestInitiatorBeatPast(t *testing.T) {
+	ti := newTestInitiator(t, 1000)
+	ti.BeatPast(txnid.Make(5, 0, 1)) // no feed open: nothing to beat on
+	ti.openAll(t)
+	beatsTo := func() map[string]txnid.ID {
+		got := map[string]txnid.ID{}
+		for _, node := range []string{"n1", "n2", "n3"} {
+			for _, m := range ti.io.take(node) {
+				b, ok := m.(*wire.Beat)
+				if !ok {
+					t.Fatalf("%s got %v, want heartbeats only", node, m)
+				}
+				if _, dup := got[node]; dup {
+					t.Fatalf("%s got two heartbeats", node)
+				}
+				got[node] = b.ID
+			}
+		}
+		return got
+	}
+	// Another initiator's clock runs 2 s ahead of this one's.
+	ms := ti.now - txnid.EpochUnixMillis + 2000
+	asked := txnid.Make(ms, 7, 1)
+	ti.BeatPast(asked)
+	got := beatsTo()
+	if len(got) != 3 {
+		t.Fatalf("heartbeats %v, want one on each of the 3 feeds", got)
+	}
+	beat := got["n1"]
+	for node, id := range got {
+		if id != beat || id <= asked || id.Initiator() != 9 {
+			t.Fatalf("%s got heartbeat %v; want one ID of initiator 9 above %v on every feed", node, id, asked)
+		}
+	}
+	for _, id := range []txnid.ID{asked, beat - 1, beat} {
+		ti.BeatPast(id)
+		if got := beatsTo(); len(got) != 0 {
+			t.Fatalf("asked for %v under the heartbeat %v sent: %v", id, beat, got)
+		}
+	}
+	// A feed that opened since has not had that heartbeat: it alone gets
+	// one for the same ask.
+	ti.FeedLost("n3")
+	ti.SetView(ti.view)
+	ti.FeedOpened("n3", txnid.Zero)
+	ti.BeatPast(asked)
+	if got := beatsTo(); len(got) != 1 || got["n3"] <= beat {
+		t.Fatalf("asked for %v again after n3's feed opened anew: %v, want one heartbeat, to n3", asked, got)
+	}
+	far := txnid.Make(ti.now-txnid.EpochUnixMillis+BeatPastAheadMillisMax+1, 0, 1)
+	ti.BeatPast(far)
+	if got := beatsTo(); len(got) != 0 {
+		t.Fatalf("asked for %v, %d ms ahead of the clock: %v", far, BeatPastAheadMillisMax+1, got)
+	}
+	if err := ti.submit(t, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if id := lastTxn(t, ti.io, "n1").ID; id <= beat {
+		t.Fatalf("txn %v after the heartbeat %v", id, beat)
+	}
+	ti.io.take("n1")
+	next := txnid.Make(ms+1, 0, 1)
+	ti.BeatPast(next)
+	if got := beatsTo(); len(got) != 3 || got["n2"] <= next {
+		t.Fatalf("asked for %v: %v, want a heartbeat above it on every feed", next, got)
+	}
+}
+
 // TestInitiatorMissed: a partition sequenced while a node holding a
 // replica of it has no feed (taken for dead, or its send failed) is named
 // in the hello of the next feed there, and only until that feed opens;

@@ -131,6 +131,17 @@ type Beat struct {
 	ID txnid.ID
 }
 
+// BeatAsk asks the node at the other end of a feed for a heartbeat: its
+// own initiator, which another initiator's txns do not reach, should send
+// a Beat above ID on each of its feeds. The feed's sender sequenced txns
+// up to ID, and the replicas that got them run them only once every
+// initiator they track has passed them; an idle initiator would pass them
+// only at its next periodic heartbeat (docs/DESIGN.md "Heartbeats on
+// demand"). It orders nothing on the feed it travels on.
+type BeatAsk struct {
+	ID txnid.ID
+}
+
 // Done is a replica's result of one executed Txn: Out, or Err if it failed.
 type Done struct {
 	Partition uint32
@@ -205,6 +216,9 @@ func (*Txn) Type() MsgType { return MsgTxn }
 func (*Beat) Type() MsgType { return MsgBeat }
 
 // Type implements Message.
+func (*BeatAsk) Type() MsgType { return MsgBeatAsk }
+
+// Type implements Message.
 func (*Done) Type() MsgType { return MsgDone }
 
 // Type implements Message.
@@ -230,6 +244,9 @@ func (*Txn) Header() MsgHeader { return MsgHeader{} }
 func (*Beat) Header() MsgHeader { return MsgHeader{} }
 
 // Header implements Message: the zero MsgHeader.
+func (*BeatAsk) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
 func (*Done) Header() MsgHeader { return MsgHeader{} }
 
 // Header implements Message: the zero MsgHeader.
@@ -249,6 +266,7 @@ const (
 	helloFields      = 6 // [kind, node, initiator, partition, epoch, [missed, ...]]
 	txnFields        = 4 // [partition, id, proc, params]
 	beatFields       = 1 // [id]
+	beatAskFields    = 1 // [id]
 	doneFields       = 4 // [partition, id, out, err]
 	callFields       = 5 // [req, partition, proc, params, each]
 	replyFields      = 6 // [req, id, out, err, [replicaOut, ...], uncertain]
@@ -284,6 +302,9 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 		return appendBin(dst, m.Params), true
 	case *Beat:
 		dst = AppendArrayHeader(dst, beatFields)
+		return appendUint(dst, uint64(m.ID)), true
+	case *BeatAsk:
+		dst = AppendArrayHeader(dst, beatAskFields)
 		return appendUint(dst, uint64(m.ID)), true
 	case *Done:
 		dst = AppendArrayHeader(dst, doneFields)
@@ -424,6 +445,11 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 	case MsgBeat:
 		var b Beat
 		r.fields(beatFields)
+		b.ID = r.txnID()
+		return &b
+	case MsgBeatAsk:
+		var b BeatAsk
+		r.fields(beatAskFields)
 		b.ID = r.txnID()
 		return &b
 	case MsgDone:

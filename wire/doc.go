@@ -16,7 +16,7 @@
 //     Block, Ack, Handoff, Abort, Heartbeat, Hold, HandoffAck) in its state
 //     machines.
 //   - recovery/node and recovery/client speak the cluster messages (Hello, Txn,
-//     Beat, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
+//     Beat, BeatAsk, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
 //     frames.
 //   - stream moves frames: it writes what AppendFrame or BlockWriter.Frame
 //     returned, and reads FrameHeaderBytes, calls ParseFrameHeader, reads
@@ -51,6 +51,7 @@
 //	Hello     [kind, node, initiator, partition, epoch]
 //	Txn       [partition, txnID, proc, params]
 //	Beat      [txnID]
+//	BeatAsk   [txnID]   (type 18: added after HandoffAck)
 //	Done      [partition, txnID, out, err]
 //	Call      [req, partition, proc, params, each]
 //	Reply     [req, txnID, out, err, [[node, out, err], ...], uncertain]

@@ -119,7 +119,7 @@ func FuzzDecodeBlock(f *testing.F) {
 // controlTypes are the message types other than Block: the rejoin control
 // messages and the cluster messages.
 var controlTypes = []MsgType{MsgPropose, MsgAnswer, MsgAck, MsgHandoff, MsgAbort, MsgHeartbeat,
-	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply, MsgRepair, MsgRepairEnd, MsgHold, MsgHandoffAck}
+	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply, MsgRepair, MsgRepairEnd, MsgHold, MsgHandoffAck, MsgBeatAsk}
 
 func FuzzDecodeControl(f *testing.F) {
 	for _, m := range allSampleMessages(f) {
@@ -337,6 +337,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	msgs := append(sampleMessages(t), compressibleBlock(t))
 	msgs = append(msgs, sampleClusterMessages(t)...)
 	msgs = append(msgs, lateRejoinMessages()...)
+	msgs = append(msgs, lateClusterMessages()...)
 	for _, c := range allCodecs {
 		for i, m := range msgs {
 			fr := mustFrame(t, m, c)
@@ -379,6 +380,13 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		write("FuzzDecodeControl", name, uint8(m.Type()), p)
 		write("FuzzDecodeControl", name+"-cut", uint8(m.Type()), p[:len(p)-1])
 		write("FuzzDecodeControl", name+"-wrong-type", uint8((m.Type()-MsgHello+1)%(MsgRepairEnd-MsgHello+1)+MsgHello), p)
+	}
+	for _, m := range lateClusterMessages() {
+		p := AppendMessage(nil, m)
+		name := m.Type().String()
+		write("FuzzDecodeControl", name, uint8(m.Type()), p)
+		write("FuzzDecodeControl", name+"-cut", uint8(m.Type()), p[:len(p)-1])
+		write("FuzzDecodeControl", name+"-wrong-type", uint8(MsgDone), p)
 	}
 	write("FuzzDecodeControl", "hello-kind-0", uint8(MsgHello), []byte{0x95, 0, 0xa2, 'n', '1', 1, 2, 3})
 	write("FuzzDecodeControl", "call-each-nil", uint8(MsgCall), []byte{0x95, 1, 2, 0xa1, 'p', 0xc4, 1, 0x90, 0xc0})

@@ -45,6 +45,11 @@ const (
 	MsgHandoffAck MsgType = 17 // destination -> source: live at E with this digest
 )
 
+// Cluster messages added after the late rejoin messages.
+const (
+	MsgBeatAsk MsgType = 18 // initiator -> initiator's node: beat above ID on every feed
+)
+
 func (t MsgType) String() string {
 	switch t {
 	case MsgPropose:
@@ -81,12 +86,14 @@ func (t MsgType) String() string {
 		return "Hold"
 	case MsgHandoffAck:
 		return "HandoffAck"
+	case MsgBeatAsk:
+		return "BeatAsk"
 	}
 	return "MsgType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Valid reports whether t is a known message type.
-func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgHandoffAck }
+func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgBeatAsk }
 
 // Rejoin reports whether t is a message of the rejoin protocol (Propose to
 // Heartbeat, Hold and HandoffAck), which has a MsgHeader, as opposed to a
@@ -113,8 +120,8 @@ func (h MsgHeader) Header() MsgHeader { return h }
 // Message is one message of the rejoin protocol or of the cluster. The
 // implementations are the pointer types *Propose, *Answer, *Block, *Ack,
 // *Handoff, *Abort, *Heartbeat, *Hold and *HandoffAck (the rejoin messages), and *Hello, *Txn,
-// *Beat, *Done, *Call, *Reply, *Repair and *RepairEnd (the cluster
-// messages, cluster.go);
+// *Beat, *BeatAsk, *Done, *Call, *Reply, *Repair and *RepairEnd (the
+// cluster messages, cluster.go);
 // DecodeMessage returns one of them and AppendMessage takes one.
 //
 // Header is the rejoin attempt's fencing header. A cluster message has

@@ -163,6 +163,43 @@ func TestPipelining(t *testing.T) {
 	}
 }
 
+// TestManyCallersOneConnection: 64 callers share one node's connection,
+// whose calls go out in shared writes (a caller writes the frames that
+// came in during the write before, then hands the rest to the writer
+// goroutine); every call reaches the node once and every answer its own
+// caller.
+func TestManyCallersOneConnection(t *testing.T) {
+	checkLeaks(t)
+	v := newEnv(t, 2, 1, nil)
+	c := v.open(t, Options{})
+	ctx := testCtx(t, 30*time.Second)
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 50 {
+				k := fmt.Sprintf("key-%d-%d", g, i)
+				if _, err := c.Upsert(ctx, "kv", kv(k, "v-"+k)...); err != nil {
+					t.Error(err)
+					return
+				}
+				row, err := c.Read(ctx, "kv", wire.Bytes([]byte(k)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(row) != 2 || string(row[1].Bytes) != "v-"+k {
+					t.Errorf("read %s: %v", k, row)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := v.nodes[0].Calls(); n != 64*50*2 {
+		t.Fatalf("node got %d calls, want %d", n, 64*50*2)
+	}
+}
+
 func TestErrorReply(t *testing.T) {
 	checkLeaks(t)
 	v := newEnv(t, 2, 1, nil)

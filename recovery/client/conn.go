@@ -98,8 +98,9 @@ func (n *node) get(ctx context.Context) (*conn, error) {
 	}
 	n.failures, n.retryAt = 0, time.Time{}
 	n.cur = cn
-	n.c.wg.Add(1)
+	n.c.wg.Add(2)
 	go cn.read()
+	go cn.write()
 	return cn, nil
 }
 
@@ -151,6 +152,9 @@ func (n *node) dial(ctx context.Context, addr string) (*conn, error) {
 		n:       n,
 		sc:      sc,
 		slots:   make(chan struct{}, n.c.opts.PipelineMax),
+		codec:   cfg.Codec,
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
 		pending: make(map[uint64]*pendingCall),
 	}, nil
 }
@@ -180,8 +184,24 @@ type conn struct {
 	n     *node
 	sc    *stream.Conn
 	slots chan struct{} // in-flight calls
+	codec wire.Codec
 
-	sendMu sync.Mutex
+	// out holds the frames of calls not yet written. A caller appends its
+	// frame and, unless a write is under way, writes out itself, and
+	// again for the frames that came in meanwhile, at most sendRoundsMax
+	// writes; what is left then goes to the writer goroutine (kick). So
+	// the calls made during one write share the next: one syscall and
+	// one TLS record for many, and no goroutine hop when calls are few.
+	// Its callers hold slots, but a caller that gives up frees its slot
+	// with its frame still queued, so out is bounded in bytes too
+	// (outBytesMax): past it the connection is taken for stuck and fails.
+	outMu   sync.Mutex
+	enc     wire.FrameEncoder
+	out     []byte
+	spare   []byte
+	writing bool          // a caller or the writer goroutine writes out
+	kick    chan struct{} // capacity 1: out is the writer goroutine's
+	done    chan struct{} // closed when the connection broke
 
 	mu      sync.Mutex
 	nextReq uint64
@@ -210,10 +230,7 @@ func (cn *conn) do(ctx context.Context, call *wire.Call) (Result, bool, error) {
 
 	m := *call
 	m.Req = req
-	cn.sendMu.Lock()
-	err := cn.sc.Send(ctx, &m)
-	cn.sendMu.Unlock()
-	if err != nil {
+	if err := cn.send(&m); err != nil {
 		// Part of the frame may have gone out: uncertain. The reader
 		// fails the other calls in flight.
 		cn.fail(err)
@@ -235,6 +252,88 @@ func (cn *conn) do(ctx context.Context, call *wire.Call) (Result, bool, error) {
 	}
 }
 
+// outBytesMax bounds the frames waiting in a connection's out (one frame
+// larger than it passes alone): that much unwritten means the node stopped
+// reading.
+const outBytesMax = 16 << 20
+
+// sendRoundsMax bounds the writes a caller makes for the others' calls
+// before it hands the rest to the writer goroutine, so that a caller's
+// own call never waits behind a stream of others.
+const sendRoundsMax = 2
+
+// send queues m's frame and writes it, with whatever else waits, unless a
+// write is under way, which then takes it. An error is the connection's
+// (or m's encoding's): the caller fails the connection.
+func (cn *conn) send(m *wire.Call) error {
+	cn.outMu.Lock()
+	at := len(cn.out)
+	out, err := cn.enc.AppendFrame(cn.out, m, cn.codec)
+	if err == nil && at > 0 && len(out) > outBytesMax {
+		err = fmt.Errorf("%d bytes of calls wait for the connection, limit %d: the node does not read", at, outBytesMax)
+	}
+	if err != nil {
+		cn.out = out[:at]
+		cn.outMu.Unlock()
+		return err
+	}
+	cn.out = out
+	if cn.writing {
+		cn.outMu.Unlock()
+		return nil
+	}
+	cn.writing = true
+	return cn.writeOutLocked(sendRoundsMax)
+}
+
+// writeOutLocked writes out until it is empty, in at most rounds writes
+// (0: no bound), then clears writing; past the bound it leaves writing
+// set and kicks the writer goroutine, whose out it now is. Called with
+// outMu held; returns with it released.
+func (cn *conn) writeOutLocked(rounds int) error {
+	for i := 0; ; i++ {
+		if len(cn.out) == 0 {
+			cn.writing = false
+			cn.outMu.Unlock()
+			return nil
+		}
+		if rounds > 0 && i == rounds {
+			cn.outMu.Unlock()
+			cn.kick <- struct{}{} // never full: only the one writing kicks, once
+			return nil
+		}
+		batch := cn.out
+		cn.out = cn.spare[:0]
+		cn.outMu.Unlock()
+		err := cn.sc.SendFrame(context.Background(), batch)
+		cn.outMu.Lock()
+		cn.spare = batch[:0]
+		if err != nil {
+			cn.out, cn.writing = cn.out[:0], false
+			cn.outMu.Unlock()
+			return err
+		}
+	}
+}
+
+// write is the connection's writer goroutine: it writes what a caller
+// handed over (writeOutLocked) until the connection breaks.
+func (cn *conn) write() {
+	defer cn.n.c.wg.Done()
+	for {
+		select {
+		case <-cn.kick:
+			cn.outMu.Lock()
+			if err := cn.writeOutLocked(0); err != nil {
+				cn.fail(err)
+				return
+			}
+		case <-cn.done:
+			return
+		}
+	}
+}
+
 // fail breaks the connection: every call in flight fails with
 // ErrUncertain, and the node dials anew on its next call.
 func (cn *conn) fail(cause error) {
@@ -247,6 +346,7 @@ func (cn *conn) fail(cause error) {
 		cause = fmt.Errorf("%w: %w", ErrClosed, cause)
 	}
 	cn.broken = fmt.Errorf("node %s: connection broken: %w", cn.n.id, cause)
+	close(cn.done)
 	pending := cn.pending
 	cn.pending = nil
 	cn.mu.Unlock()

@@ -8,7 +8,11 @@
 //
 // The client keeps at most one connection per node. A reader goroutine per
 // connection matches replies to calls; up to Options.PipelineMax calls are
-// in flight on a connection at once. A call goes to the allowed live nodes
+// in flight on a connection at once. Calls made while a write is under way
+// share the next write: a caller writes its own frame and those queued
+// meanwhile, and past two writes hands the rest to the connection's writer
+// goroutine, so many callers cost a syscall and a TLS record per write,
+// not per call, and one caller no goroutine hop. A call goes to the allowed live nodes
 // round-robin; a node that cannot be reached is skipped, redialled later
 // with backoff, and the node records are read again from etcd, so a node
 // that restarted on a new address is found.

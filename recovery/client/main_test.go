@@ -24,7 +24,7 @@ func checkLeaks(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 }
 
-func testCtx(t *testing.T, d time.Duration) context.Context {
+func testCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -38,7 +38,7 @@ type env struct {
 	nodes   []*clienttest.Node
 }
 
-func newEnv(t *testing.T, partitions uint32, nodes int, hook clienttest.Hook) *env {
+func newEnv(t testing.TB, partitions uint32, nodes int, hook clienttest.Hook) *env {
 	t.Helper()
 	e, err := claim.StartEmbedded(t.TempDir(), claim.EmbeddedOptions{UnsafeNoFsync: true})
 	if err != nil {
@@ -74,7 +74,7 @@ func newEnv(t *testing.T, partitions uint32, nodes int, hook clienttest.Hook) *e
 	return v
 }
 
-func (v *env) open(t *testing.T, opts Options) *Client {
+func (v *env) open(t testing.TB, opts Options) *Client {
 	t.Helper()
 	c, err := Open(testCtx(t, 10*time.Second), v.cli, opts)
 	if err != nil {

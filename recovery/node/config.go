@@ -132,6 +132,9 @@ type Config struct {
 	// testNoFeedTo, in tests, keeps the initiator's feed to node from
 	// opening, as a dial that fails every time.
 	testNoFeedTo func(node string) bool
+	// testFeedOpen, in tests, hears of each feed this node's initiator
+	// opened (its floor in), by the node it goes to.
+	testFeedOpen func(node string)
 	// testRepairDelay, in tests, holds each repair answer this long: a
 	// repair still under way when the dead initiator's node is back.
 	testRepairDelay time.Duration

@@ -38,8 +38,9 @@
 //     Call.Each asks for every replica's result (verify uses it with the
 //     read-only `digest` procedure: all replicas answer at one txn ID).
 //   - feed: an initiator's txns (wire.Txn) and heartbeats (wire.Beat) for
-//     every replica on the node; the node answers a wire.Done per
-//     executed txn. One feed per initiator and node, in txn-ID order. The
+//     every replica on the node, and its asks (wire.BeatAsk) that the
+//     node's own initiator beat past the txns it sent; the node answers a
+//     wire.Done per executed txn. One feed per initiator and node, in txn-ID order. The
 //     Hello's Epoch is the sending process's incarnation (its start
 //     time), so a receiver tells a restarted node's feed from a redial.
 //   - repair: a peer replica node asks for a dead initiator's txns past
@@ -109,7 +110,13 @@
 // copy and survives the loss of any one node. A rejoining replica gets
 // the feed too (its destination buffers it) but is not waited for. When
 // a feed breaks, the initiator stops waiting for that node. An idle feed
-// carries a heartbeat every BeatEvery.
+// carries a heartbeat every BeatEvery. After each call it sequences, the
+// initiator asks every other node's initiator, on its feed there, for a
+// heartbeat above the call's txn ID (wire.BeatAsk, one per burst the feed
+// writer flushes), and a node that reads one has its own initiator beat
+// past it at once (recovery.Initiator.BeatPast): the replicas that got
+// the txn wait for the other initiators a round trip, not up to a
+// BeatEvery (docs/DESIGN.md "Heartbeats on demand").
 //
 // When a feed from an initiator ends, nothing more of it can arrive (TCP).
 // A node that dies while sending a txn may have reached some replicas of

@@ -288,6 +288,8 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 			for _, r := range n.hosted() {
 				r.do(func(r *replica) { r.onBeat(id) })
 			}
+		case *wire.BeatAsk:
+			n.init.beatPast(m.ID)
 		default:
 			return fmt.Errorf("feed: unexpected %v", m.Type())
 		}
@@ -355,9 +357,70 @@ func (n *Node) feedOpenUpTo(in txnid.Initiator, inc uint64) bool {
 }
 
 // writeQueue writes q's messages to conn, flushing when q runs dry, until
-// the connection fails or ctx ends.
+// the connection fails or ctx ends. The BeatAsks of one burst go out as
+// one, the highest, written last before the flush: an ask orders nothing
+// on the feed, and the highest answers them all. Of Beats queued one after
+// another with nothing between them only the last goes out: each is its
+// initiator's promise to send nothing below it, and they grow, so the
+// last says all the others do (heartbeats answering asks pile up so when
+// the writer waits for a CPU).
 func writeQueue(ctx context.Context, conn *stream.Conn, q <-chan wire.Message, stop <-chan struct{}) {
-	writeQueueOf(ctx, conn, q, stop, func(m wire.Message) wire.Message { return m }, nil)
+	var ask wire.BeatAsk
+	var beat wire.Message // a Beat held back until the next message shows whether it is needed
+	for {
+		var m wire.Message
+		select {
+		case m = <-q:
+		case <-ctx.Done():
+			conn.Close()
+			return
+		case <-stop:
+			return
+		}
+		ask.ID = txnid.Zero
+		for more := true; more; {
+			switch m := m.(type) {
+			case *wire.BeatAsk:
+				ask.ID = max(ask.ID, m.ID)
+			case *wire.Beat:
+				beat = m
+			default:
+				if beat != nil {
+					if err := conn.Write(ctx, beat); err != nil {
+						conn.Close()
+						return
+					}
+					beat = nil
+				}
+				if err := conn.Write(ctx, m); err != nil {
+					conn.Close()
+					return
+				}
+			}
+			select {
+			case m = <-q:
+			default:
+				more = false
+			}
+		}
+		if beat != nil {
+			if err := conn.Write(ctx, beat); err != nil {
+				conn.Close()
+				return
+			}
+			beat = nil
+		}
+		if ask.ID != txnid.Zero {
+			if err := conn.Write(ctx, &ask); err != nil {
+				conn.Close()
+				return
+			}
+		}
+		if err := conn.Flush(); err != nil {
+			conn.Close()
+			return
+		}
+	}
 }
 
 // writeQueueOf is writeQueue for queues of T, msg's message each, calling
@@ -532,6 +595,9 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 		} else {
 			in.mu.Lock()
 			err = in.core.Submit(in.viewLocked(v), registered, req, send)
+			if err == nil {
+				in.askBeatsLocked(in.core.Last())
+			}
 			in.mu.Unlock()
 		}
 		var unfed *recovery.UnfedError
@@ -558,6 +624,32 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 		case <-in.n.ctx.Done():
 		}
 	}
+}
+
+// askBeatsLocked asks every other node's initiator for a heartbeat above
+// id, the txn just sent, so the replicas that got it need not wait for
+// their periodic heartbeats (docs/DESIGN.md "Heartbeats on demand"); in.mu
+// held. An ask is only ever a shortcut: one that finds a full queue is
+// dropped, and the feed stays.
+func (in *initiator) askBeatsLocked(id txnid.ID) {
+	ask := &wire.BeatAsk{ID: id}
+	for node, f := range in.outs {
+		if node == in.n.id {
+			continue // this initiator sent id: it is past it
+		}
+		select {
+		case f.q <- ask:
+		default:
+		}
+	}
+}
+
+// beatPast answers a BeatAsk from another initiator's feed: this
+// initiator's heartbeat above id on every feed it has open.
+func (in *initiator) beatPast(id txnid.ID) {
+	in.mu.Lock()
+	in.core.BeatPast(id)
+	in.mu.Unlock()
 }
 
 // feedFloorWait bounds the wait for a feed's floor. The receiver sends it
@@ -668,6 +760,9 @@ func (in *initiator) openFeed(node, addr string, missed []uint32) {
 	in.core.FeedOpened(node, floor)
 	in.mu.Unlock()
 	in.n.log.Info("feed open", "to", node)
+	if f := in.n.cfg.testFeedOpen; f != nil {
+		f(node)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -365,4 +368,111 @@ func TestFeedLostFromSupersededProcess(t *testing.T) {
 		return true
 	})
 	checkDigests(t, cl, 2, 3)
+}
+
+// TestWritesNeedNoPeriodicBeat: the replicas of a write through n1 run it
+// only once n2's and n3's initiators have passed it. With their periodic
+// heartbeats an hour apart, only the heartbeats n1's BeatAsks call for
+// let them, so every write is answered well within the test's bound
+// (docs/DESIGN.md "Heartbeats on demand"). Without the asks, the first
+// write waited for the first periodic heartbeat, an hour away.
+func TestWritesNeedNoPeriodicBeat(t *testing.T) {
+	c := newClusterStarting(t, 3, 0, kv())
+	var mu sync.Mutex
+	open := map[string]bool{}
+	for id := 1; id <= 3; id++ {
+		c.startCfg(id, func(cfg *Config) {
+			cfg.BeatEvery = time.Hour
+			cfg.testFeedOpen = func(node string) {
+				mu.Lock()
+				open[fmt.Sprintf("%d>%s", id, node)] = true
+				mu.Unlock()
+			}
+		})
+	}
+	// Every initiator's feed to every node open first: an initiator asks
+	// only the nodes it has a feed to, and a feed that opens after the
+	// last ask has its first heartbeat at the first tick, an hour away.
+	waitUntil(t, 20*time.Second, "every feed open", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(open) == 9
+	})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	done := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			_, err := cl.call(0, partition.ProcDigest, false)
+			if err == nil {
+				break
+			}
+			if !strings.Contains(err.Error(), "not bootstrapped") && !strings.Contains(err.Error(), "no feed open") || time.Now().After(deadline) {
+				done <- fmt.Errorf("cluster not writable: %w", err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for i := range 50 {
+			key := wire.Bytes(fmt.Appendf(nil, "key-%06d", i))
+			p, err := partition.RouteValues([]wire.Value{key}, 2)
+			if err == nil {
+				_, err = cl.call(p, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes([]byte("v")))
+			}
+			if err != nil {
+				done <- fmt.Errorf("upsert %d: %w", i, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("writes through n1 not answered within 30 s: its replicas wait for the other initiators' periodic heartbeats")
+	}
+}
+
+// TestWriteQueueCoalesces: of a burst on a feed, Beats queued one after
+// another go out as the last of them, a Beat before a Txn goes out before
+// it, and the BeatAsks go out as one, the highest, last.
+func TestWriteQueueCoalesces(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	id := func(n int64) txnid.ID { return txnid.Make(1000+n, 0, 1) }
+	q := make(chan wire.Message, 16)
+	for _, m := range []wire.Message{&wire.Beat{ID: id(1)}, &wire.BeatAsk{ID: id(9)}, &wire.Beat{ID: id(2)}, &wire.Txn{Partition: 1, ID: id(3), Proc: "p"},
+		&wire.Beat{ID: id(4)}, &wire.BeatAsk{ID: id(11)}, &wire.Beat{ID: id(5)}, &wire.BeatAsk{ID: id(10)}} {
+		q <- m
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		writeQueue(context.Background(), stream.NewConn(a, stream.Config{Codec: wire.CodecNone}), q, stop)
+	}()
+	r := stream.NewConn(b, stream.Config{})
+	var got []string
+	for range 4 {
+		m, err := r.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *wire.Beat:
+			got = append(got, fmt.Sprintf("beat %d", m.ID.Millis()-1000))
+		case *wire.BeatAsk:
+			got = append(got, fmt.Sprintf("ask %d", m.ID.Millis()-1000))
+		case *wire.Txn:
+			got = append(got, fmt.Sprintf("txn %d", m.ID.Millis()-1000))
+		}
+	}
+	close(stop)
+	<-done
+	if want := "beat 2, txn 3, beat 5, ask 11"; strings.Join(got, ", ") != want {
+		t.Fatalf("wrote %s, want %s", strings.Join(got, ", "), want)
+	}
 }

@@ -238,13 +238,22 @@ func upsert(t *testing.T, c *rawClient, parts uint32, i int) {
 }
 
 // checkDigests reads every partition's digest on every replica at one
-// txn and fails on a difference or a missing live replica.
+// txn and fails on a difference or a missing live replica. A replica just
+// gone live answers once the calling node's membership view has it live
+// (polled every 100 ms, from etcd): fewer answers are read again, up to
+// 5 s.
 func checkDigests(t *testing.T, c *rawClient, parts uint32, replicas int) {
 	t.Helper()
 	for p := range parts {
-		r, err := c.call(p, partition.ProcDigest, true)
-		if err != nil {
-			t.Fatalf("digest of %d: %v", p, err)
+		var r *wire.Reply
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var err error
+			if r, err = c.call(p, partition.ProcDigest, true); err != nil {
+				t.Fatalf("digest of %d: %v", p, err)
+			}
+			if len(r.Each) == replicas || time.Now().After(deadline) {
+				break
+			}
 		}
 		if len(r.Each) != replicas {
 			t.Fatalf("partition %d: %d replicas answered, want %d", p, len(r.Each), replicas)

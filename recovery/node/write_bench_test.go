@@ -32,9 +32,26 @@ func BenchmarkWrite(b *testing.B) {
 		for _, callers := range []int{1, 64} {
 			for _, tls := range []bool{true, false} {
 				b.Run(fmt.Sprintf("nodes=%d/replicas=%d/callers=%d/tls=%s", shape.nodes, shape.replicas, callers, onOff(tls)), func(b *testing.B) {
-					benchWrite(b, shape.nodes, shape.replicas, callers, tls)
+					benchWrite(b, shape.nodes, shape.replicas, callers, tls, nil)
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkWriteGateway is BenchmarkWrite in the demo's shape: every
+// call goes through one node, n1, as the demo's writer's do, so n1's
+// initiator sequences every txn while n2's and n3's only heartbeat, and
+// a replica's safe point waits for those heartbeats (docs/DESIGN.md
+// "Heartbeats on demand").
+//
+//	go test -run '^$' -bench BenchmarkWriteGateway -benchtime 20000x ./recovery/node/
+func BenchmarkWriteGateway(b *testing.B) {
+	for _, callers := range []int{1, 64} {
+		for _, tls := range []bool{true, false} {
+			b.Run(fmt.Sprintf("nodes=3/replicas=2/callers=%d/tls=%s/gateway=n1", callers, onOff(tls)), func(b *testing.B) {
+				benchWrite(b, 3, 2, callers, tls, []string{NodeName(1)})
+			})
 		}
 	}
 }
@@ -46,10 +63,12 @@ func onOff(on bool) string {
 	return "off"
 }
 
-func benchWrite(b *testing.B, nodes, replicas, callers int, tls bool) {
+// benchWrite runs the write benchmark; gateways, if not empty, are the
+// nodes the client calls (client.Options.Nodes).
+func benchWrite(b *testing.B, nodes, replicas, callers int, tls bool, gateways []string) {
 	cfg := layout.Config{Partitions: 4, Replicas: replicas, Tables: []layout.Table{layout.KV()}}
 	c := newClusterStarting(b, nodes, 0, cfg)
-	var opts client.Options
+	opts := client.Options{Nodes: gateways}
 	for id := 1; id <= nodes; id++ {
 		c.startCfg(id, func(cfg *Config) {
 			if !tls {
