@@ -122,6 +122,14 @@
 // rule of a dead initiator's tail repair beside it: which peers a replica
 // asks, and when the repair counts as failed.
 //
+// Settle (settle.go) is the settlement of a lost registration as a pure
+// function: what a node knows when it registers again (whether its lease
+// lapsed, its feeds in at the loss and now, the processes alive and
+// registered meanwhile, what their feed hellos told since the outage
+// began) in; keep the replicas, fail these partitions, or wait for a
+// node's feed out (docs/DESIGN.md "Settling a lapse"). recovery/node and
+// the simulator drive it.
+//
 // # Invariants
 //
 //   - Every message carries the attempt's fencing epoch; a lower one is

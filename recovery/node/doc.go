@@ -275,8 +275,11 @@
 // tie a feed to the node's process (its record's Started), so a node that
 // re-registers receives every txn sequenced meanwhile. After a lapsed
 // registration, its replicas stay live only if every node registered now
-// or meanwhile has the feed into it that was open when the term ended;
-// otherwise they are failed and rejoin. An initiator stops waiting for a
+// or meanwhile has the feed into it that was open when the term ended, or
+// its process's hellos since the outage began name none of their
+// partitions; otherwise they are failed and rejoin. The decision is
+// recovery.Settle; this package reads what it needs and waits, boundedly,
+// for a feed it names. An initiator stops waiting for a
 // replica that its view no longer has live. Every wait on etcd before the
 // node is ready is bounded by Config.EtcdTimeout (`--etcd-timeout`).
 //
