@@ -35,20 +35,29 @@ func Nodes(ctx context.Context, cli *clientv3.Client) ([]NodeRecord, error) {
 // r.State. The node calls it when the replica changes state (a rejoin
 // done, a start with needs-rejoin replicas).
 func SetReplica(ctx context.Context, cli *clientv3.Client, r Replica) error {
-	if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
-		return err
-	}
-	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
-		return fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
-	}
-	val, err := encode(r)
+	key, val, err := encodeReplica(r)
 	if err != nil {
 		return err
 	}
-	if _, err := cli.Put(ctx, ReplicaKey(r.Partition, r.Node), val); err != nil {
+	if _, err := cli.Put(ctx, key, val); err != nil {
 		return fmt.Errorf("supervise: set replica %d on %s: %w", r.Partition, r.Node, err)
 	}
 	return nil
+}
+
+// encodeReplica checks r and returns its record's key and value: what
+// SetReplica, UpdateReplica and SetReplicas write.
+func encodeReplica(r Replica) (key, val string, err error) {
+	if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
+		return "", "", err
+	}
+	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
+		return "", "", fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
+	}
+	if val, err = encode(r); err != nil {
+		return "", "", err
+	}
+	return ReplicaKey(r.Partition, r.Node), val, nil
 }
 
 // ErrNotPlaced: UpdateReplica found no record of the replica: the
@@ -61,17 +70,10 @@ var ErrNotPlaced = errors.New("supervise: replica not placed")
 // state change of the node that drops it (docs/DESIGN.md "Membership
 // moves").
 func UpdateReplica(ctx context.Context, cli *clientv3.Client, r Replica) error {
-	if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
-		return err
-	}
-	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
-		return fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
-	}
-	val, err := encode(r)
+	key, val, err := encodeReplica(r)
 	if err != nil {
 		return err
 	}
-	key := ReplicaKey(r.Partition, r.Node)
 	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).Then(clientv3.OpPut(key, val)).Commit()
 	if err != nil {
 		return fmt.Errorf("supervise: update replica %d on %s: %w", r.Partition, r.Node, err)
@@ -94,17 +96,11 @@ const ReplicasTxnOpsMax = 64
 func SetReplicas(ctx context.Context, cli *clientv3.Client, rs []Replica) error {
 	ops := make([]clientv3.Op, 0, len(rs))
 	for _, r := range rs {
-		if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
-			return err
-		}
-		if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
-			return fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
-		}
-		val, err := encode(r)
+		key, val, err := encodeReplica(r)
 		if err != nil {
 			return err
 		}
-		ops = append(ops, clientv3.OpPut(ReplicaKey(r.Partition, r.Node), val))
+		ops = append(ops, clientv3.OpPut(key, val))
 	}
 	for len(ops) > 0 {
 		n := min(len(ops), ReplicasTxnOpsMax)
