@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 )
 
 // The across-process bench (`rejoin bench --processes`) is the demo's run
@@ -119,16 +117,5 @@ func WriteBenchText(w io.Writer, s BenchSummary) error {
 		s.OfferedWritesPerSec, s.Gateway, s.WritesPerSecBefore, 100*s.ServedRatioBefore, s.WriteP99MsBefore)
 	fmt.Fprintf(w, "            served during the rejoin %.0f/s (%.1f%% of offered, p99 %.2f ms; %d offers missed); %d failed, %d uncertain\n",
 		s.WritesPerSecDuring, 100*s.ServedRatioDuring, s.WriteP99MsDuring, s.WritesMissedDuring, s.WriteErrors, s.WritesUncertain)
-	match := "all match"
-	if !s.DigestsMatch {
-		match = fmt.Sprintf("MISMATCH in partitions %v", badPartitions(s.Digests))
-	}
-	fmt.Fprintf(w, "digests     %d replicas checked at a common txn ID per partition: %s\n", s.ReplicasChecked, match)
-	if len(s.Digests) > 0 {
-		if err := clusterview.RenderDigests(newIndent(w), clusterview.DigestReport{Partitions: s.Digests}); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(w, "acked       %d acknowledged writes read back, %d lost\n", s.AckedWritesChecked, s.AckedWritesLost)
-	return nil
+	return writeChecks(w, s.Summary)
 }

@@ -53,6 +53,18 @@ func WriteText(w io.Writer, s Summary) error {
 		s.StreamSeconds, s.RowsPerSec, s.MBPerSec, s.HandoffPauseMs, s.Attempts, s.TaskAttempts, s.BlocksResent)
 	fmt.Fprintf(w, "writes      before %.0f/s (p99 %.2f ms); during rejoin %.0f/s (p99 %.2f ms); while down %.0f/s; %d failed, %d uncertain\n",
 		s.WritesPerSecBefore, s.WriteP99MsBefore, s.WritesPerSecDuring, s.WriteP99MsDuring, s.WritesPerSecOutage, s.WriteErrors, s.WritesUncertain)
+	if err := writeChecks(w, s); err != nil {
+		return err
+	}
+	for _, e := range s.LostExamples {
+		fmt.Fprintf(w, "            lost: %s\n", e)
+	}
+	return nil
+}
+
+// writeChecks prints the run's checks, the demo's and the bench's alike:
+// the digests compared and the acknowledged writes read back.
+func writeChecks(w io.Writer, s Summary) error {
 	match := "all match"
 	if !s.DigestsMatch {
 		match = fmt.Sprintf("MISMATCH in partitions %v", badPartitions(s.Digests))
@@ -64,9 +76,6 @@ func WriteText(w io.Writer, s Summary) error {
 		}
 	}
 	fmt.Fprintf(w, "acked       %d acknowledged writes read back, %d lost\n", s.AckedWritesChecked, s.AckedWritesLost)
-	for _, e := range s.LostExamples {
-		fmt.Fprintf(w, "            lost: %s\n", e)
-	}
 	return nil
 }
 
