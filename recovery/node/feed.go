@@ -86,20 +86,27 @@ func (f *feedIns) tellLocked(node string, inc uint64, missed []uint32) {
 	}
 }
 
-// toldSince returns what the hellos of node's process inc numbered above
-// from said it missed, and whether any of its hellos came at all, before
-// or after from.
-func (f *feedIns) toldSince(node string, inc, from uint64) (missed []uint32, hello, since bool) {
+// toldSince returns, for each process of each node that sent a hello,
+// whether any of its hellos is numbered above from, and what those said
+// it missed: what a settlement of the outage that began at from reads.
+func (f *feedIns) toldSince(from uint64) map[string]map[uint64]recovery.SettleTold {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, h := range f.told[node][inc] {
-		hello = true
-		if h.seq > from {
-			since = true
-			missed = append(missed, h.missed...)
+	out := make(map[string]map[uint64]recovery.SettleTold, len(f.told))
+	for node, byInc := range f.told {
+		out[node] = make(map[uint64]recovery.SettleTold, len(byInc))
+		for inc, hellos := range byInc {
+			var t recovery.SettleTold
+			for _, h := range hellos {
+				if h.seq > from {
+					t.Since = true
+					t.Missed = append(t.Missed, h.missed...)
+				}
+			}
+			out[node][inc] = t
 		}
 	}
-	return missed, hello, since
+	return out
 }
 
 // hold holds every result from now until release.
@@ -136,10 +143,6 @@ type feedIn struct {
 	// redialled is closed when a feed of the same incarnation replaces
 	// this one: the initiator lives, so its tail cannot be repaired.
 	redialled chan struct{}
-	// missed are the partitions whose txns the initiator's process
-	// sequenced without a feed to this node before this one opened
-	// (wire.Hello.Missed).
-	missed []uint32
 	// floored: the floor was queued to the initiator. Before it, the
 	// initiator sends nothing on the feed, so a redial loses nothing.
 	floored atomic.Bool
@@ -198,12 +201,12 @@ func (f *feedIns) admitFeed(h *wire.Hello) error {
 // committed txns they never got, so they fail and rejoin.
 func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	in := txnid.Initiator(h.Initiator)
-	fi := &feedIn{in: in, node: h.Node, inc: h.Epoch, missed: h.Missed, conn: conn, q: make(chan wire.Message, feedQueueMax),
+	fi := &feedIn{in: in, node: h.Node, inc: h.Epoch, conn: conn, q: make(chan wire.Message, feedQueueMax),
 		resolved: make(chan struct{}), redialled: make(chan struct{})}
 	n.feeds.mu.Lock()
 	old, prev := n.feeds.by[in], n.feeds.last[in]
 	n.feeds.by[in], n.feeds.last[in] = fi, fi
-	n.feeds.tellLocked(fi.node, fi.inc, fi.missed)
+	n.feeds.tellLocked(fi.node, fi.inc, h.Missed)
 	n.feeds.mu.Unlock()
 	if old != nil {
 		old.conn.Close()

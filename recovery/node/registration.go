@@ -185,22 +185,7 @@ func (n *Node) settleRead(in *recovery.SettleInput, conns map[*feedIn]uint64, te
 	}
 	feeds, _ := n.feedsNow()
 	in.Now = settleFeeds(feeds, conns)
-	n.feeds.mu.Lock()
-	procs := map[string][]uint64{}
-	for node, byInc := range n.feeds.told {
-		for inc := range byInc {
-			procs[node] = append(procs[node], inc)
-		}
-	}
-	n.feeds.mu.Unlock()
-	in.Told = make(map[string]map[uint64]recovery.SettleTold, len(procs))
-	for node, incs := range procs {
-		in.Told[node] = make(map[uint64]recovery.SettleTold, len(incs))
-		for _, inc := range incs {
-			missed, _, since := n.feeds.toldSince(node, inc, tellsFrom)
-			in.Told[node][inc] = recovery.SettleTold{Since: since, Missed: missed}
-		}
-	}
+	in.Told = n.feeds.toldSince(tellsFrom)
 }
 
 // settleFeeds describes feeds to recovery.Settle, naming each connection
