@@ -114,6 +114,13 @@ func (e *Executor) Gate() Gate { return e.gate }
 // smaller than anything queued.
 func (e *Executor) AddInitiator(in txnid.Initiator) { e.tracker.Add(in) }
 
+// AddInitiatorAbove starts tracking an initiator known to send nothing at
+// or below floor: the safe txn ID does not fall below floor for it, and a
+// txn of it at or below floor is refused.
+func (e *Executor) AddInitiatorAbove(in txnid.Initiator, floor txnid.ID) {
+	e.tracker.AddAbove(in, floor)
+}
+
 // RemoveInitiator stops waiting for an initiator (it failed or left).
 // Transactions it already sent stay queued and execute in order.
 func (e *Executor) RemoveInitiator(in txnid.Initiator) { e.tracker.Remove(in) }

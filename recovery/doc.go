@@ -127,8 +127,8 @@
 // lapsed, its feeds in at the loss and now, the processes alive and
 // registered meanwhile, what their feed hellos told since the outage
 // began) in; keep the replicas, fail these partitions, or wait for a
-// node's feed out (docs/DESIGN.md "Settling a lapse"). recovery/node
-// drives it; the simulator does not model a lost registration yet.
+// node's feed out (docs/DESIGN.md "Settling a lapse"). recovery/node and
+// the simulator drive it.
 //
 // # Invariants
 //

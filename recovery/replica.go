@@ -315,7 +315,9 @@ func (r *Replica) refused(why string) {
 	r.Fail(why)
 }
 
-// AddInitiator: a feed from in opened. Its first message follows.
+// AddInitiator: a feed from in opened. Its first message follows. The
+// driver gives in a floor at or above ExecutedUpTo() read after this call:
+// in sends nothing at or below it.
 func (r *Replica) AddInitiator(in txnid.Initiator) {
 	if r.initiators[in] {
 		return
@@ -330,7 +332,14 @@ func (r *Replica) AddInitiator(in txnid.Initiator) {
 		r.dst.AddInitiator(in)
 		r.collectDest()
 	case r.exec != nil:
-		r.exec.AddInitiator(in)
+		// The driver sends the initiator a floor at or above what this
+		// replica executed, and the initiator's IDs start above its floor
+		// (docs/DESIGN.md "An initiator that joins"), so the replica's
+		// safe point need not fall back to Zero for it: a source that
+		// chose E before the initiator joined still holds a boundary at
+		// E, and its handoff is not held up by a newcomer that has sent
+		// nothing yet.
+		r.exec.AddInitiatorAbove(in, r.exec.LastExecuted())
 	}
 }
 

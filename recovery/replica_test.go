@@ -432,3 +432,28 @@ func TestReplicaDropResults(t *testing.T) {
 		t.Fatalf("no NewExecutor: %v", err)
 	}
 }
+
+// TestReplicaJoinerStartsAtFloor: an initiator whose feed opens on a
+// live replica sends nothing at or below the floor the replica gives it
+// (what it executed), so the replica's safe point does not fall back to
+// Zero for it: a source that chose E before the joiner came still holds
+// a boundary at E (sim seeds 369240632 and others failed on it).
+func TestReplicaJoinerStartsAtFloor(t *testing.T) {
+	r := newTestReplica(t, true, 0)
+	r.AddInitiator(1)
+	if !r.OnTxn(upsert(t, txnid.Make(100, 0, 1), 1)) || !r.OnHeartbeat(txnid.Make(200, 0, 1)) {
+		t.Fatal("txn or heartbeat refused")
+	}
+	r.Step(10)
+	floor := r.ExecutedUpTo()
+	if floor != txnid.Make(100, 0, 1) {
+		t.Fatalf("executed up to %v, want t100.c0.i1", floor)
+	}
+	r.AddInitiator(2)
+	if safe, ok := r.Executor().Safe(); !ok || safe < floor {
+		t.Fatalf("after a joiner, safe point %v (%v), want at least the floor %v", safe, ok, floor)
+	}
+	if r.OnTxn(upsert(t, txnid.Make(90, 0, 2), 2)) {
+		t.Fatal("the joiner's txn below its floor was taken")
+	}
+}

@@ -48,7 +48,11 @@ func TestSettleNoLapse(t *testing.T) {
 // TestSettleFeedsStayedOpen: after a lapse, every node alive kept the
 // very feed it had open: every txn reached the node.
 func TestSettleFeedsStayedOpen(t *testing.T) {
-	wantVerdict(t, Settle(settleBase()), SettleKeep)
+	o := Settle(settleBase())
+	wantVerdict(t, o, SettleKeep)
+	if len(o.Gaps) != 0 {
+		t.Fatalf("gaps %v, want none: every feed stayed open", o.Gaps)
+	}
 }
 
 // TestSettleReopenedFeedNamesPartitions: a feed that broke and opened

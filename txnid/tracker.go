@@ -40,7 +40,7 @@ type Tracker struct {
 
 type trackerEntry struct {
 	initiator Initiator
-	last      ID // Zero until the initiator speaks.
+	last      ID // Zero (or its floor) until the initiator speaks.
 	index     int
 }
 
@@ -53,11 +53,17 @@ func NewTracker() *Tracker {
 // an initiator can move Safe() down; a caller that has already executed up to
 // some safe point must only add an initiator whose IDs are known to be above
 // it. Adding an initiator already tracked does nothing.
-func (t *Tracker) Add(in Initiator) {
+func (t *Tracker) Add(in Initiator) { t.AddAbove(in, Zero) }
+
+// AddAbove starts tracking in, known to send nothing at or below floor,
+// as if floor were the last ID it sent: Safe() does not fall below floor
+// for it, and an ID of it at or below floor is refused by Observe.
+// Adding an initiator already tracked does nothing.
+func (t *Tracker) AddAbove(in Initiator, floor ID) {
 	if _, ok := t.byInitiator[in]; ok {
 		return
 	}
-	e := &trackerEntry{initiator: in}
+	e := &trackerEntry{initiator: in, last: floor}
 	t.byInitiator[in] = e
 	heap.Push(&t.heap, e)
 }

@@ -272,3 +272,34 @@ func TestTrackerInitiators(t *testing.T) {
 		t.Fatalf("Initiators = %v, want [3 7]", got)
 	}
 }
+
+// TestTrackerAddAbove: an initiator added above a floor holds Safe() at
+// the floor, not at Zero, and an ID of it at or below the floor is refused.
+func TestTrackerAddAbove(t *testing.T) {
+	tr := NewTracker()
+	tr.Add(1)
+	if err := tr.Observe(1, Make(500, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	floor := Make(400, 0, 1)
+	tr.AddAbove(2, floor)
+	if safe, ok := tr.Safe(); !ok || safe != floor {
+		t.Fatalf("Safe() = %v, %v; want the floor %v", safe, ok, floor)
+	}
+	if err := tr.Observe(2, Make(399, 0, 2)); err == nil {
+		t.Fatal("an ID below the floor was accepted")
+	}
+	if err := tr.Observe(2, floor); err == nil {
+		t.Fatal("an ID at the floor was accepted")
+	}
+	if err := tr.Observe(2, Make(600, 0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if safe, _ := tr.Safe(); safe != Make(500, 0, 1) {
+		t.Fatalf("Safe() = %v; want %v", safe, Make(500, 0, 1))
+	}
+	tr.AddAbove(2, Make(900, 0, 1)) // already tracked: nothing changes
+	if last, _ := tr.Last(2); last != Make(600, 0, 2) {
+		t.Fatalf("a second AddAbove moved Last to %v", last)
+	}
+}

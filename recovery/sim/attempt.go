@@ -38,9 +38,12 @@ type attempt struct {
 	// started (the destination refused the hello, or the holder stopped
 	// first).
 	helloErr error
-	feed     []*feedLink // one per initiator, to exec
-	s2d      *pipe
-	d2s      *pipe
+	// closed: its holder stopped before its source processor started, and
+	// closed the connection (stopHolder).
+	closed bool
+	feed   []*feedLink // one per initiator, to exec
+	s2d    *pipe
+	d2s    *pipe
 
 	// srcState and dstState are the states last seen, to trace moves and
 	// run the checks that go with them once.
@@ -66,6 +69,10 @@ type attempt struct {
 	// pause fault froze it. claimLost: it stopped for that reason.
 	x                 *holder
 	paused, claimLost bool
+	// replicaFailed: its source node's replica failed (registration.go).
+	// startTick: when it started.
+	replicaFailed bool
+	startTick     uint64
 
 	// handoff is the simulator's own record of the source at the moment
 	// it sent Handoff; e is E once known.
@@ -183,10 +190,18 @@ func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attemp
 			worked++
 		}
 	}
-	if bound := w.k.Faults + 1; !w.scripted && worked >= bound {
+	bound := w.k.Faults + 1
+	if w.regFired {
+		// A lost registration ends at most the attempt on its node (its
+		// claim lost, or its replica failed: no new claim there before
+		// it settles), and its joiner, whose feed opens late, at most the
+		// attempt whose E it came after (AbortUncovered).
+		bound += 2
+	}
+	if !w.scripted && worked >= bound {
 		w.violate("c", "attempt %d needed, but %d faults allow at most %d: %s", worked+1, w.k.Faults, bound, w.where())
 	}
-	a := &attempt{srcUpAt: w.tick + srcDelay, x: x, sn: sr}
+	a := &attempt{srcUpAt: w.tick + srcDelay, x: x, sn: sr, startTick: w.tick}
 	if x != nil {
 		a.epoch = x.epoch
 	} else {
@@ -345,6 +360,9 @@ func (w *world) drain(core *recovery.Replica, node string) {
 			return
 		}
 		for _, o := range outs {
+			if o.Kind == recovery.OutFailed {
+				continue // a source node's replica failed (failSource)
+			}
 			a := w.attemptOf(o.Epoch)
 			src := o.Kind == recovery.OutSourceMessages || o.Kind == recovery.OutSourceEnded
 			if a == nil || (src && a.src == nil) || (!src && a.dst == nil) {
@@ -701,9 +719,17 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 		ok = a.fault != nil && a.fault.reason == ae.Reason && a.fault.kind != faultPause && a.fault.kind != faultOutage
 		// A holder stops when its guard counts its claim lost.
 		ok = ok || (ae.Reason == wire.AbortClaimLost && a.claimLost)
+		// A source node's replica failed (registration.go).
+		ok = ok || (ae.Reason == wire.AbortShutdown && a.replicaFailed)
+	case wire.AbortUncovered:
+		// A new initiator process joined after E was chosen
+		// (registration.go): the destination cannot show it has all of
+		// its txns at or above E (docs/DESIGN.md "Feeds that open late").
+		ok = w.joiner != nil && w.joiner.active && a.startTick <= w.joiner.joinTick
 	case wire.AbortConnLost:
 		// A node restart or death drops the connection as a cut does.
 		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultSourceDies)
+		ok = ok || a.closed
 	case wire.AbortTimeout:
 		// A paused holder's source is silent: its destination times out;
 		// so is a dead source, or one whose holder waits out an outage.

@@ -78,8 +78,8 @@ func hasObserver(p *partition.Partition) bool { return p.Observer() != nil }
 // gate, no observer (so no table stream), and every txn the safe point
 // allows runs.
 func (w *world) checkReleased(sr *srcReplica, when string) {
-	if sr.dead {
-		return // its node and its processors are gone
+	if sr.out() {
+		return // its node and its processors are gone, or its replica failed
 	}
 	src := sr.exec
 	if hasGate(src) {
@@ -179,7 +179,7 @@ func (w *world) sabotage(a *attempt) {
 func (w *world) compare() {
 	if w.live != nil {
 		src, what := w.live.sn.exec, "source"
-		if w.live.sn.dead {
+		if sn := w.live.sn; sn.out() || sn.unsettled() {
 			src, what = w.ref, "oracle"
 		}
 		if w.live.exec.LastExecuted() == src.LastExecuted() && src.LastExecuted() != w.lastCmp {
@@ -192,7 +192,7 @@ func (w *world) compare() {
 	}
 	for i, sr := range w.srcs {
 		src := sr.exec
-		if sr.dead || w.ref.LastExecuted() != src.LastExecuted() || src.LastExecuted() == w.lastRefCmp[i] {
+		if sr.out() || sr.unsettled() || w.ref.LastExecuted() != src.LastExecuted() || src.LastExecuted() == w.lastRefCmp[i] {
 			continue
 		}
 		w.lastRefCmp[i] = src.LastExecuted()

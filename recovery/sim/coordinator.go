@@ -83,6 +83,10 @@ type coordinator struct {
 	cutOff map[string]uint64
 	// claims counts claims made (the record's Attempts counts starts).
 	claims int
+	// history: the registrations made since the start (etcd's history
+	// of the node records, as supervise.RegisteredBetween reads it): a
+	// lost registration's new record and the joiner's (registration.go).
+	history []registration
 }
 
 // claimKey is the task's claim: who holds it (the executor id, whose node

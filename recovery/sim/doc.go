@@ -132,6 +132,21 @@
 //     assigns the task to the other source, revoking the claim that still
 //     stands), and the supervisor's death (at a phase, or just as an
 //     attempt ended and the task has no claim).
+//   - A source node that loses its registration while its process runs
+//     on (registration.go; docs/DESIGN.md "Settling a lapse"), in one
+//     run in four, drawn from a stream of its own so the other streams
+//     draw as before: cut off from the coordinator, its lease lapses (its
+//     record goes, the initiators' view drops it and keeps its feeds) or
+//     not; an initiator's feed to it may break (its replica fails when
+//     the same process opens it again, as recovery/node's serveFeed
+//     fails them); a new initiator process may register while it is
+//     away and write with it out of its view, its feed there opening
+//     late. Back, it registers again and settles by recovery.Settle, the
+//     node's own rule, waiting boundedly for the feeds it asks for, and
+//     takes no claim before (the node's settledTerm gate). A replica
+//     kept is compared with the oracle again; one failed is out of the
+//     run (its rejoin is not modelled). Half of them wait for the
+//     destination to be live.
 //     A cut side keeps running until it knows, and its messages may take
 //     a late route to a newer attempt's processor, which must reject them
 //     by epoch.
@@ -144,8 +159,10 @@
 // # What it does not model
 //
 // More than two sources, a destination that dies for good, initiators
-// that fail, initiators that join in a seeded run (a script's late
-// initiator does: setup late=N, open-feed; its dials fail until then),
+// that fail, initiators that join in a seeded run but the one that
+// registers while a source node is away (a script's late initiator
+// does too: setup late=N, open-feed; its dials fail until then), the
+// rejoin of a replica a settlement failed,
 // an initiator waiting for replicas' results, several tasks, lost responses alone (a
 // write applied whose answer is lost; a node cut off loses both ways),
 // clock rate differences between nodes and the coordinator (a tick is a

@@ -202,6 +202,15 @@ func (w *world) maybeFault() {
 	if !ok || ph != f.phase {
 		return
 	}
+	if f.kind == faultSourceDies {
+		for _, sr := range w.srcs {
+			if sr != a.sn && (sr.out() || sr.unsettled()) {
+				// One source must live on: the other may be about to
+				// fail for what it missed while away (registration.go).
+				f.kind = faultAbortSource
+			}
+		}
+	}
 	if f.kind == faultAbortSource && a.src.State().Final() {
 		return // a source that has handed off has nothing left to abort
 	}

@@ -85,6 +85,27 @@ type srcReplica struct {
 	taken    supervise.Taken
 	nextPoll uint64
 	retryAt  uint64 // 0: no retry pending
+	// loss is its lost registration until settled (registration.go);
+	// failed: the settlement, or a feed re-opened by the same process,
+	// failed its replica, which is then out of the run.
+	loss   *regLoss
+	failed bool
+	// gated: the last assignment it left, unsettled.
+	gated uint32
+	// Per initiator (by index): conns numbers its feed's connection here
+	// (0: none yet); told is what each of its hellos said it missed, by
+	// the hello's connection number; broke: its feed here broke while it
+	// lives.
+	conns []uint64
+	told  map[int][]toldHello
+	broke []bool
+}
+
+// toldHello is what one feed hello said (wire.Hello.Missed), numbered by
+// its connection (world.conns).
+type toldHello struct {
+	conn   uint64
+	missed []uint32
 }
 
 // liveSources returns the executors of the source replicas whose node
@@ -92,7 +113,7 @@ type srcReplica struct {
 func (w *world) liveSources() []*partition.Executor {
 	var out []*partition.Executor
 	for _, sr := range w.srcs {
-		if !sr.dead {
+		if !sr.out() {
 			out = append(out, sr.exec)
 		}
 	}
@@ -117,7 +138,7 @@ func (w *world) attemptOf(epoch uint64) *attempt {
 // new one.
 func (w *world) stepSourceNodes() {
 	for _, n := range w.srcs {
-		if n.dead {
+		if n.out() {
 			continue
 		}
 		if n.retryAt != 0 && w.tick >= n.retryAt {
@@ -129,6 +150,19 @@ func (w *world) stepSourceNodes() {
 		}
 		n.nextPoll = w.tick + 1 + uint64(w.net.IntN(w.ctrlDelayMax()))
 		if w.coord.unreachable(w.tick, n.id) {
+			continue
+		}
+		if n.unsettled() {
+			// No claim before its lost registration is settled: its
+			// replica may be about to fail for what it missed (the
+			// node's settledTerm gate).
+			if as, ok, err := w.coord.assignment(w.tick, n.id); err == nil && ok && newerThanTaken(n.taken, as) {
+				if w.stats.GateHeld == 0 || as.Seq != n.gated {
+					w.tracef("%s node: leaves assignment seq %d until its lost registration is settled", n.id, as.Seq)
+				}
+				n.gated = as.Seq
+				w.stats.GateHeld++
+			}
 			continue
 		}
 		as, ok, err := w.coord.assignment(w.tick, n.id)
@@ -297,7 +331,13 @@ func (w *world) stopHolder(a *attempt, reason wire.AbortReason, why string) {
 		a.sn.core.AbortSource(a.epoch, reason, why)
 		w.afterCall(a)
 	} else if a.src == nil && a.helloErr == nil {
+		// Its source processor never started: the node closes the
+		// attempt's connection, as recovery/node's source side does when
+		// its executor stops, and the destination learns of it as of a
+		// cut (nothing in flight arrives).
 		a.helloErr = errors.New(why)
+		a.closed = true
+		w.cut(a, 1, 1+w.k.ConnDelayMax, false)
 	}
 }
 
@@ -491,4 +531,11 @@ func (w *world) checkStopped(a *attempt, m wire.Message) {
 		return
 	}
 	w.violate("e", "holder x%d stopped, but its source processor sent %s", a.x.id, m.Type())
+}
+
+// newerThanTaken reports whether a is newer than what taken holds of its
+// task (supervise.Taken.Take's rule), without taking it.
+func newerThanTaken(taken supervise.Taken, a supervise.Assignment) bool {
+	h, ok := taken[a.Task]
+	return !ok || a.Opened > h.Opened || a.Opened == h.Opened && a.Seq > h.Seq
 }

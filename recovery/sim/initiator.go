@@ -54,6 +54,8 @@ func unawareView(v *recovery.InitiatorView) *recovery.InitiatorView {
 type initiatorFeeds struct {
 	in    *initiator
 	dials []string
+	// missed is what each dial's hello names (wire.Hello.Missed).
+	missed map[string][]uint32
 }
 
 func (f *initiatorFeeds) Send(node string, m wire.Message) bool {
@@ -66,7 +68,13 @@ func (f *initiatorFeeds) Send(node string, m wire.Message) bool {
 	return true
 }
 
-func (f *initiatorFeeds) Dial(node string, _ int64, _ []uint32) { f.dials = append(f.dials, node) }
+func (f *initiatorFeeds) Dial(node string, _ int64, missed []uint32) {
+	f.dials = append(f.dials, node)
+	if f.missed == nil {
+		f.missed = map[string][]uint32{}
+	}
+	f.missed[node] = missed
+}
 
 // Close is never asked: no node of the world changes its process.
 func (f *initiatorFeeds) Close(node string) {
@@ -98,18 +106,24 @@ func (w *world) dial(in *initiator) {
 			in.core.DialFailed(node)
 			continue
 		}
-		w.openFeed(in, node)
+		w.openFeed(in, node, in.feeds.missed[node])
 	}
 }
 
 // openFeed opens in's feed to node as recovery/node's serveFeed does: the
 // node's replicas track in from now on (a destination through
 // Destination.AddInitiator), and the floor is the highest txn ID they
-// executed. The oracle tracks every initiator from the start.
-func (w *world) openFeed(in *initiator, node string) {
+// executed. The oracle tracks every initiator from the start but a
+// joiner, from its feed on. A source node keeps what the hello says in
+// missed; a feed re-opened by the same process fails its replica.
+func (w *world) openFeed(in *initiator, node string, missed []uint32) {
 	floor := txnid.Zero
 	switch node {
 	case oracleNode:
+		if in.joiner {
+			w.ref.AddInitiator(in.id)
+			floor = w.ref.LastExecuted()
+		}
 	case dstNode:
 		// Its replica core tracks in, and so does its attempt, running or
 		// live; the floor is what the replica executed (Zero unless live).
@@ -124,7 +138,18 @@ func (w *world) openFeed(in *initiator, node string) {
 		}
 	default:
 		for _, sr := range w.srcs {
-			if sr.id == node {
+			if sr.id != node {
+				continue
+			}
+			w.conns++
+			sr.conns[in.idx] = w.conns
+			sr.told[in.idx] = append(sr.told[in.idx], toldHello{conn: w.conns, missed: missed})
+			if sr.broke[in.idx] {
+				sr.broke[in.idx] = false
+				w.stats.FailedOnRedial++
+				w.failSource(sr, fmt.Sprintf("feed from initiator %d re-opened by the same process: txns sent meanwhile were not received", in.id))
+			}
+			if !sr.out() {
 				sr.core.AddInitiator(in.id)
 				floor = sr.core.ExecutedUpTo()
 			}

@@ -238,7 +238,7 @@ func feedCore(core *recovery.Replica, inv partition.Invocation) (why string) {
 // nothing else: the oracle got it when it was sent. A dead node takes
 // nothing.
 func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
-	if sr.dead {
+	if sr.out() {
 		return
 	}
 	if why := feedCore(sr.core, inv); why != "" {

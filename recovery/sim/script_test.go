@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -42,29 +43,31 @@ type script struct {
 // world; what it traced is the command's output, with its own lines
 // after.
 var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.TestData) string{
-	"setup":        (*script).setup,
-	"start":        (*script).start,
-	"retry":        (*script).start,
-	"write":        (*script).write,
-	"heartbeat":    (*script).heartbeat,
-	"step-source":  (*script).stepSource,
-	"deliver":      (*script).deliver,
-	"tick":         (*script).tick,
-	"run":          (*script).runUntil,
-	"cut":          (*script).cut,
-	"abort":        (*script).abort,
-	"restart-dest": (*script).restartDest,
-	"pause":        (*script).pause,
-	"outage":       (*script).outage,
-	"supervise":    (*script).supervise,
-	"health":       (*script).health,
-	"poll":         (*script).poll,
-	"lose":         (*script).lose,
-	"kill-source":  (*script).killSource,
-	"cut-off":      (*script).cutOff,
-	"state":        (*script).state,
-	"open-feed":    (*script).openFeed,
-	"check":        (*script).check,
+	"setup":             (*script).setup,
+	"start":             (*script).start,
+	"retry":             (*script).start,
+	"write":             (*script).write,
+	"heartbeat":         (*script).heartbeat,
+	"step-source":       (*script).stepSource,
+	"deliver":           (*script).deliver,
+	"tick":              (*script).tick,
+	"run":               (*script).runUntil,
+	"cut":               (*script).cut,
+	"abort":             (*script).abort,
+	"restart-dest":      (*script).restartDest,
+	"pause":             (*script).pause,
+	"outage":            (*script).outage,
+	"supervise":         (*script).supervise,
+	"health":            (*script).health,
+	"poll":              (*script).poll,
+	"lose":              (*script).lose,
+	"kill-source":       (*script).killSource,
+	"cut-off":           (*script).cutOff,
+	"state":             (*script).state,
+	"open-feed":         (*script).openFeed,
+	"check":             (*script).check,
+	"lose-registration": (*script).loseRegistration,
+	"sources":           (*script).sources,
 }
 
 func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
@@ -151,9 +154,11 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		"stale": &k.StaleTicks, "claim-within": &k.ClaimWithinTicks,
 	}
 	late := 0
-	auto := false
+	auto, joiner := false, false
 	for _, a := range d.CmdArgs {
 		switch a.Key {
+		case "joiner":
+			joiner = true
 		case "late":
 			a.Scan(t, 0, &late)
 		case "lease-guard":
@@ -206,6 +211,11 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		d.Fatalf(t, "supervisor needs claims: setup claim-ttl=N")
 	}
 	w := &world{reg: newRegistry(), scripted: true, auto: auto, k: k, claims: k.ClaimTTLTicks > 0, late: late}
+	if joiner {
+		// A new initiator process, last of the initiators, that registers
+		// only while a source node is away (lose-registration).
+		w.regPlan = regLossPlan{on: true, joiner: true, at: math.MaxUint64}
+	}
 	w.tr.on = true
 	w.work = rand.New(rand.NewPCG(1, 1))
 	w.net = rand.New(rand.NewPCG(2, 2))
@@ -492,7 +502,7 @@ func (s *script) runUntil(t *testing.T, d *datadriven.TestData) string {
 	w := s.w
 	reached := func() bool {
 		a := w.cur()
-		if a == nil {
+		if a == nil && until != "settled" && until != "joined" && until != "broken" {
 			return false
 		}
 		switch {
@@ -502,12 +512,18 @@ func (s *script) runUntil(t *testing.T, d *datadriven.TestData) string {
 			return a.dstEnded() && (a.src == nil || a.src.State().Final())
 		case until == "done":
 			return w.coord.task.Status == claim.StatusDone
+		case until == "broken":
+			return w.stats.FeedsBroken > 0
+		case until == "joined":
+			return w.joiner != nil && w.joiner.active
+		case until == "settled":
+			return w.regFired && !slices.ContainsFunc(w.srcs, (*srcReplica).unsettled)
 		case strings.HasPrefix(until, "src:"):
 			return a.src != nil && a.src.State().String() == until[4:]
 		case strings.HasPrefix(until, "dst:"):
 			return a.dstUp() && a.dst.State().String() == until[4:]
 		}
-		d.Fatalf(t, "run until=%s: want live, aborted, src:<state> or dst:<state>", until)
+		d.Fatalf(t, "run until=%s: want live, aborted, done, broken, joined, settled, src:<state> or dst:<state>", until)
 		return false
 	}
 	start := w.tick
@@ -769,6 +785,89 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 	fmt.Fprintf(&b, "source and oracle at %v: digests %s\n", src.LastExecuted(), eq)
 	if sa := w.srcAttempt(); sa == nil || sa.src.State().Final() || sa.src.HandoffSent() {
 		fmt.Fprintf(&b, "source executor: gate %v, stream %v\n", hasGate(src), hasObserver(src.Partition()))
+	}
+	return b.String()
+}
+
+// loseRegistration makes a source node lose its registration while its
+// process runs on (registration.go): lose-registration node=src2 out=N
+// [break=I [break-at=N]] [join-after=N] [joiner-feed=N]. It is cut off
+// from the coordinator for out ticks; its lease (half the claim's TTL)
+// lapses if that is longer; initiator I's feed to it breaks break-at
+// ticks into the outage (1 unless said); the
+// joiner (setup joiner) registers join-after ticks into a lapse, and its
+// feed to the node opens joiner-feed ticks after the node is back.
+func (s *script) loseRegistration(t *testing.T, d *datadriven.TestData) string {
+	w := s.w
+	var node string
+	var out int
+	d.ScanArgs(t, "node", &node)
+	d.ScanArgs(t, "out", &out)
+	i := slices.IndexFunc(w.srcs, func(sr *srcReplica) bool { return sr.id == node })
+	if i < 0 || out < 1 {
+		d.Fatalf(t, "lose-registration: no source node %q, or out %d < 1", node, out)
+	}
+	p := &w.regPlan
+	p.on, p.node, p.at, p.out = true, i, w.tick, uint64(out)
+	p.lapse = p.out > w.regTTL()
+	p.breaks = make([]uint64, len(w.inits))
+	if d.HasArg("break") {
+		var in int
+		d.ScanArgs(t, "break", &in)
+		if in < 1 || in > len(w.inits) || w.inits[in-1].joiner {
+			d.Fatalf(t, "lose-registration: no initiator %d to break", in)
+		}
+		at := 1
+		d.MaybeScanArgs(t, "break-at", &at)
+		if at < 1 || at > out {
+			d.Fatalf(t, "lose-registration: break-at=%d, want 1..%d", at, out)
+		}
+		p.breaks[in-1] = uint64(at)
+	}
+	var after, feed int
+	d.MaybeScanArgs(t, "join-after", &after)
+	d.MaybeScanArgs(t, "joiner-feed", &feed)
+	p.joinAfter, p.joinerFeed = uint64(after), uint64(feed)
+	w.maybeLoseRegistration()
+	if !w.regFired {
+		d.Fatalf(t, "lose-registration: the loss cannot fire now")
+	}
+	return ""
+}
+
+// sources says, of each source node, whether it is dead, its replica
+// live (and then whether it equals the oracle: both run everything
+// queued first), failed, or unsettled.
+func (s *script) sources(t *testing.T, d *datadriven.TestData) string {
+	w := s.w
+	for _, in := range w.inits {
+		if !in.joiner || in.active {
+			w.sendHeartbeat(in)
+		}
+	}
+	s.deliverFeed()
+	w.stepSource(1 << 30)
+	for {
+		if _, ok := w.ref.Step(); !ok {
+			break
+		}
+	}
+	var b strings.Builder
+	for _, sr := range w.srcs {
+		switch {
+		case sr.dead:
+			fmt.Fprintf(&b, "%s: node dead\n", sr.id)
+		case sr.failed:
+			fmt.Fprintf(&b, "%s: replica failed\n", sr.id)
+		case sr.unsettled():
+			fmt.Fprintf(&b, "%s: not settled\n", sr.id)
+		default:
+			eq := "equal"
+			if sr.exec.Partition().Digest() != w.ref.Partition().Digest() || sr.exec.LastExecuted() != w.ref.LastExecuted() {
+				eq = "DIFFER"
+			}
+			fmt.Fprintf(&b, "%s: live at %v; digest and oracle's %s\n", sr.id, sr.exec.LastExecuted(), eq)
+		}
 	}
 	return b.String()
 }

@@ -41,6 +41,11 @@ const (
 	// guard) blind to a lost claim, so a paused holder does not stop:
 	// invariant (e) must fail.
 	SabotageIgnoreClaimLoss
+	// SabotageSettleMissed hides from a lost registration's settlement
+	// what the initiators' hellos said they sent without a feed to the
+	// node (wire.Hello.Missed), so a replica that missed txns stays live:
+	// invariant (a) must fail where one did.
+	SabotageSettleMissed
 )
 
 // Result is what one seed did.
@@ -132,6 +137,22 @@ type Stats struct {
 	// CutOffs counts source nodes cut off from the coordinator while it
 	// ran on for the others.
 	CutOffs int
+	// RegLosses counts source nodes that lost their registration while
+	// their process ran on (registration.go); RegLapses those whose lease
+	// ran out meanwhile; FeedsBroken the initiators' feeds to them that
+	// broke meanwhile; Joiners the new initiator processes that
+	// registered meanwhile, and JoinerRefused their txns refused for a
+	// feed not open yet. The settlements (recovery.Settle): SettleWaits
+	// counts waits for a node's feed, SettledKept the replicas kept live,
+	// SettledFailed those failed, SettleUnknown of them for a node that
+	// could not say what it sent; FailedOnRedial replicas failed on a feed
+	// re-opened by the same process.
+	RegLosses, RegLapses, FeedsBroken, Joiners, JoinerRefused int
+	SettleWaits, SettledKept, SettledFailed, SettleUnknown    int
+	FailedOnRedial                                            int
+	// GateHeld counts the polls at which a source node found a new
+	// assignment and left it, its lost registration not settled yet.
+	GateHeld int
 }
 
 // Violation is a broken invariant: the check that failed and why.
@@ -189,6 +210,17 @@ type world struct {
 	// not depend on knobs or timing), the network's and scheduler's, and
 	// the faults'.
 	work, net, faultRng *rand.Rand
+	regRng              *rand.Rand
+	// regPlan is the run's lost registration (registration.go), drawn from
+	// a stream of its own; regFired once it fired. joiner is its new
+	// initiator process, if it has one. viewDirty: the initiators take
+	// the view again at the next tick.
+	regPlan   regLossPlan
+	regFired  bool
+	joiner    *initiator
+	viewDirty bool
+	// conns numbers the feed connections into the source nodes.
+	conns uint64
 
 	tick uint64
 	tr   tracer
@@ -278,6 +310,13 @@ type initiator struct {
 	// nothing, and the replicas there do not track it.
 	late   bool
 	opened map[string]bool
+	// joiner: a new initiator process that registers while a source node
+	// is away (registration.go); active once it has. Its workload comes
+	// from rng; its feed to the node opens from openAt on (0: not yet).
+	joiner, active bool
+	rng            *rand.Rand
+	openAt         uint64
+	joinTick       uint64
 	// feeds is the core's I/O.
 	feeds *initiatorFeeds
 	// out is what the core sent in one input, and to which nodes; the
@@ -294,11 +333,13 @@ func newWorld(seed uint64, opts Options) *world {
 	w.work = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
 	w.net = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
 	w.faultRng = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
+	regSeed1, regSeed2 := root.Uint64(), root.Uint64()
 	if opts.Tweak != nil {
 		opts.Tweak(&k)
 	}
 	w.k = k
 	w.claims = true
+	w.regRng = rand.New(rand.NewPCG(regSeed1, regSeed2))
 	return w
 }
 
@@ -327,6 +368,18 @@ func (w *world) setup() {
 		w.inits = append(w.inits, in)
 		w.dial(in)
 	}
+	if !w.scripted {
+		w.planRegLoss(w.regRng)
+	}
+	if p := &w.regPlan; p.on && p.joiner {
+		// Built now, so every replica's feed links count it; it dials
+		// and sends nothing until it registers.
+		j := &initiator{idx: len(w.inits), id: txnid.Initiator(len(w.inits) + 1), late: true, joiner: true, opened: map[string]bool{},
+			rng: rand.New(rand.NewPCG(p.joinerSeed, 1))}
+		w.newInitiatorCore(j)
+		w.inits = append(w.inits, j)
+		w.joiner = j
+	}
 	for i := range w.k.Sources {
 		sr := w.newSrcReplica(srcIDs[i])
 		w.srcs = append(w.srcs, sr)
@@ -337,7 +390,7 @@ func (w *world) setup() {
 	w.srcExec = w.srcs[0].exec
 	w.dst = w.newDstReplica(0)
 	// The oracle hears every initiator from the start: it is the truth.
-	w.ref = w.newReplica(func(*initiator) bool { return true })
+	w.ref = w.newReplica(func(in *initiator) bool { return !in.joiner })
 	// The same rows from the same numbers: generators on one seed.
 	loadSeed := w.work.Uint64()
 	for _, sr := range w.srcs {
@@ -365,12 +418,16 @@ func (w *world) newSrcReplica(id string) *srcReplica {
 	if err != nil {
 		panic(err)
 	}
+	sr := &srcReplica{id: id, core: core, exec: core.Executor(), conns: make([]uint64, len(w.inits)),
+		told: map[int][]toldHello{}, broke: make([]bool, len(w.inits))}
 	for _, in := range w.inits {
 		if fed(in) {
 			core.AddInitiator(in.id)
+			w.conns++
+			sr.conns[in.idx] = w.conns
 		}
 	}
-	return &srcReplica{id: id, core: core, exec: core.Executor()}
+	return sr
 }
 
 // newDstReplica builds the destination node's replica core: it needs a
@@ -402,6 +459,9 @@ func (w *world) step() {
 		w.violate("c", "not finished after %d ticks: %s", w.k.TicksMax, w.where())
 	}
 	w.stepCoordinator()
+	if w.regPlan.on {
+		w.stepRegLoss()
+	}
 	w.supervise()
 	if !w.scripted || w.auto {
 		w.stepSourceNodes()
@@ -441,6 +501,12 @@ func (w *world) sendWorkload() {
 		w.tracef("workload ends: quiescing")
 	}
 	for _, in := range w.inits {
+		if in.joiner {
+			if in.active {
+				w.joinerWorkload(in, sending, final)
+			}
+			continue
+		}
 		r := w.work
 		if r.IntN(100) == 0 {
 			// The initiator's clock steps, back or forward; its generator
@@ -453,7 +519,8 @@ func (w *world) sendWorkload() {
 			if err := w.sendTxn(in, w.drawTxn(r), w.view); err != nil {
 				w.violate("feed", "i%d refused a txn: %v", in.id, err)
 			}
-			in.core.Tick() // a txn went out in this tick: no heartbeat due
+			in.core.Tick()  // a txn went out in this tick: no heartbeat due
+			w.routeFeed(in) // but a feed opened since the last gets one
 		case w.quiescing:
 			w.sendHeartbeat(in)
 		default:
@@ -493,7 +560,7 @@ func (w *world) stepCoordinator() {
 		return
 	}
 	for _, sr := range w.srcs {
-		if !sr.dead {
+		if !sr.dead && (sr.loss == nil || !w.coord.unreachable(w.tick, sr.id)) {
 			w.coord.activity(w.tick, sr.id)
 		}
 	}
@@ -578,7 +645,7 @@ func (w *world) stepExecutors() {
 func (w *world) stepSource(n int) int {
 	first := 0
 	for i, sr := range w.srcs {
-		if sr.dead {
+		if sr.out() {
 			continue
 		}
 		ran := 0
@@ -709,6 +776,16 @@ func (w *world) quiet() bool {
 		if a := w.attemptOf(c.epoch); a != nil && a.x != nil && !a.x.holds {
 			return false
 		}
+	}
+	// A lost registration settles before the end: its replica is either
+	// compared at the end or out.
+	for _, sr := range w.srcs {
+		if !sr.dead && sr.unsettled() {
+			return false
+		}
+	}
+	if j := w.joiner; j != nil && j.active && !j.core.Fed(w.srcs[w.regPlan.node].id) && !w.srcs[w.regPlan.node].dead {
+		return false
 	}
 	return true
 }

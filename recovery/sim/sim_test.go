@@ -57,6 +57,8 @@ func TestSeeds(t *testing.T) {
 		throttled, roundBudget, stale, rounds, unnoticed, dropped, multiAttempt, deletes, twoTables, zstd int
 		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss                 int
 		touches, requeues, refused, staleResets, revokes, cutOffs                                         int
+		regLosses, regLapses, regResumed, feedsBroken, joiners, settleWaits, kept, keptLapsed             int
+		settledFailed, settleUnknown, failedOnRedial, missedOnly                                          int
 		kinds                                                                                             [faultKinds]int
 		phases                                                                                            [phases]int
 	}
@@ -83,6 +85,18 @@ func TestSeeds(t *testing.T) {
 		count(&c.staleResets, s.StaleResets > 0)
 		count(&c.revokes, s.Revokes > 0)
 		count(&c.cutOffs, s.CutOffs > 0)
+		count(&c.regLosses, s.RegLosses > 0)
+		count(&c.regLapses, s.RegLapses > 0)
+		count(&c.regResumed, s.RegLosses > 0 && s.RegLapses == 0 && s.SettledKept > 0)
+		count(&c.feedsBroken, s.FeedsBroken > 0)
+		count(&c.joiners, s.Joiners > 0)
+		count(&c.settleWaits, s.SettleWaits > 0)
+		count(&c.kept, s.SettledKept > 0)
+		count(&c.keptLapsed, s.SettledKept > 0 && s.RegLapses > 0)
+		count(&c.settledFailed, s.SettledFailed > 0)
+		count(&c.settleUnknown, s.SettleUnknown > 0)
+		count(&c.failedOnRedial, s.FailedOnRedial > 0)
+		count(&c.missedOnly, s.SettledFailed > 0 && s.SettleUnknown == 0 && s.FailedOnRedial == 0)
 		count(&c.expired, s.ClaimsExpired > 0)
 		count(&c.claimLost, s.ClaimLostStops > 0)
 		count(&c.pausedLate, s.PausedLate > 0)
@@ -139,6 +153,17 @@ func TestSeeds(t *testing.T) {
 	want("a task reset by the health task (claim.StaleReason)", c.staleResets, 10)
 	want("a claim revoked by the supervisor (supervise.Decide, a dead source)", c.revokes, 3)
 	want("a source node cut off from a coordinator that ran on", c.cutOffs, 3)
+	// A source node that lost its registration (registration.go), and
+	// what its settlement (recovery.Settle) decided.
+	want("a source node's registration lost", c.regLosses, 40)
+	want("a lost registration lapsed", c.regLapses, 25)
+	want("a lost registration resumed on its lease, its replica kept", c.regResumed, 5)
+	want("a lapsed node's replica kept live (every feed open throughout)", c.keptLapsed, 10)
+	want("an initiator's feed to a node away broken", c.feedsBroken, 5)
+	want("a replica failed on a feed re-opened by the same process", c.failedOnRedial, 5)
+	want("a new initiator process registered while a node was away", c.joiners, 10)
+	want("a settlement waiting for a feed", c.settleWaits, 5)
+	want("a replica failed for the partitions a hello named (alone)", c.missedOnly, 3)
 	// Without the guard, a woken holder acts until its guard's first look.
 	want("a write accepted after its holder's claim was lost", c.writesAfterLoss, 2)
 	for k, got := range c.kinds {
@@ -285,6 +310,41 @@ func TestSabotageClaimLossIsCaught(t *testing.T) {
 	}
 }
 
+// TestSabotageSettleIsCaught: a settlement that does not hear what the
+// initiators' hellos said they sent without a feed to a node away
+// (wire.Hello.Missed) keeps a replica that missed txns live, and
+// the run must fail: by invariant (a), the replica, or a destination
+// rebuilt from it, differing from the oracle at a common txn; or, when
+// the last txn sent is one it never got, by never finishing (c). On the
+// other seeds with a lost registration the replica missed nothing, or
+// the joiner could not say and every replica fails anyway.
+func TestSabotageSettleIsCaught(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	losses, caught := 0, 0
+	for seed := uint64(1); seed <= 300; seed++ {
+		r := Run(seed, Options{})
+		if r.Err != nil {
+			t.Fatalf("seed %d: %v\nreplay: %s", seed, r.Err, replay(seed))
+		}
+		if r.Stats.RegLosses == 0 {
+			continue
+		}
+		losses++
+		s := Run(seed, Options{Sabotage: SabotageSettleMissed})
+		if s.Err == nil {
+			continue
+		}
+		if v, ok := s.Err.(*Violation); !ok || (v.Check != "a" && !strings.Contains(v.Msg, "not finished")) {
+			t.Fatalf("seed %d: sabotaged run ended with %v, want a violation of invariant a, a run that never finished, or none", seed, s.Err)
+		}
+		caught++
+	}
+	t.Logf("%d of %d seeds with a lost registration caught the deaf settlement", caught, losses)
+	if caught < 5 {
+		t.Fatalf("only %d of %d seeds with a lost registration caught the deaf settlement", caught, losses)
+	}
+}
+
 // regressionSeeds are seeds that once failed, each kept with what it
 // caught, so a change that brings the failure back fails plain `go test`
 // and not only a long `rejoin sim` run.
@@ -310,6 +370,21 @@ var regressionSeeds = []struct {
 	// followed were refused at the hello (the replica is live). They do
 	// no work, and the faults' bound counted them (CI, start 230257141).
 	{230303601, "attempts refused at the hello by a live replica counted against the faults' bound"},
+	// A new initiator process joined a source node while its attempt was
+	// handing off: the replica's tracker started the joiner at Zero, so
+	// the source handed off at E with its safe point at Zero, though the
+	// joiner's IDs start above its feed's floor (CI, start 369235985).
+	// The tracker now starts a joiner at the floor (Replica.AddInitiator).
+	{369240632, "a joiner's feed opened at a source mid-handoff: safe point at Zero"},
+	{369292618, "a joiner's feed opened at a source mid-handoff: safe point at Zero"},
+	{369327391, "a joiner's feed opened at a source mid-handoff: safe point at Zero"},
+	{369327652, "a joiner's feed opened at a source mid-handoff: safe point at Zero"},
+	{369334450, "a joiner's feed opened at a source mid-handoff: safe point at Zero"},
+	// The source node lost its registration just after its hello: its
+	// holder stopped before its source processor started and closed the
+	// connection, but the model told the destination nothing, which
+	// timed out with no fault to explain it (CI, start 369235985).
+	{369274146, "a holder stopped before its source started: the destination was not told"},
 }
 
 // TestRegressionSeeds replays every seed that once failed.
