@@ -12,6 +12,7 @@ import (
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/nodestate"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -206,23 +207,88 @@ func TestRebalanceAndDrainUnderWrites(t *testing.T) {
 	}
 }
 
-// TestMovedInWaitsForEveryView: a replica a move gave the node opens its
-// rejoin only once every running node's record says its view is at or
-// past the revision the replica appeared at; a replica hosted from the
-// start waits for nothing.
-func TestMovedInWaitsForEveryView(t *testing.T) {
-	n := &Node{}
-	n.members.v = &view{nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: 40}, "n2": {ViewRev: 41}}}
-	if !n.movedInSeen(&replica{}) {
-		t.Fatal("a replica hosted from the start waits")
+// TestPlacedWaitsForEveryView: a replica placed on the node at some
+// revision opens its rejoin only once every other running node's record
+// says its view is at or past that revision, and the node's own view is;
+// a replica with no placement revision waits for nothing.
+func TestPlacedWaitsForEveryView(t *testing.T) {
+	n := &Node{id: "n3"}
+	n.members.v = &view{rev: 41, nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: 40}, "n2": {ViewRev: 41}, "n3": {}}}
+	if !n.placedSeen(&replica{}) {
+		t.Fatal("a replica with no placement revision waits")
 	}
-	r := &replica{movedIn: 41}
-	if n.movedInSeen(r) {
+	r := &replica{placedAt: 41}
+	if n.placedSeen(r) {
 		t.Fatal("opened with n1's view at 40, before the move's 41")
 	}
-	n.members.v = &view{nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: 41}, "n2": {ViewRev: 41}}}
-	if !n.movedInSeen(r) {
-		t.Fatal("every view at 41: still waits")
+	n.members.v = &view{rev: 41, nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: 41}, "n2": {ViewRev: 41}, "n3": {}}}
+	if !n.placedSeen(r) {
+		t.Fatal("every view at 41 (the node's own read directly, not from its lagging record): still waits")
+	}
+	n.members.v = &view{rev: 40, nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: 41}, "n2": {ViewRev: 41}, "n3": {ViewRev: 41}}}
+	if n.placedSeen(r) {
+		t.Fatal("opened with the node's own view at 40")
+	}
+}
+
+// TestRestartedDuringMoveWaitsForViews: a node that starts hosting a
+// replica a move placed on it just before (the node restarted during the
+// move) gives it the record's revision, so its rejoin waits for every
+// view to show it, as one moved in while the node ran does. It used to
+// wait for nothing: only replicas created by reconcile had a revision.
+func TestRestartedDuringMoveWaitsForViews(t *testing.T) {
+	e, err := claim.StartEmbedded(t.TempDir(), claim.EmbeddedOptions{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n := testNode(t, t.TempDir())
+	n.id, n.cli = "n3", cli
+	// Partition 0 placed on n3 from the start; partition 1 moved onto n3
+	// later.
+	if err := supervise.SetReplicas(ctx, cli, []supervise.Replica{
+		{Partition: 0, Node: "n1", State: supervise.ReplicaLive}, {Partition: 0, Node: "n3", State: supervise.ReplicaLive},
+		{Partition: 1, Node: "n1", State: supervise.ReplicaLive}, {Partition: 1, Node: "n2", State: supervise.ReplicaLive},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := supervise.SetReplicas(ctx, cli, []supervise.Replica{{Partition: 1, Node: "n3", State: supervise.ReplicaNeedsRejoin}}); err != nil {
+		t.Fatal(err)
+	}
+	reps, err := supervise.Replicas(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var initRev, moveRev int64
+	for _, rp := range reps {
+		switch {
+		case rp.Partition == 0 && rp.Node == "n3":
+			initRev = rp.Created
+		case rp.Partition == 1 && rp.Node == "n3":
+			moveRev = rp.Created
+		}
+	}
+	if initRev == 0 || moveRev <= initRev {
+		t.Fatalf("records created at %d and %d, want the move's later", initRev, moveRev)
+	}
+	if err := n.hostReplicas(ctx, nodestate.StartReport{First: true}); err != nil {
+		t.Fatal(err)
+	}
+	// n1 sequences with a view from between the two revisions.
+	n.members.v = &view{rev: moveRev, nodes: map[string]supervise.NodeRecord{"n1": {ViewRev: moveRev - 1}, "n2": {ViewRev: moveRev}, "n3": {}}}
+	h := n.hosted()
+	if r := h[0]; r == nil || !n.placedSeen(r) {
+		t.Fatal("partition 0, placed at the start, waits for a view past it")
+	}
+	if r := h[1]; r == nil || n.placedSeen(r) {
+		t.Fatalf("partition 1, moved here at %d, opens with n1's view at %d", moveRev, moveRev-1)
 	}
 }
 

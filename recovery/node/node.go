@@ -365,12 +365,22 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 	if err := n.store.SetReplicas(states); err != nil {
 		return err
 	}
+	placedAt := map[uint32]int64{}
+	for _, rp := range reps {
+		if rp.Node == n.id {
+			placedAt[rp.Partition] = rp.Created
+		}
+	}
 	hosted := make(map[uint32]*replica, len(states))
 	for _, st := range states {
 		r, err := newReplica(n, st.Partition, st.State == nodestate.Live)
 		if err != nil {
 			return err
 		}
+		// A move may have placed it here just before this process
+		// started: its rejoin waits for every view to show it, as a
+		// replica moved in while the node ran does (placedSeen).
+		r.placedAt = placedAt[st.Partition]
 		hosted[st.Partition] = r
 	}
 	n.replicas.Store(&hosted)
@@ -491,7 +501,7 @@ func (n *Node) openTasks(ctx context.Context) {
 		}
 		var need []uint32
 		for p, r := range n.hosted() {
-			if st := r.status.Load(); st != nil && st.State != StateLive && n.movedInSeen(r) {
+			if st := r.status.Load(); st != nil && st.State != StateLive && n.placedSeen(r) {
 				need = append(need, p)
 			}
 		}

@@ -74,7 +74,7 @@ func (n *Node) reconcile(v *view) {
 			n.log.Error("create a replica moved here", "partition", p, "err", err)
 			continue
 		}
-		r.movedIn = v.rev
+		r.placedAt = v.rev
 		next[p] = r
 		added = append(added, r)
 	}
@@ -91,7 +91,7 @@ func (n *Node) reconcile(v *view) {
 	for _, r := range added {
 		n.trackFeeds(r)
 		n.goRun(r.loop)
-		n.log.Info("replica moved here: it rejoins", "partition", r.p, "view_rev", r.movedIn)
+		n.log.Info("replica moved here: it rejoins", "partition", r.p, "view_rev", r.placedAt)
 	}
 	for _, r := range dropped {
 		n.dropReplica(r)
@@ -136,21 +136,24 @@ func (n *Node) dropReplica(r *replica) {
 	n.log.Info("replica moved off this node: dropped", "partition", r.p)
 }
 
-// movedInSeen reports whether every running node's initiator sequences
+// placedSeen reports whether every running node's initiator sequences
 // with a view that holds r (its record's ViewRev is at or past the
-// revision r was created at): only then may r's rejoin start, so that no
+// revision r was placed at): only then may r's rejoin start, so that no
 // txn of its partition goes to the source alone once r buffers the feed.
-// A replica the node hosted from its start needs no wait.
-func (n *Node) movedInSeen(r *replica) bool {
-	if r.movedIn == 0 {
+// A replica placed here by a move waits for the views to catch up, while
+// the node runs or when it restarted during the move; one placed long
+// before is seen by every view that exists. The node's own view is read
+// directly: its record's ViewRev lags it by up to an activity update.
+func (n *Node) placedSeen(r *replica) bool {
+	if r.placedAt == 0 {
 		return true
 	}
 	v := n.members.view()
-	if v == nil {
+	if v == nil || v.rev < r.placedAt {
 		return false
 	}
-	for _, rec := range v.nodes {
-		if rec.ViewRev < r.movedIn {
+	for id, rec := range v.nodes {
+		if id != n.id && rec.ViewRev < r.placedAt {
 			return false
 		}
 	}
@@ -162,7 +165,7 @@ var errViewBehind = errors.New("node: the membership view is older than the node
 
 // viewBehindTerm reports whether view v is older than the node's current
 // registration (its record's creation). A node that comes back from a
-// lapsed registration was counted by no move's wait (movedInSeen) while
+// lapsed registration was counted by no move's wait (placedSeen) while
 // it was away, and its view, frozen then, may lack a replica a move
 // placed meanwhile: its initiator would send that partition's txns to the
 // old holders alone. So it sequences nothing until its view is at least

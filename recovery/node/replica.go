@@ -64,12 +64,14 @@ type replica struct {
 	holdRows int64
 
 	status atomic.Pointer[ReplicaStatus]
-	// movedIn is the view revision at which a move gave the node this
-	// replica while it ran, 0 for one it hosts from its start; gone is
-	// closed once the loop ended for a drop (reconcile.go).
-	movedIn int64
-	gone    chan struct{}
-	dropped bool
+	// placedAt is the revision at which the placement gave the node this
+	// replica (its record's creation, or the view a move showed it in),
+	// which every node's view must reach before its rejoin opens
+	// (placedSeen); gone is closed once the loop ended for a drop
+	// (reconcile.go).
+	placedAt int64
+	gone     chan struct{}
+	dropped  bool
 	// ticks counts the ticks run (tick), for the tests.
 	ticks atomic.Int64
 	// lastDst and lastSrc keep the latest attempts' status after they end.

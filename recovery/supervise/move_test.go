@@ -218,7 +218,7 @@ func TestMovesInEtcd(t *testing.T) {
 	for _, id := range []string{"n1", "n2", "n3"} {
 		w.node(id, 0)
 	}
-	for _, r := range []Replica{{0, "n1", ReplicaLive}, {0, "n2", ReplicaLive}} {
+	for _, r := range []Replica{{Partition: 0, Node: "n1", State: ReplicaLive}, {Partition: 0, Node: "n2", State: ReplicaLive}} {
 		if err := SetReplica(ctx, cli, r); err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +261,7 @@ func TestMovesInEtcd(t *testing.T) {
 	// A read from before n3 went live is refused by etcd, not only by
 	// CheckFinish: fake it live in the old read.
 	stale := *v
-	stale.Replicas = map[uint32][]Replica{0: {{0, "n1", ReplicaLive}, {0, "n2", ReplicaLive}, {0, "n3", ReplicaLive}}}
+	stale.Replicas = map[uint32][]Replica{0: {{Partition: 0, Node: "n1", State: ReplicaLive}, {Partition: 0, Node: "n2", State: ReplicaLive}, {Partition: 0, Node: "n3", State: ReplicaLive}}}
 	if err := FinishMove(ctx, cli, &stale, m); !errors.Is(err, ErrMoveNotReady) {
 		t.Fatalf("finish from a stale read: %v", err)
 	}

@@ -107,6 +107,10 @@ type Replica struct {
 	Partition uint32       `json:"-"`
 	Node      string       `json:"-"`
 	State     ReplicaState `json:"state"`
+	// Created is the etcd revision that created the record (read, never
+	// written): when the placement gave Node the partition. A view from
+	// before it sends the partition's txns to the other holders alone.
+	Created int64 `json:"-"`
 }
 
 // Assignment is the supervisor's choice of a source for one task, as JSON
@@ -185,7 +189,7 @@ func decodeReplica(kv *mvccpb.KeyValue) (Replica, error) {
 	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
 		return Replica{}, fmt.Errorf("%w: replica %q: state %q", ErrCorrupt, kv.Key, r.State)
 	}
-	r.Partition, r.Node = p, node
+	r.Partition, r.Node, r.Created = p, node, kv.CreateRevision
 	return r, nil
 }
 
