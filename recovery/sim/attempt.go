@@ -327,6 +327,17 @@ func (w *world) startSource(a *attempt) {
 	}
 	w.checkReleased(a.sn, fmt.Sprintf("before attempt %d's source starts", a.epoch))
 	if err := a.sn.core.StartSource(dstNode, w.k.sourceConfig(a.hdr)); err != nil {
+		if a.sn.failed && errors.Is(err, recovery.ErrReplica) {
+			// Its replica failed between the hello and its answer
+			// (registration.go): the node ends the attempt and closes
+			// its connection, as recovery/node's source side does when
+			// startSource refuses.
+			a.helloErr = err
+			a.closed = true
+			w.cut(a, 1, 1+w.k.ConnDelayMax, false)
+			w.tracef("attempt %d: source refused: %v", a.epoch, err)
+			return
+		}
 		w.violate("config", "source: %v", err)
 	}
 	s := a.sn.core.Source()

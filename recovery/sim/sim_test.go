@@ -385,6 +385,11 @@ var regressionSeeds = []struct {
 	// connection, but the model told the destination nothing, which
 	// timed out with no fault to explain it (CI, start 369235985).
 	{369274146, "a holder stopped before its source started: the destination was not told"},
+	// The source node's replica failed (a feed re-opened by the same
+	// process) between its hello and the destination's answer: its
+	// StartSource was refused, which the model took for a bad
+	// configuration instead of the attempt's end (start 1500000000).
+	{1500053244, "a source's replica failed between its hello and the answer"},
 }
 
 // TestRegressionSeeds replays every seed that once failed.
