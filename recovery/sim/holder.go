@@ -12,7 +12,7 @@ import (
 )
 
 // holder is the holder of an attempt's claim: the rejoin's driver on the
-// source node, where the product holds it (recovery/node/rejoin.go). The
+// source node, where the product holds it (recovery/node/source.go). The
 // source node's executor takes an assignment (sourceNode), acquires the
 // claim (its epoch is the attempt's), starts the task, says hello to the
 // destination, and starts its source processor once the destination has

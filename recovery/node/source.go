@@ -1,0 +1,494 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/claim"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// The source side of a rejoin: the executor takes the node's assignments,
+// claims each task, dials the destination and serves the attempt from the
+// replica's goroutine, then completes or requeues the task (docs/DESIGN.md
+// "The rejoin protocol", steps 1 and 9).
+
+// resumeGrace is how long a source keeps a rejoin whose connection broke,
+// redialling, before it gives the attempt up.
+const resumeGrace = 5 * time.Second
+
+// srcAttempt is one rejoin this node serves as source. proc and the
+// fault hold belong to the replica goroutine; the rest is set before the
+// attempt starts or is atomic.
+type srcAttempt struct {
+	task    claim.Task
+	claim   *claim.Claim
+	epoch   uint64
+	started time.Time
+	link    *link
+	// proc is the core's source, read for status and the fault hold.
+	proc *recovery.Source
+	// end is closed by the replica goroutine once proc is final; err is
+	// then its outcome (nil: done).
+	end chan struct{}
+	err error
+
+	// holdRows > 0: hold the destination's acks once the snapshot has sent
+	// this many rows (the demo's mid-snapshot fault point).
+	holdRows int64
+	held     bool
+	heldAcks []wire.Message
+	// lastCheck is when the core was last called or drained, before the
+	// next call that may move the source (beforeSource); holdAt is the
+	// lastCheck before the call in which the source began to hand off, doneAt when it was seen to have sent the Handoff
+	// and released the partition. So the handoff pause holdAt..doneAt is
+	// wall time, never under-reported.
+	lastCheck, holdAt, doneAt time.Time
+	// pauseUntil (unix nanos): the attempt's I/O stands still until then.
+	pauseUntil atomic.Int64
+
+	// touching is set while a refresh of the task record is in flight;
+	// when one is due is the claim's guard's rule (claim.Guard.MaybeTouch).
+	touching atomic.Bool
+}
+
+func (a *srcAttempt) status() RejoinStatus {
+	s := rejoinStatus("source", a.task.Dest, a.epoch, a.proc.State(), a.proc.Metrics(), a.started)
+	s.Held = a.held
+	if !a.doneAt.IsZero() {
+		s.HandoffPauseMs = float64(a.doneAt.Sub(a.holdAt)) / float64(time.Millisecond)
+	}
+	return s
+}
+
+// pause waits while the attempt is paused (fault injection).
+func (a *srcAttempt) pause(ctx context.Context) {
+	for {
+		d := time.Until(time.Unix(0, a.pauseUntil.Load()))
+		if d <= 0 {
+			return
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// startSource begins serving att on this replica. A newer attempt at the
+// same task supersedes the one running here; another task waits for the
+// replica's one source attempt to end (recovery.Replica.StartSource).
+func (r *replica) startSource(att *srcAttempt) error {
+	cfg := recovery.DefaultSourceConfig(wire.MsgHeader{Epoch: att.epoch, Partition: r.p})
+	cfg.StallTicksMax = r.n.cfg.sourceStallTicks()
+	if old := r.src; old != nil && old.task == att.task && att.epoch > old.epoch {
+		r.n.log.Info("source attempt superseded", "task", old.task, "epoch", old.epoch, "by", att.epoch)
+	}
+	err := r.core.StartSource(att.task.Dest, cfg)
+	r.drain() // the superseded attempt's end
+	if err != nil {
+		return err
+	}
+	att.proc = r.core.Source()
+	att.holdRows = r.holdRows
+	att.lastCheck = time.Now()
+	r.src = att
+	r.drain()
+	return nil
+}
+
+// onSourceMessage hands the destination's message to the source.
+func (r *replica) onSourceMessage(att *srcAttempt, m wire.Message) {
+	if r.src != att {
+		return // an ended attempt's late message
+	}
+	if ack, ok := m.(*wire.Ack); ok && (att.held || (att.holdRows > 0 && att.proc.Metrics().Snapshot.Rows >= att.holdRows)) {
+		att.held = true
+		if len(att.heldAcks) < linkFramesMax {
+			att.heldAcks = append(att.heldAcks, ack)
+		}
+		return
+	}
+	att.lastCheck = time.Now()
+	if err := r.core.OnSourceMessage(att.epoch, m); err != nil {
+		r.n.limited.Log(slog.LevelInfo, fmt.Sprintf("source-refused/%d/%v", r.p, m.Type()), "source refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
+	}
+	r.drain()
+}
+
+// releaseHold lets the held acks through.
+func (r *replica) releaseHold() {
+	att := r.src
+	if att == nil {
+		return
+	}
+	att.holdRows = 0
+	acks := att.heldAcks
+	att.held, att.heldAcks = false, nil
+	for _, m := range acks {
+		if r.src != att {
+			return
+		}
+		att.lastCheck = time.Now()
+		_ = r.core.OnSourceMessage(att.epoch, m)
+		r.drain()
+	}
+}
+
+// sendSource queues what the source produced on its link.
+func (r *replica) sendSource(att *srcAttempt, o recovery.Output) {
+	msgs := o.Msgs
+	if !o.State.Final() && !att.claim.Held(time.Now()) {
+		// The lease guard: a claim that may have expired sends nothing
+		// more, whatever the executor believes. The abort comes next.
+		r.core.AbortSource(att.epoch, wire.AbortClaimLost, "claim not certainly held")
+		return
+	}
+	if f := r.n.cfg.testHandoff; f != nil {
+		msgs = testHandoffs(f, att.epoch, msgs)
+	}
+	if err := att.link.queue(msgs); err != nil {
+		r.core.AbortSource(att.epoch, wire.AbortInternal, err.Error())
+	}
+}
+
+// afterSource notes the handoff's wall-clock pause and refreshes the
+// task record when due, after the core has moved the source.
+func (r *replica) afterSource() {
+	att := r.src
+	if att == nil {
+		return
+	}
+	now := time.Now()
+	r.maybeTouch(att, now)
+	if att.proc.State() == recovery.StateHandingOff {
+		if att.holdAt.IsZero() {
+			att.holdAt = att.lastCheck
+		}
+		if att.doneAt.IsZero() && att.proc.HandoffSent() {
+			att.doneAt = now
+		}
+	}
+	att.lastCheck = now
+}
+
+// maybeTouch refreshes the task record, off the replica goroutine, when
+// the claim's guard says one is due: the attempt made progress since the
+// last refresh, at most once a claim window (claim.Guard.MaybeTouch, the
+// rule the simulator runs too). The record's age is then the time since
+// the attempt's last progress, give or take a window, which is what the
+// health task judges it by (docs/DESIGN.md step 1): a long rejoin that moves on
+// is never reset.
+func (r *replica) maybeTouch(att *srcAttempt, now time.Time) {
+	if att.proc.State().Final() || att.touching.Load() || !att.claim.MaybeTouch(now, att.proc.Progress()) {
+		return
+	}
+	att.touching.Store(true)
+	r.n.goRun(func() {
+		defer att.touching.Store(false)
+		ctx, cancel := context.WithTimeout(r.n.ctx, att.claim.Window())
+		defer cancel()
+		if _, err := claim.Touch(ctx, r.n.cli, att.claim.Attempt(), time.Now()); err != nil && r.n.ctx.Err() == nil {
+			// Not the holder any more: the claim's own checks end the
+			// attempt within a window.
+			r.n.limited.Log(slog.LevelInfo, "touch/"+att.task.String(), "touch rejoin task", "task", att.task, "epoch", att.epoch, "err", err)
+		}
+	})
+}
+
+// testHandoffs passes every Handoff in msgs through the test hook f.
+func testHandoffs(f func(uint64, *wire.Handoff) *wire.Handoff, epoch uint64, msgs []wire.Message) []wire.Message {
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		if h, ok := m.(*wire.Handoff); ok {
+			c := *h // the source keeps its own to check the ack against
+			if n := f(epoch, &c); n != nil {
+				out = append(out, n)
+			}
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func (r *replica) endSource() {
+	att := r.src
+	if att.err == nil && att.proc.State() != recovery.StateDone {
+		att.err = att.proc.Err()
+		if att.err == nil {
+			att.err = errors.New("ended")
+		}
+	}
+	st := att.status()
+	if att.err != nil {
+		st.Err = att.err.Error()
+	}
+	st.Ended = time.Now()
+	r.lastSrc = &st
+	r.src = nil
+	r.n.metrics.observeRejoin(r.p, st)
+	close(att.end)
+}
+
+// executor polls the node's assignments and works them: one claim and one
+// attempt per assignment, Complete or Requeue at the end (docs/DESIGN.md steps 1 and 9).
+func (n *Node) executor() {
+	taken := supervise.Taken{}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case task := <-n.retry:
+			// A failed attempt was requeued: the assignment stands, so
+			// take it again (as a new claim, with a higher epoch).
+			taken.Retry(task)
+			continue
+		case <-t.C:
+		}
+		if !n.reg.Registered() || int64(n.reg.Term().Seq) != n.settledTerm.Load() {
+			// No new claim without a registration, nor before a lapse is
+			// settled: a replica about to be failed for what it missed
+			// would hand its stale content to a destination that goes
+			// live with it (registration.go).
+			continue
+		}
+		mine, err := supervise.AssignedTo(n.ctx, n.cli, n.id)
+		if err != nil {
+			if n.ctx.Err() == nil {
+				n.limited.Log(slog.LevelWarn, "read-assignments", "reading assignments", "err", err)
+			}
+			continue
+		}
+		for _, a := range mine {
+			if taken.Take(a) {
+				n.takeAssignment(a)
+			}
+		}
+	}
+}
+
+func (n *Node) takeAssignment(a supervise.Assignment) {
+	r := n.hosted()[a.Task.Partition]
+	decline := func(why string) {
+		n.log.Info("declining rejoin", "task", a.Task, "seq", a.Seq, "why", why)
+		if err := supervise.Decline(n.ctx, n.cli, a.Task, n.id, a.Seq); err != nil {
+			n.log.Warn("decline", "task", a.Task, "err", err)
+		}
+	}
+	if r == nil {
+		decline("no replica here")
+		return
+	}
+	if int(n.outgoing.Load()) >= n.cfg.OutgoingMax {
+		decline("over the outgoing limit")
+		return
+	}
+	c, err := claim.Acquire(n.ctx, n.cli, a.Task, supervise.ExecutorID(n.id), n.cfg.ClaimTTL, claim.WithWindow(n.cfg.ClaimWindow))
+	if err != nil {
+		n.log.Info("claim not taken", "task", a.Task, "err", err)
+		return
+	}
+	if err := n.reg.Hold(c); err != nil {
+		_ = c.Release(n.ctx)
+		return
+	}
+	if _, err := claim.StartTask(n.ctx, n.cli, c.Attempt(), time.Now()); err != nil {
+		n.log.Warn("start task", "task", a.Task, "err", err)
+		_ = c.Release(n.ctx)
+		return
+	}
+	att := &srcAttempt{task: a.Task, claim: c, epoch: c.Epoch(), started: time.Now(), link: newLink(n.cfg.Codec), end: make(chan struct{})}
+	n.outgoing.Add(1)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.outgoing.Add(-1)
+		n.runSource(r, att)
+	}()
+}
+
+// runSource drives one source attempt's connections and its outcome.
+func (n *Node) runSource(r *replica, att *srcAttempt) {
+	log := n.log.With("task", att.task, "epoch", att.epoch)
+	started := false
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	// Counted in n.wg: its drain outlives runSource by up to 3 s, and Run
+	// returns only after every goroutine it started has ended.
+	n.goRun(func() {
+		select {
+		case <-att.claim.Lost():
+			r.do(func(r *replica) {
+				if r.src == att {
+					r.core.AbortSource(att.epoch, wire.AbortClaimLost, "claim lost")
+					r.drain()
+				}
+			})
+		case <-att.end:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-att.end:
+		case <-ctx.Done():
+			return
+		}
+		// The last messages go out; the half-close lets the destination
+		// read them all, and its close ends our reader.
+		att.link.drain(3 * time.Second)
+		att.link.closeWrite()
+		select {
+		case <-time.After(3 * time.Second):
+		case <-ctx.Done():
+		}
+		att.link.cut()
+	})
+	var lastErr error
+	var brokeAt time.Time
+	for ctx.Err() == nil && !ended(att.end) {
+		conn, err := n.dialRejoin(ctx, att)
+		if err != nil {
+			lastErr = err
+			// A broken link is redialled for the grace period: the
+			// destination keeps its attempt as long.
+			if !started || time.Since(brokeAt) > resumeGrace {
+				break
+			}
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-att.end:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		att.link.attach(conn)
+		first := !started
+		err, ok := ask(r, func(r *replica) error {
+			if first {
+				return r.startSource(att)
+			}
+			if r.src != att {
+				return errors.New("attempt ended")
+			}
+			att.link.drop()
+			att.lastCheck = time.Now()
+			err := r.core.ResumeSource(att.epoch)
+			r.drain()
+			return err
+		})
+		if !ok {
+			conn.Close()
+			break
+		}
+		if err != nil {
+			lastErr = err
+			conn.Close()
+			if first {
+				att.err = err
+				close(att.end)
+			}
+			break
+		}
+		started = true
+		att.link.run(ctx, conn, att.pause)
+		n.readRejoin(ctx, conn, att.pause, func(m wire.Message) {
+			r.do(func(r *replica) { r.onSourceMessage(att, m) })
+		})
+		if !ended(att.end) {
+			brokeAt = time.Now()
+			log.Info("rejoin connection broke; resuming", "partition", att.task.Partition)
+		}
+	}
+	if started && !ended(att.end) {
+		r.do(func(r *replica) {
+			if r.src == att {
+				r.core.AbortSource(att.epoch, wire.AbortConnLost, fmt.Sprintf("no connection to %s: %v", att.task.Dest, lastErr))
+				r.drain()
+			}
+		})
+		select {
+		case <-att.end:
+		case <-n.ctx.Done():
+		}
+	}
+	att.link.close()
+	n.finishAttempt(att, lastErr)
+}
+
+// finishAttempt reports the outcome in etcd and releases the claim.
+func (n *Node) finishAttempt(att *srcAttempt, lastErr error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+	defer cancel()
+	defer func() { _ = att.claim.Release(ctx) }()
+	var err error
+	if ended(att.end) {
+		err = att.err
+	} else {
+		err = fmt.Errorf("node stopping: %v", lastErr)
+	}
+	if err == nil {
+		if _, _, cerr := supervise.Complete(ctx, n.cli, att.claim.Attempt(), time.Now(), n.log); cerr != nil {
+			n.log.Warn("complete", "task", att.task, "err", cerr)
+		}
+		n.log.Info("rejoin served", "task", att.task, "epoch", att.epoch)
+		return
+	}
+	_, rerr := claim.Requeue(ctx, n.cli, att.claim.Attempt(), wire.ErrText(err), time.Now())
+	if errors.Is(rerr, claim.ErrTaskFinal) {
+		// Typically the destination completed the task itself: it went
+		// live with our digest and only its HandoffAck was lost. Done is
+		// done; nothing to retry.
+		n.log.Info("rejoin attempt failed, but its task is final", "task", att.task, "epoch", att.epoch, "err", err, "requeue", rerr)
+		return
+	}
+	n.log.Info("rejoin attempt failed; requeued", "task", att.task, "epoch", att.epoch, "err", err)
+	if rerr != nil && n.ctx.Err() == nil {
+		n.log.Info("requeue", "task", att.task, "err", rerr)
+	}
+	n.goRun(func() {
+		select {
+		case <-time.After(retryAfter):
+		case <-n.ctx.Done():
+			return
+		}
+		select {
+		case n.retry <- att.task:
+		case <-n.ctx.Done():
+		}
+	})
+}
+
+// dialRejoin connects to the destination and says which attempt this is.
+func (n *Node) dialRejoin(ctx context.Context, att *srcAttempt) (*stream.Conn, error) {
+	addr, err := n.members.address(att.task.Dest)
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cfg := n.dialConfig(att.task.Dest)
+	cfg.RateBytesPerSec = n.cfg.RateBytesPerSec
+	conn, err := stream.Dial(dctx, addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := hello(dctx, conn, &wire.Hello{Kind: wire.HelloRejoin, Node: n.id, Partition: att.task.Partition, Epoch: att.epoch}, att.task.Dest); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// retryAfter spaces the attempts a source makes at one assignment.
+const retryAfter = 500 * time.Millisecond
