@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -215,3 +217,95 @@ func (n *Node) checkHolder(h *wire.Hello) error {
 	}
 	return nil
 }
+
+// completeLive completes the task of a replica gone live, trying again
+// until etcd takes it (or says it is done, or of another generation), for
+// as long as the node runs. If etcd is out when the source's HandoffAck
+// lands, the source's completion fails too, and a task left open would
+// send new attempts to a replica that refuses them as live, forever (the
+// simulator found it: recovery/sim, coordinator outages).
+func (n *Node) completeLive(a claim.Attempt) {
+	for try := 0; ; try++ {
+		var err error
+		if try < n.cfg.testCompleteFails {
+			err = errors.New("test: etcd out")
+		} else {
+			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+			_, _, err = supervise.Complete(ctx, n.cli, a, time.Now(), n.log)
+			cancel()
+		}
+		if err == nil || errors.Is(err, claim.ErrStaleEpoch) || errors.Is(err, claim.ErrNoTask) || n.ctx.Err() != nil {
+			return
+		}
+		n.limited.Log(slog.LevelWarn, "complete/"+a.Task.String(), "complete rejoin task; retrying", "task", a.Task, "err", err)
+		select {
+		case <-time.After(completeRetry):
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+// openTasks opens the rejoin tasks of replicas that need one, at most
+// IncomingMax at once (the per-node limit): the supervisor assigns each a
+// source.
+func (n *Node) openTasks(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !n.hearsEveryone() || n.cfg.testNoTasks {
+			continue // a rejoin proposes once it heard every initiator
+		}
+		var need []uint32
+		for p, r := range n.hosted() {
+			if st := r.status.Load(); st != nil && st.State != StateLive && n.placedSeen(r) {
+				need = append(need, p)
+			}
+		}
+		sort.Slice(need, func(i, j int) bool { return need[i] < need[j] })
+		for _, p := range need {
+			n.openMu.Lock()
+			full := len(n.opened) >= n.cfg.IncomingMax
+			have := n.opened[p]
+			n.openMu.Unlock()
+			if have || full {
+				continue
+			}
+			task := claim.Task{Partition: p, Dest: n.id}
+			_, err := claim.CreateTask(ctx, n.cli, task, time.Now())
+			if err != nil && !errors.Is(err, claim.ErrTaskOpen) {
+				n.limited.Log(slog.LevelWarn, "open-task/"+task.String(), "open rejoin task", "task", task, "err", err)
+				continue
+			}
+			n.openMu.Lock()
+			n.opened[p] = true
+			n.openMu.Unlock()
+			n.log.Info("rejoin task open", "task", task)
+		}
+	}
+}
+
+// hearsEveryone reports whether a feed is open from every live node's
+// initiator.
+func (n *Node) hearsEveryone() bool {
+	n.feeds.mu.Lock()
+	defer n.feeds.mu.Unlock()
+	heard := map[string]bool{}
+	for _, f := range n.feeds.by {
+		heard[f.node] = true
+	}
+	for node := range n.members.view().nodes {
+		if !heard[node] {
+			return false
+		}
+	}
+	return true
+}
+
+// completeRetry spaces a live destination's tries at completing its task.
+const completeRetry = 500 * time.Millisecond

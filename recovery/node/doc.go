@@ -90,6 +90,15 @@
 // the fault points, the durable epoch (raised between the core's fence
 // check and the attempt's start), the handoff pause in wall time.
 //
+// The driver is one file per owner: conns.go accepts connections and
+// serves clients; feed.go the feeds in and out; source.go a rejoin's
+// source side (the executor: assignments, claims, the attempt, its end in
+// etcd); destination.go its destination side (the hello checked against
+// the claim, the attempt, the task opened and completed); repair.go the
+// tail repair; registration.go the registration's terms and settlements;
+// members.go and reconcile.go the view and the placement; http.go the
+// admin HTTP; node.go the start, the replicas' records and the stop.
+//
 // # The initiator
 //
 // A node's initiator is recovery.Initiator, the pure core, driven by
