@@ -278,8 +278,8 @@ func (s *chunkSource) Read(p []byte) (int, error) {
 
 // TestTLSReadBufferGrows: a stream of full records, read as crypto/tls
 // reads it (about a record at a time), is brought in by reads that grow
-// to tlsReadBufferBytesMax (4 MiB in 19 reads, where a fixed 64 KiB
-// buffer takes 64); a connection whose reads bring in little keeps the
+// to tlsReadBufferBytesMax (4 MiB in 19 reads, the last its EOF, where
+// a fixed 64 KiB buffer takes 65); a connection whose reads bring in little keeps the
 // small buffer; every byte arrives in order, and the source's error
 // after the last.
 func TestTLSReadBufferGrows(t *testing.T) {
