@@ -20,9 +20,11 @@
 //     link (an EOF or reset) and from this side's own Close (ErrClosed).
 //   - Listens on loopback unless told otherwise.
 //   - Over TLS (Dial with Config.TLS, Client, Server), the records of one
-//     write leave in one system call of up to four records, and reads take
-//     up to four at once: crypto/tls alone makes a system call per 16 KiB
-//     record. Nothing is held past the write that made it.
+//     write leave in one system call of up to sixteen records (a 256 KiB
+//     rejoin block), and reads take up to sixteen at once, into a buffer
+//     that grows from four records only on a connection whose reads fill
+//     it: crypto/tls alone makes a system call per 16 KiB record. Nothing
+//     is held past the write that made it.
 //
 // Status: frames over TCP, stall detection, rate limit and keepalive are
 // built. The protocol side of resuming on a new connection is too

@@ -75,9 +75,9 @@ func tcpPair(t *testing.T) (a, b net.Conn) {
 	return a, b
 }
 
-// TestTLSRecordsLeaveTogether: the records of one large Write leave in
-// writes of several records each (crypto/tls alone makes one write per
-// 16 KiB record: 16 for 256 KiB), and arrive intact.
+// TestTLSRecordsLeaveTogether: the records of one large Write leave
+// together (crypto/tls alone makes one write per 16 KiB record: 16 for
+// 256 KiB, a rejoin block), and arrive intact.
 func TestTLSRecordsLeaveTogether(t *testing.T) {
 	srvCfg, cliCfg := tlsConfigs(t)
 	a, b := tcpPair(t)
@@ -112,9 +112,10 @@ func TestTLSRecordsLeaveTogether(t *testing.T) {
 	if !bytes.Equal(got[:len(msg)], msg) || !bytes.Equal(got[len(msg):], msg) {
 		t.Fatal("the bytes read differ from those written")
 	}
-	// 256 KiB is 16 full records; four go in each write.
-	if writes > 4 {
-		t.Fatalf("256 KiB left in %d writes, want at most 4 (16 records, 4 a write)", writes)
+	// 256 KiB is 16 full records (and a few bytes of the 17th: each
+	// record's header and tag), which go in one write.
+	if writes > 2 {
+		t.Fatalf("256 KiB left in %d writes, want at most 2 (16 records in one write)", writes)
 	}
 }
 
@@ -253,5 +254,69 @@ func TestTLSCloseUnblocksHeldWrite(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("close took %s", took)
+	}
+}
+
+// chunkSource is a connection's input as reads see it: each read returns
+// at most chunk bytes (what has arrived), then err once all is read.
+type chunkSource struct {
+	data  []byte
+	chunk int
+	err   error
+	reads int
+}
+
+func (s *chunkSource) Read(p []byte) (int, error) {
+	s.reads++
+	if len(s.data) == 0 {
+		return 0, s.err
+	}
+	n := copy(p, s.data[:min(len(s.data), s.chunk)])
+	s.data = s.data[n:]
+	return n, nil
+}
+
+// TestTLSReadBufferGrows: a stream of full records, read as crypto/tls
+// reads it (about a record at a time), is brought in by reads that grow
+// to tlsReadBufferBytesMax (4 MiB in 19 reads, the last its EOF, where
+// a fixed 64 KiB buffer takes 65); a connection whose reads bring in little keeps the
+// small buffer; every byte arrives in order, and the source's error
+// after the last.
+func TestTLSReadBufferGrows(t *testing.T) {
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i * 13)
+	}
+	wantErr := errors.New("the end")
+	for _, tc := range []struct {
+		name      string
+		chunk     int
+		readsMax  int
+		sizeAfter int
+	}{
+		{"a rejoin stream", len(data), 19, tlsReadBufferBytesMax},
+		{"small messages", 200, len(data)/200 + 2, tlsReadBufferBytesMin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &chunkSource{data: data, chunk: tc.chunk, err: wantErr}
+			rb := &readBuffer{src: src, size: tlsReadBufferBytesMin}
+			var got []byte
+			p := make([]byte, 16<<10+256) // a record, as crypto/tls asks
+			var err error
+			for err == nil {
+				var n int
+				n, err = rb.Read(p[:1+len(got)%len(p)]) // sizes from 1 to a record
+				got = append(got, p[:n]...)
+			}
+			if !errors.Is(err, wantErr) || !bytes.Equal(got, data) {
+				t.Fatalf("read %d of %d bytes (equal %v), then %v; want all, then %v", len(got), len(data), bytes.Equal(got, data), err, wantErr)
+			}
+			if src.reads > tc.readsMax {
+				t.Errorf("%d reads of the connection, want at most %d", src.reads, tc.readsMax)
+			}
+			if len(rb.buf) != tc.sizeAfter {
+				t.Errorf("buffer of %d bytes, want %d", len(rb.buf), tc.sizeAfter)
+			}
+		})
 	}
 }

@@ -23,8 +23,10 @@ Writes a cluster's certificates (ECDSA P-256, for TLS 1.3):
   create-etcd         DIR/etcd.crt and .key: the server certificate of
                       'rejoin etcd --certs-dir DIR' (for --host), which
                       then requires a node's or client's certificate of
-                      every etcd client (--etcd-cacert, --etcd-cert,
-                      --etcd-key)
+                      every etcd client: a command given --certs-dir DIR
+                      and an https:// --etcd uses DIR's ca.crt and its
+                      own certificate there (or --etcd-cacert,
+                      --etcd-cert, --etcd-key)
 create-node, create-client and create-etcd need DIR/ca.key. Nothing is overwritten.
 Every node and client needs DIR/ca.crt and its own pair; keep ca.key where
 certificates are issued, not on the nodes.
@@ -126,18 +128,38 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// clientCertsFlags are a client command's certificate: --certs-dir and
+// --client. They are its etcd client's certificate too, for an https://
+// --etcd (etcdFlags.useCertsDir).
+type clientCertsFlags struct {
+	certsDir, name string
+}
+
+// newClientCertsFlags binds --certs-dir (described by dirUsage) and
+// --client, and makes them etcd's defaults.
+func newClientCertsFlags(fs *flag.FlagSet, etcd *etcdFlags, dirUsage string) *clientCertsFlags {
+	f := &clientCertsFlags{}
+	fs.StringVar(&f.certsDir, "certs-dir", "", dirUsage)
+	fs.StringVar(&f.name, "client", "root", "client certificate `name` in --certs-dir")
+	etcd.useCertsDir(&f.certsDir, func() certs.Identity { return certs.ClientID(f.name) })
+	return f
+}
+
+// etcdCertsDirUsage is --certs-dir's usage in a command that reaches
+// only etcd.
+const etcdCertsDirUsage = "certificates `directory`: for an https:// --etcd, its ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`) are the etcd client's CA and certificate"
+
 // clientTLSFlags are how a command that calls procedures (verify) dials
 // the nodes: a client certificate, or --insecure for nodes that run
 // without TLS.
 type clientTLSFlags struct {
-	certsDir, name string
-	insecure       bool
+	*clientCertsFlags
+	insecure bool
 }
 
-func newClientTLSFlags(fs *flag.FlagSet) *clientTLSFlags {
-	f := &clientTLSFlags{}
-	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`)")
-	fs.StringVar(&f.name, "client", "root", "client certificate `name` in --certs-dir")
+func newClientTLSFlags(fs *flag.FlagSet, etcd *etcdFlags) *clientTLSFlags {
+	f := &clientTLSFlags{clientCertsFlags: newClientCertsFlags(fs, etcd,
+		"certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`): the nodes', and for an https:// --etcd etcd's, client certificate")}
 	fs.BoolVar(&f.insecure, "insecure", false, "dial the nodes without TLS (nodes run with --insecure)")
 	return f
 }

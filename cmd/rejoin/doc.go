@@ -26,6 +26,14 @@
 // (cmd/rejoin/internal/demo, cmd/rejoin/internal/chaos, recovery/node,
 // recovery/sim, bench), so the tests drive the same code the command runs.
 //
+// Every command that reaches etcd takes --etcd. With an https:// endpoint
+// and --certs-dir DIR, its etcd client checks etcd's certificate against
+// DIR/ca.crt and presents its own from DIR: a node its node.n<N>, a client
+// command client.<NAME> (--client, root by default); --etcd-cacert,
+// --etcd-cert and --etcd-key name other files and win over these. One
+// function holds the rule for every command (etcdFlags.useCertsDir), and
+// a file it needs that is missing is named before any dial.
+//
 // Exit status: 0 on success (and for -h); 1 when the command ran and
 // failed, or found what it checks for wrong (digests that differ, a
 // simulator seed that failed, acknowledged writes lost, a chaos FAIL); 2

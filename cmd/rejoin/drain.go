@@ -41,8 +41,10 @@ type moveFlags struct {
 }
 
 func newMoveFlags(fs *flag.FlagSet) *moveFlags {
+	etcd := newEtcdFlags(fs)
+	newClientCertsFlags(fs, etcd, etcdCertsDirUsage)
 	return &moveFlags{
-		etcd:     newEtcdFlags(fs),
+		etcd:     etcd,
 		inFlight: fs.Int("moves-max", supervise.MoveInFlightMaxDefault, "moves under way at once (1: one partition at a time)"),
 		incoming: fs.Int("incoming-max", supervise.MoveIncomingMaxDefault, "moves under way onto one node at once"),
 		timeout:  fs.Duration("timeout", 30*time.Minute, "bound of the whole command"),

@@ -24,8 +24,10 @@ it can be paused (SIGSTOP) or stopped apart from the nodes: the demo's
 cluster's etcd (--port 2379, etcd's own default). With --certs-dir it
 serves https only and requires a client certificate from that
 directory's CA (a node's or a client's), with its server certificate
-etcd.crt and etcd.key from there (the demo writes them); a client then
-needs --etcd-cacert, --etcd-cert and --etcd-key. Once serving it prints
+etcd.crt and etcd.key from there ('rejoin cert create-etcd' writes
+them); every command given --certs-dir and an https:// --etcd then uses
+that directory's ca.crt and its own certificate as etcd's client
+(--etcd-cacert, --etcd-cert and --etcd-key name others). Once serving it prints
 one line on stdout:
   ready etcd=<client URL>
 SIGINT or SIGTERM stop it cleanly. Not listed by 'rejoin help': an

@@ -65,20 +65,22 @@ func TestEmbeddedEtcdRequiresClientCertificate(t *testing.T) {
 			}
 		})
 	}
-	// The shell client too: refused without a certificate, through with
-	// the demo's.
+	// The shell client too: refused without a certificate (no
+	// --certs-dir to take one from), through with the demo's, named or
+	// taken from --certs-dir.
 	for _, tc := range []struct {
 		name  string
 		flags []string
 		want  string
 	}{
-		{"get without a client certificate", []string{"--etcd", ep, "--etcd-cacert", ca}, "refused this client's certificate (--etcd-cert): remote error: tls: certificate required"},
-		{"get with the demo's certificate", append([]string{"--etcd", ep}, demo.EtcdTLSFlags(dir, certs.ClientID(demo.ClientName))...), "holds no cluster"},
+		{"get without a client certificate", []string{"--insecure", "--etcd", ep, "--etcd-cacert", ca}, "refused this client's certificate (--etcd-cert): remote error: tls: certificate required"},
+		{"get with the demo's certificate", append([]string{"--certs-dir", dir, "--client", demo.ClientName, "--etcd", ep}, demo.EtcdTLSFlags(dir, certs.ClientID(demo.ClientName))...), "holds no cluster"},
+		{"get with --certs-dir's certificate", []string{"--certs-dir", dir, "--client", demo.ClientName, "--etcd", ep}, "holds no cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
 			start := time.Now()
-			args := append(append([]string{"get", "--timeout", timeout.String(), "--certs-dir", dir, "--client", demo.ClientName}, tc.flags...), "k")
+			args := append(append([]string{"get", "--timeout", timeout.String()}, tc.flags...), "k")
 			code := run(args, &out, &errOut)
 			t.Logf("exit %d after %s: %s", code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(errOut.String()))
 			if took := time.Since(start); took > timeout+5*time.Second {

@@ -7,30 +7,39 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
 // etcdFlags are how a command reaches etcd: its endpoints, and for an
-// external cluster that serves TLS or has auth, the CA, a client
-// certificate and a user.
+// etcd that serves TLS or has auth, the CA, a client certificate and a
+// user.
 type etcdFlags struct {
 	endpoints          string
 	cacert, cert, key  string
 	user, passwordFile string
+	// certsDir and id, set by useCertsDir, are the command's certificates
+	// directory (its --certs-dir, read after parsing) and whose
+	// certificate in it is the command's own.
+	certsDir *string
+	id       func() certs.Identity
 }
 
 func newEtcdFlags(fs *flag.FlagSet) *etcdFlags {
 	f := &etcdFlags{}
-	fs.StringVar(&f.endpoints, "etcd", "", "comma-separated etcd `endpoints` (https:// ones need --etcd-cacert)")
-	fs.StringVar(&f.cacert, "etcd-cacert", "", "`file`: the CA certificate (PEM) that etcd's server certificate is checked against")
-	fs.StringVar(&f.cert, "etcd-cert", "", "`file`: a client certificate (PEM) for an etcd that asks for one; with --etcd-key")
+	fs.StringVar(&f.endpoints, "etcd", "", "comma-separated etcd `endpoints` (https:// ones need a CA: --certs-dir's ca.crt or --etcd-cacert)")
+	fs.StringVar(&f.cacert, "etcd-cacert", "", "`file`: the CA certificate (PEM) that etcd's server certificate is checked against (default for an https:// --etcd: --certs-dir's ca.crt)")
+	fs.StringVar(&f.cert, "etcd-cert", "", "`file`: a client certificate (PEM) for an etcd that asks for one; with --etcd-key (default for an https:// --etcd: the command's own certificate in --certs-dir)")
 	fs.StringVar(&f.key, "etcd-key", "", "`file`: the key of --etcd-cert (PEM)")
 	fs.StringVar(&f.user, "etcd-user", "", "etcd user `name`, for an etcd with auth enabled; its password is read from --etcd-password-file")
 	fs.StringVar(&f.passwordFile, "etcd-password-file", "", "`file` holding the password of --etcd-user (a file, so it shows in no process list)")
@@ -56,35 +65,92 @@ func (f *etcdFlags) config() (clientv3.Config, error) {
 	return cfg, nil
 }
 
-// tls is the TLS config of the etcd client; nil when no flag asks for one.
-func (f *etcdFlags) tls() (*tls.Config, error) {
-	if (f.cert == "") != (f.key == "") {
-		return nil, errors.New("--etcd-cert and --etcd-key go together")
-	}
-	https := false
+// useCertsDir makes a command's certificates directory the default of
+// its etcd client's files, the one rule of every command that reaches
+// etcd: with an https:// endpoint and *dir given, --etcd-cacert defaults
+// to dir's ca.crt and --etcd-cert and --etcd-key to the command's own
+// certificate there (id's files: a node's node.n<N>, a client's
+// client.<NAME>), so that the cluster's etcd (`rejoin etcd --certs-dir`,
+// which requires a certificate of the cluster CA) needs no more flags than
+// the nodes do. A flag given wins over its default. dir and id are read
+// when the config is made, after the flags are parsed.
+func (f *etcdFlags) useCertsDir(dir *string, id func() certs.Identity) {
+	f.certsDir, f.id = dir, id
+}
+
+func (f *etcdFlags) https() bool {
 	for _, e := range splitEndpoints(f.endpoints) {
-		https = https || strings.HasPrefix(e, "https://")
+		if strings.HasPrefix(e, "https://") {
+			return true
+		}
 	}
-	if f.cacert == "" && f.cert == "" {
-		if https {
-			return nil, errors.New("an https:// etcd endpoint needs --etcd-cacert")
+	return false
+}
+
+// files are the etcd client's CA, certificate and key files: the flags,
+// and where one is not given and useCertsDir's rule applies, the
+// certificates directory's, each checked to be there so that a missing
+// one is named now rather than as a failed handshake later.
+func (f *etcdFlags) files() (cacert, cert, key string, err error) {
+	if (f.cert == "") != (f.key == "") {
+		return "", "", "", errors.New("--etcd-cert and --etcd-key go together")
+	}
+	cacert, cert, key = f.cacert, f.cert, f.key
+	if f.certsDir == nil || *f.certsDir == "" || !f.https() {
+		return cacert, cert, key, nil
+	}
+	dir := *f.certsDir
+	var need []string
+	if cacert == "" {
+		cacert = filepath.Join(dir, certs.CACertFile)
+		need = append(need, cacert)
+	}
+	if cert == "" {
+		id := f.id()
+		if err := id.Check(); err != nil {
+			return "", "", "", err
+		}
+		cert, key = certs.Files(dir, id)
+		need = append(need, cert, key)
+	}
+	for _, p := range need {
+		if _, err := os.Stat(p); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return "", "", "", fmt.Errorf("%s: no such file; the etcd client of %s needs it, from --certs-dir %s (rejoin cert makes it; or give --etcd-cacert, --etcd-cert and --etcd-key)", p, f.endpoints, dir)
+			}
+			return "", "", "", fmt.Errorf("--certs-dir: %w", err)
+		}
+	}
+	return cacert, cert, key, nil
+}
+
+// tls is the TLS config of the etcd client; nil when neither a flag nor
+// the certificates directory asks for one.
+func (f *etcdFlags) tls() (*tls.Config, error) {
+	cacert, cert, key, err := f.files()
+	if err != nil {
+		return nil, err
+	}
+	if cacert == "" && cert == "" {
+		if f.https() {
+			return nil, errors.New("an https:// etcd endpoint needs a CA: --certs-dir (its ca.crt) or --etcd-cacert")
 		}
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f.cacert != "" {
-		b, err := os.ReadFile(f.cacert)
+	if cacert != "" {
+		b, err := os.ReadFile(cacert)
 		if err != nil {
 			return nil, fmt.Errorf("--etcd-cacert: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("--etcd-cacert %s: no PEM certificate", f.cacert)
+			return nil, fmt.Errorf("--etcd-cacert %s: no PEM certificate", cacert)
 		}
 		cfg.RootCAs = pool
 	}
-	if f.cert != "" {
-		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
 			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
 		}
@@ -134,6 +200,12 @@ func (f *etcdFlags) probe() error {
 	if err != nil {
 		return err
 	}
+	// Name the certificate etcd refused: the flag, or the file that
+	// --certs-dir gave in its place.
+	certFile := "--etcd-cert"
+	if _, c, _, _ := f.files(); f.cert == "" && c != "" {
+		certFile = c
+	}
 	for _, ep := range splitEndpoints(f.endpoints) {
 		u, err := url.Parse(ep)
 		if err != nil || u.Host == "" {
@@ -145,7 +217,7 @@ func (f *etcdFlags) probe() error {
 			c, err := tls.DialWithDialer(d, "tcp", u.Host, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a probe: nothing is sent
 			if err == nil {
 				c.Close()
-				return fmt.Errorf("etcd at %s serves TLS: use https:// and --etcd-cacert (and a client certificate, --etcd-cert and --etcd-key, if it asks for one)", ep)
+				return fmt.Errorf("etcd at %s serves TLS: use https:// and --certs-dir (or --etcd-cacert, and a client certificate, --etcd-cert and --etcd-key, if it asks for one)", ep)
 			}
 			continue
 		}
@@ -165,7 +237,7 @@ func (f *etcdFlags) probe() error {
 		c.Close()
 		var alert tls.AlertError
 		if errors.As(err, &alert) || (err != nil && strings.Contains(err.Error(), "remote error")) {
-			return fmt.Errorf("etcd at %s refused this client's certificate (--etcd-cert): %w", ep, err)
+			return fmt.Errorf("etcd at %s refused this client's certificate (%s): %w", ep, certFile, err)
 		}
 	}
 	return nil

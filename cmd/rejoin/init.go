@@ -129,6 +129,7 @@ func parseNodes(s string) ([]string, error) {
 func runInit(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("init", stderr)
 	etcd := newEtcdFlags(fs)
+	newClientCertsFlags(fs, etcd, etcdCertsDirUsage)
 	partitions := fs.Uint("partitions", 4, "partitions (1..65536)")
 	replicas := fs.Int("replicas", 2, "replicas of each partition, each on its own node")
 	nodesFlag := fs.String("nodes", "3", "the nodes: a `count` (n1..nN) or a comma-separated list of node ids")

@@ -64,7 +64,7 @@ type loadResult struct {
 func runLoad(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("load", stderr)
 	etcd := newEtcdFlags(fs)
-	nodeTLS := newClientTLSFlags(fs)
+	nodeTLS := newClientTLSFlags(fs, etcd)
 	rows := fs.Int64("rows", 100_000, "rows to write, one transaction each")
 	rate := fs.Float64("rate", 0, "offered writes per second (0: as fast as the writers go)")
 	writers := fs.Int("writers", 16, "concurrent callers, each waiting for its write's answer before the next")

@@ -32,7 +32,7 @@ func TestRunDispatch(t *testing.T) {
 		{args: []string{"verify", "--insecure"}, code: 2, stderrIn: "--etcd is required"},
 		{args: []string{"verify", "--etcd", "x"}, code: 2, stderrIn: "--certs-dir is required to reach the nodes"},
 		{args: []string{"node", "--id", "1", "--etcd", "x", "--data", "d", "--insecure", "--etcd-cert", "c"}, code: 2, stderrIn: "--etcd-cert and --etcd-key go together"},
-		{args: []string{"node", "--id", "1", "--etcd", "https://x:2379", "--data", "d", "--insecure"}, code: 2, stderrIn: "needs --etcd-cacert"},
+		{args: []string{"node", "--id", "1", "--etcd", "https://x:2379", "--data", "d", "--insecure"}, code: 2, stderrIn: "needs a CA: --certs-dir (its ca.crt) or --etcd-cacert"},
 		{args: []string{"node", "--id", "1", "--etcd", "x", "--data", "d", "--insecure", "--etcd-user", "u"}, code: 2, stderrIn: "--etcd-user and --etcd-password-file go together"},
 		{args: []string{"status", "--etcd", "x", "--etcd-cacert", "/nonexistent"}, code: 2, stderrIn: "--etcd-cacert: open /nonexistent"},
 		{args: []string{"verify", "extra"}, code: 2, stderrIn: `unexpected argument "extra"`},

@@ -28,7 +28,9 @@ Each wait on etcd before that is bounded by --etcd-timeout; past it the
 node exits 1 with the step that waited. Once ready, a node that loses etcd
 keeps running (its replicas stay, its rejoin work stops) and registers
 again when etcd answers. Every connection is mutual TLS with the
-certificates of --certs-dir (rejoin cert makes them); --insecure runs
+certificates of --certs-dir (rejoin cert makes them), and so is etcd's
+when --etcd is https:// (its ca.crt and the node's certificate, unless
+--etcd-cacert, --etcd-cert and --etcd-key name others); --insecure runs
 without, open to anyone who reaches the port. Logs go to stderr. SIGINT or SIGTERM stop it
 cleanly.
 
@@ -62,7 +64,8 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.Int64Var(&f.cfg.RateBytesPerSec, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
 	fs.IntVar(&f.cfg.ConnsMax, "conns-max", 0, "TCP connections the node serves at once; one more is refused (0: 256)")
 	fs.Int64Var(&f.cfg.RejoinBufferBytesMax, "rejoin-buffer-bytes", 0, "bytes of txns a rejoining replica may buffer; past half, its source holds the partition's writes (0: 512 MiB)")
-	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory`: ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names")
+	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory`: ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names; for an https:// --etcd they are the etcd client's CA and certificate too")
+	f.etcd.useCertsDir(&f.certsDir, func() certs.Identity { return certs.NodeID(f.cfg.ID) })
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "run without TLS: anyone who reaches the node's port may call procedures, open feeds and rejoin streams; for trusted networks and tests only")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")

@@ -68,7 +68,7 @@ type shellFlags struct {
 func newShellFlags(fs *flag.FlagSet) *shellFlags {
 	f := &shellFlags{}
 	f.etcd = newEtcdFlags(fs)
-	f.nodeTLS = newClientTLSFlags(fs)
+	f.nodeTLS = newClientTLSFlags(fs, f.etcd)
 	fs.StringVar(&f.table, "table", "kv", "the `table`: two columns, the first its key")
 	fs.BoolVar(&f.hex, "hex", false, "keys and values in hex")
 	fs.BoolVar(&f.base64, "base64", false, "keys and values in base64 (standard, padded)")

@@ -43,8 +43,7 @@ func openEtcd(name string, ef *etcdFlags, timeout time.Duration, stderr io.Write
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
 	etcd := newEtcdFlags(fs)
-	certsDir := fs.String("certs-dir", "", "certificates `directory` with a client certificate, for nodes whose admin HTTP is off loopback (served over TLS)")
-	clientName := fs.String("client", "root", "client certificate `name` in --certs-dir")
+	cf := newClientCertsFlags(fs, etcd, "certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`): etcd's client certificate for an https:// --etcd, and the nodes' where their admin HTTP is off loopback (served over TLS)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound of the whole reading")
 	nodeTimeout := fs.Duration("node-timeout", clusterview.StatusTimeoutDefault, "bound of each node's GET /status")
@@ -83,8 +82,8 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		return etcd.explain(etcdErr(ctx, etcd.endpoints, *timeout, err))
 	}
 	hc := &http.Client{}
-	if *certsDir != "" {
-		creds, err := certs.Load(*certsDir, certs.ClientID(*clientName))
+	if cf.certsDir != "" {
+		creds, err := certs.Load(cf.certsDir, certs.ClientID(cf.name))
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,7 @@ var errMismatch = errors.New("digests do not match")
 func runVerify(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("verify", stderr)
 	etcd := newEtcdFlags(fs)
-	nodeTLS := newClientTLSFlags(fs)
+	nodeTLS := newClientTLSFlags(fs, etcd)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of the whole check")
 	if err := parseFlags(fs, "verify", args, stderr); err != nil {

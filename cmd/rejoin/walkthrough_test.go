@@ -24,7 +24,9 @@ import (
 // every command of its sh blocks, in order, against processes of the
 // test-built binary on loopback. What the README shows differs only in
 // what must: etcd's port (a free one, not 2379), the directory (a
-// temporary one, not /tmp/rejoin). A comment "# -> TEXT" is the
+// temporary one, not /tmp/rejoin). etcd serves https and requires a
+// client certificate of the cluster CA: every command reaches it with
+// --certs-dir alone. A comment "# -> TEXT" is the
 // command's expected stdout. Beyond the commands, the test checks what the
 // prose promises: after the kill, status shows n3 gone; after the
 // restart, every replica of n3 rejoins (its tasks done) and all are live
@@ -102,11 +104,14 @@ const (
 )
 
 type walk struct {
-	t     *testing.T
-	ctx   context.Context
-	bin   string
-	dir   string
-	etcd  string
+	t    *testing.T
+	ctx  context.Context
+	bin  string
+	dir  string
+	etcd string
+	// certs is etcd's --certs-dir: the walk-through's etcd serves https
+	// and wants a client certificate, which status's polls present too.
+	certs string
 	vars  map[string]string    // shell variables: N1=$! and the like
 	procs map[string]*exec.Cmd // background processes by variable
 	logs  []string
@@ -125,7 +130,7 @@ type walk struct {
 // own.
 const (
 	readmeDir  = "/tmp/rejoin"
-	readmeEtcd = "http://127.0.0.1:2379"
+	readmeEtcd = "https://127.0.0.1:2379"
 )
 
 func (w *walk) do(line string) {
@@ -293,8 +298,19 @@ func (w *walk) start(name string, args []string, stderr io.Writer, prefix string
 }
 
 func (w *walk) startEtcd(args []string) {
+	for i, a := range args {
+		if a == "--certs-dir" && i+1 < len(args) {
+			w.certs = args[i+1]
+		}
+	}
+	if w.certs == "" {
+		w.t.Fatal("the walk-through's etcd runs without --certs-dir: it is to serve https and ask for client certificates")
+	}
 	_, l := w.start("etcd", args, &testWriter{t: w.t}, "ready etcd=")
 	w.etcd = strings.TrimPrefix(l, "ready etcd=")
+	if !strings.HasPrefix(w.etcd, "https://") {
+		w.t.Fatalf("etcd serves %s, not https", w.etcd)
+	}
 }
 
 func (w *walk) startNode(v string, args []string, stderrFile string, appendErr bool) {
@@ -363,7 +379,7 @@ func (w *walk) waitStatus() {
 func (w *walk) statusShows() (bool, string) {
 	ctx, cancel := context.WithTimeout(w.ctx, 15*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, w.bin, "status", "--etcd", w.etcd, "--json").Output()
+	out, err := exec.CommandContext(ctx, w.bin, "status", "--etcd", w.etcd, "--certs-dir", w.certs, "--json").Output()
 	if err != nil {
 		return false, err.Error()
 	}
