@@ -120,9 +120,8 @@ func Verify(ctx context.Context, c *client.Client, table string, r Report) (Veri
 			row, err := readRetry(ctx, c, table, []byte(k))
 			want, acked := r.Acked[k]
 			switch {
-			case errors.Is(err, client.ErrProcedure):
-				// The row is missing (the only failure of read on a
-				// good key).
+			case errors.Is(err, client.ErrNotFound):
+				// The row is missing.
 				if acked {
 					lost(k, "missing: "+err.Error())
 				}
@@ -152,18 +151,37 @@ func Verify(ctx context.Context, c *client.Client, table string, r Report) (Veri
 	return res, errors.Join(errs...)
 }
 
-// verifyReadAttempts bounds the reads of one key: a read is safe to
-// repeat when its connection broke (uncertain) or no node answered.
-const verifyReadAttempts = 5
+// verifyReadAttempts bounds the reads of one key, and verifyReadPause
+// the wait before the next, doubled each time: a read is safe to repeat
+// when its connection broke (uncertain), no node answered, or the node
+// refused it without running it (its registration lost for a moment, a
+// replica between states). Only a missing row (ErrNotFound) is an answer
+// about the key: read as a lost write, a refusal made a loaded run report
+// acknowledged writes lost that were there.
+const (
+	verifyReadAttempts = 8
+	verifyReadPause    = 50 * time.Millisecond
+)
 
 func readRetry(ctx context.Context, c *client.Client, table string, key []byte) ([]wire.Value, error) {
 	var err error
-	for range verifyReadAttempts {
+	pause := verifyReadPause
+	for i := range verifyReadAttempts {
 		var row []wire.Value
 		row, err = c.Read(ctx, table, wire.Bytes(key))
-		if err == nil || (!errors.Is(err, client.ErrUncertain) && !errors.Is(err, client.ErrNoNode)) || ctx.Err() != nil {
+		again := errors.Is(err, client.ErrUncertain) || errors.Is(err, client.ErrNoNode) ||
+			(errors.Is(err, client.ErrProcedure) && !errors.Is(err, client.ErrNotFound))
+		if !again || ctx.Err() != nil || i == verifyReadAttempts-1 {
 			return row, err
 		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+		pause *= 2
 	}
 	return nil, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/client/clienttest"
@@ -308,5 +309,39 @@ func TestUncertainRecorded(t *testing.T) {
 	vr, err := Verify(ctx, c, "kv", r)
 	if err != nil || vr.Lost != 0 {
 		t.Fatalf("verify %+v: %v", vr, err)
+	}
+}
+
+// TestVerifyRetriesRefusals: a read the node refuses without running it
+// (not registered for a moment) says nothing about the key: Verify reads
+// again, and counts no acknowledged write lost. It used to count every
+// refused read as a missing row.
+func TestVerifyRetriesRefusals(t *testing.T) {
+	checkLeaks(t)
+	var refusing atomic.Bool
+	var refused atomic.Int64
+	hook := func(_ string, call *wire.Call) (clienttest.Action, time.Duration) {
+		// Each key's first two reads are refused.
+		if refusing.Load() && call.Proc == partition.ProcRead && refused.Add(1) <= 2*50 {
+			return clienttest.Refuse, 0
+		}
+		return clienttest.Answer, 0
+	}
+	c, _ := newClient(t, 2, hook)
+	ctx := testCtx(t, 30*time.Second)
+	r, err := Run(ctx, c, Config{Concurrency: 4, Duration: 300 * time.Millisecond, Keys: 50, Record: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Acked) == 0 {
+		t.Fatalf("no write acknowledged (%s)", r.LastError)
+	}
+	refusing.Store(true)
+	vr, err := Verify(ctx, c, "kv", r)
+	if err != nil || vr.Lost != 0 || vr.Checked != len(r.Acked) {
+		t.Fatalf("verify with refused reads %+v: %v", vr, err)
+	}
+	if refused.Load() == 0 {
+		t.Fatal("no read was refused")
 	}
 }

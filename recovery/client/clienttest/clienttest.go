@@ -182,6 +182,9 @@ const (
 	// Lost executes the call and answers as a node whose replicas were all
 	// lost before they answered: Reply.Uncertain with an error.
 	Lost
+	// Refuse answers with an error without executing the call, as a node
+	// that sequences nothing while it is not registered.
+	Refuse
 )
 
 // Hook picks a node's action for a call and a delay before the reply
@@ -297,6 +300,12 @@ func (n *Node) serve(sc *stream.Conn) {
 		}
 		if act == DropBefore {
 			return
+		}
+		if act == Refuse {
+			if send(&wire.Reply{Req: call.Req, Err: "fake node " + n.ID + " is not registered in etcd (coordinator unreachable)"}) != nil {
+				return
+			}
+			continue
 		}
 		r := n.exec(call)
 		switch act {
