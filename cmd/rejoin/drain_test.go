@@ -31,6 +31,10 @@ func TestMoveCommandFlags(t *testing.T) {
 		{[]string{"rebalance", "--etcd", "x", "n1"}, `unexpected argument "n1"`},
 		{[]string{"rebalance", "--etcd", "x", "--poll", "0s"}, "--poll 0s: want more than 0"},
 		{[]string{"rebalance"}, "--etcd is required"},
+		{[]string{"undo-move", "--etcd", "x"}, "want one PARTITION argument after the flags, got 0"},
+		{[]string{"undo-move", "--etcd", "x", "p1"}, `"p1" is not a partition number`},
+		{[]string{"undo-move", "--etcd", "x", "--timeout", "0s", "1"}, "--timeout 0s: want more than 0"},
+		{[]string{"undo-move", "1"}, "--etcd is required"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
@@ -94,6 +98,26 @@ func TestMoveCommands(t *testing.T) {
 	}
 
 	register("n3")
+	// A move onto n3 taken back by hand before n3 rebuilt its replica.
+	v, err := supervise.ReadMoves(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := supervise.StartMove(ctx, cli, v, supervise.Move{Partition: 1, From: v.Replicas[1][0].Node, To: "n3"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"undo-move", "--etcd", ep, "1"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "undone   partition 1") {
+		t.Fatalf("undo-move: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	if v, err = supervise.ReadMoves(ctx, cli); err != nil || len(v.Moves) != 0 || len(v.Replicas[1]) != 2 {
+		t.Fatalf("after undo-move: moves %v, replicas of 1 %v, %v", v.Moves, v.Replicas[1], err)
+	}
+	errOut.Reset()
+	if code := run([]string{"undo-move", "--etcd", ep, "1"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no move under way") {
+		t.Fatalf("undo-move with none under way: exit %d, stderr %q", code, errOut.String())
+	}
 	// n3's stand-in: it marks each replica moved onto it live.
 	fake, stopFake := context.WithCancel(ctx)
 	defer stopFake()
@@ -122,7 +146,7 @@ func TestMoveCommands(t *testing.T) {
 	if got := strings.Count(out.String(), "moving   partition"); got != 2 || !strings.Contains(out.String(), "done: 2 moves") {
 		t.Fatalf("rebalance onto n3 printed %d moves: %q", got, out.String())
 	}
-	v, err := supervise.ReadMoves(ctx, cli)
+	v, err = supervise.ReadMoves(ctx, cli)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -227,6 +227,47 @@ func CancelMove(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move) 
 	return nil
 }
 
+// UndoMove takes back the move of partition p read in v, by hand, while
+// its new replica is still being rebuilt: in one transaction, conditional
+// on the move and the new replica's record being as read, it removes the
+// new replica's record, the move, and the rejoin task onto it. The new
+// holder drops the replica (its rejoin, if one runs, aborts) and the old
+// one stays. A new replica that is live already is not taken back: the
+// move finishes, and a move the other way undoes it.
+func UndoMove(ctx context.Context, cli *clientv3.Client, v *MoveView, p uint32) (Move, error) {
+	m, ok := v.Moves[p]
+	if !ok {
+		return Move{}, fmt.Errorf("%w: partition %d: no move under way", ErrMove, p)
+	}
+	key := ReplicaKey(p, m.To)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(MoveKey(p)), "=", v.moveRev[p])}
+	for _, r := range v.Replicas[p] {
+		if r.Node == m.To && r.State == ReplicaLive {
+			return m, fmt.Errorf("%w: undo %s: the replica on %s is live already; the move finishes (rejoin drain or rebalance), and a move back undoes it", ErrMove, m, m.To)
+		}
+	}
+	if v.hosts(p, m.To) {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", v.repRev[key]))
+	} else {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+	}
+	task := claim.Task{Partition: p, Dest: m.To}
+	resp, err := cli.Txn(ctx).If(cmps...).Then(
+		clientv3.OpDelete(key),
+		clientv3.OpDelete(MoveKey(p)),
+		clientv3.OpDelete(task.RecordKey()),
+		clientv3.OpDelete(AssignmentKey(task)),
+		clientv3.OpDelete(task.ClaimKey()),
+	).Commit()
+	if err != nil {
+		return m, fmt.Errorf("supervise: undo %s: %w", m, err)
+	}
+	if !resp.Succeeded {
+		return m, fmt.Errorf("%w: undo %s: the move or its new replica changed since read; read again", ErrMoveNotReady, m)
+	}
+	return m, nil
+}
+
 // Planner is PlanDrain or PlanRebalance with its arguments bound.
 type Planner func(MoveState) ([]Move, bool, error)
 

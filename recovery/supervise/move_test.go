@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,8 +296,64 @@ func TestMovesInEtcd(t *testing.T) {
 	if moves, err := ListMoves(ctx, cli); err != nil || len(moves) != 0 {
 		t.Fatalf("after cancel: %v, %v", moves, err)
 	}
+	// A move undone by hand while its new replica rebuilds: the new
+	// replica, the move and the task onto it go; the old replica stays.
+	m = Move{Partition: 0, From: "n3", To: "n2"}
+	if v, err = ReadMoves(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := UndoMove(ctx, cli, v, 0); !errors.Is(err, ErrMove) {
+		t.Fatalf("undo with no move under way: %v", err)
+	}
+	if err := StartMove(ctx, cli, v, m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	onto := claim.Task{Partition: 0, Dest: "n2"}
+	if _, err := claim.CreateTask(ctx, cli, onto, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = ReadMoves(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n2", State: ReplicaNeedsRejoin}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := UndoMove(ctx, cli, v, 0); !errors.Is(err, ErrMoveNotReady) {
+		t.Fatalf("undo from a read older than the new replica's record: %v", err)
+	}
+	if v, err = ReadMoves(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := UndoMove(ctx, cli, v, 0); err != nil || got.To != "n2" {
+		t.Fatalf("undo: %+v, %v", got, err)
+	}
+	if v, err = ReadMoves(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Moves) != 0 || v.hosts(0, "n2") || !v.hosts(0, "n3") || !v.hosts(0, "n1") {
+		t.Fatalf("after undo: moves %v, replicas %v", v.Moves, v.Replicas[0])
+	}
+	if _, err := claim.GetTask(ctx, cli, onto); !errors.Is(err, claim.ErrNoTask) {
+		t.Fatalf("the task onto n2 after undo: %v", err)
+	}
+	// A new replica live already is not taken back.
+	if err := StartMove(ctx, cli, v, m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n2", State: ReplicaLive}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = ReadMoves(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := UndoMove(ctx, cli, v, 0); !errors.Is(err, ErrMove) || !strings.Contains(err.Error(), "live already") {
+		t.Fatalf("undo of a move whose new replica is live: %v", err)
+	}
+	if err := FinishMove(ctx, cli, v, m); err != nil {
+		t.Fatal(err)
+	}
 	// A removed replica is not recreated by its old node's late publish.
-	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n2", State: ReplicaLive}); !errors.Is(err, ErrNotPlaced) {
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: ReplicaLive}); !errors.Is(err, ErrNotPlaced) {
 		t.Fatalf("late publish: %v", err)
 	}
 }
