@@ -59,6 +59,7 @@ const (
 	redisLoadBatchRows = 1000        // SETs per pipelined round trip
 	redisLoaders       = 4           // loading connections
 	redisLogTailLines  = 10          // of a server's log, in an error
+	redisDigestTimeout = 5 * time.Minute
 )
 
 // RedisConfig is a Redis bench.
@@ -303,20 +304,36 @@ func benchRedis(ctx context.Context, cfg RedisConfig, master, replica *redisProc
 		}
 	}
 	for _, x := range []struct {
-		c      *redis.Client
+		addr   string
 		keys   *int64
 		digest *string
-	}{{mc, &run.MasterKeys, &run.MasterDigest}, {rc, &run.ReplicaKeys, &run.ReplicaDigest}} {
-		if *x.keys, err = x.c.DBSize(ctx).Result(); err != nil {
-			return sum, fmt.Errorf("demo: redis bench: DBSIZE: %w", err)
-		}
-		if *x.digest, err = x.c.Do(ctx, "DEBUG", "DIGEST").Text(); err != nil {
-			return sum, fmt.Errorf("demo: redis bench: DEBUG DIGEST: %w", err)
+	}{{master.addr, &run.MasterKeys, &run.MasterDigest}, {replica.addr, &run.ReplicaKeys, &run.ReplicaDigest}} {
+		// DEBUG DIGEST reads every key and value in one command: some
+		// seconds per million keys, past the clients' default 3 s.
+		opt := redisOptions(x.addr, 1)
+		opt.ReadTimeout = redisDigestTimeout
+		c := redis.NewClient(opt)
+		err := redisCheck(ctx, c, x.keys, x.digest)
+		c.Close()
+		if err != nil {
+			return sum, err
 		}
 	}
 	sum.ReplicasChecked = 2
 	sum.DigestsMatch = run.MasterKeys == run.ReplicaKeys && run.MasterDigest == run.ReplicaDigest
 	return sum, nil
+}
+
+// redisCheck reads c's key count and its dataset's digest.
+func redisCheck(ctx context.Context, c *redis.Client, keys *int64, digest *string) error {
+	var err error
+	if *keys, err = c.DBSize(ctx).Result(); err != nil {
+		return fmt.Errorf("demo: redis bench: DBSIZE: %w", err)
+	}
+	if *digest, err = c.Do(ctx, "DEBUG", "DIGEST").Text(); err != nil {
+		return fmt.Errorf("demo: redis bench: DEBUG DIGEST: %w", err)
+	}
+	return nil
 }
 
 // writeRedisBenchText prints a Redis bench's summary for a reader.
@@ -459,8 +476,14 @@ func freeLoopbackAddr() (string, error) {
 }
 
 func newRedisClient(addr string, conns int) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: conns, Protocol: 2, DisableIdentity: true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	return redis.NewClient(redisOptions(addr, conns))
+}
+
+// redisOptions: RESP2 and no CLIENT SETINFO or maintenance notifications,
+// which Redis 7.0 does not know; conns connections at most.
+func redisOptions(addr string, conns int) *redis.Options {
+	return &redis.Options{Addr: addr, PoolSize: conns, Protocol: 2, DisableIdentity: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}}
 }
 
 // redisInfo is INFO section as a map.
