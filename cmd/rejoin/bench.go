@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 const benchUsage = `usage: rejoin bench [flags]
        rejoin bench --processes [flags]
+       rejoin bench --redis [flags]
 
 Without --processes: one rejoin of one partition inside this process
 (bench.RunRejoin, the code of BenchmarkRejoinInProcess): no network, no
@@ -37,30 +39,63 @@ digest at a common txn ID and the acknowledged writes read back (lost
 writes). Exit status 1 if a digest differs or an acknowledged write was
 lost. It is the shape of a Redis replica's full resync of N keys.
 
-Flags marked [in-process] or [processes] belong to that mode only; giving
-one in the other mode is an error.
+With --redis: that Redis resync, measured to be set beside --processes. It
+starts a redis-server master and replica on loopback (redis-server from PATH
+or --redis-server; apt-get install redis-server), each in its own temporary
+directory, with repl-diskless-sync yes (delay 0) and repl-diskless-load
+on-empty-db (a fresh replica loads the RDB from the socket), no persistence.
+It loads --rows keys of 16 bytes with --value-bytes values (the rows of
+--processes), starts the same open-loop writer at --write-rate through
+--writers connections to the master, sends the replica REPLICAOF and
+measures: the seconds from REPLICAOF to in sync (link up, no sync in
+progress, its offset at the master's), rows/s and MB/s to the link up, the
+writes served during the resync against offered, the p99 before and during,
+and, with the writer stopped and both offsets equal, both servers' DBSIZE
+and DEBUG DIGEST. Exit status 1 if the replica's content differs. Both
+servers are stopped and their directories removed at the end, also on
+Ctrl-C.
+
+Flags marked [in-process], [processes] or [redis] belong to those modes
+only; giving one in another mode is an error.
 
 flags:
 `
 
-// benchModeFlags are the flags of one mode only.
-var (
-	benchInProcessFlags = []string{"writer", "codec", "block-bytes", "window", "seed"}
-	benchProcessFlags   = []string{"partitions", "writers", "insecure", "plot", "dir", "timeout", "before", "rate-bytes", "incoming-max", "outgoing-max"}
+// The bench's modes.
+const (
+	benchInProcess = "the in-process bench"
+	benchProcesses = "--processes"
+	benchRedis     = "--redis"
 )
 
+// benchFlagModes are the flags of some modes only, and those modes; every
+// other flag is every mode's.
+var benchFlagModes = map[string][]string{
+	"writer": {benchInProcess}, "codec": {benchInProcess}, "block-bytes": {benchInProcess},
+	"window": {benchInProcess}, "seed": {benchInProcess},
+	"partitions": {benchProcesses}, "insecure": {benchProcesses}, "plot": {benchProcesses},
+	"dir": {benchProcesses}, "rate-bytes": {benchProcesses}, "incoming-max": {benchProcesses},
+	"outgoing-max": {benchProcesses},
+	"writers":      {benchProcesses, benchRedis}, "timeout": {benchProcesses, benchRedis},
+	"before":       {benchProcesses, benchRedis},
+	"redis-server": {benchRedis},
+}
+
 // runBench runs one in-process rejoin (bench.RunRejoin, the same code as
-// BenchmarkRejoinInProcess), or with --processes the across-process bench
-// (demo.Bench), and prints what it measured. The flags only fill a
-// bench.RejoinConfig or a demo.Config.
+// BenchmarkRejoinInProcess), with --processes the across-process bench
+// (demo.Bench), or with --redis a Redis replica's full resync
+// (demo.BenchRedis), and prints what it measured. The flags only fill a
+// bench.RejoinConfig, a demo.Config or a demo.RedisConfig.
 func runBench(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", stderr)
 	var cfg bench.RejoinConfig
 	processes := fs.Bool("processes", false, "the across-process bench: 2 node processes on loopback, one killed and restarted, rejoining every row")
-	fs.IntVar(&cfg.Rows, "rows", 1_000_000, "rows in the source partition; with --processes, rows loaded into the cluster")
+	redisMode := fs.Bool("redis", false, "the same rows and writer on a Redis master, and a fresh Redis replica's full resync of every key (diskless sync and load)")
+	redisServer := fs.String("redis-server", "", "[redis] the redis-server `binary` (default: the one in PATH)")
+	fs.IntVar(&cfg.Rows, "rows", 1_000_000, "rows in the source partition; with --processes, rows loaded into the cluster; with --redis, keys loaded into the master")
 	fs.IntVar(&cfg.ValueBytes, "value-bytes", 100, "bytes of each row's value (keys are 16 bytes)")
 	fs.BoolVar(&cfg.Writer, "writer", false, "[in-process] run a concurrent writer on the source during the rejoin")
-	fs.IntVar(&cfg.WriterTxnsPerSec, "write-rate", 100_000, "the writer's offered writes per second (with --processes: 10000 unless set)")
+	fs.IntVar(&cfg.WriterTxnsPerSec, "write-rate", 100_000, "the writer's offered writes per second (with --processes or --redis: 10000 unless set)")
 	codec := fs.String("codec", "none", "[in-process] frame compression: none, s2 or zstd")
 	fs.IntVar(&cfg.BlockBytesMax, "block-bytes", 0, "[in-process] tuple bytes per block (0: 256 KiB)")
 	fs.IntVar(&cfg.WindowBlocksMax, "window", 0, "[in-process] unacknowledged blocks at most (0: 16)")
@@ -68,12 +103,12 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	var pcfg demo.Config
 	partitions := fs.Uint("partitions", 4, "[processes] partitions, each on both nodes")
-	fs.IntVar(&pcfg.Writers, "writers", 256, "[processes] the writer's concurrent callers")
+	fs.IntVar(&pcfg.Writers, "writers", 256, "[processes, redis] the writer's concurrent callers (with --redis, connections to the master)")
 	fs.BoolVar(&pcfg.Insecure, "insecure", false, "[processes] run the nodes and etcd without TLS (by default every connection is mutual TLS)")
 	fs.StringVar(&pcfg.Plot, "plot", "", "[processes] draw the run in this PNG `file` (as rejoin demo --plot), its data beside it in .csv")
 	fs.StringVar(&pcfg.Dir, "dir", "", "[processes] working `directory` (default: a new temporary one, removed at the end)")
-	fs.DurationVar(&pcfg.Timeout, "timeout", 10*time.Minute, "[processes] bound of the run up to the summary")
-	fs.DurationVar(&pcfg.Before, "before", 3*time.Second, "[processes] the writer's measured interval before the kill")
+	fs.DurationVar(&pcfg.Timeout, "timeout", 10*time.Minute, "[processes, redis] bound of the run up to the summary")
+	fs.DurationVar(&pcfg.Before, "before", 3*time.Second, "[processes, redis] the writer's measured interval before the kill (with --redis, before REPLICAOF)")
 	fs.Int64Var(&pcfg.RateBytes, "rate-bytes", 0, "[processes] rate limit of each rejoin stream in bytes/s (0: none)")
 	fs.IntVar(&pcfg.IncomingMax, "incoming-max", 0, "[processes] rejoins a node runs at once as destination (0: --partitions)")
 	fs.IntVar(&pcfg.OutgoingMax, "outgoing-max", 0, "[processes] rejoins a node serves at once as source (0: --incoming-max)")
@@ -86,15 +121,29 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	wrong, mode := benchProcessFlags, "--processes"
-	if *processes {
-		wrong, mode = benchInProcessFlags, "the in-process bench (without --processes)"
+	mode := benchInProcess
+	switch {
+	case *processes && *redisMode:
+		fmt.Fprintln(stderr, "rejoin bench: --processes and --redis: pick one")
+		return errUsage
+	case *processes:
+		mode = benchProcesses
+	case *redisMode:
+		mode = benchRedis
 	}
-	for _, name := range wrong {
-		if set[name] {
-			fmt.Fprintf(stderr, "rejoin bench: --%s is a flag of %s only\n", name, mode)
+	for name, modes := range benchFlagModes {
+		if set[name] && !slices.Contains(modes, mode) {
+			fmt.Fprintf(stderr, "rejoin bench: --%s is a flag of %s only\n", name, strings.Join(modes, " and "))
 			return errUsage
 		}
+	}
+	writeRate := 10_000
+	if set["write-rate"] {
+		writeRate = cfg.WriterTxnsPerSec
+	}
+	if *redisMode {
+		return runBenchRedis(demo.RedisConfig{Server: *redisServer, Rows: cfg.Rows, ValueBytes: cfg.ValueBytes,
+			WriteRate: writeRate, Writers: pcfg.Writers, Before: pcfg.Before, Timeout: pcfg.Timeout, JSON: *asJSON}, stdout, stderr)
 	}
 	if *processes {
 		if *partitions < 1 || *partitions > 1<<16 {
@@ -103,10 +152,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		}
 		pcfg.Partitions = uint32(*partitions)
 		pcfg.Rows, pcfg.ValueBytes, pcfg.JSON = cfg.Rows, cfg.ValueBytes, *asJSON
-		pcfg.WriteRate = 10_000
-		if set["write-rate"] {
-			pcfg.WriteRate = cfg.WriterTxnsPerSec
-		}
+		pcfg.WriteRate = writeRate
 		return runBenchProcesses(pcfg, stdout, stderr)
 	}
 	cfg.Seed = *seed
@@ -165,6 +211,19 @@ func runBenchProcesses(cfg demo.Config, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	_, err = demo.Bench(ctx, cfg, stdout)
+	return err
+}
+
+// runBenchRedis runs a Redis replica's full resync (demo.BenchRedis).
+func runBenchRedis(cfg demo.RedisConfig, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := cfg.Check()
+	if err != nil {
+		fmt.Fprintf(stderr, "rejoin bench: %v\n", err)
+		return errUsage
+	}
+	_, err = demo.BenchRedis(ctx, cfg, stdout)
 	return err
 }
 

@@ -16,6 +16,7 @@
 //	rejoin verify    every replica's digest at one common txn ID
 //	rejoin bench     one in-process rejoin, and what it measured; --processes: 2 node processes,
 //	                 one killed and rejoining every row under a fixed offered write rate
+//	                 --redis: a fresh Redis replica's full resync of the same rows, to set beside it
 //	rejoin sim       the seeded simulator: --seeds N runs 1..N, --seed S -v replays one
 //	rejoin chaos     random faults over real processes for --duration, then the checks: PASS or FAIL
 //	rejoin version

@@ -31,7 +31,7 @@ var commands = []command{
 	{"status", "show a cluster's nodes, replicas and rejoin tasks", runStatus},
 	{"verify", "compare every replica's digest at a common txn ID", runVerify},
 	{"cert", "create the cluster CA and node and client certificates", runCert},
-	{"bench", "measure a rejoin: in-process, or --processes (2 nodes, every row, a fixed write rate)", runBench},
+	{"bench", "measure a rejoin: in-process, or --processes (2 nodes, every row, a fixed write rate); --redis: Redis's full resync beside it", runBench},
 	{"sim", "run the seeded rejoin simulator; replay a failing seed", runSim},
 	{"chaos", "randomized fault self-check of a local cluster: PASS or FAIL", runChaos},
 	{"version", "print the version", runVersion},

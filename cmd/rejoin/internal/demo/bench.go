@@ -39,6 +39,10 @@ type BenchSummary struct {
 	// WritesMissedDuring were offered then and found every caller busy.
 	WritesDuring       int64 `json:"writes_during"`
 	WritesMissedDuring int64 `json:"writes_missed_during"`
+	// Redis is set by `rejoin bench --redis` (BenchRedis) only: there the
+	// Summary's fields hold a Redis replica's full resync where they
+	// mean the same thing, and the rest are zero.
+	Redis *RedisRun `json:"redis,omitempty"`
 }
 
 // BenchConfig returns cfg in the bench's shape. It refuses a shape, a
@@ -97,6 +101,9 @@ func WriteBenchJSON(w io.Writer, s BenchSummary) error {
 
 // WriteBenchText prints the bench's summary for a reader.
 func WriteBenchText(w io.Writer, s BenchSummary) error {
+	if s.Redis != nil {
+		return writeRedisBenchText(w, s)
+	}
 	verdict := "OK"
 	if !s.DigestsMatch || s.AckedWritesLost > 0 {
 		verdict = "FAILED"
@@ -113,9 +120,15 @@ func WriteBenchText(w io.Writer, s BenchSummary) error {
 		s.Victim, s.Rows, s.SnapshotRows, float64(s.Bytes)/1e6, s.RejoinedTasks, s.RejoinSeconds)
 	fmt.Fprintf(w, "stream      %.2f s: %.0f rows/s, %.1f MB/s; handoff pause max %.2f ms\n",
 		s.StreamSeconds, s.RowsPerSec, s.MBPerSec, s.HandoffPauseMs)
-	fmt.Fprintf(w, "writes      offered %.0f/s through %s; served before the kill %.0f/s (%.1f%% of offered, p99 %.2f ms)\n",
-		s.OfferedWritesPerSec, s.Gateway, s.WritesPerSecBefore, 100*s.ServedRatioBefore, s.WriteP99MsBefore)
-	fmt.Fprintf(w, "            served during the rejoin %.0f/s (%.1f%% of offered, p99 %.2f ms; %d offers missed); %d failed, %d uncertain\n",
-		s.WritesPerSecDuring, 100*s.ServedRatioDuring, s.WriteP99MsDuring, s.WritesMissedDuring, s.WriteErrors, s.WritesUncertain)
+	writeBenchWrites(w, s, "before the kill", "during the rejoin")
 	return writeChecks(w, s.Summary)
+}
+
+// writeBenchWrites prints the writer's figures before and during what
+// the bench measures (before and during name the two).
+func writeBenchWrites(w io.Writer, s BenchSummary, before, during string) {
+	fmt.Fprintf(w, "writes      offered %.0f/s through %s; served %s %.0f/s (%.1f%% of offered, p99 %.2f ms)\n",
+		s.OfferedWritesPerSec, s.Gateway, before, s.WritesPerSecBefore, 100*s.ServedRatioBefore, s.WriteP99MsBefore)
+	fmt.Fprintf(w, "            served %s %.0f/s (%.1f%% of offered, p99 %.2f ms; %d offers missed); %d failed, %d uncertain\n",
+		during, s.WritesPerSecDuring, 100*s.ServedRatioDuring, s.WriteP99MsDuring, s.WritesMissedDuring, s.WriteErrors, s.WritesUncertain)
 }

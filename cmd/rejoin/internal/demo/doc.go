@@ -24,6 +24,12 @@
 // cluster (a Redis replica's full resync of N keys); its summary adds the
 // writes served against the rate offered, before and during the rejoin.
 //
+// redisbench.go is `rejoin bench --redis` (BenchRedis), the yardstick:
+// the same rows and open-loop writer on a redis-server master, and a
+// fresh replica's full resync (diskless sync and load) measured into the
+// same BenchSummary fields where they mean the same thing; its master and
+// replica are stopped by their pids and their directories removed.
+//
 // export.go lends `rejoin chaos` (internal/chaos) the process helpers:
 // etcd as a process of its own and the node processes, each signalled and
 // killed by its pid only.
