@@ -41,9 +41,15 @@ type attempt struct {
 	// closed: its holder stopped before its source processor started, and
 	// closed the connection (stopHolder).
 	closed bool
-	feed   []*feedLink // one per initiator, to exec
-	s2d    *pipe
-	d2s    *pipe
+	// redialFrom and redialAt: the source learned that its connection
+	// broke at redialFrom and dials the destination again at redialAt to
+	// resume (0: not redialling).
+	redialFrom, redialAt uint64
+	// resumed counts the connections resumed.
+	resumed int
+	feed    []*feedLink // one per initiator, to exec
+	s2d     *pipe
+	d2s     *pipe
 
 	// srcState and dstState are the states last seen, to trace moves and
 	// run the checks that go with them once.
@@ -444,7 +450,15 @@ func (w *world) toProcessor(a *attempt, toSrc bool, m wire.Message) error {
 // nowhere.
 func (w *world) route(a *attempt, fromSrc bool, m wire.Message) {
 	if h, ok := m.(*wire.Handoff); ok && fromSrc {
-		w.recordHandoff(a, h)
+		if a.handoff != nil && a.resumed > 0 {
+			// Sent again on a resumed connection (Source.Resume): the
+			// same boundary and digest as when first sent.
+			if h.TxnID != a.handoff.e || h.Digest != a.handoff.digest {
+				w.violate("a", "source re-sent handoff at E=%v digest %016x, first sent at E=%v digest %016x", h.TxnID, h.Digest, a.handoff.e, a.handoff.digest)
+			}
+		} else {
+			w.recordHandoff(a, h)
+		}
 	}
 	if _, hb := m.(*wire.Heartbeat); !hb && w.tr.on {
 		w.tracef("%s > %s", sideName(fromSrc), w.describe(m))
@@ -629,20 +643,85 @@ func (w *world) learnCuts() {
 			if a.src == nil && a.helloErr == nil {
 				a.helloErr = errors.New("connection lost before the hello's answer")
 			}
-			if a.src != nil && !a.src.State().Final() {
+			if a.src != nil && !a.src.State().Final() && w.scripted {
+				// A script's cut ends the attempt where each side learns
+				// of it: its scenarios walk the aborts, one step at a
+				// time.
 				w.tracef("src e%d learns the connection is cut", a.epoch)
 				a.sn.core.AbortSource(a.epoch, wire.AbortConnLost, "connection lost")
 				w.afterCall(a)
+			} else if a.src != nil && !a.src.State().Final() {
+				// recovery/node's runSource: a broken connection is
+				// redialled for the grace period, and the attempt resumed
+				// if the destination still runs it.
+				w.tracef("src e%d learns the connection is cut; it redials", a.epoch)
+				a.redialFrom = w.tick
+				a.redialAt = w.tick + 1 + uint64(w.net.IntN(4))
 			}
 		}
 		if a.dstLearnAt != 0 && w.tick >= a.dstLearnAt {
 			a.dstLearnAt = 0
-			if a.dstUp() && !a.dst.State().Final() {
+			if a.dstUp() && !a.dst.State().Final() && w.scripted {
 				w.tracef("dst e%d learns the connection is cut", a.epoch)
 				w.dst.AbortDestination(a.epoch, wire.AbortConnLost, "connection lost")
 				w.afterCall(a)
+			} else if a.dstUp() && !a.dst.State().Final() {
+				// recovery/node's destination keeps its attempt when its
+				// connection ends: a redial resumes it, or its stall
+				// window ends it.
+				w.tracef("dst e%d learns the connection is cut; it waits for a resume", a.epoch)
 			}
 		}
+	}
+	w.redials()
+}
+
+// redials runs the source's redials due: within the grace, a dial that
+// finds the destination running the same attempt resumes it on a new
+// connection (CheckDestination, then both processors' Resume: the
+// destination drops what it has, the source sends again what may have
+// been lost); one that finds it gone or ended fails and is tried again
+// later; past the grace the source aborts, as recovery/node's runSource
+// does.
+func (w *world) redials() {
+	for _, a := range w.atts {
+		if a.redialAt == 0 || w.tick < a.redialAt || w.pausedNow(a) {
+			continue
+		}
+		if a.src == nil || a.src.State().Final() || a.sn.dead || (a.x != nil && !a.x.holds) {
+			a.redialAt = 0
+			continue
+		}
+		if w.tick-a.redialFrom > uint64(w.k.ResumeGraceTicks) {
+			a.redialAt = 0
+			w.stats.GraceExpired++
+			w.tracef("src e%d: no connection within the grace of %d ticks", a.epoch, w.k.ResumeGraceTicks)
+			a.sn.core.AbortSource(a.epoch, wire.AbortConnLost, "connection lost: redials failed for the grace")
+			w.afterCall(a)
+			continue
+		}
+		if !a.dstUp() || w.dst.Destination() != a.dst || a.dst.State().Final() {
+			a.redialAt = w.tick + 1 + uint64(w.net.IntN(4))
+			continue
+		}
+		if resume, err := w.dst.CheckDestination(a.sn.id, a.epoch); err != nil || !resume {
+			a.redialAt = w.tick + 1 + uint64(w.net.IntN(4))
+			continue
+		}
+		a.redialAt = 0
+		a.resumed++
+		w.stats.Resumed++
+		a.cut, a.srcLearnAt, a.dstLearnAt = false, 0, 0
+		a.s2d = &pipe{name: fmt.Sprintf("e%d src>dst #%d", a.epoch, a.resumed), a: a, codec: w.k.Codec}
+		a.d2s = &pipe{name: fmt.Sprintf("e%d dst>src #%d", a.epoch, a.resumed), a: a, toSrc: true, codec: w.k.Codec}
+		w.tracef("attempt %d: the source redialled; both sides resume on a new connection", a.epoch)
+		if err := w.dst.ResumeDestination(a.epoch); err != nil {
+			w.violate("c", "attempt %d: destination refused a resume it accepted at the hello: %v", a.epoch, err)
+		}
+		if err := a.sn.core.ResumeSource(a.epoch); err != nil {
+			w.violate("c", "attempt %d: source refused to resume: %v", a.epoch, err)
+		}
+		w.afterCall(a)
 	}
 }
 
@@ -745,6 +824,9 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 		// A paused holder's source is silent: its destination times out;
 		// so is a dead source, or one whose holder waits out an outage.
 		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultPause || a.fault.kind == faultOutage || a.fault.kind == faultSourceDies)
+		// Its holder stopped before its source started and closed the
+		// connection: the destination waits out its stall window.
+		ok = ok || a.closed
 	}
 	// A script aborts attempts as it pleases and reads the reasons in
 	// its output.

@@ -114,8 +114,13 @@
 //     handoff): an abort of either side (shutdown, claim lost), a node of
 //     the partition failing (the destination aborts with AbortNodeFailed,
 //     DESIGN.md step 8), a cut of the connection (what is in flight is
-//     lost; each side is told after a delay and aborts, or is never told
-//     and must time out), a restart of the destination node (its
+//     lost; as recovery/node does, the destination keeps its attempt and
+//     the source, once told, redials for Knobs.ResumeGraceTicks: a dial
+//     that finds the destination running the same attempt resumes both
+//     on a new connection, Source.Resume sending again what may have
+//     been lost; past the grace the source aborts, and a side never told
+//     times out; a script's cut instead aborts each side as it learns),
+//     a restart of the destination node (its
 //     replica is gone; its fence survives), a pause of the attempt's
 //     holder on the source node for longer than the claim's TTL (its
 //     guard, its source processor and its connection freeze, both ways;

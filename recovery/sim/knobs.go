@@ -59,6 +59,10 @@ type Knobs struct {
 	// StallTicksMax and ProcHeartbeatTicks are both processors' stall
 	// window and heartbeat interval.
 	StallTicksMax, ProcHeartbeatTicks int
+	// ResumeGraceTicks: how long a source whose connection broke redials
+	// the destination to resume the attempt before it aborts it
+	// (recovery/node's resumeGrace); below or above the stall window.
+	ResumeGraceTicks int
 	// Faults is how many faults are planned; each can end one attempt, so
 	// a run takes at most Faults+1 attempts.
 	Faults int
@@ -169,6 +173,7 @@ func drawKnobs(r *rand.Rand) Knobs {
 	// No draws: derived from the knobs above, or fixed.
 	k.Sources = 2
 	k.StaleTicks = k.StallTicksMax + 2*k.ClaimWindowTicks
+	k.ResumeGraceTicks = k.StallTicksMax/4 + (7*k.ElectionTicksMax)%k.StallTicksMax
 	k.ClaimWithinTicks = 50
 	return k
 }

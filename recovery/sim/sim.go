@@ -101,6 +101,9 @@ type Stats struct {
 	// CutsUnnoticed counts sides of a cut connection left to find out by
 	// their stall timeout.
 	CutsUnnoticed int
+	// Resumed counts attempts resumed on a new connection after a cut;
+	// GraceExpired, sources that aborted after redialling for the grace.
+	Resumed, GraceExpired int
 	// DigestChecks counts comparisons of the live replicas at a common txn.
 	DigestChecks int
 	// Claims counts claims made; ClaimsExpired those deleted when their

@@ -58,7 +58,7 @@ func TestSeeds(t *testing.T) {
 		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss                 int
 		touches, requeues, refused, staleResets, revokes, cutOffs                                         int
 		regLosses, regLapses, regResumed, feedsBroken, joiners, settleWaits, kept, keptLapsed             int
-		settledFailed, settleUnknown, failedOnRedial, missedOnly                                          int
+		settledFailed, settleUnknown, failedOnRedial, missedOnly, resumed, graceOut                       int
 		kinds                                                                                             [faultKinds]int
 		phases                                                                                            [phases]int
 	}
@@ -74,6 +74,8 @@ func TestSeeds(t *testing.T) {
 		count(&c.stale, s.StaleDelivered > 0)
 		count(&c.rounds, s.Rounds > 1)
 		count(&c.unnoticed, s.CutsUnnoticed > 0)
+		count(&c.resumed, s.Resumed > 0)
+		count(&c.graceOut, s.GraceExpired > 0)
 		count(&c.dropped, s.TxnsDropped > 0)
 		count(&c.multiAttempt, r.Attempts > 1)
 		count(&c.deletes, s.Deletes > 0)
@@ -137,6 +139,8 @@ func TestSeeds(t *testing.T) {
 	want("a superseded attempt's message delivered to a newer one", c.stale, 10)
 	want("several catch-up rounds", c.rounds, 60)
 	want("a cut side left to time out", c.unnoticed, 5)
+	want("an attempt resumed on a new connection after a cut", c.resumed, 10)
+	want("a source's redials out of their grace", c.graceOut, 5)
 	want("buffered txns dropped at handoff", c.dropped, 150)
 	want("several attempts", c.multiAttempt, 60)
 	want("deletes shipped in catch-up", c.deletes, 60)
