@@ -392,13 +392,15 @@ func runWith(ctx context.Context, cfg Config, out io.Writer, name string, print 
 			w = cfg.Stderr
 		}
 		fmt.Fprintf(w, "\nThe cluster keeps running (--keep); Ctrl-C stops it.\n")
-		creds, etcdCreds := "--insecure", ""
+		// With --certs-dir, an https:// etcd's client files default to the
+		// directory's CA and the client's certificate.
+		statusCreds, creds := "", "--insecure"
 		if r.certsDir != "" {
 			creds = "--certs-dir " + r.certsDir + " --client " + ClientName
-			etcdCreds = " " + strings.Join(EtcdTLSFlags(r.certsDir, certs.ClientID(ClientName)), " ")
+			statusCreds = " " + creds
 		}
-		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s%s\n  verify: %s verify --etcd %s%s %s\n  data and node logs: %s\n",
-			r.sum.Etcd, cfg.Binary, r.sum.Etcd, etcdCreds, cfg.Binary, r.sum.Etcd, etcdCreds, creds, dir)
+		fmt.Fprintf(w, "  etcd:   %s\n  status: %s status --etcd %s%s\n  verify: %s verify --etcd %s %s\n  data and node logs: %s\n",
+			r.sum.Etcd, cfg.Binary, r.sum.Etcd, statusCreds, cfg.Binary, r.sum.Etcd, creds, dir)
 		<-ctx.Done()
 	}
 	return r.sum, checkErr
