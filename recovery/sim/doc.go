@@ -35,7 +35,9 @@
 //   - One to four initiators, each the product's initiator core
 //     (recovery.Initiator, initiator.go: the one recovery/node drives)
 //     on its own skewed (and now and then stepping) clock: it stamps txns
-//     and heartbeats, heartbeats after HeartbeatTicks idle ticks, opens
+//     and heartbeats, heartbeats after HeartbeatTicks idle ticks and,
+//     in half the runs (Knobs.BeatAsks), when another initiator asks for
+//     one above a txn it sequenced (Initiator.BeatPast), opens
 //     its feeds with their floors, and sends each txn only with a feed to
 //     every node holding a replica (recovery.Unfed), to every replica of
 //     the partition over links that deliver in order after random

@@ -177,7 +177,40 @@ func (w *world) sendTxn(in *initiator, sp txnSpec, v *recovery.InitiatorView) er
 		w.tracef("i%d txn %v %s", in.id, id, text)
 	}
 	w.routeFeed(in)
+	if w.k.BeatAsks && !w.scripted {
+		for _, o := range w.inits {
+			if o != in && (!o.joiner || o.active) {
+				w.asks = append(w.asks, beatAsk{to: o, id: id, at: w.tick + 1 + uint64(w.delay(w.k.FeedDelayMax))})
+			}
+		}
+	}
 	return nil
+}
+
+// beatAsk is one initiator's ask to another for a heartbeat above id,
+// answered at tick at (recovery/node: a wire.BeatAsk on a feed).
+type beatAsk struct {
+	to *initiator
+	id txnid.ID
+	at uint64
+}
+
+// answerAsks answers the asks due: the asked initiator's core sends a
+// heartbeat above the ID on each feed that has not had one
+// (Initiator.BeatPast), which the world routes as any heartbeat.
+func (w *world) answerAsks() {
+	kept := w.asks[:0]
+	for _, a := range w.asks {
+		if a.at > w.tick {
+			kept = append(kept, a)
+			continue
+		}
+		w.stats.BeatAsks++
+		a.to.core.BeatPast(a.id)
+		w.routeFeed(a.to)
+	}
+	clear(w.asks[len(kept):])
+	w.asks = kept
 }
 
 // sendHeartbeat has in heartbeat on every open feed now.

@@ -63,6 +63,10 @@ type Knobs struct {
 	// the destination to resume the attempt before it aborts it
 	// (recovery/node's resumeGrace); below or above the stall window.
 	ResumeGraceTicks int
+	// BeatAsks: an initiator that sequences a txn asks every other one for
+	// a heartbeat above it, as recovery/node's initiator does (BeatAsk on
+	// its feeds); the asked one answers through Initiator.BeatPast.
+	BeatAsks bool
 	// Faults is how many faults are planned; each can end one attempt, so
 	// a run takes at most Faults+1 attempts.
 	Faults int
@@ -174,6 +178,7 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.Sources = 2
 	k.StaleTicks = k.StallTicksMax + 2*k.ClaimWindowTicks
 	k.ResumeGraceTicks = k.StallTicksMax/4 + (7*k.ElectionTicksMax)%k.StallTicksMax
+	k.BeatAsks = k.StallTicksMax%2 == 0
 	k.ClaimWithinTicks = 50
 	return k
 }

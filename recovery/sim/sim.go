@@ -101,6 +101,8 @@ type Stats struct {
 	// CutsUnnoticed counts sides of a cut connection left to find out by
 	// their stall timeout.
 	CutsUnnoticed int
+	// BeatAsks counts heartbeat asks answered (Knobs.BeatAsks).
+	BeatAsks int
 	// Resumed counts attempts resumed on a new connection after a cut;
 	// GraceExpired, sources that aborted after redialling for the grace.
 	Resumed, GraceExpired int
@@ -206,6 +208,9 @@ func Run(seed uint64, opts Options) (res Result) {
 // network, the faults, and an oracle replica that receives the whole feed
 // at once and never takes part in a rejoin.
 type world struct {
+	// asks are the heartbeat asks in flight to other initiators
+	// (Knobs.BeatAsks), in the order sent.
+	asks []beatAsk
 	seed uint64
 	k    Knobs
 	opts Options
@@ -481,6 +486,7 @@ func (w *world) step() {
 	} else {
 		w.sendWorkload()
 	}
+	w.answerAsks()
 	w.deliverDue()
 	w.stepExecutors()
 	w.tickProcessors()
