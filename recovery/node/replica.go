@@ -251,8 +251,9 @@ func (r *replica) run(f event) {
 // driver's half of them, whose status is published every tick for the
 // timeline and the membership checks (attemptOpen) and whose link's
 // queued frames are moved on between events. Everything else the replica
-// does is an answer to an event: txns and heartbeats of the feed run on
-// arrival (step), and every state change publishes itself.
+// does is an answer to an event: txns of the feed run on arrival (step),
+// heartbeats are read from the feeds' slots when they can let one run
+// (wantsBeats), and every state change publishes itself.
 func (r *replica) wantsTick() bool {
 	return r.core.Source() != nil || r.core.State() == recovery.ReplicaRejoining ||
 		r.src != nil || (r.dst != nil && !r.dst.live)
