@@ -325,3 +325,22 @@ func TestDestinationIgnoresOlderSlot(t *testing.T) {
 	n.feeds.waiters.wake()
 	waitUntil(t, 10*time.Second, "the proposal", func() bool { return state() != recovery.StateBuffering })
 }
+
+// TestOlderFeedNotBoundLate: a replica created while feeds run tracks
+// them (trackFeeds), and may be told of a feed after a newer process of
+// the same initiator opened its own. The older feed's slot does not
+// replace the newer's: the replica reads the newer process's heartbeats.
+func TestOlderFeedNotBoundLate(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	r, _, done := beatReplica(t, n, 1, true)
+	newer, older := &beatSlot{}, &beatSlot{}
+	r.removeInitiator(2)
+	r.addInitiator(2, 5, newer)
+	r.addInitiator(2, 4, older)
+	n.goRun(r.loop)
+	r.do(testTxn(txnid.Make(100, 0, 1)))
+	waitUntil(t, 10*time.Second, "A's txn to wait", func() bool { return r.armed.Load() })
+	newer.raise(txnid.Make(110, 0, 2))
+	n.feeds.waiters.wake()
+	waitUntil(t, 10*time.Second, "A's txn to run on the newer process's heartbeat", func() bool { return len(ranIDs(done)) == 1 })
+}

@@ -323,6 +323,12 @@ func (r *replica) onBeat(id txnid.ID) {
 // addInitiator: a feed from in's incarnation inc opened; its heartbeats
 // are read from slot. Its first message follows.
 func (r *replica) addInitiator(in txnid.Initiator, inc uint64, slot *beatSlot) {
+	if inc < r.incOf[in] {
+		// A feed of an older process, added late (trackFeeds read it
+		// before a newer process's feed replaced it): its slot would
+		// hold back or mislead the newer one's tracking.
+		return
+	}
 	r.incOf[in] = inc
 	r.bindBeats(in, slot)
 	r.core.AddInitiator(in)
