@@ -11,7 +11,7 @@ import (
 // reader does not give each heartbeat to every replica as an event: it
 // raises the feed's slot (beatSlot) and wakes the replicas that wait for
 // one (beatWaiters). A replica reads the slots of the initiators it tracks
-// (pullBeats) only while it needs heartbeats: while it has txns waiting
+// (maybePullBeats) only while it needs heartbeats: while it has txns waiting
 // for the safe point or an attempt under way (wantsBeats). An idle replica
 // costs a heartbeat nothing.
 //
@@ -23,8 +23,10 @@ import (
 // that pulls the slots reads the values first and then notes k, the
 // events in its inbox; every txn of B below v was put into the inbox
 // before v was stored, so before the value was read, and is among those k
-// events or already taken (the inbox is FIFO and the replica alone takes
-// from it). It applies the values only once those k events have run
+// events or already taken: the inbox is FIFO, an enqueue is complete when
+// do returns, the reader's store of v happened after it and the replica's
+// load of v before len(r.in), and only the replica takes from the inbox,
+// so the count it reads includes that txn if it is still there. It applies the values only once those k events have run
 // (beatsDue). Applied later than its place on the feed, a heartbeat may
 // find a txn of B above it taken already: it is then skipped (beatIn's
 // floor), the txn saying more.
@@ -35,7 +37,7 @@ import (
 // the attempt began. A value the slot held when the attempt started may
 // be older, its later txns dropped by the replica that had no attempt, so
 // the floors are raised to the slots' values when an attempt starts
-// (rebaseBeats): only values stored after it apply. So are they when the
+// (checkBeatMode): only values stored after it apply. So are they when the
 // replica starts tracking a feed already running (addInitiator).
 
 // beatSlot holds the latest heartbeat read on one feed, Zero before the
