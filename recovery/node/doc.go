@@ -77,15 +77,20 @@
 // initiators heard, the rejoin attempts and the fence, and makes every
 // decision about them (docs/DESIGN.md "The replica core"). Every input
 // (feed, rejoin message, fault, membership change) reaches the goroutine
-// as a closure through a bounded inbox and goes into the core; the
+// as a closure through a bounded inbox and goes into the core, except
+// the feeds' heartbeats: a feed's reader raises the feed's heartbeat slot
+// and wakes only the replicas waiting for one, and a replica reads the
+// slots while it has txns waiting for the safe point or an attempt under
+// way, applying what it read only after the events queued before the read
+// (beats.go; docs/DESIGN.md "Heartbeats by slot"); the
 // goroutine then drains the core's outbox (drain): each txn's Done to its
 // initiator, messages onto the attempts' links, endings and state changes
 // into the node's record, etcd, the metrics and the log. It runs ready
 // txns in bursts (one a call while it serves a source, so the handoff's
 // pause is timed finely), and ticks the core every 10 ms while an attempt
 // runs on the replica (the attempts' timeouts count ticks); an idle
-// replica gets no tick and costs nothing between its events
-// (docs/DESIGN.md "Ticks only for attempts under way"). What stays in the driver is I/O and wall time:
+// replica gets no tick and costs nothing between its events, a heartbeat
+// included (docs/DESIGN.md "Ticks only for attempts under way"). What stays in the driver is I/O and wall time:
 // the links, the claim and its lease guard, the task record's touches,
 // the fault points, the durable epoch (raised between the core's fence
 // check and the attempt's start), the handoff pause in wall time.

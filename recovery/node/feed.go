@@ -40,6 +40,8 @@ type feedIns struct {
 	// settlement takes only those of its own outage (outage.tellsFrom).
 	told  map[string]map[uint64][]toldHello
 	tells uint64
+	// waiters are the replicas waiting for the next heartbeat.
+	waiters beatWaiters
 	// holding: the node's registration was lost and is not settled yet,
 	// so a replica here may lack txns and must not answer: its results
 	// wait in held until settle says which to send and which to drop.
@@ -146,6 +148,10 @@ type feedIn struct {
 	// floored: the floor was queued to the initiator. Before it, the
 	// initiator sends nothing on the feed, so a redial loses nothing.
 	floored atomic.Bool
+	// beat is the feed's latest heartbeat, which the replicas read when
+	// they need it instead of each taking every heartbeat as an event
+	// (beatSlot; docs/DESIGN.md "Heartbeats by slot").
+	beat beatSlot
 }
 
 // done sends a txn's result back to its initiator, without waiting.
@@ -242,7 +248,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	floor := txnid.Zero
 	for _, r := range n.hosted() {
 		if f, ok := ask(r, func(r *replica) txnid.ID {
-			r.addInitiator(in, fi.inc)
+			r.addInitiator(in, fi.inc, &fi.beat)
 			return r.executedUpTo()
 		}); ok {
 			floor = max(floor, f)
@@ -255,7 +261,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		defer close(writerDone)
 		writeQueue(n.ctx, conn, fi.q, stop)
 	}()
-	err := n.readFeed(conn)
+	err := n.readFeed(conn, fi)
 	conn.Close()
 	close(stop)
 	<-writerDone
@@ -272,7 +278,12 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	n.feedLost(fi)
 }
 
-func (n *Node) readFeed(conn *stream.Conn) error {
+// readFeed reads fi's feed: each txn goes into its replica's inbox, in
+// feed order; a heartbeat only raises the feed's slot and wakes the
+// replicas waiting for one, so it costs nothing to a replica with nothing
+// to run (docs/DESIGN.md "Heartbeats by slot"). The order matters: a txn
+// is enqueued before the slot is raised past it (beatSlot's invariant).
+func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
 	for {
 		m, err := conn.Recv()
 		if err != nil {
@@ -284,19 +295,24 @@ func (n *Node) readFeed(conn *stream.Conn) error {
 			if r == nil {
 				continue // not hosted here: the sender's placement is stale
 			}
-			inv := partition.Invocation{ID: m.ID, Proc: m.Proc, Params: append([]byte(nil), m.Params...)}
-			r.do(func(r *replica) { r.onTxn(inv) })
+			r.do(txnEvent(partition.Invocation{ID: m.ID, Proc: m.Proc, Params: append([]byte(nil), m.Params...)}))
 		case *wire.Beat:
-			id := m.ID
-			for _, r := range n.hosted() {
-				r.do(func(r *replica) { r.onBeat(id) })
+			if m.ID.Initiator() != fi.in {
+				return fmt.Errorf("feed: heartbeat %v on the feed of initiator %d", m.ID, fi.in)
 			}
+			fi.beat.raise(m.ID)
+			n.feeds.waiters.wake()
 		case *wire.BeatAsk:
 			n.init.beatPast(m.ID)
 		default:
 			return fmt.Errorf("feed: unexpected %v", m.Type())
 		}
 	}
+}
+
+// txnEvent is a txn of a feed as its replica's event.
+func txnEvent(inv partition.Invocation) event {
+	return func(r *replica) { r.onTxn(inv) }
 }
 
 // feedLost: an initiator's feed ended, and with TCP nothing more of it

@@ -217,7 +217,7 @@ func TestNewerAttemptSupersedesSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.addInitiator(1, 1)
+	r.addInitiator(1, 1, &beatSlot{})
 	task := claim.Task{Partition: 0, Dest: "n2"}
 	attempt := func(task claim.Task) *srcAttempt {
 		t.Helper()

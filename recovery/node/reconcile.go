@@ -6,7 +6,6 @@ import (
 	"sort"
 
 	"github.com/rejoin-db/rejoin/recovery/nodestate"
-	"github.com/rejoin-db/rejoin/txnid"
 )
 
 // The node's replicas follow the placement while it runs (docs/DESIGN.md
@@ -102,18 +101,14 @@ func (n *Node) reconcile(v *view) {
 // initiator of every feed open here, as serveFeed does for the replicas
 // it finds: a destination attempt on it then buffers their txns.
 func (n *Node) trackFeeds(r *replica) {
-	type feed struct {
-		in  txnid.Initiator
-		inc uint64
-	}
 	n.feeds.mu.Lock()
-	var fs []feed
-	for in, fi := range n.feeds.by {
-		fs = append(fs, feed{in, fi.inc})
+	var fs []*feedIn
+	for _, fi := range n.feeds.by {
+		fs = append(fs, fi)
 	}
 	n.feeds.mu.Unlock()
-	for _, f := range fs {
-		r.do(func(r *replica) { r.addInitiator(f.in, f.inc) })
+	for _, fi := range fs {
+		r.do(func(r *replica) { r.addInitiator(fi.in, fi.inc, &fi.beat) })
 	}
 }
 

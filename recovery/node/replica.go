@@ -59,6 +59,16 @@ type replica struct {
 	recent   map[txnid.Initiator]*txnRing
 	// incOf is the incarnation of each initiator's current feed.
 	incOf map[txnid.Initiator]uint64
+	// beats are the heartbeat slots of the tracked initiators' feeds
+	// (beats.go). beatsDue: the values last pulled from them apply once
+	// this many more events have run; -1: none pending. beatDst is the
+	// destination attempt the floors were last raised for.
+	beats    map[txnid.Initiator]*beatIn
+	beatsDue int
+	beatDst  *recovery.Destination
+	// armed: listed in the node's beatWaiters, owed a wake (wakeEv).
+	armed  atomic.Bool
+	wakeEv event
 	// holdRows arms the fault hold for the next source attempts (see
 	// srcAttempt.holdRows); 0: none.
 	holdRows int64
@@ -72,15 +82,17 @@ type replica struct {
 	placedAt int64
 	gone     chan struct{}
 	dropped  bool
-	// ticks counts the ticks run (tick), for the tests.
-	ticks atomic.Int64
+	// ticks counts the ticks run (tick), wakes the heartbeat wake-ups
+	// queued (wake), for the tests.
+	ticks, wakes atomic.Int64
 	// lastDst and lastSrc keep the latest attempts' status after they end.
 	lastDst, lastSrc *RejoinStatus
 }
 
 func newReplica(n *Node, p uint32, live bool) (*replica, error) {
 	r := &replica{n: n, p: p, in: make(chan event, inboxMax), gone: make(chan struct{}),
-		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}, incOf: map[txnid.Initiator]uint64{}}
+		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}, incOf: map[txnid.Initiator]uint64{},
+		beats: map[txnid.Initiator]*beatIn{}, beatsDue: -1, wakeEv: func(*replica) {}}
 	// The fence is the highest rejoin epoch this replica has seen as
 	// destination, raised in the node's record, synced, before an attempt
 	// starts: no attempt at or below it starts again, across attempts and
@@ -145,7 +157,9 @@ func ask[T any](r *replica, f func(r *replica) T) (T, bool) {
 // The tick clock runs only while wantsTick: a replica with nothing under
 // way is woken by its events alone, so thousands of idle replicas on a
 // node cost nothing between writes (docs/DESIGN.md "Ticks only for
-// attempts under way").
+// attempts under way"). Heartbeats are read from the feeds' slots while
+// the replica wants them, and wake it only if it waits for one
+// (beats.go).
 func (r *replica) loop() {
 	t := time.NewTicker(tickEvery)
 	t.Stop()
@@ -160,7 +174,7 @@ func (r *replica) loop() {
 		for range inboxBurst {
 			select {
 			case f := <-r.in:
-				f(r)
+				r.run(f)
 				busy = true
 				continue
 			default:
@@ -191,6 +205,11 @@ func (r *replica) loop() {
 				r.publish()
 			}
 		}
+		// A txn that just came to an idle replica finds the heartbeats
+		// that passed it here, not a heartbeat later.
+		if r.maybePullBeats() {
+			busy = true
+		}
 		if busy {
 			select {
 			case <-tickC:
@@ -199,16 +218,30 @@ func (r *replica) loop() {
 			}
 			continue
 		}
+		if r.beatsDue < 0 && r.wantsBeats() {
+			// Armed before the slots are read again: a heartbeat
+			// stored after that read finds the replica listed.
+			r.armBeats()
+			if r.maybePullBeats() {
+				continue
+			}
+		}
 		select {
 		case <-r.n.ctx.Done():
 			r.stop()
 			return
 		case f := <-r.in:
-			f(r)
+			r.run(f)
 		case <-tickC:
 			r.tick()
 		}
 	}
+}
+
+// run runs one event of the inbox.
+func (r *replica) run(f event) {
+	f(r)
+	r.ran()
 }
 
 // wantsTick reports whether something of the replica counts ticks or
@@ -218,8 +251,9 @@ func (r *replica) loop() {
 // driver's half of them, whose status is published every tick for the
 // timeline and the membership checks (attemptOpen) and whose link's
 // queued frames are moved on between events. Everything else the replica
-// does is an answer to an event: txns and heartbeats of the feed run on
-// arrival (step), and every state change publishes itself.
+// does is an answer to an event: txns of the feed run on arrival (step),
+// heartbeats are read from the feeds' slots when they can let one run
+// (wantsBeats), and every state change publishes itself.
 func (r *replica) wantsTick() bool {
 	return r.core.Source() != nil || r.core.State() == recovery.ReplicaRejoining ||
 		r.src != nil || (r.dst != nil && !r.dst.live)
@@ -272,22 +306,31 @@ func (r *replica) tick() {
 func (r *replica) onTxn(inv partition.Invocation) {
 	if r.core.OnTxn(inv) {
 		r.took(inv.ID, &inv)
+		r.tookFrom(inv.ID)
 	}
 	r.drain()
 }
 
-// onBeat takes a heartbeat of the feed.
+// onBeat takes a heartbeat of the feed, read from its slot (applyBeats).
 func (r *replica) onBeat(id txnid.ID) {
 	if r.core.OnHeartbeat(id) {
 		r.took(id, nil)
+		r.tookFrom(id)
 	}
 	r.drain()
 }
 
-// addInitiator: a feed from in's incarnation inc opened. Its first
-// message follows.
-func (r *replica) addInitiator(in txnid.Initiator, inc uint64) {
+// addInitiator: a feed from in's incarnation inc opened; its heartbeats
+// are read from slot. Its first message follows.
+func (r *replica) addInitiator(in txnid.Initiator, inc uint64, slot *beatSlot) {
+	if inc < r.incOf[in] {
+		// A feed of an older process, added late (trackFeeds read it
+		// before a newer process's feed replaced it): its slot would
+		// hold back or mislead the newer one's tracking.
+		return
+	}
 	r.incOf[in] = inc
+	r.bindBeats(in, slot)
 	r.core.AddInitiator(in)
 	r.drain()
 }
@@ -298,6 +341,7 @@ func (r *replica) executedUpTo() txnid.ID { return r.core.ExecutedUpTo() }
 
 // removeInitiator: in's node is dead; nothing more comes from it.
 func (r *replica) removeInitiator(in txnid.Initiator) {
+	delete(r.beats, in)
 	r.core.RemoveInitiator(in)
 	r.drain()
 }

@@ -95,7 +95,7 @@ func TestSourceAttemptTicked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.addInitiator(1, 1)
+	r.addInitiator(1, 1, &beatSlot{})
 	n.goRun(r.loop)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
