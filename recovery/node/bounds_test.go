@@ -172,7 +172,7 @@ func TestClientBackPressure(t *testing.T) {
 	c := newClusterStarting(t, 1, 0, onePartition())
 	a := c.startCfg(1, func(cfg *Config) {
 		cfg.ClientBytesMax = bytesMax
-		cfg.testClientBytes = func(inflight int64, n int) {
+		cfg.knobs.clientBytes = func(inflight int64, n int) {
 			storeMax(&peak, inflight)
 			storeMax(&read, int64(n))
 		}

@@ -110,53 +110,9 @@ type Config struct {
 	// Empty: off.
 	PlantDropKey string
 
-	// testClientBytes, in tests, sees the bytes a client connection has
-	// in flight each time they grow, and the calls read from it so far.
-	testClientBytes func(inflight int64, calls int)
-	// testSkip, in tests, keeps the initiator from sending txn id to
-	// node: a node that died half way through sending it.
-	testSkip func(node string, id txnid.ID) bool
-	// testBeforeRegister, in tests, holds the start this long between
-	// recording the incarnation and registering.
-	testBeforeRegister time.Duration
-	// testCrash, in tests, stops the node without a goodbye to etcd: its
-	// record stays until its lease ends or a newer process of the node
-	// takes it over, as after a SIGKILL.
-	testCrash bool
-	// testNoTasks, in tests, keeps the node from opening rejoin tasks:
-	// its replicas that need a rejoin stay so.
-	testNoTasks bool
-	// testClock, in tests, is the initiator's clock (Unix milliseconds):
-	// one that runs behind the other nodes'.
-	testClock func() int64
-	// testNoFeedTo, in tests, keeps the initiator's feed to node from
-	// opening, as a dial that fails every time.
-	testNoFeedTo func(node string) bool
-	// testFeedOpen, in tests, hears of each feed this node's initiator
-	// opened (its floor in), by the node it goes to.
-	testFeedOpen func(node string)
-	// testRepairDelay, in tests, holds each repair answer this long: a
-	// repair still under way when the dead initiator's node is back.
-	testRepairDelay time.Duration
-	// testHandoff, in tests, gets a copy of every Handoff this node sends
-	// as a source, with the attempt's epoch, and returns what to send
-	// instead: nil loses it, a changed digest corrupts it.
-	testHandoff func(epoch uint64, h *wire.Handoff) *wire.Handoff
-	// testLoseHandoffAck, in tests, loses every HandoffAck this node
-	// sends as a destination.
-	testLoseHandoffAck bool
-	// testStaleAfter, in tests, replaces the stale limit of running tasks
-	// this node's supervisor resets (default staleAfter).
-	testStaleAfter time.Duration
-	// testAdminTLS, in tests, serves the admin HTTP as if off loopback.
-	testAdminTLS bool
-	// testSourceStallTicks, in tests, replaces the stall window of this
-	// node's source attempts (default stallTicks).
-	testSourceStallTicks int
-	// testCompleteFails, in tests, fails this many of a live
-	// destination's first tries at completing its task, as an etcd outage
-	// through the handoff would.
-	testCompleteFails int
+	// knobs are the hooks and overrides only tests set (a zero value:
+	// none), kept apart from what an operator configures.
+	knobs testingKnobs
 }
 
 // staleAfter is the health task's limit for a running task whose record
@@ -165,15 +121,15 @@ type Config struct {
 // (it refreshes the record on progress at most once a window), so a
 // rejoin that makes progress is never reset, however long it takes.
 func (c *Config) staleAfter() time.Duration {
-	if c.testStaleAfter > 0 {
-		return c.testStaleAfter
+	if c.knobs.staleAfter > 0 {
+		return c.knobs.staleAfter
 	}
 	return time.Duration(c.sourceStallTicks())*tickEvery + 2*c.ClaimWindow
 }
 
 func (c *Config) sourceStallTicks() int {
-	if c.testSourceStallTicks > 0 {
-		return c.testSourceStallTicks
+	if c.knobs.sourceStallTicks > 0 {
+		return c.knobs.sourceStallTicks
 	}
 	return stallTicks
 }
@@ -312,4 +268,57 @@ func (c *Config) advertised(cfgAddr, bound string, isListen bool) string {
 // Addrs are where a running node listens, known once Run has bound them.
 type Addrs struct {
 	Node, TCP, HTTP string
+}
+
+// testingKnobs are the tests' hooks into a node and their overrides of
+// its timing. Nothing outside this package's tests sets them; each is off
+// at its zero value.
+type testingKnobs struct {
+	// clientBytes sees the bytes a client connection has
+	// in flight each time they grow, and the calls read from it so far.
+	clientBytes func(inflight int64, calls int)
+	// skip keeps the initiator from sending txn id to
+	// node: a node that died half way through sending it.
+	skip func(node string, id txnid.ID) bool
+	// beforeRegister holds the start this long between
+	// recording the incarnation and registering.
+	beforeRegister time.Duration
+	// crash stops the node without a goodbye to etcd: its
+	// record stays until its lease ends or a newer process of the node
+	// takes it over, as after a SIGKILL.
+	crash bool
+	// noTasks keeps the node from opening rejoin tasks:
+	// its replicas that need a rejoin stay so.
+	noTasks bool
+	// clock is the initiator's clock (Unix milliseconds):
+	// one that runs behind the other nodes'.
+	clock func() int64
+	// noFeedTo keeps the initiator's feed to node from
+	// opening as a dial that fails every time.
+	noFeedTo func(node string) bool
+	// feedOpen hears of each feed this node's initiator
+	// opened (its floor in), by the node it goes to.
+	feedOpen func(node string)
+	// repairDelay holds each repair answer this long: a
+	// repair still under way when the dead initiator's node is back.
+	repairDelay time.Duration
+	// handoff gets a copy of every Handoff this node sends
+	// as a source, with the attempt's epoch, and returns what to send
+	// instead: nil loses it, a changed digest corrupts it.
+	handoff func(epoch uint64, h *wire.Handoff) *wire.Handoff
+	// loseHandoffAck loses every HandoffAck this node
+	// sends as a destination.
+	loseHandoffAck bool
+	// staleAfter replaces the stale limit of running tasks
+	// this node's supervisor resets (default staleAfter).
+	staleAfter time.Duration
+	// adminTLS serves the admin HTTP as if off loopback.
+	adminTLS bool
+	// sourceStallTicks replaces the stall window of this
+	// node's source attempts (default stallTicks).
+	sourceStallTicks int
+	// completeFails fails this many of a live
+	// destination's first tries at completing its task, as an etcd outage
+	// through the handoff would.
+	completeFails int
 }

@@ -347,7 +347,7 @@ func (n *Node) serveClient(c *stream.Conn) {
 		close(stop)
 		<-writerDone
 	}()
-	hook := n.cfg.testClientBytes
+	hook := n.cfg.knobs.clientBytes
 	calls := 0
 	for {
 		m, err := c.Recv()

@@ -227,7 +227,7 @@ func (n *Node) checkHolder(h *wire.Hello) error {
 func (n *Node) completeLive(a claim.Attempt) {
 	for try := 0; ; try++ {
 		var err error
-		if try < n.cfg.testCompleteFails {
+		if try < n.cfg.knobs.completeFails {
 			err = errors.New("test: etcd out")
 		} else {
 			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
@@ -258,7 +258,7 @@ func (n *Node) openTasks(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !n.hearsEveryone() || n.cfg.testNoTasks {
+		if !n.hearsEveryone() || n.cfg.knobs.noTasks {
 			continue // a rejoin proposes once it heard every initiator
 		}
 		var need []uint32

@@ -533,13 +533,13 @@ const beatTicks = 1
 
 func newInitiator(n *Node) (*initiator, error) {
 	clock := func() int64 { return time.Now().UnixMilli() }
-	if n.cfg.testClock != nil {
-		clock = n.cfg.testClock
+	if n.cfg.knobs.clock != nil {
+		clock = n.cfg.knobs.clock
 	}
 	in := &initiator{n: n, outs: map[string]*feedOut{}}
 	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
 		Node: n.id, ID: txnid.Initiator(n.cfg.ID), Clock: clock, Partitions: n.cluster.Partitions, BeatTicks: beatTicks,
-		Knobs: recovery.InitiatorKnobs{SkipSend: n.cfg.testSkip, Plant: n.maybePlant},
+		Knobs: recovery.InitiatorKnobs{SkipSend: n.cfg.knobs.skip, Plant: n.maybePlant},
 	}, (*initiatorIO)(in))
 	if err != nil {
 		return nil, err
@@ -741,7 +741,7 @@ func (in *initiator) run() {
 // openFeed dials node, whose hello names the partitions missed, and runs
 // the feed until it breaks.
 func (in *initiator) openFeed(node, addr string, missed []uint32) {
-	if f := in.n.cfg.testNoFeedTo; f != nil && f(node) {
+	if f := in.n.cfg.knobs.noFeedTo; f != nil && f(node) {
 		in.mu.Lock()
 		in.core.DialFailed(node)
 		in.mu.Unlock()
@@ -779,7 +779,7 @@ func (in *initiator) openFeed(node, addr string, missed []uint32) {
 	in.core.FeedOpened(node, floor)
 	in.mu.Unlock()
 	in.n.log.Info("feed open", "to", node)
-	if f := in.n.cfg.testFeedOpen; f != nil {
+	if f := in.n.cfg.knobs.feedOpen; f != nil {
 		f(node)
 	}
 	done := make(chan struct{})

@@ -32,7 +32,7 @@ func TestQuickRestartDuringTailRepair(t *testing.T) {
 	c := newClusterStarting(t, 3, 0, cfg)
 	slowRepair := func(cfg *Config) {
 		cfg.NodeTTL = 2 * time.Second
-		cfg.testRepairDelay = 1500 * time.Millisecond
+		cfg.knobs.repairDelay = 1500 * time.Millisecond
 	}
 	c.startCfg(1, slowRepair)
 	c.startCfg(2, slowRepair)
@@ -50,7 +50,7 @@ func TestQuickRestartDuringTailRepair(t *testing.T) {
 		}
 		return false
 	}
-	a3 := c.startCfg(3, func(cfg *Config) { cfg.NodeTTL = 2 * time.Second; cfg.testSkip = skip })
+	a3 := c.startCfg(3, func(cfg *Config) { cfg.NodeTTL = 2 * time.Second; cfg.knobs.skip = skip })
 	cl3 := dialClient(t, a3.TCP)
 	waitWritable(t, cl3, 1)
 	for i := range 100 {
@@ -133,7 +133,7 @@ func TestFirstStartSlowToRegister(t *testing.T) {
 	started := make(chan struct{})
 	go func() {
 		defer close(started)
-		c.startCfg(3, func(cfg *Config) { cfg.testBeforeRegister = 3 * time.Second })
+		c.startCfg(3, func(cfg *Config) { cfg.knobs.beforeRegister = 3 * time.Second })
 	}()
 	// Writes all through n3's slow start: each must be refused, or reach
 	// n3's replica.
@@ -172,7 +172,7 @@ func TestFirstStartSlowToRegister(t *testing.T) {
 func TestNoWriteWithoutFeedToLiveReplica(t *testing.T) {
 	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
 	c := newClusterStarting(t, 3, 0, cfg)
-	c.startCfg(1, func(cfg *Config) { cfg.testNoFeedTo = func(node string) bool { return node == NodeName(3) } })
+	c.startCfg(1, func(cfg *Config) { cfg.knobs.noFeedTo = func(node string) bool { return node == NodeName(3) } })
 	c.start(2)
 	c.start(3)
 	cl2 := dialClient(t, c.nodes[2].addrs.TCP)
@@ -233,7 +233,7 @@ func TestRejoinWaitsForLateFeed(t *testing.T) {
 	var blocked atomic.Bool
 	blocked.Store(true)
 	a4 := c.startCfg(4, func(cfg *Config) {
-		cfg.testNoFeedTo = func(node string) bool { return node == NodeName(3) && blocked.Load() }
+		cfg.knobs.noFeedTo = func(node string) bool { return node == NodeName(3) && blocked.Load() }
 	})
 	if n := len(nodeStatus(t, a4).Replicas); n != 0 {
 		t.Fatalf("n4 holds %d replicas, want none", n)
@@ -288,7 +288,7 @@ func TestInitiatorBehindJoins(t *testing.T) {
 	}
 	const behind = 2000 // ms
 	c.startCfg(3, func(cfg *Config) {
-		cfg.testClock = func() int64 { return time.Now().UnixMilli() - behind }
+		cfg.knobs.clock = func() int64 { return time.Now().UnixMilli() - behind }
 	})
 	cl3 := dialClient(t, c.nodes[3].addrs.TCP)
 	waitWritable(t, cl3, 1)
@@ -327,7 +327,7 @@ func TestFeedLostFromSupersededProcess(t *testing.T) {
 	const ttl = 2 * time.Second
 	cfg := layout.Config{Partitions: 2, Replicas: 3, Tables: []layout.Table{layout.KV()}}
 	c := newClusterWith(t, 3, 2, cfg, func(c *cluster) { c.nodeTTL = ttl })
-	c.startCfg(3, func(cfg *Config) { cfg.testCrash = true })
+	c.startCfg(3, func(cfg *Config) { cfg.knobs.crash = true })
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, 2)
 	for i := range 200 {
@@ -339,7 +339,7 @@ func TestFeedLostFromSupersededProcess(t *testing.T) {
 	var blocked atomic.Bool
 	blocked.Store(true)
 	c.startCfg(3, func(cfg *Config) {
-		cfg.testNoFeedTo = func(node string) bool { return node == NodeName(2) && blocked.Load() }
+		cfg.knobs.noFeedTo = func(node string) bool { return node == NodeName(2) && blocked.Load() }
 	})
 	// Past 3 node TTLs: n2's replicas must stay live, never rejoined.
 	deadline := time.Now().Add(4*ttl + 2*time.Second)
@@ -383,7 +383,7 @@ func TestWritesNeedNoPeriodicBeat(t *testing.T) {
 	for id := 1; id <= 3; id++ {
 		c.startCfg(id, func(cfg *Config) {
 			cfg.BeatEvery = time.Hour
-			cfg.testFeedOpen = func(node string) {
+			cfg.knobs.feedOpen = func(node string) {
 				mu.Lock()
 				open[fmt.Sprintf("%d>%s", id, node)] = true
 				mu.Unlock()

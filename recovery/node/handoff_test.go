@@ -67,7 +67,7 @@ func TestSlowRejoinFinishesInOneAttempt(t *testing.T) {
 		// machine ended the attempt (claim not certainly held) now and
 		// then, and the task took two.
 		cfg.ClaimTTL, cfg.ClaimWindow = 4*time.Second, time.Second
-		cfg.testStaleAfter = staleAfter
+		cfg.knobs.staleAfter = staleAfter
 	}
 	c.startCfg(1, slow)
 	c.startCfg(2, slow)
@@ -130,8 +130,8 @@ func TestFailedHandoffRejoinsAgain(t *testing.T) {
 		return h
 	}
 	c.startCfg(1, func(cfg *Config) {
-		cfg.testHandoff = hook
-		cfg.testSourceStallTicks = 150 // 1.5 s without the ack
+		cfg.knobs.handoff = hook
+		cfg.knobs.sourceStallTicks = 150 // 1.5 s without the ack
 	})
 	c.start(2)
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
@@ -272,13 +272,13 @@ func TestNewerAttemptSupersedesSource(t *testing.T) {
 // replica stays live.
 func TestLostHandoffAckStaysDone(t *testing.T) {
 	c := newClusterStarting(t, 2, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
-	c.startCfg(1, func(cfg *Config) { cfg.testSourceStallTicks = 150 })
-	c.startCfg(2, func(cfg *Config) { cfg.testLoseHandoffAck = true })
+	c.startCfg(1, func(cfg *Config) { cfg.knobs.sourceStallTicks = 150 })
+	c.startCfg(2, func(cfg *Config) { cfg.knobs.loseHandoffAck = true })
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, 1)
 	loadRows(t, cl, 2000, 50)
 	c.stop(2)
-	a2 := c.startCfg(2, func(cfg *Config) { cfg.testLoseHandoffAck = true })
+	a2 := c.startCfg(2, func(cfg *Config) { cfg.knobs.loseHandoffAck = true })
 	waitUntil(t, 30*time.Second, "n2's replica live", func() bool {
 		return nodeStatus(t, a2).Replicas[0].State == StateLive
 	})
@@ -320,13 +320,13 @@ func TestLostHandoffAckStaysDone(t *testing.T) {
 // by the simulator: recovery/sim, scenario coordinator-outage).
 func TestLiveDestinationCompletesAfterOutage(t *testing.T) {
 	c := newClusterStarting(t, 2, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
-	c.startCfg(1, func(cfg *Config) { cfg.testSourceStallTicks = 150 })
+	c.startCfg(1, func(cfg *Config) { cfg.knobs.sourceStallTicks = 150 })
 	c.startCfg(2, nil)
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, 1)
 	loadRows(t, cl, 2000, 50)
 	c.stop(2)
-	a2 := c.startCfg(2, func(cfg *Config) { cfg.testLoseHandoffAck, cfg.testCompleteFails = true, 6 })
+	a2 := c.startCfg(2, func(cfg *Config) { cfg.knobs.loseHandoffAck, cfg.knobs.completeFails = true, 6 })
 	waitUntil(t, 30*time.Second, "n2's replica live", func() bool {
 		return nodeStatus(t, a2).Replicas[0].State == StateLive
 	})

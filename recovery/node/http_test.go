@@ -67,10 +67,10 @@ func TestAdminGating(t *testing.T) {
 // TestAdminHTTPTLSOffLoopback: an admin HTTP off loopback is TLS with the
 // node's certificate and wants a client certificate of the cluster's CA;
 // /metrics answers a scraper that has one. (The tests bind loopback only:
-// testAdminTLS makes it count as off loopback.)
+// knobs.adminTLS makes it count as off loopback.)
 func TestAdminHTTPTLSOffLoopback(t *testing.T) {
 	c := newClusterStarting(t, 1, 0, onePartition())
-	a := c.startCfg(1, func(cfg *Config) { cfg.testAdminTLS = true })
+	a := c.startCfg(1, func(cfg *Config) { cfg.knobs.adminTLS = true })
 	if !strings.HasPrefix(a.HTTP, "https://") {
 		t.Fatalf("admin HTTP registered as %q, want https://", a.HTTP)
 	}

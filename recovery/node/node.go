@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	defer hln.Close()
 	n.addrs = Addrs{Node: n.id, TCP: cfg.advertised(cfg.Listen, ln.Addr().String(), true),
 		HTTP: cfg.advertised(cfg.HTTP, hln.Addr().String(), false)}
-	if loopback := isLoopback(hln.Addr()) && !cfg.testAdminTLS; cfg.TLS != nil && !loopback {
+	if loopback := isLoopback(hln.Addr()) && !cfg.knobs.adminTLS; cfg.TLS != nil && !loopback {
 		// Off loopback the admin HTTP is TLS with the node's certificate,
 		// and a scraper needs a certificate of the cluster's CA.
 		hln = tls.NewListener(hln, cfg.TLS.ServerConfig())
@@ -166,7 +166,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		n.log.Warn("INSECURE: the admin HTTP is served in plain text off loopback", "http", n.addrs.HTTP)
 	}
 
-	if d := cfg.testBeforeRegister; d > 0 {
+	if d := cfg.knobs.beforeRegister; d > 0 {
 		time.Sleep(d)
 	}
 	var reg *supervise.Node
@@ -192,7 +192,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	stop := newStopBound(n.log, cli)
 	defer stop.end()
 	defer func() {
-		if n.cfg.testCrash {
+		if n.cfg.knobs.crash {
 			reg.Abandon()
 			return
 		}

@@ -113,7 +113,7 @@ func (c *cluster) start(id int) Addrs {
 
 func (c *cluster) startWith(id int, skip func(string, txnid.ID) bool) Addrs {
 	c.t.Helper()
-	return c.startCfg(id, func(cfg *Config) { cfg.testSkip = skip })
+	return c.startCfg(id, func(cfg *Config) { cfg.knobs.skip = skip })
 }
 
 // startCfg starts node id with the test's config, changed by set.
@@ -593,7 +593,7 @@ func TestRepairPeerHoldsNothing(t *testing.T) {
 		upsert(t, cl1, 1, i)
 	}
 	c.stop(3)
-	c.startCfg(3, func(cfg *Config) { cfg.testNoTasks = true })
+	c.startCfg(3, func(cfg *Config) { cfg.knobs.noTasks = true })
 	for i := 100; i < 200; i++ {
 		upsert(t, cl1, 1, i)
 	}

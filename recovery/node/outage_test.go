@@ -393,7 +393,7 @@ func TestNoSourceBeforeLapseSettled(t *testing.T) {
 	var blocked atomic.Bool
 	blocked.Store(true)
 	a4 := c.startCfg(4, func(cfg *Config) {
-		cfg.testNoFeedTo = func(node string) bool { return node == NodeName(2) && blocked.Load() }
+		cfg.knobs.noFeedTo = func(node string) bool { return node == NodeName(2) && blocked.Load() }
 	})
 	cl4 := dialClient(t, a4.TCP)
 	waitWritable(t, cl4, parts)

@@ -242,7 +242,7 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 		return nil, 0, fmt.Errorf("no replica of partition %d here", req.Partition)
 	}
 	in := txnid.Initiator(req.Initiator)
-	if d := n.cfg.testRepairDelay; d > 0 {
+	if d := n.cfg.knobs.repairDelay; d > 0 {
 		select {
 		case <-time.After(d):
 		case <-n.ctx.Done():

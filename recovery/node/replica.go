@@ -404,7 +404,7 @@ func (r *replica) output(o recovery.Output) {
 	case recovery.OutDestinationMessages:
 		if att := r.dst; att != nil && att.epoch == o.Epoch {
 			msgs := o.Msgs
-			if r.n.cfg.testLoseHandoffAck {
+			if r.n.cfg.knobs.loseHandoffAck {
 				msgs = slices.DeleteFunc(msgs, func(m wire.Message) bool { return m.Type() == wire.MsgHandoffAck })
 			}
 			if err := att.link.queue(msgs); err != nil {

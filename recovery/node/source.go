@@ -152,7 +152,7 @@ func (r *replica) sendSource(att *srcAttempt, o recovery.Output) {
 		r.core.AbortSource(att.epoch, wire.AbortClaimLost, "claim not certainly held")
 		return
 	}
-	if f := r.n.cfg.testHandoff; f != nil {
+	if f := r.n.cfg.knobs.handoff; f != nil {
 		msgs = testHandoffs(f, att.epoch, msgs)
 	}
 	if err := att.link.queue(msgs); err != nil {
