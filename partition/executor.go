@@ -81,6 +81,11 @@ type Executor struct {
 	queueMax int
 	// last is the highest txn ID executed, or handed off by ResetTo.
 	last txnid.ID
+	// safeTop is the highest safe txn ID the executor has read: a point it
+	// may have run up to, or that a rejoin's boundary was set on
+	// (recovery.Answer), so an initiator that joins later must send
+	// nothing at or below it (SafeUpTo).
+	safeTop txnid.ID
 
 	out []byte
 }
@@ -166,7 +171,22 @@ func (e *Executor) Heartbeat(id txnid.ID) error {
 }
 
 // Safe returns the safe txn ID: nothing at or below it can still arrive.
-func (e *Executor) Safe() (txnid.ID, bool) { return e.tracker.Safe() }
+func (e *Executor) Safe() (txnid.ID, bool) { return e.safe() }
+
+// safe reads the tracker's safe txn ID and keeps the highest read.
+func (e *Executor) safe() (txnid.ID, bool) {
+	s, ok := e.tracker.Safe()
+	if ok && s > e.safeTop {
+		e.safeTop = s
+	}
+	return s, ok
+}
+
+// SafeUpTo returns the highest txn ID the executor executed or read as
+// safe: a floor for an initiator that joins (its IDs must start above
+// it). It never goes down, though Safe() does when an initiator is
+// added: the points already read as safe were relied on.
+func (e *Executor) SafeUpTo() txnid.ID { return max(e.last, e.safeTop) }
 
 // LastExecuted returns the highest txn ID executed or handed off (Zero if
 // none).
@@ -181,7 +201,7 @@ func (e *Executor) Ready() (txnid.ID, bool) {
 	if len(e.queue) == 0 {
 		return 0, false
 	}
-	safe, ok := e.tracker.Safe()
+	safe, ok := e.safe()
 	next := e.queue[0].ID
 	if !ok || next > safe {
 		return 0, false

@@ -231,13 +231,18 @@ func (r *Replica) Initiators() []txnid.Initiator {
 // buffering for a destination attempt.
 func (r *Replica) Executing() bool { return r.exec != nil || r.dst != nil }
 
-// ExecutedUpTo is the highest txn ID the replica executed or handed off,
-// Zero when it has no executor.
-func (r *Replica) ExecutedUpTo() txnid.ID {
+// JoinFloor is the floor of a feed that opens now: the highest txn ID the
+// replica executed, handed off, or read as safe (partition.Executor's
+// SafeUpTo), Zero when it has no executor. An initiator that joins sends
+// nothing at or below it. What it executed is not enough: a source sets
+// its boundary S on the safe point (recovery.Answer), which may stand far
+// above its last txn when few flow, and a joiner's txn between the two
+// would come below a handoff already sent at S (simulator seed 728888924).
+func (r *Replica) JoinFloor() txnid.ID {
 	if r.exec == nil {
 		return txnid.Zero
 	}
-	return r.exec.LastExecuted()
+	return r.exec.SafeUpTo()
 }
 
 // Outbox returns what the driver must do, in order, and forgets it.
@@ -316,7 +321,7 @@ func (r *Replica) refused(why string) {
 }
 
 // AddInitiator: a feed from in opened. Its first message follows. The
-// driver gives in a floor at or above ExecutedUpTo() read after this call:
+// driver gives in a floor at or above JoinFloor() read after this call:
 // in sends nothing at or below it.
 func (r *Replica) AddInitiator(in txnid.Initiator) {
 	if r.initiators[in] {
@@ -339,7 +344,7 @@ func (r *Replica) AddInitiator(in txnid.Initiator) {
 		// chose E before the initiator joined still holds a boundary at
 		// E, and its handoff is not held up by a newcomer that has sent
 		// nothing yet.
-		r.exec.AddInitiatorAbove(in, r.exec.LastExecuted())
+		r.exec.AddInitiatorAbove(in, r.exec.SafeUpTo())
 	}
 }
 

@@ -293,7 +293,7 @@ func TestReplicaRejoin(t *testing.T) {
 	}
 	// Rejoining, the feed goes to the attempt, which buffers it.
 	feed(true)
-	if m := dst.Destination().Metrics(); m.BufferBytesPeak == 0 || !dst.Executing() || dst.ExecutedUpTo() != txnid.Zero {
+	if m := dst.Destination().Metrics(); m.BufferBytesPeak == 0 || !dst.Executing() || dst.JoinFloor() != txnid.Zero {
 		t.Fatalf("the attempt did not take the feed: buffer peak %d", m.BufferBytesPeak)
 	}
 	var toSrc, toDst []wire.Message
@@ -425,8 +425,8 @@ func TestReplicaDropResults(t *testing.T) {
 	id := g.Next()
 	r.OnTxn(upsert(t, id, 1))
 	r.OnHeartbeat(g.Next())
-	if n := r.Step(10); n != 1 || r.Results() != nil || r.ExecutedUpTo() != id {
-		t.Fatalf("ran %d, last %v", n, r.ExecutedUpTo())
+	if n := r.Step(10); n != 1 || r.Results() != nil || r.Executor().LastExecuted() != id {
+		t.Fatalf("ran %d, last %v", n, r.Executor().LastExecuted())
 	}
 	if _, err := NewReplica(ReplicaConfig{Partition: testPartition}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no NewExecutor: %v", err)
@@ -434,10 +434,13 @@ func TestReplicaDropResults(t *testing.T) {
 }
 
 // TestReplicaJoinerStartsAtFloor: an initiator whose feed opens on a
-// live replica sends nothing at or below the floor the replica gives it
-// (what it executed), so the replica's safe point does not fall back to
-// Zero for it: a source that chose E before the joiner came still holds
-// a boundary at E (sim seeds 369240632 and others failed on it).
+// live replica sends nothing at or below the floor the replica gives it:
+// what it executed or read as safe (a heartbeat of another initiator
+// above its last txn), on which a source may have set its boundary. So
+// the replica's safe point does not fall back for it, and a txn of it
+// between the replica's last txn and that safe point is refused (sim
+// seeds 369240632 and others failed on a floor of Zero, 728888924 on a
+// floor of the last txn executed).
 func TestReplicaJoinerStartsAtFloor(t *testing.T) {
 	r := newTestReplica(t, true, 0)
 	r.AddInitiator(1)
@@ -445,15 +448,18 @@ func TestReplicaJoinerStartsAtFloor(t *testing.T) {
 		t.Fatal("txn or heartbeat refused")
 	}
 	r.Step(10)
-	floor := r.ExecutedUpTo()
-	if floor != txnid.Make(100, 0, 1) {
-		t.Fatalf("executed up to %v, want t100.c0.i1", floor)
+	if last := r.Executor().LastExecuted(); last != txnid.Make(100, 0, 1) {
+		t.Fatalf("executed up to %v, want t100.c0.i1", last)
+	}
+	floor := r.JoinFloor()
+	if floor != txnid.Make(200, 0, 1) {
+		t.Fatalf("floor %v, want the safe point read, t200.c0.i1", floor)
 	}
 	r.AddInitiator(2)
 	if safe, ok := r.Executor().Safe(); !ok || safe < floor {
 		t.Fatalf("after a joiner, safe point %v (%v), want at least the floor %v", safe, ok, floor)
 	}
-	if r.OnTxn(upsert(t, txnid.Make(90, 0, 2), 2)) {
-		t.Fatal("the joiner's txn below its floor was taken")
+	if r.OnTxn(upsert(t, txnid.Make(150, 0, 2), 2)) {
+		t.Fatal("the joiner's txn below its floor, above the last txn executed, was taken")
 	}
 }

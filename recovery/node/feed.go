@@ -243,13 +243,14 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	}
 	// The floor: once every replica tracks the initiator, none executes
 	// past what it has until the initiator speaks, so the highest ID they
-	// executed bounds all they ever will without it. The initiator's IDs
-	// then start above it (docs/DESIGN.md "An initiator that joins").
+	// executed or read as safe bounds all they ever will without it. The
+	// initiator's IDs then start above it (docs/DESIGN.md "An initiator
+	// that joins").
 	floor := txnid.Zero
 	for _, r := range n.hosted() {
 		if f, ok := ask(r, func(r *replica) txnid.ID {
 			r.addInitiator(in, fi.inc, &fi.beat)
-			return r.executedUpTo()
+			return r.joinFloor()
 		}); ok {
 			floor = max(floor, f)
 		}

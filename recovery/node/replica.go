@@ -335,9 +335,9 @@ func (r *replica) addInitiator(in txnid.Initiator, inc uint64, slot *beatSlot) {
 	r.drain()
 }
 
-// executedUpTo is the highest txn ID the replica executed or handed off,
-// Zero when it has no executor: a feed's floor (feed.go).
-func (r *replica) executedUpTo() txnid.ID { return r.core.ExecutedUpTo() }
+// joinFloor is the replica's part of a feed's floor (feed.go): see
+// recovery.Replica.JoinFloor.
+func (r *replica) joinFloor() txnid.ID { return r.core.JoinFloor() }
 
 // removeInitiator: in's node is dead; nothing more comes from it.
 func (r *replica) removeInitiator(in txnid.Initiator) {

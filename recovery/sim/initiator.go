@@ -134,7 +134,7 @@ func (w *world) openFeed(in *initiator, node string, missed []uint32) {
 			if a := w.dstAttempt(); a != nil {
 				w.afterCall(a)
 			}
-			floor = w.dst.ExecutedUpTo()
+			floor = w.dst.JoinFloor()
 		}
 	default:
 		for _, sr := range w.srcs {
@@ -151,7 +151,7 @@ func (w *world) openFeed(in *initiator, node string, missed []uint32) {
 			}
 			if !sr.out() {
 				sr.core.AddInitiator(in.id)
-				floor = sr.core.ExecutedUpTo()
+				floor = sr.core.JoinFloor()
 			}
 		}
 	}

@@ -396,6 +396,12 @@ var regressionSeeds = []struct {
 	// StartSource was refused, which the model took for a bad
 	// configuration instead of the attempt's end (start 1500000000).
 	{1500053244, "a source's replica failed between its hello and the answer"},
+	// A joiner's feed opened at the source while it streamed: its floor
+	// was the last txn the source executed, below the boundary S the
+	// source had set on its safe point with few txns flowing, and the
+	// joiner's heartbeat came between the two (CI, start 728888228). The
+	// floor is now the highest safe point read (Replica.JoinFloor).
+	{728888924, "a joiner's floor below the source's boundary: the last txn executed, not the safe point"},
 }
 
 // TestRegressionSeeds replays every seed that once failed.
