@@ -108,16 +108,27 @@ func (e *etcdProc) stop(grace time.Duration) {
 	default:
 	}
 	_ = e.resume()
+	stopChild(e.cmd, e.done, grace)
+}
+
+// stopChild ends our child cmd, whose exit closes done: SIGTERM, then
+// SIGKILL after grace (0: at once); it waits for the exit.
+func stopChild(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
+	select {
+	case <-done:
+		return
+	default:
+	}
 	if grace > 0 {
-		_ = e.cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		t := time.NewTimer(grace)
 		defer t.Stop()
 		select {
-		case <-e.done:
+		case <-done:
 			return
 		case <-t.C:
 		}
 	}
-	_ = e.cmd.Process.Signal(syscall.SIGKILL)
-	<-e.done
+	_ = cmd.Process.Kill()
+	<-done
 }

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -446,25 +445,7 @@ func (p *redisProc) logTail() string {
 }
 
 // stop sends SIGTERM, then SIGKILL after grace (0: at once), and waits.
-func (p *redisProc) stop(grace time.Duration) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	if grace > 0 {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		select {
-		case <-p.done:
-			return
-		case <-t.C:
-		}
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
+func (p *redisProc) stop(grace time.Duration) { stopChild(p.cmd, p.done, grace) }
 
 func freeLoopbackAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
