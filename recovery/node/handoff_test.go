@@ -194,18 +194,7 @@ func TestFailedHandoffRejoinsAgain(t *testing.T) {
 // the old attempt aborts as superseded. An older epoch, or another task's
 // attempt, is refused while one runs.
 func TestNewerAttemptSupersedesSource(t *testing.T) {
-	e, err := claim.StartEmbedded(filepath.Join(t.TempDir(), "etcd"), claim.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Stop) // after the claims' releases: cleanups run last first
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	cli, ctx := testEtcd(t, 30*time.Second)
 	schema, err := layout.KV().Schema()
 	if err != nil {
 		t.Fatal(err)

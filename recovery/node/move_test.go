@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
-	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/nodestate"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // liveCounts reads each partition's live replicas from etcd: a live
@@ -238,7 +236,7 @@ func TestPlacedWaitsForEveryView(t *testing.T) {
 // view to show it, as one moved in while the node ran does. It used to
 // wait for nothing: only replicas created by reconcile had a revision.
 func TestRestartedDuringMoveWaitsForViews(t *testing.T) {
-	cli, ctx := testEtcd(t)
+	cli, ctx := testEtcd(t, 10*time.Second)
 	n := testNode(t, t.TempDir())
 	n.id, n.cli = "n3", cli
 	// Partition 0 placed on n3 from the start; partition 1 moved onto n3
@@ -286,7 +284,7 @@ func TestRestartedDuringMoveWaitsForViews(t *testing.T) {
 // registration's record (back from a lapse, the view frozen meanwhile)
 // sequences nothing until the view catches up.
 func TestViewBehindRegistration(t *testing.T) {
-	cli, ctx := testEtcd(t)
+	cli, ctx := testEtcd(t, 10*time.Second)
 	reg, err := supervise.Register(ctx, cli, "n1", supervise.NodeOptions{TTL: 2 * time.Second, Log: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -300,23 +298,4 @@ func TestViewBehindRegistration(t *testing.T) {
 	if n.viewBehindTerm(&view{rev: created}) {
 		t.Fatalf("a view at the registration's revision %d is behind", created)
 	}
-}
-
-// testEtcd starts an embedded etcd for one test and returns a client to
-// it and a context bounded to 10 s; both end with the test.
-func testEtcd(t *testing.T) (*clientv3.Client, context.Context) {
-	t.Helper()
-	e, err := claim.StartEmbedded(t.TempDir(), claim.EmbeddedOptions{UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Stop)
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return cli, ctx
 }

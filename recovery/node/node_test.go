@@ -613,3 +613,23 @@ func TestRepairPeerHoldsNothing(t *testing.T) {
 	cl2 := dialClient(t, c.nodes[2].addrs.TCP)
 	upsert(t, cl2, 1, 1_000_000)
 }
+
+// testEtcd starts an embedded etcd for one test and returns a client to
+// it and a context bounded to timeout; all three end with the test, the
+// etcd last (cleanups run last first), after what the test released.
+func testEtcd(t *testing.T, timeout time.Duration) (*clientv3.Client, context.Context) {
+	t.Helper()
+	e, err := claim.StartEmbedded(t.TempDir(), claim.EmbeddedOptions{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return cli, ctx
+}

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -79,16 +78,7 @@ func TestIdleReplicaNotTicked(t *testing.T) {
 // its end is published when the ticks stop, so the timeline and the
 // membership checks (attemptOpen) see it end.
 func TestSourceAttemptTicked(t *testing.T) {
-	e, err := claim.StartEmbedded(filepath.Join(t.TempDir(), "etcd"), claim.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Stop) // after the claim's release: cleanups run last first
-	cli, err := e.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli, ctx := testEtcd(t, 30*time.Second)
 	n := testNode(t, t.TempDir())
 	n.cli, n.cfg.ClaimWindow = cli, 5*time.Second
 	r, err := newReplica(n, 0, true)
@@ -98,8 +88,6 @@ func TestSourceAttemptTicked(t *testing.T) {
 	r.addInitiator(1, 1, &beatSlot{})
 	n.goRun(r.loop)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	task := claim.Task{Partition: 0, Dest: "n2"}
 	c, err := claim.Acquire(ctx, cli, task, claim.NewExecutorID(), 10*time.Second)
 	if err != nil {
