@@ -147,9 +147,24 @@ type shard struct {
 	maybe     map[string][][]byte
 }
 
+// Put is one write of a Generator: value under key in table. It returns
+// the ID of the txn that made it, Zero for a store that has none (then
+// Config.Record cannot order a key's writes: leave it off), or an error;
+// one wrapping client.ErrUncertain counts the write uncertain, any other
+// failed.
+type Put func(ctx context.Context, table string, key, value []byte) (txnid.ID, error)
+
+// ClientPut is the Put of a rejoin cluster: an upsert through c.
+func ClientPut(c *client.Client) Put {
+	return func(ctx context.Context, table string, key, value []byte) (txnid.ID, error) {
+		res, err := c.Upsert(ctx, table, wire.Bytes(key), wire.Bytes(value))
+		return res.ID, err
+	}
+}
+
 // Generator is a running load.
 type Generator struct {
-	c      *client.Client
+	put    Put
 	cfg    Config
 	start  time.Time
 	cancel context.CancelFunc
@@ -163,12 +178,18 @@ type Generator struct {
 	missed  atomic.Int64
 }
 
-// Start starts a load; stop it with Stop or Wait.
+// Start starts a load through c; stop it with Stop or Wait.
 func Start(ctx context.Context, c *client.Client, cfg Config) (*Generator, error) {
+	return StartPut(ctx, ClientPut(c), cfg)
+}
+
+// StartPut starts a load whose writes go through put: the same offered
+// load against another store (rejoin bench --redis).
+func StartPut(ctx context.Context, put Put, cfg Config) (*Generator, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	g := &Generator{c: c, cfg: cfg, done: make(chan struct{}), start: time.Now()}
+	g := &Generator{put: put, cfg: cfg, done: make(chan struct{}), start: time.Now()}
 	g.nextKey.Store(uint64(cfg.Keys))
 	var runCtx context.Context
 	var cancel context.CancelFunc
@@ -276,7 +297,7 @@ func (g *Generator) write(ctx, callCtx context.Context, s *shard, tokens <-chan 
 		key := Key(i, cfg.KeyBytes)
 		val := Value(i, ver, cfg.ValueBytes)
 		t0 := time.Now()
-		res, err := g.c.Upsert(callCtx, cfg.Table, wire.Bytes(key), wire.Bytes(val))
+		id, err := g.put(callCtx, cfg.Table, key, val)
 		lat := time.Since(t0)
 		if err != nil && callCtx.Err() != nil && !errors.Is(err, client.ErrUncertain) {
 			return // the caller's context ended before the call went out
@@ -287,8 +308,8 @@ func (g *Generator) write(ctx, callCtx context.Context, s *shard, tokens <-chan 
 			s.txns++
 			s.hist.Record(lat)
 			if s.acked != nil {
-				if a, ok := s.acked[string(key)]; !ok || res.ID > a.id {
-					s.acked[string(key)] = ack{res.ID, val}
+				if a, ok := s.acked[string(key)]; !ok || id > a.id {
+					s.acked[string(key)] = ack{id, val}
 				}
 			}
 		case errors.Is(err, client.ErrUncertain):

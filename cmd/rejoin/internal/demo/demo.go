@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/rejoin-db/rejoin/bench/load"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/client"
@@ -507,7 +508,7 @@ func (r *run) main(ctx context.Context) error {
 		return err
 	}
 	defer gw.Close()
-	w, err := startWriter(ctx, gw, cfg.Rows, cfg.ValueBytes, cfg.WriteRate, cfg.Writers)
+	w, err := startWriter(ctx, load.ClientPut(gw), true, cfg.Rows, cfg.ValueBytes, cfg.WriteRate, cfg.Writers)
 	if err != nil {
 		return err
 	}

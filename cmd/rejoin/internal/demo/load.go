@@ -37,18 +37,20 @@ type WindowStats struct {
 	P99             time.Duration
 }
 
-// writer is bench/load's generator recording every acknowledged write,
-// measured phase by phase: Phase closes the current window and opens the
-// next.
+// writer is bench/load's generator, measured phase by phase: Phase
+// closes the current window and opens the next. Against a rejoin cluster
+// it records every acknowledged write, to read them back.
 type writer struct {
 	g      *load.Generator
 	last   load.Snapshot
 	report *load.Report
 }
 
-func startWriter(ctx context.Context, c *client.Client, rows, valueBytes, rate, callers int) (*writer, error) {
-	g, err := load.Start(ctx, c, load.Config{Table: table, Rate: float64(rate), Concurrency: callers,
-		KeyBytes: keyBytes, ValueBytes: valueBytes, Keys: rows, NewKeyFraction: newKeyFraction, Record: true})
+// startWriter starts the writer through put; record keeps the
+// acknowledged writes, which needs put's txn IDs.
+func startWriter(ctx context.Context, put load.Put, record bool, rows, valueBytes, rate, callers int) (*writer, error) {
+	g, err := load.StartPut(ctx, put, load.Config{Table: table, Rate: float64(rate), Concurrency: callers,
+		KeyBytes: keyBytes, ValueBytes: valueBytes, Keys: rows, NewKeyFraction: newKeyFraction, Record: record})
 	if err != nil {
 		return nil, err
 	}

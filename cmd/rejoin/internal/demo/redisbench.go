@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/rejoin-db/rejoin/bench/load"
+	"github.com/rejoin-db/rejoin/txnid"
 )
 
 // The Redis bench (`rejoin bench --redis`) is the yardstick beside the
@@ -213,12 +213,18 @@ func benchRedis(ctx context.Context, cfg RedisConfig, master, replica *redisProc
 	sum.LoadRows = cfg.Rows
 	sum.LoadRowsPerSec = float64(cfg.Rows) / time.Since(start).Seconds()
 
-	w := startRedisWriter(ctx, mc, cfg)
-	defer w.stop()
+	// The bench's open-loop writer (bench/load's Generator): an offer due
+	// at the fixed rate goes to a free connection or, if every one is
+	// busy, is missed and not queued.
+	w, err := startWriter(ctx, redisPut(mc), false, cfg.Rows, cfg.ValueBytes, cfg.WriteRate, cfg.Writers)
+	if err != nil {
+		return sum, err
+	}
+	defer w.Stop()
 	if err := sleepCtx(ctx, cfg.Before); err != nil {
 		return sum, err
 	}
-	before := w.phase()
+	before := w.Phase()
 	sent0 := redisReplBytes(ctx, mc)
 
 	// The resync: REPLICAOF, then the link up with no sync in progress
@@ -258,11 +264,11 @@ func benchRedis(ctx context.Context, cfg RedisConfig, master, replica *redisProc
 		}
 	}
 	done := time.Now()
-	during := w.phase()
+	during := w.Phase()
 	if sent := redisReplBytes(ctx, mc); sent0 >= 0 && sent >= sent0 {
 		run.ReplBytes = sent - sent0
 	}
-	w.stop()
+	w.Stop()
 
 	sum.SnapshotRows = sum.Rows
 	sum.Bytes = sum.Rows * int64(keyBytes+cfg.ValueBytes)
@@ -274,7 +280,7 @@ func benchRedis(ctx context.Context, cfg RedisConfig, master, replica *redisProc
 	}
 	sum.WritesPerSecBefore, sum.WriteP99MsBefore = before.PerSec, ms(before.P99)
 	sum.WritesPerSecDuring, sum.WriteP99MsDuring = during.PerSec, ms(during.P99)
-	sum.WriteErrors = before.Errors + during.Errors + w.errsAfter()
+	sum.WriteErrors = w.report.Errors
 	sum.ServedRatioBefore, sum.ServedRatioDuring = before.PerSec/sum.OfferedWritesPerSec, during.PerSec/sum.OfferedWritesPerSec
 	sum.WritesDuring, sum.WritesMissedDuring = during.Writes, during.Missed
 
@@ -531,143 +537,12 @@ func redisLoad(ctx context.Context, c *redis.Client, rows, valueBytes int) error
 	return errors.Join(errs...)
 }
 
-// redisWriter is the bench's open-loop writer against a Redis master, the
-// shape of bench/load's Generator: an offer due at the fixed rate goes to
-// a free connection or, if every one is busy, is missed and not queued.
-// Half its writes insert new keys, half overwrite a loaded one, as the
-// demo's writer does; each write is one SET.
-type redisWriter struct {
-	c      *redis.Client
-	cfg    RedisConfig
-	start  time.Time
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	missed atomic.Int64
-	next   atomic.Uint64 // the next new row
-	ver    atomic.Uint64
-	shards []*redisShard
-	last   load.Snapshot
-	// stopped is the snapshot at stop, so errsAfter can count the errors
-	// after the last phase.
-	stopped *load.Snapshot
-}
-
-type redisShard struct {
-	mu   sync.Mutex
-	hist load.Histogram
-	txns int64
-	errs int64
-}
-
-func startRedisWriter(ctx context.Context, c *redis.Client, cfg RedisConfig) *redisWriter {
-	w := &redisWriter{c: c, cfg: cfg, start: time.Now()}
-	w.next.Store(uint64(cfg.Rows))
-	runCtx, cancel := context.WithCancel(ctx)
-	w.cancel = cancel
-	tokens := make(chan struct{}, cfg.Writers)
-	w.wg.Go(func() { w.pace(runCtx, tokens) })
-	for i := range cfg.Writers {
-		s := &redisShard{}
-		w.shards = append(w.shards, s)
-		rng := rand.New(rand.NewPCG(uint64(w.start.UnixNano()), uint64(i)))
-		w.wg.Go(func() { w.write(runCtx, ctx, s, tokens, rng) })
+// redisPut is the writer's Put against a Redis master: one SET, with no
+// txn ID (the run records no acknowledged writes: the digests check it).
+func redisPut(c *redis.Client) load.Put {
+	return func(ctx context.Context, _ string, key, value []byte) (txnid.ID, error) {
+		return txnid.Zero, c.Set(ctx, string(key), value, 0).Err()
 	}
-	w.last = w.snapshot()
-	return w
-}
-
-// pace offers the rate's tokens due at each millisecond tick.
-func (w *redisWriter) pace(ctx context.Context, tokens chan<- struct{}) {
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	var offered int64
-	for {
-		for due := int64(time.Since(w.start).Seconds() * float64(w.cfg.WriteRate)); offered < due; offered++ {
-			select {
-			case tokens <- struct{}{}:
-			default:
-				w.missed.Add(1)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// write takes offers until runCtx ends; a SET in flight then completes
-// under callCtx.
-func (w *redisWriter) write(runCtx, callCtx context.Context, s *redisShard, tokens <-chan struct{}, rng *rand.Rand) {
-	for {
-		select {
-		case <-tokens:
-		case <-runCtx.Done():
-			return
-		}
-		var i uint64
-		if rng.Float64() < newKeyFraction {
-			i = w.next.Add(1) - 1
-		} else {
-			i = rng.Uint64N(uint64(w.cfg.Rows))
-		}
-		key, val := load.Key(i, keyBytes), load.Value(i, w.ver.Add(1), w.cfg.ValueBytes)
-		t0 := time.Now()
-		err := w.c.Set(callCtx, string(key), val, 0).Err()
-		lat := time.Since(t0)
-		if err != nil && callCtx.Err() != nil {
-			return
-		}
-		s.mu.Lock()
-		if err == nil {
-			s.txns++
-			s.hist.Record(lat)
-		} else {
-			s.errs++
-		}
-		s.mu.Unlock()
-	}
-}
-
-func (w *redisWriter) snapshot() load.Snapshot {
-	sn := load.Snapshot{At: time.Now(), Missed: w.missed.Load()}
-	for _, s := range w.shards {
-		s.mu.Lock()
-		sn.Txns += s.txns
-		sn.Errors += s.errs
-		sn.Hist.Merge(&s.hist)
-		s.mu.Unlock()
-	}
-	return sn
-}
-
-// phase closes the current window and returns its figures.
-func (w *redisWriter) phase() WindowStats {
-	sn := w.snapshot()
-	win := sn.Since(w.last)
-	w.last = sn
-	return WindowStats{Writes: win.Txns, Errors: win.Errors, Missed: win.Missed, Seconds: win.Seconds,
-		PerSec: win.TxnsPerSec, P99: time.Duration(win.P99 * float64(time.Millisecond))}
-}
-
-// stop ends the writer and waits for its goroutines; again is a no-op.
-func (w *redisWriter) stop() {
-	if w.stopped != nil {
-		return
-	}
-	w.cancel()
-	w.wg.Wait()
-	sn := w.snapshot()
-	w.stopped = &sn
-}
-
-// errsAfter counts the errors after the last phase, once stopped.
-func (w *redisWriter) errsAfter() int64 {
-	if w.stopped == nil {
-		return 0
-	}
-	return w.stopped.Errors - w.last.Errors
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
