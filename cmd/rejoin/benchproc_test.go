@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"image/png"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -89,23 +87,7 @@ func TestBenchProcesses(t *testing.T) {
 		t.Errorf("ratios %v and %v for %v/s and %v/s of 500", got.ServedRatioBefore, got.ServedRatioDuring, got.WritesPerSecBefore, got.WritesPerSecDuring)
 	}
 
-	f, err := os.Open(plot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := png.Decode(f); err != nil {
-		t.Errorf("plot: %v", err)
-	}
-	cf, err := os.Open(demo.PlotCSVPath(plot))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cf.Close()
-	d, err := demo.ReadPlotCSV(cf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d := readPlot(t, plot)
 	if !strings.HasPrefix(d.Title, "rejoin bench:") || len(d.Rejoin) == 0 || len(d.Writer) == 0 {
 		t.Errorf("plot data: title %q, %d rejoin samples, %d writer points", d.Title, len(d.Rejoin), len(d.Writer))
 	}

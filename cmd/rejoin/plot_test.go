@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"image"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -34,26 +35,9 @@ func TestDemoPlot(t *testing.T) {
 		t.Fatalf("demo: %v\nsummary: %+v", err, sum)
 	}
 	checkNoNodes(t)
-	pf, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pf.Close()
-	img, err := png.Decode(pf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, d := readPlot(t, path)
 	if b := img.Bounds(); b.Dx() < 800 || b.Dy() < 600 {
 		t.Fatalf("picture %v", b)
-	}
-	cf, err := os.Open(demo.PlotCSVPath(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cf.Close()
-	d, err := demo.ReadPlotCSV(cf)
-	if err != nil {
-		t.Fatal(err)
 	}
 	var marks []string
 	for _, m := range d.Marks {
@@ -89,4 +73,29 @@ func TestDemoPlot(t *testing.T) {
 	if len(dst) == 0 || rows != sum.Rows {
 		t.Errorf("destinations' rows %d over %d partitions, summary %d", rows, len(dst), sum.Rows)
 	}
+}
+
+// readPlot decodes the picture a run drew at path and reads back the data
+// beside it (demo.PlotCSVPath).
+func readPlot(t *testing.T, path string) (image.Image, demo.PlotData) {
+	t.Helper()
+	pf, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	img, err := png.Decode(pf)
+	if err != nil {
+		t.Fatalf("plot %s: %v", path, err)
+	}
+	cf, err := os.Open(demo.PlotCSVPath(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cf.Close()
+	d, err := demo.ReadPlotCSV(cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, d
 }
