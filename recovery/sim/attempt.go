@@ -335,12 +335,9 @@ func (w *world) startSource(a *attempt) {
 	if err := a.sn.core.StartSource(dstNode, w.k.sourceConfig(a.hdr)); err != nil {
 		if a.sn.failed && errors.Is(err, recovery.ErrReplica) {
 			// Its replica failed between the hello and its answer
-			// (registration.go): the node ends the attempt and closes
-			// its connection, as recovery/node's source side does when
-			// startSource refuses.
-			a.helloErr = err
-			a.closed = true
-			w.cut(a, 1, 1+w.k.ConnDelayMax, false)
+			// (registration.go): the node ends the attempt, as
+			// recovery/node's source side does when startSource refuses.
+			w.closeBeforeSource(a, err)
 			w.tracef("attempt %d: source refused: %v", a.epoch, err)
 			return
 		}
@@ -656,7 +653,7 @@ func (w *world) learnCuts() {
 				// if the destination still runs it.
 				w.tracef("src e%d learns the connection is cut; it redials", a.epoch)
 				a.redialFrom = w.tick
-				a.redialAt = w.tick + 1 + uint64(w.net.IntN(4))
+				w.redialLater(a)
 			}
 		}
 		if a.dstLearnAt != 0 && w.tick >= a.dstLearnAt {
@@ -674,6 +671,20 @@ func (w *world) learnCuts() {
 		}
 	}
 	w.redials()
+}
+
+// redialLater schedules a's source's next dial a few ticks from now.
+func (w *world) redialLater(a *attempt) {
+	a.redialAt = w.tick + 1 + uint64(w.net.IntN(4))
+}
+
+// closeBeforeSource ends a's source side before its processor started,
+// for err: the node closes the attempt's connection, as recovery/node's
+// source side does, and the destination learns of it as of a cut
+// (nothing in flight arrives).
+func (w *world) closeBeforeSource(a *attempt, err error) {
+	a.helloErr, a.closed = err, true
+	w.cut(a, 1, 1+w.k.ConnDelayMax, false)
 }
 
 // redials runs the source's redials due: within the grace, a dial that
@@ -701,11 +712,11 @@ func (w *world) redials() {
 			continue
 		}
 		if !a.dstUp() || w.dst.Destination() != a.dst || a.dst.State().Final() {
-			a.redialAt = w.tick + 1 + uint64(w.net.IntN(4))
+			w.redialLater(a)
 			continue
 		}
 		if resume, err := w.dst.CheckDestination(a.sn.id, a.epoch); err != nil || !resume {
-			a.redialAt = w.tick + 1 + uint64(w.net.IntN(4))
+			w.redialLater(a)
 			continue
 		}
 		a.redialAt = 0

@@ -332,12 +332,8 @@ func (w *world) stopHolder(a *attempt, reason wire.AbortReason, why string) {
 		w.afterCall(a)
 	} else if a.src == nil && a.helloErr == nil {
 		// Its source processor never started: the node closes the
-		// attempt's connection, as recovery/node's source side does when
-		// its executor stops, and the destination learns of it as of a
-		// cut (nothing in flight arrives).
-		a.helloErr = errors.New(why)
-		a.closed = true
-		w.cut(a, 1, 1+w.k.ConnDelayMax, false)
+		// attempt's connection when its executor stops.
+		w.closeBeforeSource(a, errors.New(why))
 	}
 }
 
