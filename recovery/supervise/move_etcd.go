@@ -142,20 +142,18 @@ func StartMove(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move, n
 	if _, err := cli.Put(ctx, BootstrappedKey, "1"); err != nil {
 		return fmt.Errorf("supervise: start %s: mark the cluster bootstrapped: %w", m, err)
 	}
-	stale := claim.Task{Partition: m.Partition, Dest: m.To}
+	ops := []clientv3.Op{
+		clientv3.OpPut(MoveKey(m.Partition), rec),
+		clientv3.OpPut(ReplicaKey(m.Partition, m.To), needs),
+	}
+	// A task left from an earlier stay of the partition on To.
+	ops = append(ops, deleteTask(claim.Task{Partition: m.Partition, Dest: m.To})...)
 	resp, err := cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(MoveKey(m.Partition)), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(ReplicaKey(m.Partition, m.To)), "=", 0),
 		clientv3.Compare(clientv3.ModRevision(ReplicaKey(m.Partition, m.From)), "=", v.repRev[ReplicaKey(m.Partition, m.From)]),
 		clientv3.Compare(clientv3.CreateRevision(NodeKey(m.To)), "=", to.Created),
-	).Then(
-		clientv3.OpPut(MoveKey(m.Partition), rec),
-		clientv3.OpPut(ReplicaKey(m.Partition, m.To), needs),
-		// A task left from an earlier stay of the partition on To.
-		clientv3.OpDelete(stale.RecordKey()),
-		clientv3.OpDelete(AssignmentKey(stale)),
-		clientv3.OpDelete(stale.ClaimKey()),
-	).Commit()
+	).Then(ops...).Commit()
 	if err != nil {
 		return fmt.Errorf("supervise: start %s: %w", m, err)
 	}
@@ -189,13 +187,10 @@ func FinishMove(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move) 
 		}
 	}
 	old := claim.Task{Partition: m.Partition, Dest: m.From}
-	resp, err := cli.Txn(ctx).If(cmps...).Then(
+	resp, err := cli.Txn(ctx).If(cmps...).Then(append([]clientv3.Op{
 		clientv3.OpDelete(ReplicaKey(m.Partition, m.From)),
 		clientv3.OpDelete(MoveKey(m.Partition)),
-		clientv3.OpDelete(old.RecordKey()),
-		clientv3.OpDelete(AssignmentKey(old)),
-		clientv3.OpDelete(old.ClaimKey()),
-	).Commit()
+	}, deleteTask(old)...)...).Commit()
 	if err != nil {
 		return fmt.Errorf("supervise: finish %s: %w", m, err)
 	}
@@ -252,13 +247,10 @@ func UndoMove(ctx context.Context, cli *clientv3.Client, v *MoveView, p uint32) 
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
 	}
 	task := claim.Task{Partition: p, Dest: m.To}
-	resp, err := cli.Txn(ctx).If(cmps...).Then(
+	resp, err := cli.Txn(ctx).If(cmps...).Then(append([]clientv3.Op{
 		clientv3.OpDelete(key),
 		clientv3.OpDelete(MoveKey(p)),
-		clientv3.OpDelete(task.RecordKey()),
-		clientv3.OpDelete(AssignmentKey(task)),
-		clientv3.OpDelete(task.ClaimKey()),
-	).Commit()
+	}, deleteTask(task)...)...).Commit()
 	if err != nil {
 		return m, fmt.Errorf("supervise: undo %s: %w", m, err)
 	}
@@ -338,4 +330,15 @@ func sortedPartitions(ms map[uint32]Move) []uint32 {
 	}
 	slices.Sort(ps)
 	return ps
+}
+
+// deleteTask is the deletes of a rejoin task's records: its record, its
+// assignment and its claim, for a replica that goes (or comes back) with
+// the same transaction.
+func deleteTask(task claim.Task) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpDelete(task.RecordKey()),
+		clientv3.OpDelete(AssignmentKey(task)),
+		clientv3.OpDelete(task.ClaimKey()),
+	}
 }

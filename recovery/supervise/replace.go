@@ -139,10 +139,8 @@ func Replace(ctx context.Context, cli *clientv3.Client, dead, with string) ([]ui
 				clientv3.Compare(clientv3.CreateRevision(ReplicaKey(p, with)), "=", 0))
 			ops = append(ops,
 				clientv3.OpDelete(ReplicaKey(p, dead)),
-				clientv3.OpPut(ReplicaKey(p, with), needs),
-				clientv3.OpDelete(task.RecordKey()),
-				clientv3.OpDelete(AssignmentKey(task)),
-				clientv3.OpDelete(task.ClaimKey()))
+				clientv3.OpPut(ReplicaKey(p, with), needs))
+			ops = append(ops, deleteTask(task)...)
 		}
 		resp, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
