@@ -51,6 +51,15 @@ type InitiatorConfig struct {
 	// BeatTicks is how many ticks in a row with nothing sent pass
 	// before a heartbeat goes out on every open feed.
 	BeatTicks int
+	// BeatLeadMillis and BeatLeadQuietTicks: once BeatLeadQuietTicks
+	// ticks in a row passed with no txn sequenced, each heartbeat stands
+	// at least BeatLeadMillis ahead of the clock (the generator moves
+	// there first, as for BeatPast), so the replicas of a node that
+	// writes run its txns on heartbeats already in hand rather than
+	// waiting for this initiator's next one (docs/DESIGN.md "Heartbeats
+	// that lead"). 0 for either: heartbeats at the clock.
+	BeatLeadMillis     int64
+	BeatLeadQuietTicks int
 	// Knobs are testing hooks, off when nil.
 	Knobs InitiatorKnobs
 }
@@ -162,9 +171,11 @@ type Initiator struct {
 	feedsScratch   []ReplicaFeed
 	targetsScratch []ReplicaPlace
 	// idle counts the ticks in a row in which nothing was sent; sent
-	// says a txn went out since the last tick.
-	idle int
-	sent bool
+	// says a txn went out since the last tick. quiet counts the ticks
+	// since a txn was sequenced, heartbeats or not (BeatLeadQuietTicks).
+	idle  int
+	quiet int
+	sent  bool
 }
 
 // BeatPastAheadMillisMax bounds how far ahead of an initiator's clock an
@@ -416,9 +427,10 @@ func (in *Initiator) maybeReply(c *pendingCall) {
 func (in *Initiator) Tick() {
 	due := false
 	if in.sent {
-		in.sent, in.idle = false, 0
+		in.sent, in.idle, in.quiet = false, 0, 0
 	} else {
 		in.idle++
+		in.quiet++
 		due = in.idle >= in.cfg.BeatTicks
 	}
 	var to []string
@@ -430,10 +442,33 @@ func (in *Initiator) Tick() {
 	if len(to) == 0 {
 		return
 	}
+	in.lead()
 	in.beat(to)
 	if due {
 		in.idle = 0
 	}
+}
+
+// lead moves the generator BeatLeadMillis ahead of the clock if the
+// initiator has been quiet for BeatLeadQuietTicks, so the heartbeat that
+// follows promises nothing below that point. Only a quiet initiator
+// leads: the IDs of one that writes stay at its clock, below what the
+// quiet ones promised, so its txns run wherever they land without a
+// heartbeat of theirs to wait for. One that leads and then writes
+// starts its IDs at its last promise; its txns wait there for the
+// others to pass it (BeatPast), as txns of a clock running ahead do,
+// until its clock catches up. A clock reading the ID layout cannot
+// hold leaves the generator where it is.
+func (in *Initiator) lead() {
+	ms := in.cfg.BeatLeadMillis
+	if ms <= 0 || in.cfg.BeatLeadQuietTicks <= 0 || in.quiet < in.cfg.BeatLeadQuietTicks {
+		return
+	}
+	now := in.cfg.Clock() - txnid.EpochUnixMillis
+	if now < 0 || now > txnid.MillisMax-ms {
+		return
+	}
+	in.gen.Advance(txnid.Make(now+ms, 0, 0))
 }
 
 // Heartbeat sends a heartbeat on every open feed now, whatever the

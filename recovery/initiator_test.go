@@ -436,6 +436,92 @@ func TestInitiatorBeatPast(t *testing.T) {
 	}
 }
 
+// TestInitiatorBeatLead: the heartbeats of an initiator quiet for
+// BeatLeadQuietTicks stand BeatLeadMillis ahead of its clock and its next
+// txn above them; those of one that sequenced a txn within the quiet
+// window stand at its clock; a clock the ID layout cannot hold, or a lead
+// of 0, leads nowhere.
+func TestInitiatorBeatLead(t *testing.T) {
+	const lead, quiet = 100, 3
+	newLead := func(ms int64, now *int64) *testInitiator {
+		ti := newTestInitiator(t, 1)
+		in, err := NewInitiator(InitiatorConfig{Node: "n9", ID: 9, Clock: func() int64 { return *now }, Partitions: 2,
+			BeatTicks: 1, BeatLeadMillis: ms, BeatLeadQuietTicks: quiet}, ti.io)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ti.Initiator = in
+		ti.openAll(t)
+		return ti
+	}
+	// beat ticks once and returns the heartbeat n1 got.
+	beat := func(ti *testInitiator) txnid.ID {
+		t.Helper()
+		ti.Tick()
+		ms := ti.io.take("n1")
+		ti.io.take("n2")
+		ti.io.take("n3")
+		if len(ms) != 1 || ms[0].Type() != wire.MsgBeat {
+			t.Fatalf("a tick sent %v to n1, want one heartbeat", ms)
+		}
+		return ms[0].(*wire.Beat).ID
+	}
+	now := txnid.EpochUnixMillis + 1_000_000_000
+	ti := newLead(lead, &now)
+	clockMs := func() int64 { return now - txnid.EpochUnixMillis }
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		ti.io.take(n)
+	}
+	ti.Tick() // the tick of the txn: no heartbeat
+	for range quiet - 1 {
+		now++
+		if id := beat(ti); id.Millis() != clockMs() {
+			t.Fatalf("heartbeat %v within %d ticks of a txn, want one at the clock (%d ms)", id, quiet, clockMs())
+		}
+	}
+	now++
+	b := beat(ti)
+	if b.Millis() < clockMs()+lead {
+		t.Fatalf("heartbeat %v after %d quiet ticks, want one at least %d ms ahead of the clock (%d ms)", b, quiet, lead, clockMs())
+	}
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if id := lastTxn(t, ti.io, "n1").ID; id <= b {
+		t.Fatalf("txn %v after the heartbeat %v that led", id, b)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		ti.io.take(n)
+	}
+	// The txn ended the quiet: the next heartbeats no longer move ahead.
+	ti.Tick()
+	now++
+	if id := beat(ti); id.Millis() != b.Millis() {
+		t.Fatalf("heartbeat %v right after a txn; want one where the generator stands (%d ms), not further ahead", id, b.Millis())
+	}
+
+	// A clock before the ID epoch: heartbeats go on, none ahead.
+	broken := txnid.EpochUnixMillis - 5
+	ti = newLead(lead, &broken)
+	for range quiet + 1 {
+		if id := beat(ti); id.Millis() > 1 {
+			t.Fatalf("heartbeat %v on a clock before the epoch", id)
+		}
+	}
+	// No lead configured.
+	now = txnid.EpochUnixMillis + 1_000_000_000
+	ti = newLead(0, &now)
+	for range quiet + 2 {
+		now++
+		if id := beat(ti); id.Millis() != clockMs() {
+			t.Fatalf("heartbeat %v with no lead, want one at the clock (%d ms)", id, clockMs())
+		}
+	}
+}
+
 // TestInitiatorMissed: a partition sequenced while a node holding a
 // replica of it has no feed (taken for dead, or its send failed) is named
 // in the hello of the next feed there, and only until that feed opens;

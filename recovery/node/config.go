@@ -66,6 +66,14 @@ type Config struct {
 	// BeatEvery is how often the initiator sends a heartbeat on an idle
 	// feed (default 2 ms).
 	BeatEvery time.Duration
+	// BeatLead is how far ahead of its clock the heartbeats of an
+	// initiator that has sequenced no txn for beatLeadQuiet stand
+	// (default 100 ms; negative: never ahead): a node that writes then
+	// finds the other initiators already past its txns and waits for no
+	// heartbeat of theirs while their heartbeats are late by less than
+	// that, as those of a node busy rejoining are (docs/DESIGN.md
+	// "Heartbeats that lead").
+	BeatLead time.Duration
 	// ConnsMax bounds the TCP connections the node has accepted and not
 	// yet closed, of every kind (default 256). One past it gets a
 	// wire.Reply saying so and is closed; the others are served on.
@@ -174,6 +182,7 @@ func (c *Config) defaults() error {
 	def(&c.ClaimTTL, 5*time.Second)
 	def(&c.ClaimWindow, 2*time.Second)
 	def(&c.BeatEvery, 2*time.Millisecond)
+	def(&c.BeatLead, 100*time.Millisecond)
 	switch {
 	case c.TLS == nil && !c.Insecure:
 		return fmt.Errorf("%w: no certificates: give the node its certificates (--certs-dir; `rejoin cert` makes them), or run it with --insecure, which lets anyone who reaches its port do anything", ErrConfig)

@@ -130,7 +130,11 @@
 // writer flushes), and a node that reads one has its own initiator beat
 // past it at once (recovery.Initiator.BeatPast): the replicas that got
 // the txn wait for the other initiators a round trip, not up to a
-// BeatEvery (docs/DESIGN.md "Heartbeats on demand").
+// BeatEvery (docs/DESIGN.md "Heartbeats on demand"). An initiator that has
+// sequenced nothing for 25 ms sends its heartbeats Config.BeatLead (100
+// ms) ahead of its clock, so the txns of a node that writes find it passed
+// already and wait for nothing of it, even while it is too busy (rejoining)
+// to answer an ask at once (docs/DESIGN.md "Heartbeats that lead").
 //
 // When a feed from an initiator ends, nothing more of it can arrive (TCP).
 // A node that dies while sending a txn may have reached some replicas of

@@ -532,6 +532,11 @@ func (f *feedOut) send(m wire.Message) bool {
 // heartbeat goes out after a BeatEvery with nothing sent.
 const beatTicks = 1
 
+// beatLeadQuiet is how long an initiator sequences nothing before its
+// heartbeats lead (Config.BeatLead): long enough that a node writing
+// steadily never leads, its IDs staying at its clock.
+const beatLeadQuiet = 25 * time.Millisecond
+
 func newInitiator(n *Node) (*initiator, error) {
 	clock := func() int64 { return time.Now().UnixMilli() }
 	if n.cfg.knobs.clock != nil {
@@ -540,6 +545,7 @@ func newInitiator(n *Node) (*initiator, error) {
 	in := &initiator{n: n, outs: map[string]*feedOut{}}
 	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
 		Node: n.id, ID: txnid.Initiator(n.cfg.ID), Clock: clock, Partitions: n.cluster.Partitions, BeatTicks: beatTicks,
+		BeatLeadMillis: n.cfg.BeatLead.Milliseconds(), BeatLeadQuietTicks: max(1, int(beatLeadQuiet/n.cfg.BeatEvery)),
 		Knobs: recovery.InitiatorKnobs{SkipSend: n.cfg.knobs.skip, Plant: n.maybePlant},
 	}, (*initiatorIO)(in))
 	if err != nil {

@@ -37,7 +37,9 @@
 //     on its own skewed (and now and then stepping) clock: it stamps txns
 //     and heartbeats, heartbeats after HeartbeatTicks idle ticks and,
 //     in half the runs (Knobs.BeatAsks), when another initiator asks for
-//     one above a txn it sequenced (Initiator.BeatPast), opens
+//     one above a txn it sequenced (Initiator.BeatPast), in half the
+//     runs ahead of its clock once it has sequenced nothing for a while
+//     (Knobs.BeatLeadTicks, as recovery/node's Config.BeatLead), opens
 //     its feeds with their floors, and sends each txn only with a feed to
 //     every node holding a replica (recovery.Unfed), to every replica of
 //     the partition over links that deliver in order after random

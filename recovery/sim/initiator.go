@@ -86,12 +86,22 @@ func (w *world) newInitiatorCore(in *initiator) {
 	in.feeds = &initiatorFeeds{in: in}
 	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
 		Node: fmt.Sprintf("i%d", in.id), ID: in.id, Partitions: partitionID + 1, BeatTicks: max(1, w.k.HeartbeatTicks),
-		Clock: func() int64 { return baseMillis + int64(w.tick) + in.skew },
+		Clock:          func() int64 { return baseMillis + int64(w.tick) + in.skew },
+		BeatLeadMillis: int64(w.lead()), BeatLeadQuietTicks: w.k.BeatLeadQuietTicks,
 	}, in.feeds)
 	if err != nil {
 		panic(err)
 	}
 	in.core = core
+}
+
+// lead is the initiators' heartbeat lead: none in a scripted run, whose
+// scenarios name heartbeat IDs at the clock.
+func (w *world) lead() int {
+	if w.scripted {
+		return 0
+	}
+	return w.k.BeatLeadTicks
 }
 
 // dial gives in's core the view and answers the dials it asks: a feed
@@ -235,6 +245,9 @@ func (w *world) routeFeed(in *initiator) {
 	case *wire.Beat:
 		inv = partition.Invocation{ID: m.ID}
 		w.stats.Heartbeats++
+		if m.ID.UnixMillis() > baseMillis+int64(w.tick)+in.skew {
+			w.stats.BeatsAhead++
+		}
 	default:
 		panic(fmt.Sprintf("sim: i%d sent %v", in.id, m.Type()))
 	}

@@ -67,6 +67,11 @@ type Knobs struct {
 	// a heartbeat above it, as recovery/node's initiator does (BeatAsk on
 	// its feeds); the asked one answers through Initiator.BeatPast.
 	BeatAsks bool
+	// BeatLeadTicks and BeatLeadQuietTicks: an initiator that sequenced
+	// nothing for BeatLeadQuietTicks sends heartbeats BeatLeadTicks
+	// ahead of its clock (a tick is its clock's millisecond), as
+	// recovery/node's does (Config.BeatLead); 0: at the clock.
+	BeatLeadTicks, BeatLeadQuietTicks int
 	// Faults is how many faults are planned; each can end one attempt, so
 	// a run takes at most Faults+1 attempts.
 	Faults int
@@ -179,6 +184,8 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.StaleTicks = k.StallTicksMax + 2*k.ClaimWindowTicks
 	k.ResumeGraceTicks = k.StallTicksMax/4 + (7*k.ElectionTicksMax)%k.StallTicksMax
 	k.BeatAsks = k.StallTicksMax%2 == 0
+	k.BeatLeadTicks = [...]int{0, 0, 3, 40}[k.ClaimTTLTicks%4]
+	k.BeatLeadQuietTicks = 1 + k.KeepaliveTicks%8
 	k.ClaimWithinTicks = 50
 	return k
 }

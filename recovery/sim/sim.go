@@ -103,6 +103,9 @@ type Stats struct {
 	CutsUnnoticed int
 	// BeatAsks counts heartbeat asks answered (Knobs.BeatAsks).
 	BeatAsks int
+	// BeatsAhead counts heartbeats ahead of their initiator's clock: a
+	// lead (Knobs.BeatLeadTicks) or an answer to an ask.
+	BeatsAhead int
 	// Resumed counts attempts resumed on a new connection after a cut;
 	// GraceExpired, sources that aborted after redialling for the grace.
 	Resumed, GraceExpired int
