@@ -50,6 +50,10 @@
 //     A large index misses the caches on nearly every lookup, so
 //     Table.UpsertTuples, the rejoin's apply path, loads the home buckets
 //     of a batch of rows first, letting their misses overlap, then writes.
+//     Table.Reserve sizes the index for a count of rows in one rehash
+//     (a rejoin destination, for the source's rows, before the snapshot),
+//     instead of a rehash at every doubling; the count is capped at
+//     ReserveRowsMax, so a wrong one costs at most a 32 MiB index.
 //
 // The slot table and the index keep their size when rows go; only
 // Partition.Clear shrinks them.

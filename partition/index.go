@@ -98,10 +98,15 @@ func (ix *pkIndex) place(e uint64) {
 }
 
 // reserve grows the index now if n more inserts would make it grow, so
-// that none of them moves a bucket touch has loaded.
+// that none of them moves a bucket touch has loaded, nor rehashes the
+// index again: it grows once, straight to the size the n need.
 func (ix *pkIndex) reserve(n int) {
-	for (ix.count+n)*indexLoadDen > len(ix.buckets)*indexLoadNum {
-		ix.grow()
+	size := len(ix.buckets)
+	for (ix.count+n)*indexLoadDen > size*indexLoadNum {
+		size *= 2
+	}
+	if size != len(ix.buckets) {
+		ix.resize(size)
 	}
 }
 
@@ -118,10 +123,13 @@ func (ix *pkIndex) touch(rows []batchRow) {
 	ix.touched = sum
 }
 
-func (ix *pkIndex) grow() {
+func (ix *pkIndex) grow() { ix.resize(2 * len(ix.buckets)) }
+
+// resize rehashes the index into size buckets, a larger power of two.
+func (ix *pkIndex) resize(size int) {
 	old := ix.buckets
-	ix.buckets = make([]uint64, 2*len(old))
-	ix.shift--
+	ix.buckets = make([]uint64, size)
+	ix.shift = 32 - log2(size)
 	for _, e := range old {
 		if e != 0 {
 			ix.place(e)

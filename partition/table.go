@@ -26,6 +26,10 @@ const (
 	slotPageMask = slotPageLen - 1
 	// slotPageLenMin is the first page's initial length.
 	slotPageLenMin = 16
+	// ReserveRowsMax bounds what Reserve sizes a table for: its index is
+	// then at most 4 Mi buckets, 32 MiB. A larger table grows past it as
+	// usual, one doubling per doubling of its rows.
+	ReserveRowsMax = 1 << 21
 )
 
 // Errors of table writes and reads, classified with errors.Is. A write that
@@ -164,6 +168,20 @@ func (t *Table) Schema() Schema { return t.schema }
 
 // Len returns the number of live rows.
 func (t *Table) Len() int { return t.live }
+
+// Reserve sizes the table's primary key index for rows live rows, so that
+// inserting up to that many rehashes it once, now, instead of at every
+// doubling on the way there. A rejoin destination calls it with the
+// source's row count before the snapshot arrives. It is a hint: rows is
+// capped at ReserveRowsMax (a wrong or hostile count allocates at most
+// that index), a count at or below the table's size does nothing, and the
+// rows and digest stay as they are.
+func (t *Table) Reserve(rows int) {
+	rows = min(rows, ReserveRowsMax)
+	if rows > t.live {
+		t.index.reserve(rows - t.live)
+	}
+}
 
 // SlotsLen returns the high-water mark of slots: every live slot is below
 // it, so walking [0, SlotsLen()) visits every row. It only grows, except

@@ -185,3 +185,64 @@ func BenchmarkPartitionLookup(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPartitionUpsertTuples applies a snapshot of rows of a 16-byte
+// key and a 100-byte value to a fresh table in runs of 256 KiB through
+// Table.UpsertTuples, as a rejoin destination applies its blocks: with
+// reserve=on the table is first sized for the rows (Table.Reserve, as the
+// destination does for the source's count), with reserve=off its index
+// doubles its way up. The runs are encoded before the timer starts.
+func BenchmarkPartitionUpsertTuples(b *testing.B) {
+	schema := Schema{
+		Name:    "bench",
+		Columns: []Column{{"k", wire.TypeBytes}, {"v", wire.TypeBytes}},
+		Key:     []int{0},
+	}
+	const runBytesMax = 256 << 10
+	for _, rc := range benchRowCounts[:1] {
+		d := benchRows(rc.n)
+		type run struct {
+			tuples []byte
+			count  int
+		}
+		var runs []run
+		enc := wire.NewTupleEncoder()
+		row := make([]wire.Value, 2)
+		var cur run
+		for i := range rc.n {
+			row[0], row[1] = wire.Bytes(d.key(i)), wire.Bytes(d.value(i))
+			var err error
+			if cur.tuples, err = enc.AppendTuple(cur.tuples, row); err != nil {
+				b.Fatal(err)
+			}
+			cur.count++
+			if len(cur.tuples) >= runBytesMax || i == rc.n-1 {
+				runs = append(runs, cur)
+				cur = run{}
+			}
+		}
+		for _, reserve := range []bool{false, true} {
+			b.Run(fmt.Sprintf("rows=%s/reserve=%s", rc.name, map[bool]string{false: "off", true: "on"}[reserve]), func(b *testing.B) {
+				runInsertBench(b, rc.n, func(*benchData) any {
+					p := New()
+					tab, err := p.CreateTable(schema)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if reserve {
+						tab.Reserve(rc.n)
+					}
+					for _, r := range runs {
+						if err := tab.UpsertTuples(r.tuples, r.count); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if tab.Len() != rc.n {
+						b.Fatalf("table has %d rows", tab.Len())
+					}
+					return p
+				})
+			})
+		}
+	}
+}

@@ -432,3 +432,65 @@ func TestSchemaIsCopied(t *testing.T) {
 		t.Fatalf("the caller's schema slices changed the table: %+v", got)
 	}
 }
+
+// TestReserve: Reserve sizes the index once for the rows to come, so
+// inserting up to that many never rehashes it again; it keeps the rows,
+// their slots and the digest; it does nothing for a count at or below the
+// table's size; and it caps a wrong or hostile count at ReserveRowsMax.
+func TestReserve(t *testing.T) {
+	p, tab := newTestTable(t, kvSchema())
+	for i := range 10 {
+		if _, err := tab.Insert(kvRow(int64(i), "before")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	digest := tab.Digest()
+	const rows = 100_000
+	tab.Reserve(rows)
+	// The smallest power of two that holds rows under the load bound.
+	if got, want := len(tab.index.buckets), 1<<18; got != want {
+		t.Fatalf("Reserve(%d): %d buckets, want %d", rows, got, want)
+	}
+	mustVerify(t, tab)
+	if tab.Len() != 10 || tab.Digest() != digest {
+		t.Fatalf("Reserve changed the content: %d rows, digest %x (was %x)", tab.Len(), tab.Digest(), digest)
+	}
+	for i := range 10 {
+		if s, ok := tab.LookupValues([]wire.Value{wire.Int64(int64(i))}); !ok || s != Slot(i) {
+			t.Fatalf("row %d after Reserve: slot %d, %v", i, s, ok)
+		}
+	}
+	buckets := &tab.index.buckets[0]
+	tab.Reserve(rows / 2) // below what it holds: nothing to do
+	tab.Reserve(-1)
+	tab.Reserve(0)
+	for i := 10; i < rows; i++ {
+		if _, err := tab.Insert(kvRow(int64(i), "after")); err != nil {
+			t.Fatal(err)
+		}
+		if &tab.index.buckets[0] != buckets {
+			t.Fatalf("the index was rehashed at row %d of the %d reserved", i+1, rows)
+		}
+	}
+	mustVerify(t, tab)
+	// From empty, the index is allocated once, not at every doubling.
+	clearOnly := testing.AllocsPerRun(3, p.Clear)
+	clearReserve := testing.AllocsPerRun(3, func() { p.Clear(); tab.Reserve(rows) })
+	if clearReserve-clearOnly != 1 {
+		t.Fatalf("Reserve(%d) on an empty table made %v allocations, want 1", rows, clearReserve-clearOnly)
+	}
+
+	// A count far past the cap sizes for ReserveRowsMax only: 2 Mi rows
+	// take 4 Mi buckets (32 MiB), not the 128 MiB 4*ReserveRowsMax would.
+	p.Clear()
+	tab.Reserve(4 * ReserveRowsMax)
+	if got, want := len(tab.index.buckets), 2*ReserveRowsMax; got != want {
+		t.Fatalf("Reserve(%d): %d buckets, want %d (capped at ReserveRowsMax)", 4*ReserveRowsMax, got, want)
+	}
+	mustVerify(t, tab)
+	// Clear drops the reservation with the rows.
+	p.Clear()
+	if len(tab.index.buckets) != indexBucketsMin {
+		t.Fatalf("%d buckets after Clear", len(tab.index.buckets))
+	}
+}

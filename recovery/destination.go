@@ -294,6 +294,10 @@ func (d *Destination) onAnswer(m *wire.Answer) error {
 		return d.protocol("answer %v below proposal %v", m.TxnID, d.p)
 	}
 	d.s = m.TxnID
+	// Sized once, before the first block, rather than grown as the blocks
+	// come. Only the first answer does: a resent one arrives with rows
+	// already applied.
+	d.store.Reserve(m.Rows)
 	d.progressed()
 	d.move(StateStreaming)
 	return nil

@@ -57,8 +57,9 @@
 //   - TableStream: NextBlock, StartRound, FinalDelta, LogBytes, and the
 //     throttle (BeforeTxn, Tick) until Deactivate. *cow.Stream is one.
 //   - DestinationStore: the queue the feed fills (Offer, Heartbeat,
-//     AddInitiator, RemoveInitiator, ResetTo), SetGate, Clear, Apply of a
-//     block, and Digest and Rows computed as the source's.
+//     AddInitiator, RemoveInitiator, ResetTo), SetGate, Clear, Reserve
+//     for the source's row count, Apply of a block, and Digest and Rows
+//     computed as the source's.
 //   - Conn, for drivers: Send and Recv of wire messages in order;
 //     *stream.Conn is the TCP one.
 //
@@ -77,7 +78,10 @@
 //     the proposal, if still to come, waits for it too.
 //   - The source answers S (Answer): the next queued txn >= P, or a point
 //     past its safe txn ID and last executed txn, so heartbeats alone end
-//     the handshake. It activates the stream when AtBoundary holds.
+//     the handshake. It activates the stream when AtBoundary holds. The
+//     answer carries the source's row count, and the destination sizes
+//     its store for it (Reserve) before the first block: a hint, bounded
+//     by the store, never checked.
 //   - Snapshot blocks, then catch-up rounds, flow under a window of
 //     WindowBlocksMax unacknowledged blocks; rounds end when the change log
 //     is at most HandoffLogBytesMax or after RoundsMax.

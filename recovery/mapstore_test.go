@@ -69,6 +69,8 @@ type mapStore struct {
 	skipBlock int
 	// held counts the txns its streams' throttle held for the log's bound.
 	held int
+	// reserved lists the row counts Reserve was given, in order.
+	reserved []uint64
 }
 
 func newMapStore(initiators []txnid.Initiator) *mapStore {
@@ -221,6 +223,15 @@ func (m *mapStore) ResetTo(e txnid.ID) int {
 func (m *mapStore) Clear() {
 	clear(m.rows)
 	m.digest = 0
+}
+
+// Reserve records the hint and sizes an empty map for it (a map does not
+// grow in place), up to 1<<16 rows whatever the hint says.
+func (m *mapStore) Reserve(rows uint64) {
+	m.reserved = append(m.reserved, rows)
+	if len(m.rows) == 0 {
+		m.rows = make(map[string]string, min(rows, 1<<16))
+	}
 }
 
 // Apply decodes the whole block before it writes any of it.
@@ -811,6 +822,39 @@ func TestMapStoreRejoins(t *testing.T) {
 		}
 		t.Logf("%s, %d seeds: %d with several rounds, %d drops, %d txns during the stream, %d with txns held", tr.name, seeds, rounds, drops, during, held)
 	}
+}
+
+// TestAnswerSizesDestination: the source's answer carries its row count,
+// and the destination's store is asked to reserve for it exactly once,
+// before the first block, however often the answer is resent on a new
+// connection (docs/DESIGN.md, "Sizing the destination").
+func TestAnswerSizesDestination(t *testing.T) {
+	const rows = 300
+	r := newMapRejoin(t, inMemory, 1, rows)
+	r.start(7, mapSourceConfig(1))
+	for i := 0; i < 1000 && (r.dest.State() == recovery.StateBuffering || r.dest.State() == recovery.StateProposing); i++ {
+		// Heartbeats only: the source's rows stay as they were.
+		for _, g := range r.gens {
+			r.heartbeat(g.Next(), true)
+		}
+		r.stepSource(1)
+		r.exchange()
+	}
+	if r.dest.State() != recovery.StateStreaming {
+		t.Fatalf("destination %s (%v), want streaming", r.dest.State(), r.dest.Err())
+	}
+	if !slices.Equal(r.dst.reserved, []uint64{rows}) {
+		t.Fatalf("destination store reserved %v on the answer, want [%d]", r.dst.reserved, rows)
+	}
+	r.drop() // the source resends its answer
+	r.run(20000, 3, r.ended)
+	if r.dest.State() != recovery.StateLive || r.source.State() != recovery.StateDone {
+		t.Fatalf("destination %s (%v), source %s (%v)", r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
+	}
+	if !slices.Equal(r.dst.reserved, []uint64{rows}) {
+		t.Fatalf("after %d drops, the destination store reserved %v, want [%d] once", r.drops, r.dst.reserved, rows)
+	}
+	r.settleAndCompare("sized destination")
 }
 
 // TestMapStoreAbortThenHigherEpoch aborts an attempt in its catch-up (a

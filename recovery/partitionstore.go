@@ -44,6 +44,17 @@ func (ps *PartitionStore) Apply(b cow.Block) error {
 // kept.
 func (ps *PartitionStore) Clear() { ps.Partition().Clear() }
 
+// Reserve implements DestinationStore: a partition of one table sizes it
+// for rows (partition.Table.Reserve, which bounds it). With several
+// tables the count does not say how the rows split, so none is sized and
+// each grows as its rows come.
+func (ps *PartitionStore) Reserve(rows uint64) {
+	tables := ps.Partition().Tables()
+	if len(tables) == 1 {
+		tables[0].Reserve(int(min(rows, partition.ReserveRowsMax)))
+	}
+}
+
 // Digest implements SourceStore and DestinationStore: the partition's
 // order-independent digest.
 func (ps *PartitionStore) Digest() uint64 { return ps.Partition().Digest() }

@@ -115,6 +115,10 @@ type Source struct {
 	holdTick uint64   // when the handoff hold began
 
 	p txnid.ID // the proposal answered, to recognise it resent
+	// rows is the store's row count when it answered, which every Answer
+	// carries as the destination's sizing hint (docs/DESIGN.md, "Sizing
+	// the destination").
+	rows uint64
 	// peerHold: the destination's buffer passed its hold mark (wire.Hold);
 	// from then on no txn runs while the source streams.
 	peerHold bool
@@ -269,19 +273,24 @@ func (s *Source) onPropose(m *wire.Propose) error {
 		if m.TxnID == s.p {
 			// The destination resent its proposal on a new connection:
 			// the answer stands.
-			s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s})
+			s.sendAnswer()
 			return nil
 		}
 		return s.protocol("proposal in state %s", s.state)
 	}
 	s.p = m.TxnID
 	s.s = Answer(s.store, m.TxnID)
+	s.rows = s.store.Rows()
 	s.move(StateAwaitingBoundary)
 	s.progressed()
 	s.lastSafe, _ = s.store.Safe()
-	s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s})
+	s.sendAnswer()
 	s.Pump()
 	return nil
+}
+
+func (s *Source) sendAnswer() {
+	s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s, Rows: s.rows})
 }
 
 func (s *Source) onAck(m *wire.Ack) error {
@@ -440,7 +449,7 @@ func (s *Source) Resume() {
 	case StateAnswering, StateAborted:
 		return // nothing sent yet, or nothing to resume
 	}
-	s.send(&wire.Answer{MsgHeader: s.header, TxnID: s.s})
+	s.sendAnswer()
 	for seq := s.acked + 1; seq <= s.sent; seq++ {
 		s.send(s.blocks[seq%uint64(len(s.blocks))])
 		s.m.BlocksResent++

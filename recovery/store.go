@@ -106,6 +106,11 @@ type TableStream interface {
 //     brought to the state after every txn < E: it drops the queued txns
 //     below E, takes none below E from then on, and returns how many it
 //     dropped.
+//   - Reserve(rows) is the source's row count when it answered
+//     (wire.Answer.Rows), called once after Clear and before the first
+//     block: a hint to size the content for the rows about to come. It
+//     must not fail, must bound what it allocates whatever rows says, and
+//     changes no content.
 type DestinationStore interface {
 	Offer(inv partition.Invocation) error
 	Heartbeat(id txnid.ID) error
@@ -114,6 +119,7 @@ type DestinationStore interface {
 	ResetTo(e txnid.ID) int
 	SetGate(g partition.Gate)
 	Clear()
+	Reserve(rows uint64)
 	Apply(b cow.Block) error
 	Digest() uint64
 	Rows() uint64

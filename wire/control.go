@@ -23,6 +23,11 @@ func (*Propose) Type() MsgType { return MsgPropose }
 type Answer struct {
 	MsgHeader
 	TxnID txnid.ID
+	// Rows is the source's row count when it answered: a hint the
+	// destination sizes its tables by before the snapshot comes
+	// (docs/DESIGN.md, "Sizing the destination"). It is not checked
+	// against anything; the handoff's Rows and digest are what count.
+	Rows uint64
 }
 
 // Type implements Message.

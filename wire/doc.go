@@ -36,7 +36,7 @@
 // MsgHeader (fencing epoch, partition) first:
 //
 //	Propose   [epoch, partition, txnID]
-//	Answer    [epoch, partition, txnID]
+//	Answer    [epoch, partition, txnID, rows]
 //	Block     [epoch, partition, kind, table, seq, [tuple, tuple, ...]]
 //	Ack       [epoch, partition, seq]
 //	Handoff   [epoch, partition, txnID, digest, lastSeq, rows, [initiator, ...]]

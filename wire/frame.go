@@ -37,8 +37,8 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // frameChecksum is the CRC-32C of the header's first ten bytes and then the
-// payload. Covering the header too means a flipped bit in the type (Propose
-// and Answer have the same layout), the codec or the raw length is caught
+// payload. Covering the header too means a flipped bit in the type (Ack
+// and Heartbeat have the same layout), the codec or the raw length is caught
 // as ErrChecksum rather than read as a different, valid frame.
 func frameChecksum(head, payload []byte) uint32 {
 	return crc32.Update(crc32.Checksum(head[:frameSumAt], castagnoli), castagnoli, payload)

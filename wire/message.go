@@ -138,7 +138,7 @@ type Message interface {
 const (
 	headerFields     = 2
 	proposeFields    = headerFields + 1
-	answerFields     = headerFields + 1
+	answerFields     = headerFields + 2
 	blockFields      = headerFields + 4
 	ackFields        = headerFields + 1
 	handoffFields    = headerFields + 5
@@ -165,7 +165,8 @@ func AppendMessage(dst []byte, m Message) []byte {
 		return appendUint(dst, uint64(m.TxnID))
 	case *Answer:
 		dst = appendMsgHeader(dst, answerFields, m.MsgHeader)
-		return appendUint(dst, uint64(m.TxnID))
+		dst = appendUint(dst, uint64(m.TxnID))
+		return appendUint(dst, m.Rows)
 	case *Block:
 		return m.appendTo(dst)
 	case *Ack:
@@ -231,6 +232,7 @@ func DecodeMessage(t MsgType, payload []byte) (Message, error) {
 		var a Answer
 		r.header(answerFields, &a.MsgHeader)
 		a.TxnID = r.txnID()
+		a.Rows = r.uint(math.MaxUint64)
 		m = &a
 	case MsgBlock:
 		var b Block

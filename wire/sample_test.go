@@ -45,7 +45,7 @@ func sampleMessages(t testing.TB) []Message {
 	h := MsgHeader{Epoch: 42, Partition: 300}
 	return []Message{
 		&Propose{MsgHeader: h, TxnID: txnid.ID(0x0123456789abcdef)},
-		&Answer{MsgHeader: h, TxnID: txnid.ID(0x0123456789abcdf0)},
+		&Answer{MsgHeader: h, TxnID: txnid.ID(0x0123456789abcdf0), Rows: 1250000},
 		&Block{MsgHeader: h, Kind: BlockSnapshot, Table: 2, Seq: 17, Count: 3, Tuples: sampleTuples(t, 3)},
 		&Ack{MsgHeader: h, Seq: 17},
 		&Handoff{MsgHeader: h, TxnID: txnid.ID(0x0123456789abd000), Digest: 0xfeedfacecafebeef, LastSeq: 99, Rows: 123456, Initiators: []txnid.Initiator{1, 2, 700}},

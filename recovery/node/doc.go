@@ -218,6 +218,12 @@
 // bound stops its client. Only a buffer full despite the hold aborts the
 // attempt (docs/DESIGN.md "Bounds").
 //
+// A rejoin link encodes each message into a frame on the replica
+// goroutine (a block's tuples are a copy from then on) and its writer
+// goroutine writes the frames; the writer hands each written frame's
+// buffer back to be encoded into again (at most 16 of them, of up to
+// 1 MiB), so a snapshot's blocks do not each cost a fresh 256 KiB.
+//
 // A broken rejoin link is redialled by the source for resumeGrace; a new
 // connection with the same epoch resumes the attempt on both sides: the
 // frames queued for the old connection are dropped and Resume sends again
@@ -342,7 +348,8 @@
 //     executor and processors; every decision about the replica is the
 //     core's.
 //   - Every queue is bounded: replica inboxes, feed queues (a full one
-//     closes the feed rather than wait), a rejoin link's frames, a
+//     closes the feed rather than wait), a rejoin link's frames and
+//     the frame buffers it keeps for reuse, a
 //     client connection's calls and replies (in bytes: a full one stops
 //     reading), a rejoin's buffer (in bytes: a full one holds the
 //     source), the connections (ConnsMax) and each one's hello

@@ -16,6 +16,14 @@ import (
 // are heartbeats and control messages. Reaching it ends the attempt.
 const linkFramesMax = 4096
 
+// The frame buffers a link keeps for reuse (link.free): at most
+// linkFreeFramesMax of them, none larger than linkFreeFrameBytesMax, so a
+// link keeps at most 16 MiB it is not using.
+const (
+	linkFreeFramesMax     = 16
+	linkFreeFrameBytesMax = 1 << 20
+)
+
 // The bounds of one batch of frames the link's writer writes before it
 // flushes (writeBatch): the connection's write buffer, and a count that
 // bounds how long the first frame of a batch of tiny ones waits.
@@ -34,6 +42,12 @@ const (
 // peer may have lost.
 type link struct {
 	frames chan []byte
+	// free holds frame buffers the writer has written, for queue to
+	// encode the next frames into. A block's frame is about 256 KiB;
+	// encoded into fresh memory each time, the page faults and zeroing
+	// cost the source several times the copy itself (BenchmarkLink,
+	// encode=queue).
+	free chan []byte
 	// pending and enc belong to the replica goroutine.
 	pending [][]byte
 	enc     wire.FrameEncoder
@@ -50,13 +64,35 @@ type link struct {
 }
 
 func newLink(codec wire.Codec) *link {
-	return &link{frames: make(chan []byte, linkFramesMax), codec: codec}
+	return &link{frames: make(chan []byte, linkFramesMax), free: make(chan []byte, linkFreeFramesMax), codec: codec}
+}
+
+// buffer returns an empty frame buffer written before, or nil.
+func (l *link) buffer() []byte {
+	select {
+	case b := <-l.free:
+		return b[:0]
+	default:
+		return nil
+	}
+}
+
+// recycle keeps the buffer of frame f, which the writer has written, for
+// a later frame; when free is full or f is large, the collector takes it.
+func (l *link) recycle(f []byte) {
+	if cap(f) > linkFreeFrameBytesMax {
+		return
+	}
+	select {
+	case l.free <- f:
+	default:
+	}
 }
 
 // queue encodes msgs and queues them; replica goroutine only.
 func (l *link) queue(msgs []wire.Message) error {
 	for _, m := range msgs {
-		f, err := l.enc.AppendFrame(nil, m, l.codec)
+		f, err := l.enc.AppendFrame(l.buffer(), m, l.codec)
 		if err != nil {
 			return fmt.Errorf("encode %v: %w", m.Type(), err)
 		}
@@ -156,7 +192,11 @@ func (l *link) writeBatch(ctx context.Context, c *stream.Conn, f []byte) error {
 	for {
 		n++
 		size += len(f)
-		if err := c.WriteFrame(ctx, f); err != nil {
+		err := c.WriteFrame(ctx, f)
+		// Written or failed, f is no longer read: the connection's
+		// buffer and TLS keep copies, not f.
+		l.recycle(f)
+		if err != nil {
 			return err
 		}
 		if size >= linkBatchBytesMax || n >= linkBatchFramesMax {

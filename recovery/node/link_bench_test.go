@@ -19,25 +19,34 @@ import (
 // codec none as the nodes' default), frame=small a 30-byte ack, sent in
 // bursts of 16 as a source's acks and heartbeats can come. tls=on is the
 // nodes' mutual TLS 1.3, tls=off their --insecure: side by side, what
-// TLS costs the stream.
+// TLS costs the stream. encode=none hands the writer one frame encoded
+// beforehand, over and over; encode=queue encodes each block through
+// link.queue as a source does, at most linkBenchWindow frames ahead of
+// the writer (the source's window).
 //
 //	go test -run '^$' -bench BenchmarkLink -benchtime 2000x ./recovery/node/
 func BenchmarkLink(b *testing.B) {
 	for _, fc := range []struct {
-		name  string
-		msg   wire.Message
-		burst int
+		name   string
+		msg    wire.Message
+		burst  int
+		encode bool
 	}{
-		{"block", benchBlock(), 1},
-		{"small", &wire.Ack{MsgHeader: wire.MsgHeader{Epoch: 7, Partition: 3}, Seq: 1 << 40}, 16},
+		{"block", benchBlock(), 1, false},
+		{"block", benchBlock(), 1, true},
+		{"small", &wire.Ack{MsgHeader: wire.MsgHeader{Epoch: 7, Partition: 3}, Seq: 1 << 40}, 16, false},
 	} {
 		for _, on := range []bool{true, false} {
-			b.Run(fmt.Sprintf("frame=%s/tls=%s", fc.name, onOff(on)), func(b *testing.B) {
-				benchLink(b, fc.msg, fc.burst, on)
+			b.Run(fmt.Sprintf("frame=%s/encode=%s/tls=%s", fc.name, map[bool]string{false: "none", true: "queue"}[fc.encode], onOff(on)), func(b *testing.B) {
+				benchLink(b, fc.msg, fc.burst, on, fc.encode)
 			})
 		}
 	}
 }
+
+// linkBenchWindow bounds the frames encode=queue has queued and the
+// writer not yet written.
+const linkBenchWindow = 16
 
 // benchBlock is a block of about 256 KiB of rows like the demo's.
 func benchBlock() *wire.Block {
@@ -55,7 +64,7 @@ func benchBlock() *wire.Block {
 	return w.Block()
 }
 
-func benchLink(b *testing.B, msg wire.Message, burst int, on bool) {
+func benchLink(b *testing.B, msg wire.Message, burst int, on, encode bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -109,6 +118,15 @@ func benchLink(b *testing.B, msg wire.Message, burst int, on bool) {
 	l.run(ctx, conn, func(context.Context) {})
 	for range b.N {
 		for range burst {
+			if encode {
+				for l.unsent.Load() >= linkBenchWindow {
+					time.Sleep(20 * time.Microsecond)
+				}
+				if err := l.queue([]wire.Message{msg}); err != nil {
+					b.Fatal(err)
+				}
+				continue
+			}
 			// The writer only reads a frame: one encoding serves every send.
 			l.unsent.Add(1)
 			l.frames <- frame

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,5 +73,61 @@ func TestLinkBatchesQueuedFrames(t *testing.T) {
 	l.drain(5 * time.Second)
 	if n := l.unsent.Load(); n != 0 {
 		t.Fatalf("%d frames unsent after drain", n)
+	}
+}
+
+// TestLinkReusesFrameBuffers: a link encodes each frame into a buffer
+// its writer has written before, so a stream of blocks allocates no
+// frame per block, and a reused buffer carries each block intact.
+func TestLinkReusesFrameBuffers(t *testing.T) {
+	a, b := net.Pipe()
+	sender := stream.NewConn(a, stream.Config{Codec: wire.CodecNone})
+	receiver := stream.NewConn(b, stream.Config{Codec: wire.CodecNone, StallWindow: 10 * time.Second})
+	defer receiver.Close()
+	l := newLink(wire.CodecNone)
+	defer l.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l.attach(sender)
+	l.run(ctx, sender, func(context.Context) {})
+	// Two blocks that differ in their tuples, sent in turn.
+	block := benchBlock()
+	other := *block
+	other.Tuples = bytes.Clone(block.Tuples)
+	other.Tuples[len(other.Tuples)-1]++
+	send := func(seq uint64) {
+		t.Helper()
+		m := *block
+		if seq%2 == 0 {
+			m = other
+		}
+		m.Seq = seq
+		if err := l.queue([]wire.Message{&m}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := receiver.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gb, ok := got.(*wire.Block); !ok || gb.Seq != seq || !bytes.Equal(gb.Tuples, m.Tuples) {
+			t.Fatalf("block %d arrived as %v", seq, got.Type())
+		}
+		l.drain(5 * time.Second) // the writer is done with the frame
+		if n := l.unsent.Load(); n != 0 {
+			t.Fatalf("block %d: %d frames unsent after drain", seq, n)
+		}
+	}
+	send(1) // the first frame has no buffer to reuse
+	const blocks = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for seq := uint64(2); seq < 2+blocks; seq++ {
+		send(seq)
+	}
+	runtime.ReadMemStats(&after)
+	// A fresh frame per block would be a block's worth each.
+	frameBytes := len(block.Tuples)
+	if got := after.TotalAlloc - before.TotalAlloc; got > uint64(blocks*frameBytes/4) {
+		t.Fatalf("%d blocks of %d bytes allocated %d bytes: %.2f blocks' worth each, want none", blocks, frameBytes, got, float64(got)/float64(blocks*frameBytes))
 	}
 }
