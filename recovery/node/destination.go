@@ -25,6 +25,10 @@ type dstAttempt struct {
 	epoch   uint64
 	started time.Time
 	link    *link
+	// blocks are the buffers the attempt's reads copy blocks into, given
+	// back once the replica goroutine has handed the block to the core
+	// (which keeps nothing of its tuples: the table copies each row).
+	blocks freeBufs
 	// proc is the core's destination, read for status only.
 	proc *recovery.Destination
 	live bool
@@ -67,7 +71,7 @@ func (r *replica) startDest(peer string, epoch uint64) (*dstAttempt, error) {
 		return nil, err
 	}
 	att := &dstAttempt{peer: peer, epoch: epoch, watch: partitionWatch(r.n.members.view(), r.p, r.n.id),
-		started: time.Now(), link: newLink(wire.CodecNone), proc: r.core.Destination()}
+		started: time.Now(), link: newLink(wire.CodecNone), blocks: newFreeBufs(), proc: r.core.Destination()}
 	r.dst = att
 	r.n.replicaRejoining(r.p, epoch)
 	r.publish()
@@ -188,8 +192,14 @@ func (n *Node) serveRejoin(c *stream.Conn, h *wire.Hello, refuse func(string, ..
 	defer cancel()
 	att.link.run(ctx, c, func(context.Context) {})
 	att.attachMu.Unlock()
-	n.readRejoin(ctx, c, func(context.Context) {}, func(m wire.Message) {
-		r.do(func(r *replica) { r.onDestMessage(att, m) })
+	n.readRejoinInto(ctx, c, att.blocks, func(context.Context) {}, func(m wire.Message) {
+		r.do(func(r *replica) {
+			r.onDestMessage(att, m)
+			// Applied, refused or dropped, the block is done with. An
+			// event that never runs (the node stops) leaves its buffer
+			// to the collector.
+			giveBlock(att.blocks, m)
+		})
 	})
 }
 

@@ -16,13 +16,46 @@ import (
 // are heartbeats and control messages. Reaching it ends the attempt.
 const linkFramesMax = 4096
 
-// The frame buffers a link keeps for reuse (link.free): at most
-// linkFreeFramesMax of them, none larger than linkFreeFrameBytesMax, so a
-// link keeps at most 16 MiB it is not using.
+// The buffers a freeBufs keeps for reuse (a link's frames, a
+// destination's received blocks): at most linkFreeFramesMax of them, none
+// larger than linkFreeFrameBytesMax, so each keeps at most 16 MiB it is
+// not using. The source's window (recovery.SourceConfig.WindowBlocksMax,
+// 16 by default) bounds the blocks in flight either way.
 const (
 	linkFreeFramesMax     = 16
 	linkFreeFrameBytesMax = 1 << 20
 )
+
+// freeBufs is a bounded free list of byte buffers between two goroutines:
+// one takes a buffer to fill, the other gives it back once nothing reads
+// it any more. A buffer is in the list or in one user's hands, never both;
+// one not given back (an attempt that ended with it in flight) is the
+// collector's.
+type freeBufs chan []byte
+
+func newFreeBufs() freeBufs { return make(freeBufs, linkFreeFramesMax) }
+
+// take returns an empty buffer given back before, or nil.
+func (f freeBufs) take() []byte {
+	select {
+	case b := <-f:
+		return b[:0]
+	default:
+		return nil
+	}
+}
+
+// give keeps b for a later take; when the list is full or b is large,
+// the collector takes it.
+func (f freeBufs) give(b []byte) {
+	if cap(b) > linkFreeFrameBytesMax || cap(b) == 0 {
+		return
+	}
+	select {
+	case f <- b:
+	default:
+	}
+}
 
 // The bounds of one batch of frames the link's writer writes before it
 // flushes (writeBatch): the connection's write buffer, and a count that
@@ -47,7 +80,7 @@ type link struct {
 	// encoded into fresh memory each time, the page faults and zeroing
 	// cost the source several times the copy itself (BenchmarkLink,
 	// encode=queue).
-	free chan []byte
+	free freeBufs
 	// pending and enc belong to the replica goroutine.
 	pending [][]byte
 	enc     wire.FrameEncoder
@@ -64,35 +97,13 @@ type link struct {
 }
 
 func newLink(codec wire.Codec) *link {
-	return &link{frames: make(chan []byte, linkFramesMax), free: make(chan []byte, linkFreeFramesMax), codec: codec}
-}
-
-// buffer returns an empty frame buffer written before, or nil.
-func (l *link) buffer() []byte {
-	select {
-	case b := <-l.free:
-		return b[:0]
-	default:
-		return nil
-	}
-}
-
-// recycle keeps the buffer of frame f, which the writer has written, for
-// a later frame; when free is full or f is large, the collector takes it.
-func (l *link) recycle(f []byte) {
-	if cap(f) > linkFreeFrameBytesMax {
-		return
-	}
-	select {
-	case l.free <- f:
-	default:
-	}
+	return &link{frames: make(chan []byte, linkFramesMax), free: newFreeBufs(), codec: codec}
 }
 
 // queue encodes msgs and queues them; replica goroutine only.
 func (l *link) queue(msgs []wire.Message) error {
 	for _, m := range msgs {
-		f, err := l.enc.AppendFrame(l.buffer(), m, l.codec)
+		f, err := l.enc.AppendFrame(l.free.take(), m, l.codec)
 		if err != nil {
 			return fmt.Errorf("encode %v: %w", m.Type(), err)
 		}
@@ -195,7 +206,7 @@ func (l *link) writeBatch(ctx context.Context, c *stream.Conn, f []byte) error {
 		err := c.WriteFrame(ctx, f)
 		// Written or failed, f is no longer read: the connection's
 		// buffer and TLS keep copies, not f.
-		l.recycle(f)
+		l.free.give(f)
 		if err != nil {
 			return err
 		}
