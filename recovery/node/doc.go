@@ -222,7 +222,10 @@
 // goroutine (a block's tuples are a copy from then on) and its writer
 // goroutine writes the frames; the writer hands each written frame's
 // buffer back to be encoded into again (at most 16 of them, of up to
-// 1 MiB), so a snapshot's blocks do not each cost a fresh 256 KiB.
+// 1 MiB), so a snapshot's blocks do not each cost a fresh 256 KiB. The
+// destination's read loop copies each block out of the connection's
+// buffer into one of the same kind of free list, which the replica
+// goroutine refills once the core has applied (or refused) the block.
 //
 // A broken rejoin link is redialled by the source for resumeGrace; a new
 // connection with the same epoch resumes the attempt on both sides: the
@@ -349,7 +352,7 @@
 //     core's.
 //   - Every queue is bounded: replica inboxes, feed queues (a full one
 //     closes the feed rather than wait), a rejoin link's frames and
-//     the frame buffers it keeps for reuse, a
+//     the frame and block buffers it keeps for reuse, a
 //     client connection's calls and replies (in bytes: a full one stops
 //     reading), a rejoin's buffer (in bytes: a full one holds the
 //     source), the connections (ConnsMax) and each one's hello
