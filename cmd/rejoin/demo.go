@@ -69,6 +69,7 @@ func newDemoFlags(fs *flag.FlagSet) *demoFlags {
 	fs.IntVar(&f.cfg.IncomingMax, "incoming-max", 0, "rejoins a node runs at once as destination (0: --partitions)")
 	fs.IntVar(&f.cfg.OutgoingMax, "outgoing-max", 0, "rejoins a node serves at once as source (0: --incoming-max)")
 	fs.Int64Var(&f.cfg.RateBytes, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
+	fs.DurationVar(&f.cfg.PaceTarget, "pace-target", 0, "the nodes' --pace-target: a snapshot stream slows while its partition's txns wait longer than this at the source (0: the node's default, negative: never paced)")
 	fs.StringVar(&f.cfg.Plot, "plot", "", "draw the run in this PNG `file` (rejoin rows/s, change log, writes/s and p99 on one time axis), its data beside it in .csv")
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "run the nodes without TLS (by default the demo makes a CA and certificates in its directory and every connection is mutual TLS)")
 	return f

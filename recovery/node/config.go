@@ -66,6 +66,12 @@ type Config struct {
 	// BeatEvery is how often the initiator sends a heartbeat on an idle
 	// feed (default 2 ms).
 	BeatEvery time.Duration
+	// PaceTarget: while a source ships its snapshot, its link is slowed
+	// whenever more than one txn of the partition in 50 waited longer
+	// than this from its feed to its Done at the source replica, and
+	// sped up again when few do (default 2 ms; negative: never paced;
+	// docs/DESIGN.md "The rejoin takes what the writes leave").
+	PaceTarget time.Duration
 	// BeatLead is how far ahead of its clock the heartbeats of an
 	// initiator that has sequenced no txn for beatLeadQuiet stand
 	// (default 100 ms; negative: never ahead): a node that writes then
@@ -183,6 +189,7 @@ func (c *Config) defaults() error {
 	def(&c.ClaimWindow, 2*time.Second)
 	def(&c.BeatEvery, 2*time.Millisecond)
 	def(&c.BeatLead, 100*time.Millisecond)
+	def(&c.PaceTarget, 2*time.Millisecond)
 	switch {
 	case c.TLS == nil && !c.Insecure:
 		return fmt.Errorf("%w: no certificates: give the node its certificates (--certs-dir; `rejoin cert` makes them), or run it with --insecure, which lets anyone who reaches its port do anything", ErrConfig)

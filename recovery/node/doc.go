@@ -136,6 +136,12 @@
 // already and wait for nothing of it, even while it is too busy (rejoining)
 // to answer an ask at once (docs/DESIGN.md "Heartbeats that lead").
 //
+// A source replica paces its snapshot by its partition's write latency
+// (pace.go): while more than one txn in 50 waits over Config.PaceTarget
+// (2 ms) from its feed to its Done, the attempt's link is slowed, and it
+// speeds up again as the waits stop (docs/DESIGN.md "The rejoin takes
+// what the writes leave").
+//
 // When a feed from an initiator ends, nothing more of it can arrive (TCP).
 // A node that dies while sending a txn may have reached some replicas of
 // the partition and not others; since each feed is one ordered stream,

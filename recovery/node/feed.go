@@ -311,9 +311,11 @@ func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
 	}
 }
 
-// txnEvent is a txn of a feed as its replica's event.
+// txnEvent is a txn of a feed as its replica's event, with the time it
+// was read: a source's pacer measures its wait (pace.go).
 func txnEvent(inv partition.Invocation) event {
-	return func(r *replica) { r.onTxn(inv) }
+	t := time.Now()
+	return func(r *replica) { r.onTxnAt(inv, t) }
 }
 
 // feedLost: an initiator's feed ended, and with TCP nothing more of it

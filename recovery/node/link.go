@@ -2,10 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/wire"
@@ -90,6 +93,11 @@ type link struct {
 	// dropped): drain waits for it to reach zero.
 	unsent atomic.Int32
 
+	// pace spaces the writes of a source's snapshot (pace.go); written
+	// counts the bytes written, for the pacer's windows.
+	pace    *rate.Limiter
+	written atomic.Int64
+
 	mu         sync.Mutex
 	conn       *stream.Conn
 	stop       chan struct{} // closed to end the current writer
@@ -97,7 +105,8 @@ type link struct {
 }
 
 func newLink(codec wire.Codec) *link {
-	return &link{frames: make(chan []byte, linkFramesMax), free: newFreeBufs(), codec: codec}
+	return &link{frames: make(chan []byte, linkFramesMax), free: newFreeBufs(), codec: codec,
+		pace: rate.NewLimiter(rate.Inf, 0)}
 }
 
 // queue encodes msgs and queues them; replica goroutine only.
@@ -174,7 +183,7 @@ func (l *link) run(ctx context.Context, c *stream.Conn, pause func(context.Conte
 			select {
 			case f := <-l.frames:
 				pause(ctx)
-				err := l.writeBatch(ctx, c, f)
+				err := l.writeBatch(ctx, stop, c, f)
 				if err != nil {
 					c.Close()
 					return
@@ -197,12 +206,16 @@ func (l *link) run(ctx context.Context, c *stream.Conn, pause func(context.Conte
 // a frame of linkBatchBytesMax or more goes alone, as before. A pause
 // (fault injection) applies before each batch: at most linkBatchBytesMax
 // late.
-func (l *link) writeBatch(ctx context.Context, c *stream.Conn, f []byte) error {
+func (l *link) writeBatch(ctx context.Context, stop <-chan struct{}, c *stream.Conn, f []byte) error {
 	n, size := 0, 0
 	defer func() { l.unsent.Add(-int32(n)) }()
 	for {
 		n++
 		size += len(f)
+		if err := l.paceWait(ctx, stop, c, len(f)); err != nil {
+			return err
+		}
+		l.written.Add(int64(len(f)))
 		err := c.WriteFrame(ctx, f)
 		// Written or failed, f is no longer read: the connection's
 		// buffer and TLS keep copies, not f.
@@ -221,6 +234,61 @@ func (l *link) writeBatch(ctx context.Context, c *stream.Conn, f []byte) error {
 		break
 	}
 	return c.Flush()
+}
+
+// setPace sets the rate of the link's writes in bytes per second (0:
+// unlimited), with a twentieth of a second of credit (at least
+// linkBatchBytesMax) for an idle link.
+func (l *link) setPace(bytesPerSec float64) {
+	l.pace.SetBurst(max(int(bytesPerSec/20), linkBatchBytesMax))
+	l.pace.SetLimit(paceLimit(bytesPerSec))
+}
+
+// paceWait waits until n more bytes may be written at the pace, after
+// writing out what the connection buffered: a frame written before must
+// not wait with this one. A frame larger than the credit takes it in
+// several reservations, each queued behind the last, so the wait for the
+// last is the frame's. It ends early if ctx ends or stop closes (the
+// connection is replaced), with an error.
+func (l *link) paceWait(ctx context.Context, stop <-chan struct{}, c *stream.Conn, n int) error {
+	if l.pace.Limit() == rate.Inf {
+		return nil
+	}
+	now := time.Now()
+	var rs []*rate.Reservation
+	var d time.Duration
+	for burst := l.pace.Burst(); n > 0; n -= burst {
+		r := l.pace.ReserveN(now, min(n, burst))
+		if !r.OK() {
+			return nil // the limit changed under us: unlimited, or a new burst
+		}
+		rs = append(rs, r)
+		d = r.DelayFrom(now)
+	}
+	if d <= 0 {
+		return nil
+	}
+	cancel := func() {
+		for _, r := range rs {
+			r.CancelAt(time.Now())
+		}
+	}
+	if err := c.Flush(); err != nil {
+		cancel()
+		return err
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		cancel()
+		return ctx.Err()
+	case <-stop:
+		cancel()
+		return errors.New("link: connection replaced")
+	}
 }
 
 // drain waits, up to d, until every queued frame is written: an attempt's

@@ -50,8 +50,11 @@ type replica struct {
 	// the claim, the status; set and cleared as the core starts and ends
 	// them. dst stays, live, after the handoff while the core keeps its
 	// destination as the router of the feed.
-	dst      *dstAttempt
-	src      *srcAttempt
+	dst *dstAttempt
+	src *srcAttempt
+	// paceT: the feed arrival of each txn queued while src's snapshot is
+	// paced (pace.go); nil otherwise.
+	paceT    paceWaits
 	executed uint64
 	// lastFrom is the highest ID taken in from each initiator, recent its
 	// latest txns: what the repair of a dead initiator's tail needs.
@@ -299,7 +302,16 @@ func (r *replica) tick() {
 	r.beforeSource()
 	r.core.Tick()
 	r.drain()
+	r.paceTick()
 	r.publish()
+}
+
+// onTxnAt takes a txn its feed's reader read at t.
+func (r *replica) onTxnAt(inv partition.Invocation, t time.Time) {
+	if r.paceT != nil {
+		r.paceT[inv.ID] = t
+	}
+	r.onTxn(inv)
 }
 
 // onTxn takes a txn of the feed.
@@ -361,12 +373,23 @@ func (r *replica) beforeSource() {
 	}
 }
 
+// paced gives the pacer the wait of txn id, run now.
+func (r *replica) paced(id txnid.ID) {
+	if t, ok := r.paceT[id]; ok {
+		delete(r.paceT, id)
+		r.src.pace.observe(time.Since(t))
+	}
+}
+
 // drain does what the core produced, in order: each txn's Done to its
 // initiator, messages onto the attempts' links, endings and state changes
 // into the records and logs. What it does may produce more (an abort),
 // which it does too.
 func (r *replica) drain() {
 	for _, d := range r.core.Results() {
+		if r.paceT != nil {
+			r.paced(d.ID)
+		}
 		r.n.feeds.done(d.ID.Initiator(), d)
 	}
 	for {

@@ -54,6 +54,13 @@ type srcAttempt struct {
 	// pauseUntil (unix nanos): the attempt's I/O stands still until then.
 	pauseUntil atomic.Int64
 
+	// pace is the snapshot's pacer (pace.go); paceTicks, paceAt and
+	// paceSent are its window's ticks, start and link bytes at the start.
+	pace      paceCtl
+	paceTicks int
+	paceAt    time.Time
+	paceSent  int64
+
 	// touching is set while a refresh of the task record is in flight;
 	// when one is due is the claim's guard's rule (claim.Guard.MaybeTouch).
 	touching atomic.Bool
@@ -98,6 +105,7 @@ func (r *replica) startSource(att *srcAttempt) error {
 		return err
 	}
 	att.proc = r.core.Source()
+	att.pace.target = r.n.cfg.PaceTarget
 	att.holdRows = r.holdRows
 	att.lastCheck = time.Now()
 	r.src = att
@@ -235,6 +243,7 @@ func (r *replica) endSource() {
 	st.Ended = time.Now()
 	r.lastSrc = &st
 	r.src = nil
+	r.paceT = nil
 	r.n.metrics.observeRejoin(r.p, st)
 	close(att.end)
 }
@@ -492,3 +501,34 @@ func (n *Node) dialRejoin(ctx context.Context, att *srcAttempt) (*stream.Conn, e
 
 // retryAfter spaces the attempts a source makes at one assignment.
 const retryAfter = 500 * time.Millisecond
+
+// paceTick moves the source's pacer on by a tick: it runs while the
+// snapshot streams, if Config.PaceTarget is positive (pace.go).
+func (r *replica) paceTick() {
+	att := r.src
+	if att == nil || att.pace.target <= 0 {
+		return
+	}
+	now := time.Now()
+	if att.proc.State() != recovery.StateStreaming {
+		if r.paceT != nil {
+			r.paceT = nil
+			att.pace.rate = 0
+			att.link.setPace(0)
+		}
+		return
+	}
+	if r.paceT == nil {
+		r.paceT = paceWaits{}
+		att.paceTicks, att.paceAt, att.paceSent = 0, now, att.link.written.Load()
+		return
+	}
+	if att.paceTicks++; att.paceTicks < paceWindowTicks {
+		return
+	}
+	sent := att.link.written.Load()
+	if rate, changed := att.pace.window(now.Sub(att.paceAt), sent-att.paceSent); changed {
+		att.link.setPace(rate)
+	}
+	att.paceTicks, att.paceAt, att.paceSent = 0, now, sent
+}

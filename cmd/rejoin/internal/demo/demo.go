@@ -106,6 +106,8 @@ type Config struct {
 	OutgoingMax int
 	// RateBytes limits each rejoin stream (bytes/s, 0: none).
 	RateBytes int64
+	// PaceTarget is the nodes' --pace-target (0: their default).
+	PaceTarget time.Duration
 	// Insecure runs the nodes without TLS (--insecure); by default the
 	// demo makes a CA and certificates in its directory and every
 	// connection is mutual TLS.
@@ -452,6 +454,9 @@ func (r *run) nodeFlags(id int) []string {
 	}
 	if r.cfg.RateBytes > 0 {
 		f = append(f, "--rate-bytes", strconv.FormatInt(r.cfg.RateBytes, 10))
+	}
+	if r.cfg.PaceTarget != 0 {
+		f = append(f, "--pace-target", r.cfg.PaceTarget.String())
 	}
 	return f
 }

@@ -1,0 +1,117 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/wire"
+)
+
+// TestPaceCtl: a window with more than one txn in paceSlowShare over the
+// target halves the rate, starting from what the stream shipped unpaced,
+// down to the floor; a window without starts nothing; a calm window
+// raises the rate by a fifth until it is back at the unpaced rate, and
+// one with no txns at all lifts the pace at once. A stream that shipped
+// next to nothing unpaced is not what slowed the txns and is not paced.
+func TestPaceCtl(t *testing.T) {
+	const mb = 1 << 20
+	p := paceCtl{target: 2 * time.Millisecond}
+	win := func(fast, slow int, sent int64) (float64, bool) {
+		for range fast {
+			p.observe(time.Millisecond)
+		}
+		for range slow {
+			p.observe(3 * time.Millisecond)
+		}
+		return p.window(500*time.Millisecond, sent)
+	}
+	if r, ch := win(98, 2, 50*mb); r != 0 || ch {
+		t.Fatalf("2 slow txns of 100, unpaced: rate %v (changed %v), want unlimited", r, ch)
+	}
+	if r, ch := win(97, 3, paceFloorBytes/2); r != 0 || ch {
+		t.Fatalf("3 slow of 100 with %d bytes shipped: rate %v (changed %v), want unlimited", paceFloorBytes/2, r, ch)
+	}
+	if r, ch := win(97, 3, 50*mb); r != 50*mb || !ch || p.starts != 1 {
+		t.Fatalf("3 slow of 100 at 100 MiB/s unpaced: rate %v (changed %v, starts %d), want 50 MiB/s", r/mb, ch, p.starts)
+	}
+	if r, _ := win(0, 10, 25*mb); r != 25*mb {
+		t.Fatalf("slow again: %v MiB/s, want 25", r/mb)
+	}
+	for range 10 {
+		win(0, 10, 0)
+	}
+	if p.rate != paceFloorBytes {
+		t.Fatalf("slow windows on end: %v MiB/s, want the floor", p.rate/mb)
+	}
+	prev := p.rate
+	for i := 0; p.rate != 0; i++ {
+		if i > 30 {
+			t.Fatalf("calm windows: still paced at %v MiB/s", p.rate/mb)
+		}
+		r, ch := win(100, 0, 0)
+		if !ch || (r != 0 && r != prev*1.2) {
+			t.Fatalf("a calm window at %v MiB/s: %v (changed %v), want a fifth more or unlimited", prev/mb, r/mb, ch)
+		}
+		if r == 0 && prev*1.2 < 100*mb {
+			t.Fatalf("unlimited from %v MiB/s, below the unpaced 100", prev/mb)
+		}
+		prev = r
+	}
+	win(0, 5, 50*mb) // paced again: it starts over from what it shipped
+	if p.rate != 50*mb || p.starts != 2 {
+		t.Fatalf("paced again at %v MiB/s (starts %d), want 50 and 2", p.rate/mb, p.starts)
+	}
+	if r, ch := win(0, 0, 0); r != 0 || !ch {
+		t.Fatalf("a window without txns: %v MiB/s (changed %v), want unlimited", r/mb, ch)
+	}
+}
+
+// TestLinkPace: a paced link spaces its frames at the rate, with at most
+// its credit at once; unpaced again, it waits for nothing.
+func TestLinkPace(t *testing.T) {
+	a, b := net.Pipe()
+	sender := stream.NewConn(a, stream.Config{Codec: wire.CodecNone})
+	receiver := stream.NewConn(b, stream.Config{Codec: wire.CodecNone, StallWindow: 10 * time.Second})
+	defer receiver.Close()
+	l := newLink(wire.CodecNone)
+	defer l.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l.attach(sender)
+	l.run(ctx, sender, func(context.Context) {})
+	block := benchBlock() // about 256 KiB
+	const rate = 2 << 20
+	l.setPace(rate)
+	const blocks = 6
+	start := time.Now()
+	for seq := uint64(1); seq <= blocks; seq++ {
+		m := *block
+		m.Seq = seq
+		if err := l.queue([]wire.Message{&m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := uint64(1); seq <= blocks; seq++ {
+		got, err := receiver.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gb, ok := got.(*wire.Block); !ok || gb.Seq != seq || !bytes.Equal(gb.Tuples, block.Tuples) {
+			t.Fatalf("block %d arrived as %v", seq, got.Type())
+		}
+	}
+	// All but the credit waits for the rate: a lower bound, which only a
+	// pace that does not hold can miss.
+	total := blocks * len(block.Tuples)
+	if least := time.Duration(float64(total-l.pace.Burst()) / rate * 0.9 * float64(time.Second)); time.Since(start) < least {
+		t.Fatalf("%d bytes paced at %d B/s went out in %v, want at least %v", total, rate, time.Since(start), least)
+	}
+	l.setPace(0)
+	if err := l.paceWait(ctx, nil, sender, 1<<30); err != nil {
+		t.Fatalf("unpaced: %v", err)
+	}
+}
