@@ -79,17 +79,27 @@ func TestLinkBatchesQueuedFrames(t *testing.T) {
 // TestLinkReusesFrameBuffers: a link encodes each frame into a buffer
 // its writer has written before, so a stream of blocks allocates no
 // frame per block, and a reused buffer carries each block intact.
-func TestLinkReusesFrameBuffers(t *testing.T) {
+// pipeLink returns a link whose writer runs on one end of a pipe, and the
+// other end's connection; both end with the test, or after d.
+func pipeLink(t *testing.T, d time.Duration) (l *link, sender, receiver *stream.Conn) {
+	t.Helper()
 	a, b := net.Pipe()
-	sender := stream.NewConn(a, stream.Config{Codec: wire.CodecNone})
-	receiver := stream.NewConn(b, stream.Config{Codec: wire.CodecNone, StallWindow: 10 * time.Second})
-	defer receiver.Close()
-	l := newLink(wire.CodecNone)
-	defer l.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	sender = stream.NewConn(a, stream.Config{Codec: wire.CodecNone})
+	receiver = stream.NewConn(b, stream.Config{Codec: wire.CodecNone, StallWindow: 10 * time.Second})
+	l = newLink(wire.CodecNone)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(func() {
+		cancel()
+		l.close()
+		receiver.Close()
+	})
 	l.attach(sender)
 	l.run(ctx, sender, func(context.Context) {})
+	return l, sender, receiver
+}
+
+func TestLinkReusesFrameBuffers(t *testing.T) {
+	l, _, receiver := pipeLink(t, 10*time.Second)
 	// Two blocks that differ in their tuples, sent in turn.
 	block := benchBlock()
 	other := *block

@@ -3,11 +3,9 @@ package node
 import (
 	"bytes"
 	"context"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -73,16 +71,7 @@ func TestPaceCtl(t *testing.T) {
 // TestLinkPace: a paced link spaces its frames at the rate, with at most
 // its credit at once; unpaced again, it waits for nothing.
 func TestLinkPace(t *testing.T) {
-	a, b := net.Pipe()
-	sender := stream.NewConn(a, stream.Config{Codec: wire.CodecNone})
-	receiver := stream.NewConn(b, stream.Config{Codec: wire.CodecNone, StallWindow: 10 * time.Second})
-	defer receiver.Close()
-	l := newLink(wire.CodecNone)
-	defer l.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l.attach(sender)
-	l.run(ctx, sender, func(context.Context) {})
+	l, sender, receiver := pipeLink(t, 20*time.Second)
 	block := benchBlock() // about 256 KiB
 	const rate = 2 << 20
 	l.setPace(rate)
@@ -111,7 +100,7 @@ func TestLinkPace(t *testing.T) {
 		t.Fatalf("%d bytes paced at %d B/s went out in %v, want at least %v", total, rate, time.Since(start), least)
 	}
 	l.setPace(0)
-	if err := l.paceWait(ctx, nil, sender, 1<<30); err != nil {
+	if err := l.paceWait(context.Background(), nil, sender, 1<<30); err != nil {
 		t.Fatalf("unpaced: %v", err)
 	}
 }
