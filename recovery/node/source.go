@@ -69,6 +69,7 @@ type srcAttempt struct {
 func (a *srcAttempt) status() RejoinStatus {
 	s := rejoinStatus("source", a.task.Dest, a.epoch, a.proc.State(), a.proc.Metrics(), a.started)
 	s.Held = a.held
+	s.PacedBytesPerSec, s.PaceStarts = a.pace.rate, a.pace.starts
 	if !a.doneAt.IsZero() {
 		s.HandoffPauseMs = float64(a.doneAt.Sub(a.holdAt)) / float64(time.Millisecond)
 	}

@@ -69,11 +69,16 @@ type RejoinStatus struct {
 	BufferBytesPeak int64   `json:"buffer_bytes_peak,omitempty"`
 	// HandoffPauseMs is the source's wall-time hold for the handoff
 	// (source side only).
-	HandoffPauseMs float64   `json:"handoff_pause_ms"`
-	BlocksResent   int64     `json:"blocks_resent"`
-	StaleRejected  int64     `json:"stale_rejected"`
-	Started        time.Time `json:"started"`
-	Ended          time.Time `json:"ended,omitzero"`
+	HandoffPauseMs float64 `json:"handoff_pause_ms"`
+	// PacedBytesPerSec is the pace of the source's snapshot now (0:
+	// unpaced), PaceStarts how many times the partition's write latency
+	// made it slow down (source side; pace.go).
+	PacedBytesPerSec float64   `json:"paced_bytes_per_sec,omitempty"`
+	PaceStarts       int       `json:"pace_starts,omitempty"`
+	BlocksResent     int64     `json:"blocks_resent"`
+	StaleRejected    int64     `json:"stale_rejected"`
+	Started          time.Time `json:"started"`
+	Ended            time.Time `json:"ended,omitzero"`
 	// Held: a fault hold stopped the snapshot stream (POST /fault/hold).
 	Held bool   `json:"held,omitempty"`
 	Err  string `json:"err,omitempty"`

@@ -222,6 +222,9 @@ type Summary struct {
 	RowsPerSec     float64 `json:"rows_per_sec"`
 	MBPerSec       float64 `json:"mb_per_sec"`
 	HandoffPauseMs float64 `json:"handoff_pause_ms_max"`
+	// PaceStarts counts the times a source slowed its snapshot for its
+	// partition's write latency (the nodes' --pace-target).
+	PaceStarts int `json:"pace_starts"`
 	// Attempts counts the distinct rejoin attempts (partition,
 	// destination, epoch) seen in the nodes' status during the run;
 	// TaskAttempts sums the task records' starts at the end.
@@ -1110,6 +1113,9 @@ func (r *run) figures(ctx context.Context) error {
 		for _, rs := range st.Replicas {
 			for _, s := range rs.Sources {
 				srcEnded[fmt.Sprintf("%d/%s/%d", rs.Partition, s.Peer, s.Epoch)] = s.Ended
+				if slices.Contains(r.restarted, s.Peer) {
+					r.sum.PaceStarts += s.PaceStarts
+				}
 			}
 		}
 	}

@@ -49,8 +49,8 @@ func WriteText(w io.Writer, s Summary) error {
 	fmt.Fprintf(w, "load        %d rows at %.0f rows/s\n", s.LoadRows, s.LoadRowsPerSec)
 	fmt.Fprintf(w, "rejoin      %d rows (%d snapshot), %.1f MB in %d partition rejoins; %.2f s from restart to all live\n",
 		s.Rows, s.SnapshotRows, float64(s.Bytes)/1e6, s.RejoinedTasks, s.RejoinSeconds)
-	fmt.Fprintf(w, "stream      %.2f s: %.0f rows/s, %.1f MB/s; handoff pause max %.2f ms; %d attempts (%d task starts), %d blocks resent\n",
-		s.StreamSeconds, s.RowsPerSec, s.MBPerSec, s.HandoffPauseMs, s.Attempts, s.TaskAttempts, s.BlocksResent)
+	fmt.Fprintf(w, "stream      %.2f s: %.0f rows/s, %.1f MB/s; handoff pause max %.2f ms; %d attempts (%d task starts), %d blocks resent; paced for the writes %d times\n",
+		s.StreamSeconds, s.RowsPerSec, s.MBPerSec, s.HandoffPauseMs, s.Attempts, s.TaskAttempts, s.BlocksResent, s.PaceStarts)
 	fmt.Fprintf(w, "writes      before %.0f/s (p99 %.2f ms); during rejoin %.0f/s (p99 %.2f ms); while down %.0f/s; %d failed, %d uncertain\n",
 		s.WritesPerSecBefore, s.WriteP99MsBefore, s.WritesPerSecDuring, s.WriteP99MsDuring, s.WritesPerSecOutage, s.WriteErrors, s.WritesUncertain)
 	if err := writeChecks(w, s); err != nil {
