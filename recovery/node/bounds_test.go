@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -292,10 +293,53 @@ func TestRejoinBufferHoldsSource(t *testing.T) {
 	c.stop(2)
 	fault(t, c.nodes[1].addrs, "/fault/hold?partition=0&rows=10000")
 	a2 := c.startCfg(2, small)
+	var sent int64
 	waitUntil(t, 20*time.Second, "the source to hold mid-snapshot", func() bool {
 		st := nodeStatus(t, c.nodes[1].addrs)
-		return len(st.Replicas[0].Sources) == 1 && st.Replicas[0].Sources[0].Held
+		if len(st.Replicas[0].Sources) == 1 && st.Replicas[0].Sources[0].Held {
+			sent = st.Replicas[0].Sources[0].Rows
+			return true
+		}
+		return false
 	})
+	// The writes start once the destination has applied what the source
+	// sent, and each waits until the destination has buffered the one
+	// before: the source runs a write without waiting for the destination
+	// (its heartbeats lead), so a destination that lags a few ms would
+	// take in dozens at once, past its hold mark and its limit before the
+	// source hears of the hold, and end the attempt (a buffer full despite
+	// the hold), which is not what this test is of.
+	waitUntil(t, 20*time.Second, "the destination to apply what was sent", func() bool {
+		rj := nodeStatus(t, a2).Replicas[0].Rejoin
+		return rj != nil && rj.Rows >= sent
+	})
+	// buffered is the destination's buffer peak, and whether it still
+	// buffers (it does until live).
+	buffered := func() (int64, bool, error) {
+		resp, err := http.Get("http://" + a2.HTTP + "/status")
+		if err != nil {
+			return 0, false, err
+		}
+		defer resp.Body.Close()
+		var st Status
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return 0, false, err
+		}
+		rs := st.Replicas[0]
+		if rs.Rejoin == nil {
+			return 0, rs.State == StateRejoining, nil
+		}
+		return rs.Rejoin.BufferBytesPeak, rs.State == StateRejoining, nil
+	}
+	waitBuffered := func(above int64) (int64, error) {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			b, rejoining, err := buffered()
+			if err != nil || b > above || !rejoining {
+				return b, err
+			}
+		}
+		return 0, fmt.Errorf("the destination's buffer stayed at %d bytes for 10 s", above)
+	}
 
 	// Writes of ~1 KB, one at a time: each waits for the source.
 	const writes = 200
@@ -303,6 +347,7 @@ func TestRejoinBufferHoldsSource(t *testing.T) {
 	var done atomic.Int64
 	werr := make(chan error, 1)
 	go func() {
+		var peak int64
 		for i := range writes {
 			key := wire.Bytes(fmt.Appendf(nil, "new-%08d", i))
 			if _, err := writer.call(0, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes(make([]byte, 1000))); err != nil {
@@ -310,6 +355,11 @@ func TestRejoinBufferHoldsSource(t *testing.T) {
 				return
 			}
 			done.Add(1)
+			var err error
+			if peak, err = waitBuffered(peak); err != nil {
+				werr <- fmt.Errorf("write %d: %w", i, err)
+				return
+			}
 		}
 		werr <- nil
 	}()
