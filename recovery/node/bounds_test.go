@@ -112,7 +112,9 @@ func TestConnsMax(t *testing.T) {
 	c := newClusterStarting(t, 1, 0, onePartition())
 	a := c.startCfg(1, func(cfg *Config) { cfg.ConnsMax = connsMax })
 	first := dialClient(t, a.TCP)
-	waitWritable(t, first, 1) // the node's feed to itself is open: one slot
+	// The node's feed to itself is open, in process: it takes no slot
+	// (initiator.selfFeed), so connsMax clients fit.
+	waitWritable(t, first, 1)
 	open := []*rawClient{first}
 	var refusal error
 	for range connsMax {
@@ -124,7 +126,10 @@ func TestConnsMax(t *testing.T) {
 		open = append(open, cl)
 	}
 	if refusal == nil {
-		t.Fatalf("%d client connections and a feed accepted with ConnsMax %d", len(open), connsMax)
+		t.Fatalf("%d client connections accepted with ConnsMax %d", len(open), connsMax)
+	}
+	if len(open) != connsMax {
+		t.Fatalf("%d client connections accepted with ConnsMax %d before a refusal, want %d: a feed of the node to itself took a slot", len(open), connsMax, connsMax)
 	}
 	if !strings.Contains(refusal.Error(), "connection limit") {
 		t.Fatalf("refusal %q does not say the connection limit was reached", refusal)

@@ -136,6 +136,10 @@
 // already and wait for nothing of it, even while it is too busy (rejoining)
 // to answer an ask at once (docs/DESIGN.md "Heartbeats that lead").
 //
+// The feed to the initiator's own node is an in-process pipe served as an
+// accepted connection is, without TCP and TLS (initiator.selfFeed;
+// docs/DESIGN.md "A node's feed to itself").
+//
 // A source replica paces its snapshot by its partition's write latency
 // (pace.go): while more than one txn in 50 waits over Config.PaceTarget
 // (2 ms) from its feed to its Done, the attempt's link is slowed, and it
