@@ -748,8 +748,6 @@ func (in *initiator) run() {
 	}
 }
 
-// openFeed dials node, whose hello names the partitions missed, and runs
-// the feed until it breaks.
 // selfFeed is the feed to the initiator's own node: an in-process pipe
 // served as an accepted connection is, hello and floor included, but
 // without TCP and TLS. A third of a write's frames on a node of three
@@ -773,6 +771,8 @@ func (in *initiator) selfFeed(cfg stream.Config) *stream.Conn {
 	return stream.NewConn(a, cfg)
 }
 
+// openFeed dials node, whose hello names the partitions missed, and runs
+// the feed until it breaks.
 func (in *initiator) openFeed(node, addr string, missed []uint32) {
 	if f := in.n.cfg.knobs.noFeedTo; f != nil && f(node) {
 		in.mu.Lock()

@@ -53,6 +53,28 @@ type paceCtl struct {
 	free float64
 	// starts counts the windows in which pacing began, for the status.
 	starts int
+	// ticks, at and sent are the window's: ticks counted, its start, and
+	// the link's bytes written at its start.
+	ticks int
+	at    time.Time
+	sent  int64
+}
+
+// begin starts a window at now, the link having written sent bytes.
+func (p *paceCtl) begin(now time.Time, sent int64) {
+	p.ticks, p.at, p.sent = 0, now, sent
+}
+
+// tick counts a tick at now, the link having written sent bytes; every
+// paceWindowTicks it ends the window (window) and begins the next, and
+// returns the rate and whether it changed.
+func (p *paceCtl) tick(now time.Time, sent int64) (float64, bool) {
+	if p.ticks++; p.ticks < paceWindowTicks {
+		return p.rate, false
+	}
+	rate, changed := p.window(now.Sub(p.at), sent-p.sent)
+	p.begin(now, sent)
+	return rate, changed
 }
 
 // observe records one txn's wait.

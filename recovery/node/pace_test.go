@@ -66,6 +66,24 @@ func TestPaceCtl(t *testing.T) {
 	if r, ch := win(0, 0, 0); r != 0 || !ch {
 		t.Fatalf("a window without txns: %v MiB/s (changed %v), want unlimited", r/mb, ch)
 	}
+
+	// Ticks: a window ends every paceWindowTicks, over the link's bytes
+	// and the time since it began.
+	t0 := time.Unix(1000, 0)
+	p.begin(t0, 1000)
+	for i := 1; i < paceWindowTicks; i++ {
+		p.observe(3 * time.Millisecond)
+		if _, ch := p.tick(t0.Add(time.Duration(i)*10*time.Millisecond), 1000+int64(i)*mb); ch {
+			t.Fatalf("tick %d of a window of %d changed the rate", i, paceWindowTicks)
+		}
+	}
+	end := t0.Add(paceWindowTicks * 10 * time.Millisecond)
+	if r, ch := p.tick(end, 1000+20*mb); !ch || r != 200*mb {
+		t.Fatalf("a slow window of 20 MiB in 50 ms: %v MiB/s (changed %v), want half of 400", r/mb, ch)
+	}
+	if p.ticks != 0 || p.at != end || p.sent != 1000+20*mb {
+		t.Fatalf("the next window begins at tick %d, %v, %d bytes; want 0, %v, %d", p.ticks, p.at, p.sent, end, 1000+20*mb)
+	}
 }
 
 // TestLinkPace: a paced link spaces its frames at the rate, with at most

@@ -54,12 +54,8 @@ type srcAttempt struct {
 	// pauseUntil (unix nanos): the attempt's I/O stands still until then.
 	pauseUntil atomic.Int64
 
-	// pace is the snapshot's pacer (pace.go); paceTicks, paceAt and
-	// paceSent are its window's ticks, start and link bytes at the start.
-	pace      paceCtl
-	paceTicks int
-	paceAt    time.Time
-	paceSent  int64
+	// pace is the snapshot's pacer (pace.go).
+	pace paceCtl
 
 	// touching is set while a refresh of the task record is in flight;
 	// when one is due is the claim's guard's rule (claim.Guard.MaybeTouch).
@@ -510,7 +506,6 @@ func (r *replica) paceTick() {
 	if att == nil || att.pace.target <= 0 {
 		return
 	}
-	now := time.Now()
 	if att.proc.State() != recovery.StateStreaming {
 		if r.paceT != nil {
 			r.paceT = nil
@@ -521,15 +516,10 @@ func (r *replica) paceTick() {
 	}
 	if r.paceT == nil {
 		r.paceT = paceWaits{}
-		att.paceTicks, att.paceAt, att.paceSent = 0, now, att.link.written.Load()
+		att.pace.begin(time.Now(), att.link.written.Load())
 		return
 	}
-	if att.paceTicks++; att.paceTicks < paceWindowTicks {
-		return
-	}
-	sent := att.link.written.Load()
-	if rate, changed := att.pace.window(now.Sub(att.paceAt), sent-att.paceSent); changed {
+	if rate, changed := att.pace.tick(time.Now(), att.link.written.Load()); changed {
 		att.link.setPace(rate)
 	}
-	att.paceTicks, att.paceAt, att.paceSent = 0, now, sent
 }
