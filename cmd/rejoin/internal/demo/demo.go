@@ -717,7 +717,10 @@ func WaitAnswering(ctx context.Context, cli *clientv3.Client, c *client.Client, 
 	})
 }
 
-// Poll calls f every 100 ms until it says done, fails, or within ends.
+// Poll calls f every 100 ms until it says done, halts (an error made by
+// Halt), or within ends. Any other error of f is retried, and reported
+// with the timeout if it is the last: a node that is restarting does not
+// answer yet.
 func Poll(ctx context.Context, within time.Duration, what string, f func() (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
@@ -728,6 +731,9 @@ func Poll(ctx context.Context, within time.Duration, what string, f func() (bool
 		done, err := f()
 		if done && err == nil {
 			return nil
+		}
+		if h := (haltError{}); errors.As(err, &h) {
+			return fmt.Errorf("waiting for %s: %w", what, h.error)
 		}
 		if err != nil {
 			last = err
@@ -742,6 +748,16 @@ func Poll(ctx context.Context, within time.Duration, what string, f func() (bool
 		}
 	}
 }
+
+// haltError is an error no later call can clear: Poll returns it at once.
+type haltError struct{ error }
+
+func (h haltError) Unwrap() error { return h.error }
+
+// Halt marks err as one that ends a Poll at once: a node process that
+// exited does not come back by waiting, and a run that retried it until
+// its bound (10 minutes for the rejoin) would look hung.
+func Halt(err error) error { return haltError{err} }
 
 // hostedBy lists the partitions node hosts, from the placement.
 func (r *run) hostedBy(ctx context.Context, nodeID string) ([]uint32, error) {

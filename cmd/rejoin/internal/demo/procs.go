@@ -229,7 +229,8 @@ func (ps *procs) stopAll(grace time.Duration) {
 	}
 }
 
-// exited lists the current incarnations that died on their own.
+// exited lists the current incarnations that died on their own, as an
+// error that halts a Poll.
 func (ps *procs) exited() error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -239,5 +240,8 @@ func (ps *procs) exited() error {
 			errs = append(errs, fmt.Errorf("n%d exited: %v", id, p.err))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return Halt(errors.Join(errs...))
 }
