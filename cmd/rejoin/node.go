@@ -62,6 +62,7 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.DurationVar(&f.cfg.ClaimTTL, "claim-ttl", 0, "rejoin claim lease TTL (0: 5s)")
 	fs.IntVar(&f.cfg.IncomingMax, "incoming-max", 0, "rejoins run at once as destination (0: 2)")
 	fs.IntVar(&f.cfg.OutgoingMax, "outgoing-max", 0, "rejoins served at once as source (0: 2)")
+	fs.IntVar(&f.cfg.ApplyMax, "apply-max", 0, "rejoin blocks applied at once as destination, across all rejoins; the other cores stay for the live replicas' writes (0: the number of CPUs less one, at least 1)")
 	fs.Int64Var(&f.cfg.RateBytesPerSec, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
 	fs.DurationVar(&f.cfg.PaceTarget, "pace-target", 2*time.Millisecond, "a source's snapshot stream slows while more than one txn of its partition in 50 waits longer than this at the source replica, and speeds up as they stop (a negative value: never paced)")
 	fs.IntVar(&f.cfg.ConnsMax, "conns-max", 0, "TCP connections the node serves at once; one more is refused (0: 256)")

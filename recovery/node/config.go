@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"time"
 
@@ -59,6 +60,13 @@ type Config struct {
 	// IncomingMax bounds the rejoins this node runs as destination at once
 	// (the per-node limit); OutgoingMax those it serves as source.
 	IncomingMax, OutgoingMax int
+	// ApplyMax bounds the rejoin blocks the node applies at once as a
+	// destination, across all its rejoins (default GOMAXPROCS-1, at least
+	// 1): the cores left over run its live replicas' txns, its feeds and
+	// its network poller, which a node applying on every core starves
+	// for up to the scheduler's 10 ms slice (docs/DESIGN.md "The rejoin
+	// takes what the writes leave").
+	ApplyMax int
 	// Codec compresses the node's frames (rejoin blocks above all).
 	Codec wire.Codec
 	// RateBytesPerSec limits each rejoin stream's sending (0: none).
@@ -223,6 +231,9 @@ func (c *Config) defaults() error {
 	if c.OutgoingMax == 0 {
 		c.OutgoingMax = 2
 	}
+	if c.ApplyMax == 0 {
+		c.ApplyMax = max(1, runtime.GOMAXPROCS(0)-1)
+	}
 	if c.ConnsMax == 0 {
 		c.ConnsMax = ConnsMaxDefault
 	}
@@ -236,6 +247,8 @@ func (c *Config) defaults() error {
 	switch {
 	case c.RejoinBufferBytesMax < 2:
 		return fmt.Errorf("%w: RejoinBufferBytesMax %d, want >= 2", ErrConfig, c.RejoinBufferBytesMax)
+	case c.ApplyMax < 1:
+		return fmt.Errorf("%w: ApplyMax %d, want >= 1", ErrConfig, c.ApplyMax)
 	case c.ConnsMax < 1:
 		return fmt.Errorf("%w: ConnsMax %d, want >= 1", ErrConfig, c.ConnsMax)
 	case c.HelloTimeout < 0:
@@ -328,6 +341,9 @@ type testingKnobs struct {
 	// staleAfter replaces the stale limit of running tasks
 	// this node's supervisor resets (default staleAfter).
 	staleAfter time.Duration
+	// applying is called for each rejoin block this node
+	// applies as a destination, with its apply slot held (applySlots).
+	applying func(p uint32)
 	// adminTLS serves the admin HTTP as if off loopback.
 	adminTLS bool
 	// sourceStallTicks replaces the stall window of this

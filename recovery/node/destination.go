@@ -82,6 +82,22 @@ func (r *replica) onDestMessage(att *dstAttempt, m wire.Message) {
 	if r.dst != att {
 		return
 	}
+	if _, ok := m.(*wire.Block); ok {
+		// A block is applied under one of the node's apply slots
+		// (Config.ApplyMax): the node's other replicas, some live and
+		// taking writes, wait at most a block's apply for a core, not
+		// the scheduler's slice. The wait holds only this replica, whose
+		// txns are buffered until its handoff anyway.
+		select {
+		case r.n.applySlots <- struct{}{}:
+		case <-r.n.ctx.Done():
+			return
+		}
+		defer func() { <-r.n.applySlots }()
+		if f := r.n.cfg.knobs.applying; f != nil {
+			f(r.p)
+		}
+	}
 	if err := r.core.OnDestinationMessage(att.epoch, m); err != nil {
 		r.n.limited.Log(slog.LevelInfo, fmt.Sprintf("dest-refused/%d/%v", r.p, m.Type()), "destination refused a message", "partition", r.p, "epoch", att.epoch, "type", m.Type(), "err", err)
 	}

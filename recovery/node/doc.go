@@ -144,7 +144,9 @@
 // (pace.go): while more than one txn in 50 waits over Config.PaceTarget
 // (2 ms) from its feed to its Done, the attempt's link is slowed, and it
 // speeds up again as the waits stop (docs/DESIGN.md "The rejoin takes
-// what the writes leave").
+// what the writes leave"). A destination node applies at most
+// Config.ApplyMax rejoin blocks at once (one core less than it has), so
+// its live replicas, feeds and network poller always find a core.
 //
 // When a feed from an initiator ends, nothing more of it can arrive (TCP).
 // A node that dies while sending a txn may have reached some replicas of

@@ -69,6 +69,10 @@ type Node struct {
 	retry chan claim.Task
 	wg    sync.WaitGroup
 
+	// applySlots holds a token per rejoin block being applied here as a
+	// destination: at most cfg.ApplyMax at once.
+	applySlots chan struct{}
+
 	// opened are the partitions whose rejoin task this node opened and
 	// that are not live yet: at most cfg.IncomingMax at once.
 	openMu sync.Mutex
@@ -93,7 +97,8 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
-	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{}}
+	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{},
+		applySlots: make(chan struct{}, cfg.ApplyMax)}
 	n.log = cfg.Log.With("node", n.id)
 	n.limited = newLimitedLog(n.log, logEveryDefault)
 	n.members.n, n.feeds.n = n, n

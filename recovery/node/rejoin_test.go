@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rejoin-db/rejoin/cow"
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -210,4 +212,51 @@ func TestReadRejoinBlockBuffersKeepContent(t *testing.T) {
 		t.Fatalf("digest %016x with %d rows, want %016x with %d rows", g, have.Table(1).Len(), w, want.Table(1).Len())
 	}
 	t.Logf("%d blocks, %d rows, %d read into a reused buffer", blocks, row, reused)
+}
+
+// A destination node applies at most ApplyMax rejoin blocks at once,
+// across its rejoins: four partitions rejoining into n2 together, each
+// block's apply made to last 20 ms, never overlap with ApplyMax 1, where
+// without the bound all four arrive within a few milliseconds and apply
+// side by side.
+func TestApplyMaxBounds(t *testing.T) {
+	const parts = 4
+	c := newCluster(t, 2, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, parts)
+	for i := range 400 {
+		upsert(t, cl, parts, i)
+	}
+	c.stop(2)
+	var mu sync.Mutex
+	var now, most int
+	applied := map[uint32]bool{}
+	c.startCfg(2, func(cfg *Config) {
+		cfg.IncomingMax = parts
+		cfg.ApplyMax = 1
+		cfg.knobs.applying = func(p uint32) {
+			mu.Lock()
+			now++
+			most = max(most, now)
+			applied[p] = true
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			mu.Lock()
+			now--
+			mu.Unlock()
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !allLive(t, c) {
+		if time.Now().After(deadline) {
+			t.Fatal("n2's replicas not live in 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	checkDigests(t, cl, parts, 2)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(applied) != parts || most != 1 {
+		t.Fatalf("blocks of %d partitions applied, at most %d at once; want %d partitions, 1 at once", len(applied), most, parts)
+	}
 }
