@@ -255,7 +255,7 @@ func (r *replica) flush(msgs []wire.Message) error {
 }
 
 // step runs up to stepBurst ready txns on the core and reports whether
-// any ran. With call set, one txn a call through it (the source times
+// any ran or the source has more to pump. With call set, one txn a call through it (the source times
 // its moves around each call); the core pumps the source after every txn,
 // or once when none is ready. A procedure error is a result both replicas
 // reach alike; the digests compare what they did.
@@ -263,7 +263,7 @@ func (r *replica) step(call func(func()) error) (bool, error) {
 	if call == nil {
 		n := r.core.Step(stepBurst)
 		r.executed.Add(int64(n))
-		return n > 0, nil
+		return n > 0 || r.core.SourcePending(), nil
 	}
 	did := false
 	for range stepBurst {
@@ -277,7 +277,9 @@ func (r *replica) step(call func(func()) error) (bool, error) {
 		r.executed.Add(1)
 		did = true
 	}
-	return did, nil
+	// A pump that stopped at recovery.SourceConfig.PumpBlocksMax has more
+	// to cut now: the loop comes back without waiting for input.
+	return did || r.core.SourcePending(), nil
 }
 
 // messages returns the messages the core has for the peer, in order. An

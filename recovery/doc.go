@@ -83,8 +83,10 @@
 //     its store for it (Reserve) before the first block: a hint, bounded
 //     by the store, never checked.
 //   - Snapshot blocks, then catch-up rounds, flow under a window of
-//     WindowBlocksMax unacknowledged blocks; rounds end when the change log
-//     is at most HandoffLogBytesMax or after RoundsMax.
+//     WindowBlocksMax unacknowledged blocks, cut at most PumpBlocksMax a
+//     pump (Source.Pending: the driver pumps again before it waits);
+//     rounds end when the change log is at most HandoffLogBytesMax or
+//     after RoundsMax.
 //   - The source holds execution, ships the final delta, and hands off at
 //     E = max(S, last executed + 1) with its digest and row count, then
 //     executes on. The Handoff names the initiators the source may still

@@ -668,3 +668,48 @@ func TestDestinationLateInitiator(t *testing.T) {
 		t.Fatalf("heartbeat of an initiator added once live: %v", err)
 	}
 }
+
+// A pump cuts at most PumpBlocksMax blocks, and says so (Pending) while
+// the window has room, so a driver that pumps again while Pending fills
+// the window one block a call, with txns free to run between the calls.
+func TestPumpBlocksMax(t *testing.T) {
+	cfg := DefaultSourceConfig(wire.MsgHeader{})
+	cfg.Stream.BlockBytesMax = 64
+	cfg.WindowBlocksMax = 8
+	cfg.PumpBlocksMax = 1
+	r := newInProcess(t, 7, 300, cfg)
+	for i := 0; i < 1000 && r.source.State() != StateStreaming; i++ {
+		r.feed(true)
+		r.stepSource(0)
+		r.exchange()
+	}
+	if r.source.State() != StateStreaming {
+		t.Fatalf("source %s, want streaming", r.source.State())
+	}
+	r.toDest = append(r.toDest, r.source.Outbox()...)
+	if r.source.sent-r.source.acked >= uint64(cfg.WindowBlocksMax) {
+		t.Fatalf("%d blocks sent, %d acked on reaching streaming, by pumps of at most %d blocks each: want room left in the window of %d", r.source.sent, r.source.acked, cfg.PumpBlocksMax, cfg.WindowBlocksMax)
+	}
+	pumps := 0
+	for r.source.Pending() {
+		if pumps++; pumps > 100 {
+			t.Fatal("still pending after 100 pumps")
+		}
+		r.source.Pump()
+		blocks := 0
+		for _, m := range r.source.Outbox() {
+			if _, ok := m.(*wire.Block); ok {
+				blocks++
+			}
+		}
+		if blocks > cfg.PumpBlocksMax {
+			t.Fatalf("pump %d cut %d blocks, want at most %d", pumps, blocks, cfg.PumpBlocksMax)
+		}
+	}
+	if got := r.source.sent - r.source.acked; got != uint64(cfg.WindowBlocksMax) {
+		t.Fatalf("after %d pumps while pending: %d blocks in flight, want the window's %d", pumps, got, cfg.WindowBlocksMax)
+	}
+	if pumps < 2 {
+		t.Fatalf("%d pumps while pending filled the window: nothing was held back", pumps)
+	}
+}

@@ -413,6 +413,11 @@ func (r *Replica) Step(n int) int {
 	return did
 }
 
+// SourcePending reports whether the source attempt's last pump stopped
+// at its SourceConfig.PumpBlocksMax (Source.Pending): the driver steps
+// again, Step(0) if no txn is ready, before it waits for an event.
+func (r *Replica) SourcePending() bool { return r.src != nil && r.src.Pending() }
+
 func (r *Replica) pumpSource() {
 	if r.src != nil {
 		r.src.Pump()

@@ -28,6 +28,15 @@ type SourceConfig struct {
 	// or below this size is followed by the handoff. It bounds the final
 	// delta, and so the moment the source holds execution.
 	HandoffLogBytesMax int
+	// PumpBlocksMax bounds the blocks one Pump cuts (0: as many as the
+	// window takes). Pump runs between two txns on the replica's own
+	// goroutine, so a pump that fills a window of 16 blocks of 256 KiB
+	// holds the partition's next txn for as long as cutting 4 MiB takes
+	// (4 to 14 ms measured at a stream's start). With a bound, a pump that
+	// stops at it leaves Pending set, and the driver pumps again (Step)
+	// before it waits for anything, after the txns and messages that came
+	// meanwhile.
+	PumpBlocksMax int
 	// RoundsMax bounds the catch-up rounds: after this many the handoff
 	// comes whatever the log's size, so a rejoin never loops in catch-up.
 	// The final delta is then bounded by the change log's own bound.
@@ -37,7 +46,7 @@ type SourceConfig struct {
 }
 
 // DefaultSourceConfig returns limits that suit a node: windows of 16
-// blocks of 256 KiB, a stall window of 100 ticks, handoff under 16 KiB of
+// blocks of 256 KiB cut one a pump, a stall window of 100 ticks, handoff under 16 KiB of
 // log or after 16 rounds. The log counts 4 bytes per dirty slot, so 16 KiB
 // is a final delta of up to about 4k rows: a pause of a few milliseconds
 // (256 KiB let it reach 64k rows and tens of milliseconds).
@@ -45,6 +54,7 @@ func DefaultSourceConfig(h wire.MsgHeader) SourceConfig {
 	return SourceConfig{
 		Header:             h,
 		WindowBlocksMax:    16,
+		PumpBlocksMax:      1,
 		StallTicksMax:      100,
 		HeartbeatTicks:     10,
 		HandoffLogBytesMax: 16 << 10,
@@ -58,6 +68,8 @@ func (c SourceConfig) Validate() error {
 	switch {
 	case c.WindowBlocksMax < 1:
 		return fmt.Errorf("%w: WindowBlocksMax %d, want >= 1", ErrConfig, c.WindowBlocksMax)
+	case c.PumpBlocksMax < 0:
+		return fmt.Errorf("%w: PumpBlocksMax %d, want >= 0", ErrConfig, c.PumpBlocksMax)
 	case c.StallTicksMax < 1:
 		return fmt.Errorf("%w: StallTicksMax %d, want >= 1", ErrConfig, c.StallTicksMax)
 	case c.HeartbeatTicks < 1 || c.HeartbeatTicks >= c.StallTicksMax:
@@ -131,6 +143,8 @@ type Source struct {
 	// StateHandingOff, with the stream and the gate released.
 	handoff  *wire.Handoff
 	released bool // the stream is deactivated and the gate removed
+	// pending: the last Pump stopped at PumpBlocksMax (Pending).
+	pending bool
 
 	// bufs are WindowBlocksMax+1 block buffers, used in turn by Seq. Block
 	// Seq n reuses the buffer of block n-WindowBlocksMax-1, which the
@@ -345,17 +359,26 @@ func (s *Source) activate() {
 // the boundary when only heartbeats flow, ship blocks while the window has
 // room, start catch-up rounds, and hand off. The driver calls it after
 // every txn the store runs and every message, and when idle.
+//
+// It cuts at most PumpBlocksMax blocks; one that stops there sets Pending.
 func (s *Source) Pump() {
+	s.pending = false
 	if s.state == StateAwaitingBoundary && AtBoundary(s.store, s.s) {
 		s.activate()
 	}
+	cut := 0
 	for !s.state.Final() && s.state != StateAnswering && s.state != StateAwaitingBoundary && s.handoff == nil {
 		if s.sent-s.acked >= uint64(s.cfg.WindowBlocksMax) {
+			return
+		}
+		if s.cfg.PumpBlocksMax > 0 && cut >= s.cfg.PumpBlocksMax {
+			s.pending = true
 			return
 		}
 		b, ok := s.stream.NextBlock(s.blockBuf(s.sent + 1))
 		if ok {
 			s.sendBlock(b)
+			cut++
 			continue
 		}
 		if !s.advance() {
@@ -418,6 +441,12 @@ func (s *Source) finishHandoff() {
 	s.m.HandoffPauseTicks = s.tick - s.holdTick
 	s.release()
 }
+
+// Pending reports whether the last Pump stopped at PumpBlocksMax with the
+// window open: the driver pumps again before it waits for an event, or
+// the stream would move a block per event. It may find nothing left to
+// cut; that costs one call.
+func (s *Source) Pending() bool { return s.pending && !s.state.Final() && s.handoff == nil }
 
 // HandoffSent reports whether the Handoff is sent: from then on the source
 // executes again and awaits the destination's HandoffAck.

@@ -269,7 +269,8 @@ func (r *replica) stop() {
 }
 
 // step runs the ready txns and reports each result to its initiator; the
-// core pumps the source between txns.
+// core pumps the source between txns. It reports whether it did anything
+// or the source has more to pump.
 func (r *replica) step() bool {
 	did := 0
 	if r.src == nil {
@@ -294,7 +295,10 @@ func (r *replica) step() bool {
 	if did > 0 {
 		r.publish()
 	}
-	return did > 0
+	// A source that cut its last pump's share of blocks has more to cut
+	// now (recovery.SourceConfig.PumpBlocksMax): the loop comes back
+	// after the inbox, not after the next event.
+	return did > 0 || r.core.SourcePending()
 }
 
 func (r *replica) tick() {

@@ -72,6 +72,10 @@ type Knobs struct {
 	// ahead of its clock (a tick is its clock's millisecond), as
 	// recovery/node's does (Config.BeatLead); 0: at the clock.
 	BeatLeadTicks, BeatLeadQuietTicks int
+	// PumpBlocksMax: a source pump cuts at most this many blocks, as
+	// recovery/node's does one (recovery.SourceConfig.PumpBlocksMax); 0:
+	// the window's worth.
+	PumpBlocksMax int
 	// Faults is how many faults are planned; each can end one attempt, so
 	// a run takes at most Faults+1 attempts.
 	Faults int
@@ -186,6 +190,7 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.BeatAsks = k.StallTicksMax%2 == 0
 	k.BeatLeadTicks = [...]int{0, 0, 3, 40}[k.ClaimTTLTicks%4]
 	k.BeatLeadQuietTicks = 1 + k.KeepaliveTicks%8
+	k.PumpBlocksMax = [...]int{0, 1, 2}[k.StepsMax%3]
 	k.ClaimWithinTicks = 50
 	return k
 }
@@ -218,6 +223,7 @@ func (k Knobs) sourceConfig(h wire.MsgHeader) recovery.SourceConfig {
 	return recovery.SourceConfig{
 		Header:             h,
 		WindowBlocksMax:    k.WindowBlocksMax,
+		PumpBlocksMax:      k.PumpBlocksMax,
 		StallTicksMax:      k.StallTicksMax,
 		HeartbeatTicks:     k.ProcHeartbeatTicks,
 		HandoffLogBytesMax: k.HandoffLogBytesMax,
@@ -244,8 +250,8 @@ func (k Knobs) destinationConfig(h wire.MsgHeader, ins []txnid.Initiator) recove
 
 // String renders the knobs that shape a run, for the trace's first line.
 func (k Knobs) String() string {
-	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d",
-		k.Tables, k.Rows, k.Initiators, k.SkewMillisMax, k.TxnPct, k.Codec, k.BlockBytesMax, k.WindowBlocksMax,
+	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d pump=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d",
+		k.Tables, k.Rows, k.Initiators, k.SkewMillisMax, k.TxnPct, k.Codec, k.BlockBytesMax, k.WindowBlocksMax, k.PumpBlocksMax,
 		k.ChangeLogBytesMax, k.ChangeLogTxnBytesMax, k.PaceLowWaterBytes, k.PaceTxnsPerTick, k.ThrottleWindowTicks,
 		k.HandoffLogBytesMax, k.RoundsMax, k.StallTicksMax, k.ProcHeartbeatTicks, k.Faults,
 		k.FeedDelayMax, k.ConnDelayMax, k.GhostDelayMax, k.SplitPct, k.StepsMax,

@@ -106,6 +106,10 @@ type Stats struct {
 	// BeatsAhead counts heartbeats ahead of their initiator's clock: a
 	// lead (Knobs.BeatLeadTicks) or an answer to an ask.
 	BeatsAhead int
+	// PumpsCapped counts the source pumps that stopped at
+	// SourceConfig.PumpBlocksMax with more to cut, pumped again at once
+	// as the node's replica loop does.
+	PumpsCapped int
 	// Resumed counts attempts resumed on a new connection after a cut;
 	// GraceExpired, sources that aborted after redialling for the grace.
 	Resumed, GraceExpired int
@@ -680,6 +684,14 @@ func (w *world) stepSource(n int) int {
 				sr.core.Step(0) // the pump after the last txn
 			}
 			w.afterSourceStep(sr)
+			// A pump that stopped at PumpBlocksMax is pumped again
+			// before the world moves on, as the node's loop does before
+			// it waits; the window bounds how often.
+			for sr.core.SourcePending() {
+				w.stats.PumpsCapped++
+				sr.core.Step(0)
+				w.afterSourceStep(sr)
+			}
 		}
 		if i == 0 {
 			first = ran

@@ -58,7 +58,7 @@ func TestSeeds(t *testing.T) {
 		expired, claimLost, pausedLate, takeovers, takeoverStarts, guard, writesAfterLoss                 int
 		touches, requeues, refused, staleResets, revokes, cutOffs                                         int
 		regLosses, regLapses, regResumed, feedsBroken, joiners, settleWaits, kept, keptLapsed             int
-		settledFailed, settleUnknown, failedOnRedial, missedOnly, resumed, graceOut, asks, leads          int
+		settledFailed, settleUnknown, failedOnRedial, missedOnly, resumed, graceOut, asks, leads, capped  int
 		kinds                                                                                             [faultKinds]int
 		phases                                                                                            [phases]int
 	}
@@ -77,6 +77,7 @@ func TestSeeds(t *testing.T) {
 		count(&c.resumed, s.Resumed > 0)
 		count(&c.asks, s.BeatAsks > 0)
 		count(&c.leads, r.Knobs.BeatLeadTicks > 0 && s.BeatsAhead > 0)
+		count(&c.capped, r.Knobs.PumpBlocksMax > 0 && s.PumpsCapped > 0)
 		count(&c.graceOut, s.GraceExpired > 0)
 		count(&c.dropped, s.TxnsDropped > 0)
 		count(&c.multiAttempt, r.Attempts > 1)
@@ -145,6 +146,7 @@ func TestSeeds(t *testing.T) {
 	want("a source's redials out of their grace", c.graceOut, 5)
 	want("heartbeats on demand (Initiator.BeatPast)", c.asks, 100)
 	want("heartbeats leading the clock (InitiatorConfig.BeatLeadMillis)", c.leads, 100)
+	want("source pumps stopped at SourceConfig.PumpBlocksMax", c.capped, 60)
 	want("buffered txns dropped at handoff", c.dropped, 150)
 	want("several attempts", c.multiAttempt, 60)
 	want("deletes shipped in catch-up", c.deletes, 60)
