@@ -56,7 +56,8 @@ func TestNodeFlags(t *testing.T) {
 func TestNodeBoundFlags(t *testing.T) {
 	fs := newFlagSet("node", &bytes.Buffer{})
 	f := newNodeFlags(fs)
-	if err := fs.Parse([]string{"--id", "1", "--insecure", "--etcd", "http://a:2379", "--data", "/d", "--conns-max", "9", "--rejoin-buffer-bytes", "1048576"}); err != nil {
+	if err := fs.Parse([]string{"--id", "1", "--insecure", "--etcd", "http://a:2379", "--data", "/d", "--conns-max", "9", "--rejoin-buffer-bytes", "1048576",
+		"--apply-max", "3", "--beat-lead", "-1ms", "--pace-target", "5ms"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := f.config(&bytes.Buffer{})
@@ -65,6 +66,9 @@ func TestNodeBoundFlags(t *testing.T) {
 	}
 	if cfg.ConnsMax != 9 || cfg.RejoinBufferBytesMax != 1<<20 {
 		t.Fatalf("ConnsMax %d, RejoinBufferBytesMax %d; want 9 and %d", cfg.ConnsMax, cfg.RejoinBufferBytesMax, 1<<20)
+	}
+	if cfg.ApplyMax != 3 || cfg.BeatLead != -time.Millisecond || cfg.PaceTarget != 5*time.Millisecond {
+		t.Fatalf("ApplyMax %d, BeatLead %s, PaceTarget %s; want 3, -1ms and 5ms", cfg.ApplyMax, cfg.BeatLead, cfg.PaceTarget)
 	}
 }
 

@@ -65,6 +65,7 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.IntVar(&f.cfg.ApplyMax, "apply-max", 0, "rejoin blocks applied at once as destination, across all rejoins; the other cores stay for the live replicas' writes (0: the number of CPUs less one, at least 1)")
 	fs.Int64Var(&f.cfg.RateBytesPerSec, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
 	fs.DurationVar(&f.cfg.PaceTarget, "pace-target", 2*time.Millisecond, "a source's snapshot stream slows while more than one txn of its partition in 50 waits longer than this at the source replica, and speeds up as they stop (a negative value: never paced)")
+	fs.DurationVar(&f.cfg.BeatLead, "beat-lead", 0, "how far ahead of its clock the heartbeats of an initiator that sequenced nothing for 25 ms stand, so a writing node need not wait for this one's heartbeats while they are late by less (0: 100ms, a negative value: never ahead)")
 	fs.IntVar(&f.cfg.ConnsMax, "conns-max", 0, "TCP connections the node serves at once; one more is refused (0: 256)")
 	fs.Int64Var(&f.cfg.RejoinBufferBytesMax, "rejoin-buffer-bytes", 0, "bytes of txns a rejoining replica may buffer; past half, its source holds the partition's writes (0: 512 MiB)")
 	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory`: ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names; for an https:// --etcd they are the etcd client's CA and certificate too")
