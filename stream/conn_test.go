@@ -147,18 +147,18 @@ func TestPeerGoneAndCorruptFrame(t *testing.T) {
 func TestLimiterPacesToRate(t *testing.T) {
 	now := time.Unix(0, 0)
 	l := newLimiter(1000, func() time.Time { return now }) // 1000 B/s, burst 100 B
-	if d := l.reserve(100); d != 0 {
+	if d, _ := l.reserve(100); d != 0 {
 		t.Fatalf("first 100 B within the burst waited %v", d)
 	}
-	if d := l.reserve(500); d != 500*time.Millisecond {
+	if d, _ := l.reserve(500); d != 500*time.Millisecond {
 		t.Fatalf("500 B past an empty bucket: wait %v, want 500ms", d)
 	}
 	now = now.Add(500 * time.Millisecond) // the debt is paid
-	if d := l.reserve(100); d != 100*time.Millisecond {
+	if d, _ := l.reserve(100); d != 100*time.Millisecond {
 		t.Fatalf("100 B on an empty bucket: wait %v, want 100ms", d)
 	}
 	now = now.Add(10 * time.Second) // idle: credit caps at the burst
-	if d := l.reserve(200); d != 100*time.Millisecond {
+	if d, _ := l.reserve(200); d != 100*time.Millisecond {
 		t.Fatalf("200 B after a long idle: wait %v, want 100ms (burst is 100 B)", d)
 	}
 }
@@ -207,5 +207,24 @@ func TestWriteFrameFlushesBeforeRateWait(t *testing.T) {
 	client.Close()
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("the waiting write: %v, want ErrClosed", err)
+	}
+}
+
+// A frame whose wait ends early (its context, the connection closed) is
+// not written, and gives its bytes back: the next frame does not wait for
+// them.
+func TestLimiterCancelGivesBack(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := newLimiter(1000, func() time.Time { return now }) // 1000 B/s, burst 100 B
+	if d, _ := l.reserve(100); d != 0 {
+		t.Fatalf("first 100 B within the burst waited %v", d)
+	}
+	d, cancel := l.reserve(1000)
+	if d != time.Second {
+		t.Fatalf("1000 B past an empty bucket: wait %v, want 1s", d)
+	}
+	cancel()
+	if d, _ := l.reserve(100); d != 100*time.Millisecond {
+		t.Fatalf("100 B after a cancelled 1000: wait %v, want 100ms", d)
 	}
 }

@@ -251,30 +251,12 @@ func (l *link) setPace(bytesPerSec float64) {
 // last is the frame's. It ends early if ctx ends or stop closes (the
 // connection is replaced), with an error.
 func (l *link) paceWait(ctx context.Context, stop <-chan struct{}, c *stream.Conn, n int) error {
-	if l.pace.Limit() == rate.Inf {
-		return nil
-	}
-	now := time.Now()
-	var rs []*rate.Reservation
-	var d time.Duration
-	for burst := l.pace.Burst(); n > 0; n -= burst {
-		r := l.pace.ReserveN(now, min(n, burst))
-		if !r.OK() {
-			return nil // the limit changed under us: unlimited, or a new burst
-		}
-		rs = append(rs, r)
-		d = r.DelayFrom(now)
-	}
+	d, rs := stream.ReserveBytes(l.pace, time.Now(), n)
 	if d <= 0 {
 		return nil
 	}
-	cancel := func() {
-		for _, r := range rs {
-			r.CancelAt(time.Now())
-		}
-	}
 	if err := c.Flush(); err != nil {
-		cancel()
+		stream.CancelBytes(rs, time.Now())
 		return err
 	}
 	t := time.NewTimer(d)
@@ -283,10 +265,10 @@ func (l *link) paceWait(ctx context.Context, stop <-chan struct{}, c *stream.Con
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		cancel()
+		stream.CancelBytes(rs, time.Now())
 		return ctx.Err()
 	case <-stop:
-		cancel()
+		stream.CancelBytes(rs, time.Now())
 		return errors.New("link: connection replaced")
 	}
 }
