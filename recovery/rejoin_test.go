@@ -713,3 +713,49 @@ func TestPumpBlocksMax(t *testing.T) {
 		t.Fatalf("%d pumps while pending filled the window: nothing was held back", pumps)
 	}
 }
+
+// The pump's bound gives way to txns, so it does not hold where no txn can
+// run: from the final delta to the handoff the whole delta is cut in one
+// pump (the window permitting), and the handoff's pause does not wait for
+// the driver's loop between blocks.
+func TestPumpBlocksMaxNotInHandoff(t *testing.T) {
+	multi := 0
+	for seed := uint64(1); seed <= 40; seed++ {
+		cfg := DefaultSourceConfig(wire.MsgHeader{})
+		cfg.Stream.BlockBytesMax = 64
+		cfg.WindowBlocksMax = 4096 // the delta is cut by the pump, not held by the window
+		cfg.PumpBlocksMax = 1
+		// The handoff straight after the snapshot: its delta is every
+		// row written meanwhile, many blocks of 64 B.
+		cfg.HandoffLogBytesMax = 1 << 20
+		cfg.RoundsMax = 1
+		r := newInProcess(t, seed, 300, cfg)
+		var atFinal uint64
+		for i := 0; i < 20000 && !(r.dest.State().Final() && r.source.State().Final()); i++ {
+			r.feed(true)
+			r.stepSource(r.rng.IntN(3))
+			if r.source.final && atFinal == 0 {
+				atFinal = r.source.sent
+			}
+			if r.source.final && r.source.Pending() {
+				t.Fatalf("seed %d: a pump in the final delta stopped at PumpBlocksMax", seed)
+			}
+			if i%3 == 0 {
+				r.source.Tick()
+				r.dest.Tick()
+			}
+			r.exchange()
+		}
+		if r.dest.State() != StateLive || r.source.State() != StateDone {
+			t.Fatalf("seed %d: destination %s (%v), source %s (%v)", seed, r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
+		}
+		// The pump that began the final delta cut on to the handoff:
+		// blocks were cut after the delta began and in that pump.
+		if r.source.handoff.LastSeq >= atFinal && r.source.Metrics().Upserts.Rows > 1 {
+			multi++
+		}
+	}
+	if multi < 5 {
+		t.Fatalf("%d of 40 seeds with a final delta of several blocks, want >= 5", multi)
+	}
+}

@@ -361,6 +361,10 @@ func (s *Source) activate() {
 // every txn the store runs and every message, and when idle.
 //
 // It cuts at most PumpBlocksMax blocks; one that stops there sets Pending.
+// The bound is for the txns that could run between two pumps: none can
+// from the final delta to the handoff, or under the destination's hold,
+// so there the pump cuts what the window takes, and the pause the hold
+// costs the writes is no longer for it.
 func (s *Source) Pump() {
 	s.pending = false
 	if s.state == StateAwaitingBoundary && AtBoundary(s.store, s.s) {
@@ -371,7 +375,7 @@ func (s *Source) Pump() {
 		if s.sent-s.acked >= uint64(s.cfg.WindowBlocksMax) {
 			return
 		}
-		if s.cfg.PumpBlocksMax > 0 && cut >= s.cfg.PumpBlocksMax {
+		if s.cfg.PumpBlocksMax > 0 && cut >= s.cfg.PumpBlocksMax && !s.final && !s.peerHold {
 			s.pending = true
 			return
 		}
