@@ -255,9 +255,9 @@ func (r *replica) flush(msgs []wire.Message) error {
 }
 
 // step runs up to stepBurst ready txns on the core and reports whether
-// any ran or the source has more to pump. With call set, one txn a call through it (the source times
-// its moves around each call); the core pumps the source after every txn,
-// or once when none is ready. A procedure error is a result both replicas
+// any ran or the source has more to pump. With call set, one txn a call
+// through it (the source times its moves around each call); the core
+// pumps the source after every txn, or once when none is ready. A procedure error is a result both replicas
 // reach alike; the digests compare what they did.
 func (r *replica) step(call func(func()) error) (bool, error) {
 	if call == nil {

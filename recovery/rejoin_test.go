@@ -165,6 +165,30 @@ func (r *inProcess) exchangeUntil(stop func() bool) {
 	}
 }
 
+// rejoin runs the attempt until both sides have ended (the source is done
+// only once the destination's HandoffAck reached it), up to rounds rounds
+// of: a txn or heartbeat to both, a few txns on the source, after (if
+// set), a tick of both every third round, and an exchange. It fails the
+// test unless the destination ends live and the source done.
+func (r *inProcess) rejoin(t *testing.T, seed uint64, rounds int, after func()) {
+	t.Helper()
+	for i := 0; i < rounds && !(r.dest.State().Final() && r.source.State().Final()); i++ {
+		r.feed(true)
+		r.stepSource(r.rng.IntN(3))
+		if after != nil {
+			after()
+		}
+		if i%3 == 0 {
+			r.source.Tick()
+			r.dest.Tick()
+		}
+		r.exchange()
+	}
+	if r.dest.State() != StateLive || r.source.State() != StateDone {
+		t.Fatalf("seed %d: destination %s (%v), source %s (%v)", seed, r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
+	}
+}
+
 // stepSource runs up to n ready txns on the source, pumping between them.
 func (r *inProcess) stepSource(n int) {
 	for ; n > 0; n-- {
@@ -192,20 +216,7 @@ func TestRejoinInProcess(t *testing.T) {
 		cfg.WindowBlocksMax = 1 + int(seed%4)
 		cfg.HandoffLogBytesMax = int(seed%3) * 32 // 0: rounds go on until the log is empty or RoundsMax
 		r := newInProcess(t, seed, 300, cfg)
-		// Until both have ended: the source is done only once the
-		// destination's HandoffAck reached it.
-		for i := 0; i < 5000 && !(r.dest.State().Final() && r.source.State().Final()); i++ {
-			r.feed(true)
-			r.stepSource(r.rng.IntN(3))
-			if i%3 == 0 {
-				r.source.Tick()
-				r.dest.Tick()
-			}
-			r.exchange()
-		}
-		if r.dest.State() != StateLive || r.source.State() != StateDone {
-			t.Fatalf("seed %d: destination %s (%v), source %s (%v)", seed, r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
-		}
+		r.rejoin(t, seed, 5000, nil)
 		// Live: both replicas execute the same feed and stay equal.
 		for i := 0; i < 200; i++ {
 			r.feed(true)
@@ -731,24 +742,14 @@ func TestPumpBlocksMaxNotInHandoff(t *testing.T) {
 		cfg.RoundsMax = 1
 		r := newInProcess(t, seed, 300, cfg)
 		var atFinal uint64
-		for i := 0; i < 20000 && !(r.dest.State().Final() && r.source.State().Final()); i++ {
-			r.feed(true)
-			r.stepSource(r.rng.IntN(3))
+		r.rejoin(t, seed, 20000, func() {
 			if r.source.final && atFinal == 0 {
 				atFinal = r.source.sent
 			}
 			if r.source.final && r.source.Pending() {
 				t.Fatalf("seed %d: a pump in the final delta stopped at PumpBlocksMax", seed)
 			}
-			if i%3 == 0 {
-				r.source.Tick()
-				r.dest.Tick()
-			}
-			r.exchange()
-		}
-		if r.dest.State() != StateLive || r.source.State() != StateDone {
-			t.Fatalf("seed %d: destination %s (%v), source %s (%v)", seed, r.dest.State(), r.dest.Err(), r.source.State(), r.source.Err())
-		}
+		})
 		// The pump that began the final delta cut on to the handoff:
 		// blocks were cut after the delta began and in that pump.
 		if r.source.handoff.LastSeq >= atFinal && r.source.Metrics().Upserts.Rows > 1 {

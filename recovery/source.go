@@ -46,10 +46,11 @@ type SourceConfig struct {
 }
 
 // DefaultSourceConfig returns limits that suit a node: windows of 16
-// blocks of 256 KiB cut one a pump, a stall window of 100 ticks, handoff under 16 KiB of
-// log or after 16 rounds. The log counts 4 bytes per dirty slot, so 16 KiB
-// is a final delta of up to about 4k rows: a pause of a few milliseconds
-// (256 KiB let it reach 64k rows and tens of milliseconds).
+// blocks of 256 KiB cut one a pump, a stall window of 100 ticks, handoff
+// under 16 KiB of log or after 16 rounds. The log counts 4 bytes per
+// dirty slot, so 16 KiB is a final delta of up to about 4k rows: a pause
+// of a few milliseconds (256 KiB let it reach 64k rows and tens of
+// milliseconds).
 func DefaultSourceConfig(h wire.MsgHeader) SourceConfig {
 	return SourceConfig{
 		Header:             h,
