@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/wire"
+	"golang.org/x/time/rate"
 )
 
 // Errors of a stream, classified with errors.Is.
@@ -59,7 +60,7 @@ type Conn struct {
 	enc     wire.FrameEncoder
 	w       *bufio.Writer
 	frame   []byte
-	limiter *limiter
+	limiter *rate.Limiter
 
 	dec     wire.FrameDecoder
 	r       *bufio.Reader
@@ -81,7 +82,7 @@ func NewConn(nc net.Conn, cfg Config) *Conn {
 		closed: make(chan struct{}),
 	}
 	if cfg.RateBytesPerSec > 0 {
-		c.limiter = newLimiter(cfg.RateBytesPerSec, time.Now)
+		c.limiter = newLimiter(cfg.RateBytesPerSec)
 	}
 	return c
 }
@@ -182,7 +183,7 @@ func (c *Conn) writeFrame(ctx context.Context, frame []byte) error {
 				return c.ioErr("send", err)
 			}
 		}
-		if err := c.limiter.wait(ctx, len(frame), c.closed); err != nil {
+		if err := WaitBytes(ctx, c.limiter, len(frame), c.closed, nil); err != nil {
 			return err
 		}
 	}
@@ -199,7 +200,7 @@ func (c *Conn) write(ctx context.Context, m wire.Message) error {
 	}
 	c.frame = frame
 	if c.limiter != nil {
-		if err := c.limiter.wait(ctx, len(frame), c.closed); err != nil {
+		if err := WaitBytes(ctx, c.limiter, len(frame), c.closed, nil); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/wire"
 	"go.uber.org/goleak"
+	"golang.org/x/time/rate"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -146,7 +147,7 @@ func TestPeerGoneAndCorruptFrame(t *testing.T) {
 
 func TestLimiterPacesToRate(t *testing.T) {
 	now := time.Unix(0, 0)
-	l := newLimiter(1000, func() time.Time { return now }) // 1000 B/s, burst 100 B
+	l := testLimiter{newLimiter(1000), &now} // 1000 B/s, burst 100 B
 	if d, _ := l.reserve(100); d != 0 {
 		t.Fatalf("first 100 B within the burst waited %v", d)
 	}
@@ -215,7 +216,7 @@ func TestWriteFrameFlushesBeforeRateWait(t *testing.T) {
 // them.
 func TestLimiterCancelGivesBack(t *testing.T) {
 	now := time.Unix(0, 0)
-	l := newLimiter(1000, func() time.Time { return now }) // 1000 B/s, burst 100 B
+	l := testLimiter{newLimiter(1000), &now} // 1000 B/s, burst 100 B
 	if d, _ := l.reserve(100); d != 0 {
 		t.Fatalf("first 100 B within the burst waited %v", d)
 	}
@@ -227,4 +228,17 @@ func TestLimiterCancelGivesBack(t *testing.T) {
 	if d, _ := l.reserve(100); d != 100*time.Millisecond {
 		t.Fatalf("100 B after a cancelled 1000: wait %v, want 100ms", d)
 	}
+}
+
+// testLimiter reserves on a limiter at a clock the test moves.
+type testLimiter struct {
+	lim *rate.Limiter
+	now *time.Time
+}
+
+// reserve takes n bytes and returns how long to wait before writing them,
+// and a cancel that gives them back.
+func (l testLimiter) reserve(n int) (time.Duration, func()) {
+	d, rs := reserveBytes(l.lim, *l.now, n)
+	return d, func() { cancelBytes(rs, *l.now) }
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -212,7 +211,10 @@ func (l *link) writeBatch(ctx context.Context, stop <-chan struct{}, c *stream.C
 	for {
 		n++
 		size += len(f)
-		if err := l.paceWait(ctx, stop, c, len(f)); err != nil {
+		// At the snapshot's pace (pace.go), after writing out what the
+		// connection buffered; a stop (the connection replaced) ends the
+		// wait.
+		if err := stream.WaitBytes(ctx, l.pace, len(f), stop, c.Flush); err != nil {
 			return err
 		}
 		l.written.Add(int64(len(f)))
@@ -242,35 +244,6 @@ func (l *link) writeBatch(ctx context.Context, stop <-chan struct{}, c *stream.C
 func (l *link) setPace(bytesPerSec float64) {
 	l.pace.SetBurst(max(int(bytesPerSec/20), linkBatchBytesMax))
 	l.pace.SetLimit(paceLimit(bytesPerSec))
-}
-
-// paceWait waits until n more bytes may be written at the pace, after
-// writing out what the connection buffered: a frame written before must
-// not wait with this one. A frame larger than the credit takes it in
-// several reservations, each queued behind the last, so the wait for the
-// last is the frame's. It ends early if ctx ends or stop closes (the
-// connection is replaced), with an error.
-func (l *link) paceWait(ctx context.Context, stop <-chan struct{}, c *stream.Conn, n int) error {
-	d, rs := stream.ReserveBytes(l.pace, time.Now(), n)
-	if d <= 0 {
-		return nil
-	}
-	if err := c.Flush(); err != nil {
-		stream.CancelBytes(rs, time.Now())
-		return err
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		stream.CancelBytes(rs, time.Now())
-		return ctx.Err()
-	case <-stop:
-		stream.CancelBytes(rs, time.Now())
-		return errors.New("link: connection replaced")
-	}
 }
 
 // drain waits, up to d, until every queued frame is written: an attempt's

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -118,7 +119,7 @@ func TestLinkPace(t *testing.T) {
 		t.Fatalf("%d bytes paced at %d B/s went out in %v, want at least %v", total, rate, time.Since(start), least)
 	}
 	l.setPace(0)
-	if err := l.paceWait(context.Background(), nil, sender, 1<<30); err != nil {
+	if err := stream.WaitBytes(context.Background(), l.pace, 1<<30, nil, sender.Flush); err != nil {
 		t.Fatalf("unpaced: %v", err)
 	}
 }
