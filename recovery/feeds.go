@@ -21,8 +21,9 @@ type ReplicaFeed struct {
 	Alive bool
 	// Fed: a txn sent now reaches the node's replicas or fails them. An
 	// open feed does; so does one that broke while the node's process
-	// lives, since its replicas still track the initiator, never run past
-	// what they lack, and fail when they find the feed gone.
+	// lives: the feed's log keeps the txn until the feed resumes, and the
+	// replicas there still track the initiator and run nothing past what
+	// they lack meanwhile; if the feed cannot resume, they fail.
 	Fed bool
 	// Dialing: a feed to the node is being opened. Its hello named what
 	// the node missed so far; a txn sent before the feed opens would be

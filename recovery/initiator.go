@@ -15,9 +15,11 @@ import (
 // on the nodes it has a feed to, waits for every live one's Done, answers
 // the caller, heartbeats idle feeds every BeatTicks ticks, and keeps per
 // node the state of its feed there: dialing (its hello sent, its floor not
-// yet in), open, or none; the process (incarnation) of a feed that broke;
-// and the partitions it sequenced a txn of while it had no feed there
-// (wire.Hello.Missed). A driver (recovery/node's feed.go) dials, reads and
+// yet in), open, lost (it broke; the process it went to may take it up
+// again), or none; the txns meant for that node that it has not yet
+// acknowledged (the feed's log, sent again when a broken feed resumes:
+// docs/DESIGN.md "Feeds that resume"); and the partitions it sequenced a
+// txn of while it had no feed there (wire.Hello.Missed). A driver (recovery/node's feed.go) dials, reads and
 // writes the feeds, maps its timers to Tick and its membership reads to
 // SetView, and hands the core's messages to the feeds through
 // InitiatorIO.
@@ -30,13 +32,29 @@ type InitiatorIO interface {
 	// whether it did: false if the feed is broken or its queue full, in
 	// which case the driver closes it and reports FeedLost later.
 	Send(node string, m wire.Message) bool
-	// Dial asks for a feed to node's process inc, whose hello names the
-	// partitions missed. The driver reports FeedOpened or DialFailed.
-	Dial(node string, inc int64, missed []uint32)
+	// Dial asks for a feed to node's process d.Inc, with the hello d
+	// says. The driver reports FeedOpened, FeedResumed or DialFailed.
+	Dial(node string, d DialAsk)
 	// Close asks the driver to close the feed to node: it is a stale
 	// process's. The driver reports FeedLost once it has ended.
 	Close(node string)
 }
+
+// DialAsk is what a feed's hello says (wire.Hello).
+type DialAsk struct {
+	// Inc is the process dialled.
+	Inc int64
+	// Missed are the partitions whose txns this process sequenced while
+	// it had no feed to the node (wire.Hello.Missed).
+	Missed []uint32
+	// Resume asks the receiver to take up the broken feed before this
+	// one: the log holds every txn meant for the node above Kept.
+	Resume bool
+	Kept   txnid.ID
+}
+
+// FeedLogBytesMax is the default bound of one feed's log (InitiatorConfig).
+const FeedLogBytesMax = 64 << 20
 
 // InitiatorConfig configures an Initiator.
 type InitiatorConfig struct {
@@ -60,6 +78,12 @@ type InitiatorConfig struct {
 	// that lead"). 0 for either: heartbeats at the clock.
 	BeatLeadMillis     int64
 	BeatLeadQuietTicks int
+	// FeedLogBytesMax bounds each feed's log, the txns meant for one node
+	// that it has not acknowledged (a txn counts its params, its
+	// procedure name and 64 bytes); 0 means FeedLogBytesMax. Past it the
+	// oldest go, and a feed that broke before they reached the node can
+	// no longer resume: its replicas there rejoin.
+	FeedLogBytesMax int
 	// Knobs are testing hooks, off when nil.
 	Knobs InitiatorKnobs
 }
@@ -113,6 +137,12 @@ const (
 	feedDialing feedState = iota
 	// feedOpen: its floor came in; txns and heartbeats go out on it.
 	feedOpen
+	// feedLost: it broke while the process it went to may live on. Txns
+	// meant for the node go into its log, and the calls wait for its
+	// replicas as before: the feed resumes (FeedResumed) and sends them,
+	// or the node's replica stops counting (dead, not live, a new
+	// process), or the receiver refuses to resume and fails its replicas.
+	feedLost
 )
 
 type feedOut struct {
@@ -127,6 +157,51 @@ type feedOut struct {
 	fresh bool
 	// beatTop is the highest heartbeat ID sent on it (BeatPast).
 	beatTop txnid.ID
+	// resume: the dial under way asks to take up a broken feed, so txns
+	// go into the log meanwhile and the node counts as fed.
+	resume bool
+	// log holds, in ID order, every txn meant for the node above kept
+	// that the node has not acknowledged (wire.FeedAck), sent or not;
+	// logBytes is its size as FeedLogBytesMax counts it. Of a process:
+	// a new process of the node starts an empty one.
+	log      []*wire.Txn
+	logBytes int
+	kept     txnid.ID
+}
+
+// txnLogBytes is what one txn counts in a feed's log.
+func txnLogBytes(t *wire.Txn) int { return len(t.Params) + len(t.Proc) + 64 }
+
+// push adds t to the log, dropping the oldest past max; a dropped txn
+// that was not sent is missed (dropped reports its partition).
+func (f *feedOut) push(t *wire.Txn, max int, dropped func(p uint32)) {
+	f.log = append(f.log, t)
+	f.logBytes += txnLogBytes(t)
+	for f.logBytes > max && len(f.log) > 0 {
+		old := f.log[0]
+		f.log[0] = nil
+		f.log = f.log[1:]
+		f.logBytes -= txnLogBytes(old)
+		f.kept = old.ID
+		if f.state != feedOpen {
+			dropped(old.Partition)
+		}
+	}
+}
+
+// ack drops the log's txns at or below id: the node has them.
+func (f *feedOut) ack(id txnid.ID) {
+	i := 0
+	for i < len(f.log) && f.log[i].ID <= id {
+		f.logBytes -= txnLogBytes(f.log[i])
+		f.log[i] = nil
+		i++
+	}
+	f.log = f.log[i:]
+	if len(f.log) == 0 {
+		f.log, f.logBytes = nil, 0
+	}
+	f.kept = max(f.kept, id)
 }
 
 // pendingCall is one call in flight.
@@ -134,9 +209,11 @@ type pendingCall struct {
 	req *wire.Call
 	id  txnid.ID
 	// waiting are the nodes whose replica's Done the call waits for:
-	// live replicas whose feed took the txn. Invariant: a node leaves it
-	// only by its Done, its feed's loss, its death, or its replica no
-	// longer live.
+	// live replicas whose feed took the txn or whose log holds it.
+	// Invariant: a node leaves it only by its Done, its death, a new
+	// process of it, its replica no longer live, or its feed resumed
+	// above the txn (the Done was lost with the connection; the txn is
+	// there) or refused to resume (its replicas there failed).
 	waiting map[string]bool
 	// sent: the txn went out on at least one feed, so without a result
 	// its outcome is unknown, not a failure.
@@ -152,13 +229,10 @@ type Initiator struct {
 	cfg InitiatorConfig
 	io  InitiatorIO
 	gen *txnid.Generator
-	// feeds holds a node's entry from the dial asked until the feed is
-	// lost or the dial failed; no second feed is dialled meanwhile.
+	// feeds holds a node's entry from the dial asked until a fresh dial
+	// failed or the node's process changed; a broken feed stays, lost,
+	// with its log, and no second feed is dialled while one is dialing.
 	feeds map[string]*feedOut
-	// lost holds, per node, the process whose feed broke: a txn sent now
-	// counts as reaching it while that process lives (its replicas track
-	// this initiator and fail on the loss), and a call does not wait.
-	lost map[string]int64
 	// missed holds, per node, the partitions sequenced while it had no
 	// feed: told in the hello of the next feed there (wire.Hello.Missed).
 	missed map[string]map[uint32]bool
@@ -194,7 +268,10 @@ func NewInitiator(cfg InitiatorConfig, io InitiatorIO) (*Initiator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
-	return &Initiator{cfg: cfg, io: io, gen: gen, feeds: map[string]*feedOut{}, lost: map[string]int64{},
+	if cfg.FeedLogBytesMax <= 0 {
+		cfg.FeedLogBytesMax = FeedLogBytesMax
+	}
+	return &Initiator{cfg: cfg, io: io, gen: gen, feeds: map[string]*feedOut{},
 		missed: map[string]map[uint32]bool{}, pending: map[txnid.ID]*pendingCall{}}, nil
 }
 
@@ -238,7 +315,7 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 	}
 	targets, live := in.targetsScratch[:0], 0
 	for _, rp := range v.Placement[req.Partition] {
-		if in.open(rp.Node) {
+		if in.logs(rp.Node, v) {
 			targets = append(targets, rp)
 			if rp.Live {
 				live++
@@ -270,18 +347,21 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 		in.cfg.Knobs.Plant(txn)
 	}
 	for _, rp := range targets {
-		switch {
-		case in.skip(rp.Node, id):
-		case !in.send(rp.Node, txn):
-			in.noteMissed(rp.Node, req.Partition)
-		default:
+		if in.skip(rp.Node, id) {
 			if c != nil {
-				c.sent = true
+				delete(c.waiting, rp.Node)
 			}
 			continue
 		}
+		// Logged first: a send that fails breaks the feed, and the txn
+		// goes out again when it resumes.
+		f := in.feeds[rp.Node]
+		f.push(txn, in.cfg.FeedLogBytesMax, func(p uint32) { in.noteMissed(rp.Node, p) })
+		if f.state == feedOpen {
+			in.send(rp.Node, txn)
+		}
 		if c != nil {
-			delete(c.waiting, rp.Node)
+			c.sent = true
 		}
 	}
 	in.sent = true
@@ -309,10 +389,25 @@ func (in *Initiator) open(node string) bool {
 	return f != nil && f.state == feedOpen
 }
 
+// logs reports whether a txn meant for node goes into its feed's log
+// now: the feed is open, or it broke (or is being taken up again) while
+// the process it went to lives in v.
+func (in *Initiator) logs(node string, v *InitiatorView) bool {
+	f := in.feeds[node]
+	if f == nil {
+		return false
+	}
+	if f.state == feedOpen {
+		return true
+	}
+	inc, alive := v.Nodes[node]
+	return alive && inc == f.inc && (f.state == feedLost || f.resume)
+}
+
 // replicaFeeds says, for each replica of p, whether its node is alive in
 // v and whether a txn sent now reaches it: the feed to it is open, or the
-// one to its process broke (its replicas then fail, having tracked this
-// initiator all along).
+// one to its process broke and its log keeps the txn until it resumes
+// (its replicas track this initiator meanwhile and run nothing past it).
 func (in *Initiator) replicaFeeds(p uint32, v *InitiatorView) []ReplicaFeed {
 	return in.replicaFeedsInto(nil, p, v)
 }
@@ -320,11 +415,10 @@ func (in *Initiator) replicaFeeds(p uint32, v *InitiatorView) []ReplicaFeed {
 // replicaFeedsInto is replicaFeeds appending to rs.
 func (in *Initiator) replicaFeedsInto(rs []ReplicaFeed, p uint32, v *InitiatorView) []ReplicaFeed {
 	for _, rp := range v.Placement[p] {
-		inc, alive := v.Nodes[rp.Node]
-		lost, broke := in.lost[rp.Node]
-		fed := in.open(rp.Node) || alive && broke && lost == inc
+		_, alive := v.Nodes[rp.Node]
 		f := in.feeds[rp.Node]
-		rs = append(rs, ReplicaFeed{Node: rp.Node, Alive: alive, Fed: fed, Dialing: f != nil && f.state == feedDialing})
+		fed := in.logs(rp.Node, v)
+		rs = append(rs, ReplicaFeed{Node: rp.Node, Alive: alive, Fed: fed, Dialing: !fed && f != nil && f.state == feedDialing})
 	}
 	return rs
 }
@@ -537,36 +631,46 @@ func (in *Initiator) Fed(node string) bool { return in.open(node) }
 
 // SetView takes a new membership view: it stops waiting for nodes taken
 // for dead and replicas no longer live, closes feeds to a stale process
-// of a node, and asks for a feed to every node alive that has none.
+// of a node, drops the log of a process replaced, and asks for a feed to
+// every node alive that has none open: a fresh one, or one that takes up
+// the broken feed to the same process.
 func (in *Initiator) SetView(v *InitiatorView) {
 	for _, node := range sortedKeys(in.feeds) {
 		f := in.feeds[node]
-		if f.state != feedOpen {
-			continue
-		}
 		inc, ok := v.Nodes[node]
 		switch {
 		case !ok:
 			// Taken for dead by the coordinator: stop waiting for it, but
-			// keep its feed. A dead process's connection breaks by itself;
-			// a process that only lost the coordinator goes on receiving
-			// every txn, so it misses none (docs/DESIGN.md "Without the
-			// coordinator").
+			// keep its feed and its log. A dead process's connection
+			// breaks by itself; a process that only lost the coordinator
+			// goes on receiving every txn, so it misses none
+			// (docs/DESIGN.md "Without the coordinator").
 			in.dropNode(node)
-		case inc != f.inc:
+		case inc != f.inc && f.state == feedOpen:
 			in.io.Close(node) // a new process: the old connection is stale
+		case inc != f.inc && f.state == feedLost:
+			// A new process: the old one's replicas are gone with it, and
+			// so is any use of its log.
+			delete(in.feeds, node)
+			in.dropNode(node)
 		}
 	}
 	in.dropNotLive(v)
 	for _, node := range sortedKeys(v.Nodes) {
-		if in.feeds[node] != nil {
-			continue
+		f := in.feeds[node]
+		switch {
+		case f == nil:
+			// What node missed so far goes in the hello; from here until
+			// the feed is open no txn of its partitions is sequenced
+			// (Dialing), so the list stays whole.
+			in.feeds[node] = &feedOut{state: feedDialing, inc: v.Nodes[node]}
+			in.io.Dial(node, DialAsk{Inc: v.Nodes[node], Missed: in.Missed(node)})
+		case f.state == feedLost:
+			// The same process: ask it to take the feed up where it
+			// stopped. The log goes on taking txns meanwhile.
+			f.state, f.resume = feedDialing, true
+			in.io.Dial(node, DialAsk{Inc: f.inc, Missed: in.Missed(node), Resume: true, Kept: f.kept})
 		}
-		// What node missed so far goes in the hello; from here until the
-		// feed is open no txn of its partitions is sequenced (Dialing),
-		// so the list stays whole.
-		in.feeds[node] = &feedOut{state: feedDialing, inc: v.Nodes[node]}
-		in.io.Dial(node, v.Nodes[node], in.Missed(node))
 	}
 }
 
@@ -585,33 +689,91 @@ func sortedKeys[V any](m map[string]V) []string {
 // (docs/DESIGN.md "An initiator that joins"), and the next tick
 // heartbeats the feed if nothing went out on it before, so the replicas'
 // safe point hears from this initiator within a tick.
+//
+// A floor in answer to a dial that asked to resume says the receiver
+// did not take up the broken feed: it failed its replicas, which will
+// not answer, and what the log held will never reach them. The calls
+// stop waiting for the node, and the log starts anew.
 func (in *Initiator) FeedOpened(node string, floor txnid.ID) {
 	f := in.feeds[node]
 	if f == nil || f.state != feedDialing {
 		panic(fmt.Sprintf("recovery: feed to %s opened without a dial", node))
 	}
-	f.state, f.fresh = feedOpen, true
+	if f.resume {
+		in.dropNode(node)
+	}
+	f.state, f.fresh, f.resume, f.beatTop = feedOpen, true, false, txnid.Zero
+	f.log, f.logBytes, f.kept = nil, 0, txnid.Zero
 	delete(in.missed, node) // the node has the list now
 	in.gen.Advance(floor)
 }
 
+// FeedResumed: the receiver took up the broken feed to node where it
+// stopped, at its ID at: every txn of this process up to at is there.
+// What the log holds above it goes out again, in order, before anything
+// new. A call that waits for the node with its txn at or below at lost
+// its Done with the connection: the txn is there, so it stops waiting.
+func (in *Initiator) FeedResumed(node string, at txnid.ID) {
+	f := in.feeds[node]
+	if f == nil || f.state != feedDialing || !f.resume {
+		panic(fmt.Sprintf("recovery: feed to %s resumed without a dial to resume", node))
+	}
+	f.state, f.fresh, f.resume, f.beatTop = feedOpen, true, false, txnid.Zero
+	delete(in.missed, node) // the hello named them
+	f.ack(at)
+	for _, id := range in.pendingIDs() {
+		if c := in.pending[id]; id <= at && c.waiting[node] {
+			delete(c.waiting, node)
+			in.maybeReply(c)
+		}
+	}
+	for _, t := range f.log {
+		if !in.send(node, t) {
+			break // the feed broke again: the log still has them
+		}
+	}
+}
+
+// FeedAcked: the receiver on node has every txn up to id of this
+// process's feed there, which the log need not keep.
+func (in *Initiator) FeedAcked(node string, id txnid.ID) {
+	if f := in.feeds[node]; f != nil {
+		f.ack(id)
+	}
+}
+
 // DialFailed: the feed to node could not be opened; the next view asks
-// again.
+// again. A dial that asked to resume leaves the feed lost, its log kept.
 func (in *Initiator) DialFailed(node string) {
-	if f := in.feeds[node]; f != nil && f.state == feedDialing {
+	f := in.feeds[node]
+	switch {
+	case f == nil || f.state != feedDialing:
+	case f.resume:
+		f.state, f.resume = feedLost, false
+	default:
 		delete(in.feeds, node)
 	}
 }
 
-// FeedLost: the open feed to node broke. The calls stop waiting for node;
-// while its process lives a txn sent counts as reaching it (its replicas
-// fail on the loss instead).
+// FeedLost: the open feed to node broke. Its log keeps every txn the
+// node did not acknowledge and takes the ones meant for it from now on;
+// the calls go on waiting for its replicas until the feed resumes, the
+// node dies, or its replicas stop being live (docs/DESIGN.md "Feeds that
+// resume"). Waiting is what keeps a write from being acknowledged
+// without a replica the membership still counts.
 func (in *Initiator) FeedLost(node string) {
 	if f := in.feeds[node]; f != nil && f.state == feedOpen {
-		delete(in.feeds, node)
-		in.lost[node] = f.inc
+		f.state = feedLost
 	}
-	in.dropNode(node)
+}
+
+// LogBytes is the size of the log of the feed to node, as
+// FeedLogBytesMax counts it.
+func (in *Initiator) LogBytes(node string) int {
+	if f := in.feeds[node]; f != nil {
+		return f.logBytes
+	}
+	return 0
 }
 
 // Missed returns the partitions the next hello to node names: those this

@@ -32,8 +32,12 @@ func (f *fakeIO) Send(node string, m wire.Message) bool {
 	return true
 }
 
-func (f *fakeIO) Dial(node string, inc int64, missed []uint32) {
-	f.dials = append(f.dials, fmt.Sprintf("%s %d %v", node, inc, missed))
+func (f *fakeIO) Dial(node string, d DialAsk) {
+	if d.Resume {
+		f.dials = append(f.dials, fmt.Sprintf("%s %d %v resume above %v", node, d.Inc, d.Missed, d.Kept))
+		return
+	}
+	f.dials = append(f.dials, fmt.Sprintf("%s %d %v", node, d.Inc, d.Missed))
 }
 
 func (f *fakeIO) Close(node string) { f.closes = append(f.closes, node) }
@@ -141,13 +145,19 @@ func TestInitiatorWaitsForEveryLiveReplica(t *testing.T) {
 
 // TestInitiatorReplyWhenReplicasLost: a call's reply once nothing is
 // waited for. A txn that went out and lost every replica it waited for is
-// uncertain (it may have run on one of them); one whose every send failed
-// is a plain failure; a replica's result is the answer. A node is lost by
-// its feed breaking, by the view taking it for dead, or by its replica
-// no longer live there.
+// uncertain (it may have run on one of them); one sent nowhere is a plain
+// failure; a replica's result is the answer. A node is lost by the view
+// taking it for dead, by its replica no longer live there, or by its
+// feed broken and not taken up again (the receiver answers a dial to
+// resume with a floor: it failed its replicas). A feed that only breaks
+// loses nothing: the call waits for the node until one of those.
 func TestInitiatorReplyWhenReplicasLost(t *testing.T) {
 	losses := map[string]func(ti *testInitiator, node string){
-		"feed lost": func(ti *testInitiator, node string) { ti.FeedLost(node) },
+		"feed not resumed": func(ti *testInitiator, node string) {
+			ti.FeedLost(node)
+			ti.SetView(ti.view)
+			ti.FeedOpened(node, txnid.Zero)
+		},
 		"node dead": func(ti *testInitiator, node string) {
 			delete(ti.view.Nodes, node)
 			ti.SetView(ti.view)
@@ -163,7 +173,7 @@ func TestInitiatorReplyWhenReplicasLost(t *testing.T) {
 	}
 	tests := []struct {
 		name          string
-		refused       bool // every send fails
+		refused       bool // every send is skipped: lost on the way
 		answer        bool // n1 answers before the others are lost
 		wantUncertain bool
 		wantErr       string
@@ -178,7 +188,7 @@ func TestInitiatorReplyWhenReplicasLost(t *testing.T) {
 				ti := newTestInitiator(t, 1)
 				ti.openAll(t)
 				if tt.refused {
-					ti.io.refuse["n1"], ti.io.refuse["n2"], ti.io.refuse["n3"] = true, true, true
+					ti.cfg.Knobs.SkipSend = func(string, txnid.ID) bool { return true }
 				}
 				if err := ti.submit(t, 0, false); err != nil {
 					t.Fatal(err)
@@ -189,6 +199,10 @@ func TestInitiatorReplyWhenReplicasLost(t *testing.T) {
 						ti.OnDone("n1", &wire.Done{ID: id})
 					} else {
 						lose(ti, "n1")
+					}
+					ti.FeedLost("n2")
+					if len(ti.reply) != 0 {
+						t.Fatalf("answered once n2's feed broke: %+v", ti.reply[0])
 					}
 					lose(ti, "n2")
 					if len(ti.reply) != 0 {
@@ -547,13 +561,14 @@ func TestInitiatorMissed(t *testing.T) {
 	if got := ti.Missed("n3"); !slices.Equal(got, []uint32{0}) {
 		t.Fatalf("n3 missed %v, want [0]", got)
 	}
-	// A send that fails misses too.
+	// A send that fails misses nothing: the feed's log keeps the txn for
+	// when the feed, which breaks, resumes.
 	ti.io.refuse["n1"] = true
 	if err := ti.submit(t, 1, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := ti.Missed("n1"); !slices.Equal(got, []uint32{1}) {
-		t.Fatalf("n1 missed %v, want [1]", got)
+	if got := ti.Missed("n1"); len(got) != 0 || ti.LogBytes("n1") == 0 {
+		t.Fatalf("n1 missed %v, its log %d bytes; want nothing missed, the txn logged", got, ti.LogBytes("n1"))
 	}
 	// n3 is back, a new process: the dial names what it missed, and
 	// nothing of partition 0 is sequenced until the feed opens.
@@ -578,8 +593,8 @@ func TestInitiatorMissed(t *testing.T) {
 	if got := ti.Missed("n3"); len(got) != 0 {
 		t.Fatalf("n3 still missed %v once its feed opened", got)
 	}
-	// n2's feed breaks while its process lives: a txn counts as reaching
-	// it (its replicas fail on the loss), so nothing is missed or refused.
+	// n2's feed breaks while its process lives: a txn goes into its log,
+	// so nothing is missed or refused.
 	ti.FeedLost("n2")
 	if err := ti.submit(t, 0, false); err != nil {
 		t.Fatal(err)
@@ -697,7 +712,7 @@ func TestTailRepair(t *testing.T) {
 type discardIO struct{}
 
 func (discardIO) Send(string, wire.Message) bool { return true }
-func (discardIO) Dial(string, int64, []uint32)   {}
+func (discardIO) Dial(string, DialAsk)           {}
 func (discardIO) Close(string)                   {}
 
 // TestInitiatorSubmitAllocs: a call with no caller (a workload's)
@@ -721,5 +736,141 @@ func TestInitiatorSubmitAllocs(t *testing.T) {
 	})
 	if allocs > 1 {
 		t.Fatalf("%.1f allocations a call, want 1 (its txn)", allocs)
+	}
+}
+
+// txnIDs returns the IDs of the txns among ms, in order.
+func txnIDs(ms []wire.Message) []txnid.ID {
+	var ids []txnid.ID
+	for _, m := range ms {
+		if t, ok := m.(*wire.Txn); ok {
+			ids = append(ids, t.ID)
+		}
+	}
+	return ids
+}
+
+// TestInitiatorFeedResumes: a feed that breaks loses nothing. The calls
+// go on waiting for the node; the txns meant for it go into the feed's
+// log; the next view dials the same process asking to resume above what
+// it acknowledged; its answer says where it stopped, and everything
+// above goes out again in order. A call whose txn the node got before
+// the break stops waiting: its Done was lost with the connection.
+func TestInitiatorFeedResumes(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.openAll(t)
+	var ids []txnid.ID
+	submit := func() {
+		t.Helper()
+		if err := ti.submit(t, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ti.gen.Last())
+	}
+	for range 3 {
+		submit()
+	}
+	ti.FeedAcked("n2", ids[0])
+	ti.io.take("n2")
+	ti.FeedLost("n2")
+	submit()
+	submit()
+	if got := ti.io.take("n2"); len(got) != 0 {
+		t.Fatalf("sent %v on a broken feed", got)
+	}
+	// Every other replica answers; n2 is still waited for.
+	for _, id := range ids {
+		ti.OnDone("n1", &wire.Done{ID: id})
+		ti.OnDone("n3", &wire.Done{ID: id})
+	}
+	if len(ti.reply) != 0 {
+		t.Fatalf("answered without n2, whose feed only broke: %+v", ti.reply[0])
+	}
+	ti.SetView(ti.view)
+	if want := fmt.Sprintf("n2 1 [] resume above %v", ids[0]); ti.io.dials[len(ti.io.dials)-1] != want {
+		t.Fatalf("dials %v, want the last %q", ti.io.dials, want)
+	}
+	// A call while the dial is under way is taken, into the log.
+	submit()
+	ti.OnDone("n1", &wire.Done{ID: ids[5]})
+	ti.OnDone("n3", &wire.Done{ID: ids[5]})
+	// n2 got up to the second txn before the break.
+	ti.FeedResumed("n2", ids[1])
+	if len(ti.reply) != 2 || ti.reply[0].ID != ids[0] || ti.reply[1].ID != ids[1] {
+		t.Fatalf("replies %+v; want the two calls n2 got before the break", ti.reply)
+	}
+	if got := txnIDs(ti.io.take("n2")); !slices.Equal(got, ids[2:]) {
+		t.Fatalf("sent again %v, want %v", got, ids[2:])
+	}
+	for _, id := range ids[2:] {
+		ti.OnDone("n2", &wire.Done{ID: id})
+	}
+	if len(ti.reply) != len(ids) || ti.Pending() != 0 {
+		t.Fatalf("%d replies, %d pending; want %d, 0", len(ti.reply), ti.Pending(), len(ids))
+	}
+	ti.FeedAcked("n2", ids[5])
+	if b := ti.LogBytes("n2"); b != 0 {
+		t.Fatalf("log of %d bytes once n2 acknowledged everything", b)
+	}
+	// The resumed feed is heartbeaten as any other once idle.
+	ti.Tick()
+	ti.Tick()
+	if ms := ti.io.take("n2"); len(ms) != 1 || ms[0].Type() != wire.MsgBeat {
+		t.Fatalf("after two ticks, sent %v; want a heartbeat", ms)
+	}
+}
+
+// TestInitiatorFeedLogBound: past FeedLogBytesMax the oldest txns of a
+// broken feed's log go, the txns' partition is missed there, and the
+// dial to resume asks above the last one dropped, so the receiver, which
+// stopped below it, refuses and fails its replicas. A dial that fails
+// keeps the log; a new process of the node drops it.
+func TestInitiatorFeedLogBound(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.cfg.FeedLogBytesMax = 3 * (len("upsert") + 64)
+	ti.openAll(t)
+	ti.FeedLost("n2")
+	var ids []txnid.ID
+	for range 5 {
+		if err := ti.submit(t, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ti.gen.Last())
+	}
+	if got := ti.Missed("n2"); !slices.Equal(got, []uint32{0}) {
+		t.Fatalf("n2 missed %v, want [0]", got)
+	}
+	ti.SetView(ti.view)
+	if want := fmt.Sprintf("n2 1 [0] resume above %v", ids[1]); ti.io.dials[len(ti.io.dials)-1] != want {
+		t.Fatalf("dials %v, want the last %q", ti.io.dials, want)
+	}
+	ti.DialFailed("n2")
+	ti.SetView(ti.view)
+	if want := fmt.Sprintf("n2 1 [0] resume above %v", ids[1]); ti.io.dials[len(ti.io.dials)-1] != want {
+		t.Fatalf("after a failed dial, dials %v, want the last %q", ti.io.dials, want)
+	}
+	// The receiver refuses: a floor, not a resume. The calls stop waiting
+	// for n2, and the log starts anew.
+	ti.FeedOpened("n2", txnid.Zero)
+	for _, id := range ids {
+		ti.OnDone("n1", &wire.Done{ID: id})
+		ti.OnDone("n3", &wire.Done{ID: id})
+	}
+	if len(ti.reply) != len(ids) || ti.LogBytes("n2") != 0 {
+		t.Fatalf("%d replies, log %d bytes; want %d replies, an empty log", len(ti.reply), ti.LogBytes("n2"), len(ids))
+	}
+	// A new process of n3 while its feed is broken: its log goes, and
+	// the calls stop waiting for it.
+	ti.FeedAcked("n3", ids[len(ids)-1])
+	ti.FeedLost("n3")
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ti.OnDone("n1", &wire.Done{ID: ti.gen.Last()})
+	ti.OnDone("n2", &wire.Done{ID: ti.gen.Last()})
+	ti.view.Nodes["n3"] = 2
+	ti.SetView(ti.view)
+	if ti.Pending() != 0 || ti.LogBytes("n3") != 0 || ti.io.dials[len(ti.io.dials)-1] != "n3 2 []" {
+		t.Fatalf("pending %d, n3's log %d bytes, dials %v", ti.Pending(), ti.LogBytes("n3"), ti.io.dials)
 	}
 }

@@ -110,6 +110,14 @@ type Hello struct {
 	// lack them (docs/DESIGN.md "Without the coordinator"). At most
 	// MissedMax.
 	Missed []uint32
+	// Resume, on a HelloFeed, asks the receiver to go on with the
+	// sending process's previous feed there, which broke: the sender
+	// holds every txn it sent or meant for this node with an ID above
+	// Kept and sends again what the receiver did not get (docs/DESIGN.md
+	// "Feeds that resume"). The receiver answers with a FeedAck naming
+	// where it stopped, or with a floor (a Beat) if it cannot resume.
+	Resume bool
+	Kept   txnid.ID
 }
 
 // MissedMax bounds Hello.Missed: the most partitions a cluster has.
@@ -128,6 +136,15 @@ type Txn struct {
 // floor: its replicas executed nothing above ID, and the initiator's IDs
 // on the feed must lie above it.
 type Beat struct {
+	ID txnid.ID
+}
+
+// FeedAck tells a feed's sender that every txn and heartbeat of its
+// process on this feed up to ID reached the receiver, so it need not keep
+// them to send again; the receiver sends one now and then. As the first
+// answer to a Hello that asks to Resume, it says where the receiver
+// stopped: the sender sends again everything it holds above ID.
+type FeedAck struct {
 	ID txnid.ID
 }
 
@@ -219,6 +236,9 @@ func (*Beat) Type() MsgType { return MsgBeat }
 func (*BeatAsk) Type() MsgType { return MsgBeatAsk }
 
 // Type implements Message.
+func (*FeedAck) Type() MsgType { return MsgFeedAck }
+
+// Type implements Message.
 func (*Done) Type() MsgType { return MsgDone }
 
 // Type implements Message.
@@ -247,6 +267,9 @@ func (*Beat) Header() MsgHeader { return MsgHeader{} }
 func (*BeatAsk) Header() MsgHeader { return MsgHeader{} }
 
 // Header implements Message: the zero MsgHeader.
+func (*FeedAck) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
 func (*Done) Header() MsgHeader { return MsgHeader{} }
 
 // Header implements Message: the zero MsgHeader.
@@ -263,10 +286,11 @@ func (*RepairEnd) Header() MsgHeader { return MsgHeader{} }
 
 // Field counts of the cluster messages' msgpack arrays. Part of the format.
 const (
-	helloFields      = 6 // [kind, node, initiator, partition, epoch, [missed, ...]]
+	helloFields      = 8 // [kind, node, initiator, partition, epoch, [missed, ...], resume, kept]
 	txnFields        = 4 // [partition, id, proc, params]
 	beatFields       = 1 // [id]
 	beatAskFields    = 1 // [id]
+	feedAckFields    = 1 // [id]
 	doneFields       = 4 // [partition, id, out, err]
 	callFields       = 5 // [req, partition, proc, params, each]
 	replyFields      = 6 // [req, id, out, err, [replicaOut, ...], uncertain]
@@ -293,7 +317,8 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 		for _, p := range m.Missed {
 			dst = appendUint(dst, uint64(p))
 		}
-		return dst, true
+		dst = appendBool(dst, m.Resume)
+		return appendUint(dst, uint64(m.Kept)), true
 	case *Txn:
 		dst = AppendArrayHeader(dst, txnFields)
 		dst = appendUint(dst, uint64(m.Partition))
@@ -305,6 +330,9 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 		return appendUint(dst, uint64(m.ID)), true
 	case *BeatAsk:
 		dst = AppendArrayHeader(dst, beatAskFields)
+		return appendUint(dst, uint64(m.ID)), true
+	case *FeedAck:
+		dst = AppendArrayHeader(dst, feedAckFields)
 		return appendUint(dst, uint64(m.ID)), true
 	case *Done:
 		dst = AppendArrayHeader(dst, doneFields)
@@ -433,6 +461,8 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 		h.Partition = uint32(r.uint(math.MaxUint32))
 		h.Epoch = r.uint(math.MaxUint64)
 		h.Missed = r.partitions(MissedMax)
+		h.Resume = r.bool()
+		h.Kept = r.txnID()
 		return &h
 	case MsgTxn:
 		var x Txn
@@ -452,6 +482,11 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 		r.fields(beatAskFields)
 		b.ID = r.txnID()
 		return &b
+	case MsgFeedAck:
+		var a FeedAck
+		r.fields(feedAckFields)
+		a.ID = r.txnID()
+		return &a
 	case MsgDone:
 		var d Done
 		r.fields(doneFields)

@@ -16,7 +16,7 @@
 //     Block, Ack, Handoff, Abort, Heartbeat, Hold, HandoffAck) in its state
 //     machines.
 //   - recovery/node and recovery/client speak the cluster messages (Hello, Txn,
-//     Beat, BeatAsk, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
+//     Beat, BeatAsk, FeedAck, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
 //     frames.
 //   - stream moves frames: it writes what AppendFrame or BlockWriter.Frame
 //     returned, and reads FrameHeaderBytes, calls ParseFrameHeader, reads
@@ -48,10 +48,11 @@
 // The cluster messages have no MsgHeader (Header returns the zero one;
 // MsgType.Rejoin tells the two families apart):
 //
-//	Hello     [kind, node, initiator, partition, epoch]
+//	Hello     [kind, node, initiator, partition, epoch, [missed, ...], resume, kept]
 //	Txn       [partition, txnID, proc, params]
 //	Beat      [txnID]
 //	BeatAsk   [txnID]   (type 18: added after HandoffAck)
+//	FeedAck   [txnID]   (type 19)
 //	Done      [partition, txnID, out, err]
 //	Call      [req, partition, proc, params, each]
 //	Reply     [req, txnID, out, err, [[node, out, err], ...], uncertain]

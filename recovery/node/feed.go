@@ -141,18 +141,43 @@ type feedIn struct {
 	q    chan wire.Message
 	// resolved is closed once this feed has ended and its tail is
 	// settled on every replica: repaired from the peers and the
-	// initiator removed, or the replicas failed.
+	// initiator removed, or the replicas failed, or a feed of the same
+	// process took it up (docs/DESIGN.md "Feeds that resume").
 	resolved chan struct{}
 	// redialled is closed when a feed of the same incarnation replaces
-	// this one: the initiator lives, so its tail cannot be repaired.
+	// this one: the initiator lives, and the new feed resumes this one
+	// or fails the replicas.
 	redialled chan struct{}
+	// untracked: the replicas stopped waiting for the initiator (its
+	// tail was repaired from the peers, or repairing it failed them).
+	// Set before resolved is closed; a feed that comes after cannot
+	// resume this one.
+	untracked bool
 	// floored: the floor was queued to the initiator. Before it, the
 	// initiator sends nothing on the feed, so a redial loses nothing.
 	floored atomic.Bool
 	// beat is the feed's latest heartbeat, which the replicas read when
 	// they need it instead of each taking every heartbeat as an event
-	// (beatSlot; docs/DESIGN.md "Heartbeats by slot").
-	beat beatSlot
+	// (beatSlot; docs/DESIGN.md "Heartbeats by slot"). A feed that
+	// resumes another takes over its slot: the replicas hold it.
+	beat *beatSlot
+	// recv is the highest txn or heartbeat ID read on the feed (or on
+	// the feeds it resumes): where a feed that resumes it starts, and
+	// what the receiver acknowledges (wire.FeedAck). ackDue tells the
+	// writer that recv moved.
+	recv   atomic.Uint64
+	ackDue chan struct{}
+}
+
+// read records id as read on the feed and has the writer acknowledge it.
+func (fi *feedIn) read(id txnid.ID) {
+	if uint64(id) > fi.recv.Load() {
+		fi.recv.Store(uint64(id))
+	}
+	select {
+	case fi.ackDue <- struct{}{}:
+	default:
+	}
 }
 
 // done sends a txn's result back to its initiator, without waiting.
@@ -204,12 +229,15 @@ func (f *feedIns) admitFeed(h *wire.Hello) error {
 // incarnation), its tail is repaired from the peers and the initiator
 // removed; the new process then starts a fresh sequence. If it came from
 // the same process, that process lived on while this node had no feed
-// from it: it stopped waiting for this node's replicas and may have
-// committed txns they never got, so they fail and rejoin.
+// from it and kept, in its feed's log, every txn meant for this node
+// since: if the replicas here still wait for it and the log reaches down
+// to where the old feed stopped, the new feed resumes the old one
+// (docs/DESIGN.md "Feeds that resume"). Otherwise its txns meanwhile
+// never arrive, so the replicas fail and rejoin.
 func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	in := txnid.Initiator(h.Initiator)
 	fi := &feedIn{in: in, node: h.Node, inc: h.Epoch, conn: conn, q: make(chan wire.Message, feedQueueMax),
-		resolved: make(chan struct{}), redialled: make(chan struct{})}
+		resolved: make(chan struct{}), redialled: make(chan struct{}), beat: &beatSlot{}, ackDue: make(chan struct{}, 1)}
 	n.feeds.mu.Lock()
 	old, prev := n.feeds.by[in], n.feeds.last[in]
 	n.feeds.by[in], n.feeds.last[in] = fi, fi
@@ -218,6 +246,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	if old != nil {
 		old.conn.Close()
 	}
+	resumed := false
 	if prev != nil {
 		if prev.inc == fi.inc {
 			close(prev.redialled)
@@ -229,9 +258,23 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 			return
 		}
 		if prev.inc == fi.inc && prev.floored.Load() {
-			why := fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process: txns sent meanwhile were not received", in, h.Node)
-			for _, r := range n.hosted() {
-				r.do(func(r *replica) { r.fail(why) })
+			var why string
+			switch at := txnid.ID(prev.recv.Load()); {
+			case !h.Resume:
+				why = fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process without resuming: txns sent meanwhile were not received", in, h.Node)
+			case prev.untracked:
+				why = fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process after its replicas here stopped waiting for it: its tail here is not final", in, h.Node)
+			case at < h.Kept:
+				why = fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process, which no longer holds what this node missed (it stopped at %v, the sender keeps above %v)", in, h.Node, at, h.Kept)
+			default:
+				resumed = true
+				fi.beat = prev.beat
+				fi.recv.Store(uint64(at))
+			}
+			if !resumed {
+				for _, r := range n.hosted() {
+					r.do(func(r *replica) { r.fail(why) })
+				}
 			}
 		}
 	}
@@ -242,26 +285,42 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		close(fi.resolved)
 		return
 	}
-	// The floor: once every replica tracks the initiator, none executes
-	// past what it has until the initiator speaks, so the highest ID they
-	// executed or read as safe bounds all they ever will without it. The
-	// initiator's IDs then start above it (docs/DESIGN.md "An initiator
-	// that joins").
-	floor := txnid.Zero
-	for _, r := range n.hosted() {
-		if f, ok := ask(r, func(r *replica) txnid.ID {
-			r.addInitiator(in, fi.inc, &fi.beat)
-			return r.joinFloor()
-		}); ok {
-			floor = max(floor, f)
+	if resumed {
+		// The replicas still track the initiator at the slot they had,
+		// and what it sent meanwhile comes next on this feed. A
+		// partition it names as missed had txns it sent nowhere while
+		// this node was out of its view: those replicas lack them.
+		for _, p := range h.Missed {
+			if r := n.hosted()[p]; r != nil {
+				why := fmt.Sprintf("initiator %d (%s) sequenced txns of partition %d while this node was out of its view", in, h.Node, p)
+				r.do(func(r *replica) { r.fail(why) })
+			}
 		}
+		n.log.Info("feed resumed", "initiator", in, "node", h.Node, "at", txnid.ID(fi.recv.Load()))
+		fi.floored.Store(true)
+		fi.q <- &wire.FeedAck{ID: txnid.ID(fi.recv.Load())}
+	} else {
+		// The floor: once every replica tracks the initiator, none
+		// executes past what it has until the initiator speaks, so the
+		// highest ID they executed or read as safe bounds all they ever
+		// will without it. The initiator's IDs then start above it
+		// (docs/DESIGN.md "An initiator that joins").
+		floor := txnid.Zero
+		for _, r := range n.hosted() {
+			if f, ok := ask(r, func(r *replica) txnid.ID {
+				r.addInitiator(in, fi.inc, fi.beat)
+				return r.joinFloor()
+			}); ok {
+				floor = max(floor, f)
+			}
+		}
+		fi.floored.Store(true)
+		fi.q <- &wire.Beat{ID: floor}
 	}
-	fi.floored.Store(true)
-	fi.q <- &wire.Beat{ID: floor}
 	writerDone, stop := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		writeQueue(n.ctx, conn, fi.q, stop)
+		writeFeedIn(n.ctx, conn, fi, stop)
 	}()
 	err := n.readFeed(conn, fi)
 	conn.Close()
@@ -293,6 +352,7 @@ func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
 		}
 		switch m := m.(type) {
 		case *wire.Txn:
+			fi.read(m.ID)
 			r := n.hosted()[m.Partition]
 			if r == nil {
 				continue // not hosted here: the sender's placement is stale
@@ -302,6 +362,7 @@ func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
 			if m.ID.Initiator() != fi.in {
 				return fmt.Errorf("feed: heartbeat %v on the feed of initiator %d", m.ID, fi.in)
 			}
+			fi.read(m.ID)
 			fi.beat.raise(m.ID)
 			n.feeds.waiters.wake()
 		case *wire.BeatAsk:
@@ -319,18 +380,41 @@ func txnEvent(inv partition.Invocation) event {
 	return func(r *replica) { r.onTxnAt(inv, t) }
 }
 
-// feedLost: an initiator's feed ended, and with TCP nothing more of it
-// can arrive: each replica repairs its tail of that initiator from its
-// peers (repair.go) and stops waiting for it, so a killed node stalls the
-// others' safe point only as long as its sockets take to close and one
-// round trip to each peer. If its process lives on (no feed of a newer
-// incarnation follows while its node is alive), the replicas may have
-// missed txns it sent: they fail and need a rejoin. The process, not
-// the node: a newer process registered under the node's id has taken the
-// old one's record, and with it the registration the old one needs to
-// sequence a call (supervise.ErrSuperseded), so nothing more comes from
-// it and the repair of its tail is complete.
+// feedLost: an initiator's feed ended. While its process lives (its
+// node alive in the membership with the feed's incarnation, and no feed
+// of another process since), the replicas go on waiting for it: a broken
+// connection is not a dead initiator, and the process keeps in its feed's
+// log every txn meant for this node until a new feed of it resumes this
+// one (docs/DESIGN.md "Feeds that resume"). Stopping to wait for a live
+// initiator would let the replicas run past txns it sent, or will send,
+// that they never get. Once the process is gone (the membership lost it,
+// or a newer process of the node opened a feed), nothing more comes from
+// it: each replica repairs its tail of that initiator from its peers
+// (repair.go) and stops waiting for it. The process, not the node: a
+// newer process registered under the node's id has taken the old one's
+// record, and with it the registration the old one needs to sequence a
+// call (supervise.ErrSuperseded), so the repair of its tail is complete.
+//
+// A killed node therefore stalls the replicas that track it until its
+// lease ends or it restarts, not only until its sockets close.
 func (n *Node) feedLost(fi *feedIn) {
+	for n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) {
+		select {
+		case <-fi.redialled:
+			close(fi.resolved) // the new feed resumes this one, or fails the replicas
+			return
+		case <-time.After(50 * time.Millisecond):
+		case <-n.ctx.Done():
+			close(fi.resolved)
+			return
+		}
+	}
+	select {
+	case <-fi.redialled:
+		close(fi.resolved)
+		return
+	default:
+	}
 	ctx, cancel := context.WithCancel(n.ctx)
 	go func() {
 		select {
@@ -341,26 +425,8 @@ func (n *Node) feedLost(fi *feedIn) {
 	}()
 	n.resolveAll(ctx, fi.in, fi.node, fi.inc)
 	cancel()
+	fi.untracked = true
 	close(fi.resolved)
-	deadline := time.Now().Add(3 * n.cfg.NodeTTL)
-	for time.Now().Before(deadline) {
-		if !n.members.aliveAs(fi.node, fi.inc) || n.feedSuperseded(fi) {
-			return
-		}
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-n.ctx.Done():
-			return
-		}
-	}
-	if n.feedSuperseded(fi) || !n.members.aliveAs(fi.node, fi.inc) {
-		return
-	}
-	for _, r := range n.hosted() {
-		r.do(func(r *replica) {
-			r.fail(fmt.Sprintf("feed from initiator %d lost while its node %s lives", fi.in, fi.node))
-		})
-	}
 }
 
 // feedSuperseded reports whether a feed newer than fi was opened.
@@ -377,6 +443,53 @@ func (n *Node) feedOpenUpTo(in txnid.Initiator, inc uint64) bool {
 	defer n.feeds.mu.Unlock()
 	f := n.feeds.by[in]
 	return f != nil && f.inc <= inc
+}
+
+// writeFeedIn writes a feed's answers (its floor, the Dones) from fi.q,
+// and after each burst a FeedAck of what the feed read, if it moved: at
+// most one ack a flush, so a busy feed acknowledges in the rhythm its
+// answers go out, and an idle one once per read.
+func writeFeedIn(ctx context.Context, conn *stream.Conn, fi *feedIn, stop <-chan struct{}) {
+	acked := txnid.ID(fi.recv.Load()) // a resumed feed's first answer says it
+	ack := func() error {
+		at := txnid.ID(fi.recv.Load())
+		if at <= acked {
+			return nil
+		}
+		acked = at
+		return conn.Write(ctx, &wire.FeedAck{ID: at})
+	}
+	for {
+		var m wire.Message
+		select {
+		case m = <-fi.q:
+		case <-fi.ackDue:
+		case <-ctx.Done():
+			conn.Close()
+			return
+		case <-stop:
+			return
+		}
+		for m != nil {
+			if err := conn.Write(ctx, m); err != nil {
+				conn.Close()
+				return
+			}
+			select {
+			case m = <-fi.q:
+			default:
+				m = nil
+			}
+		}
+		if err := ack(); err != nil {
+			conn.Close()
+			return
+		}
+		if err := conn.Flush(); err != nil {
+			conn.Close()
+			return
+		}
+	}
 }
 
 // writeQueue writes q's messages to conn, flushing when q runs dry, until
@@ -573,13 +686,13 @@ func (io *initiatorIO) Close(node string) {
 	}
 }
 
-func (io *initiatorIO) Dial(node string, inc int64, missed []uint32) {
+func (io *initiatorIO) Dial(node string, d recovery.DialAsk) {
 	in := (*initiator)(io)
 	addr := in.polled.nodes[node].Address
 	in.dials.Add(1)
 	go func() {
 		defer in.dials.Done()
-		in.openFeed(node, addr, missed)
+		in.openFeed(node, addr, d)
 	}()
 }
 
@@ -687,8 +800,10 @@ func (in *initiator) beatPast(id txnid.ID) {
 const feedFloorWait = time.Minute
 
 // recvFloor reads a feed's first answer: the receiver's floor, the highest
-// txn ID its replicas executed before they began to track this initiator.
-func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (txnid.ID, error) {
+// txn ID its replicas executed before they began to track this initiator;
+// or, to a hello that asked to resume, where the receiver stopped on the
+// broken feed (resumed).
+func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (_ txnid.ID, resumed bool, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -696,21 +811,23 @@ func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (txni
 	for {
 		m, err := conn.Recv()
 		if ctx.Err() != nil {
-			return txnid.Zero, fmt.Errorf("no floor within %s: %w", wait, ctx.Err())
+			return txnid.Zero, false, fmt.Errorf("no floor within %s: %w", wait, ctx.Err())
 		}
 		if err != nil {
-			return txnid.Zero, err
+			return txnid.Zero, false, err
 		}
 		switch m := m.(type) {
 		case *wire.Beat:
-			return m.ID, nil
+			return m.ID, false, nil
+		case *wire.FeedAck:
+			return m.ID, true, nil
 		case *wire.Done:
 			// A result of a txn of this node's previous process: results
 			// go back on the initiator's feed, and the receiver counts
 			// this one its feed as soon as its hello is in. Nothing of
 			// this process was sent yet, so nothing waits for it.
 		default:
-			return txnid.Zero, fmt.Errorf("expected the feed's floor, got %v", m.Type())
+			return txnid.Zero, false, fmt.Errorf("expected the feed's floor, got %v", m.Type())
 		}
 	}
 }
@@ -771,9 +888,9 @@ func (in *initiator) selfFeed(cfg stream.Config) *stream.Conn {
 	return stream.NewConn(a, cfg)
 }
 
-// openFeed dials node, whose hello names the partitions missed, and runs
-// the feed until it breaks.
-func (in *initiator) openFeed(node, addr string, missed []uint32) {
+// openFeed dials node with the hello d says and runs the feed until it
+// breaks.
+func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	if f := in.n.cfg.knobs.noFeedTo; f != nil && f(node) {
 		in.mu.Lock()
 		in.core.DialFailed(node)
@@ -791,15 +908,20 @@ func (in *initiator) openFeed(node, addr string, missed []uint32) {
 		conn, err = stream.Dial(ctx, addr, cfg)
 	}
 	if err == nil {
-		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation(), Missed: missed}, node)
+		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation(),
+			Missed: d.Missed, Resume: d.Resume, Kept: d.Kept}, node)
 		if err != nil {
 			conn.Close()
 		}
 	}
 	cancel()
 	var floor txnid.ID
+	var resumed bool
 	if err == nil {
-		if floor, err = recvFloor(in.n.ctx, conn, feedFloorWait); err != nil {
+		if floor, resumed, err = recvFloor(in.n.ctx, conn, feedFloorWait); err != nil {
+			conn.Close()
+		} else if resumed && !d.Resume {
+			err = fmt.Errorf("feed to %s resumed though the hello did not ask", node)
 			conn.Close()
 		}
 	}
@@ -815,9 +937,13 @@ func (in *initiator) openFeed(node, addr string, missed []uint32) {
 	f := &feedOut{node: node, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()
 	in.outs[node] = f
-	in.core.FeedOpened(node, floor)
+	if resumed {
+		in.core.FeedResumed(node, floor)
+	} else {
+		in.core.FeedOpened(node, floor)
+	}
 	in.mu.Unlock()
-	in.n.log.Info("feed open", "to", node)
+	in.n.log.Info("feed open", "to", node, "resumed", resumed)
 	if f := in.n.cfg.knobs.feedOpen; f != nil {
 		f(node)
 	}
@@ -832,9 +958,14 @@ func (in *initiator) openFeed(node, addr string, missed []uint32) {
 		if err != nil {
 			break
 		}
-		if d, ok := m.(*wire.Done); ok {
+		switch m := m.(type) {
+		case *wire.Done:
 			in.mu.Lock()
-			in.core.OnDone(node, d)
+			in.core.OnDone(node, m)
+			in.mu.Unlock()
+		case *wire.FeedAck:
+			in.mu.Lock()
+			in.core.FeedAcked(node, m.ID)
 			in.mu.Unlock()
 		}
 	}

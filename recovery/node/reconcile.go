@@ -108,7 +108,7 @@ func (n *Node) trackFeeds(r *replica) {
 	}
 	n.feeds.mu.Unlock()
 	for _, fi := range fs {
-		r.do(func(r *replica) { r.addInitiator(fi.in, fi.inc, &fi.beat) })
+		r.do(func(r *replica) { r.addInitiator(fi.in, fi.inc, fi.beat) })
 	}
 }
 

@@ -54,8 +54,8 @@ func unawareView(v *recovery.InitiatorView) *recovery.InitiatorView {
 type initiatorFeeds struct {
 	in    *initiator
 	dials []string
-	// missed is what each dial's hello names (wire.Hello.Missed).
-	missed map[string][]uint32
+	// asks is what each dial's hello says (wire.Hello).
+	asks map[string]recovery.DialAsk
 }
 
 func (f *initiatorFeeds) Send(node string, m wire.Message) bool {
@@ -68,12 +68,12 @@ func (f *initiatorFeeds) Send(node string, m wire.Message) bool {
 	return true
 }
 
-func (f *initiatorFeeds) Dial(node string, _ int64, missed []uint32) {
+func (f *initiatorFeeds) Dial(node string, d recovery.DialAsk) {
 	f.dials = append(f.dials, node)
-	if f.missed == nil {
-		f.missed = map[string][]uint32{}
+	if f.asks == nil {
+		f.asks = map[string]recovery.DialAsk{}
 	}
-	f.missed[node] = missed
+	f.asks[node] = d
 }
 
 // Close is never asked: no node of the world changes its process.
@@ -116,7 +116,7 @@ func (w *world) dial(in *initiator) {
 			in.core.DialFailed(node)
 			continue
 		}
-		w.openFeed(in, node, in.feeds.missed[node])
+		w.openFeed(in, node, in.feeds.asks[node])
 	}
 }
 
@@ -125,8 +125,11 @@ func (w *world) dial(in *initiator) {
 // Destination.AddInitiator), and the floor is the highest txn ID they
 // executed. The oracle tracks every initiator from the start but a
 // joiner, from its feed on. A source node keeps what the hello says in
-// missed; a feed re-opened by the same process fails its replica.
-func (w *world) openFeed(in *initiator, node string, missed []uint32) {
+// missed; a feed re-opened by the same process resumes the broken one
+// where its replica stopped if the hello asks to and the initiator's log
+// reaches down there, and fails its replica otherwise.
+func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
+	missed := d.Missed
 	floor := txnid.Zero
 	switch node {
 	case oracleNode:
@@ -147,7 +150,7 @@ func (w *world) openFeed(in *initiator, node string, missed []uint32) {
 			floor = w.dst.JoinFloor()
 		}
 	default:
-		for _, sr := range w.srcs {
+		for i, sr := range w.srcs {
 			if sr.id != node {
 				continue
 			}
@@ -156,6 +159,16 @@ func (w *world) openFeed(in *initiator, node string, missed []uint32) {
 			sr.told[in.idx] = append(sr.told[in.idx], toldHello{conn: w.conns, missed: missed})
 			if sr.broke[in.idx] {
 				sr.broke[in.idx] = false
+				// Everything sent on the broken feed is still in flight on
+				// the link and arrives: the replica stops at the last.
+				at := in.toSrc[i].lastID
+				if d.Resume && at >= d.Kept && !sr.out() {
+					w.stats.FeedsResumed++
+					w.tracef("i%d: feed to %s resumes at %v", in.id, sr.id, at)
+					in.core.FeedResumed(node, at)
+					w.routeFeed(in)
+					return
+				}
 				w.stats.FailedOnRedial++
 				w.failSource(sr, fmt.Sprintf("feed from initiator %d re-opened by the same process: txns sent meanwhile were not received", in.id))
 			}

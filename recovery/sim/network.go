@@ -6,6 +6,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -39,11 +40,14 @@ type feedLink struct {
 	to   *attempt
 	q    []feedItem
 	last uint64
+	// lastID is the highest ID sent on the link.
+	lastID txnid.ID
 }
 
 func (l *feedLink) send(w *world, inv partition.Invocation) {
 	at := max(l.last, w.tick+uint64(w.delay(w.k.FeedDelayMax)))
 	l.last = at
+	l.lastID = max(l.lastID, inv.ID)
 	l.q = append(l.q, feedItem{at: at, inv: inv})
 }
 

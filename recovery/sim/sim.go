@@ -162,6 +162,9 @@ type Stats struct {
 	RegLosses, RegLapses, FeedsBroken, Joiners, JoinerRefused int
 	SettleWaits, SettledKept, SettledFailed, SettleUnknown    int
 	FailedOnRedial                                            int
+	// FeedsResumed counts the broken feeds a redial took up where the
+	// replica stopped (docs/DESIGN.md "Feeds that resume").
+	FeedsResumed int
 	// GateHeld counts the polls at which a source node found a new
 	// assignment and left it, its lost registration not settled yet.
 	GateHeld int
