@@ -217,7 +217,11 @@ type pendingCall struct {
 	waiting map[string]bool
 	// sent: the txn went out on at least one feed, so without a result
 	// its outcome is unknown, not a failure.
-	sent    bool
+	sent bool
+	// unsure: a node it waited for broke its feed and did not take it up
+	// again; what its replicas hold now is not known here, so the call's
+	// outcome is unknown whatever the others answer.
+	unsure  string
 	replied bool
 	reply   wire.Reply
 	send    func(*wire.Reply)
@@ -503,6 +507,9 @@ func (in *Initiator) maybeReply(c *pendingCall) {
 	r := c.reply
 	r.Req, r.ID = c.req.Req, c.id
 	switch {
+	case c.unsure != "":
+		r.Out, r.Each = nil, nil
+		r.Err, r.Uncertain = c.unsure, true
 	case c.replied:
 	case c.sent:
 		// Every replica it was sent to was lost before answering: it may
@@ -691,16 +698,24 @@ func sortedKeys[V any](m map[string]V) []string {
 // safe point hears from this initiator within a tick.
 //
 // A floor in answer to a dial that asked to resume says the receiver
-// did not take up the broken feed: it failed its replicas, which will
-// not answer, and what the log held will never reach them. The calls
-// stop waiting for the node, and the log starts anew.
+// did not take up the broken feed: what the log held will never reach
+// it, and its replicas failed or no longer wait for this initiator. The
+// calls that waited for it stop, each answered as of unknown outcome:
+// this initiator cannot tell whether what the others answered stands
+// (docs/DESIGN.md "Feeds that resume"). The log starts anew.
 func (in *Initiator) FeedOpened(node string, floor txnid.ID) {
 	f := in.feeds[node]
 	if f == nil || f.state != feedDialing {
 		panic(fmt.Sprintf("recovery: feed to %s opened without a dial", node))
 	}
 	if f.resume {
-		in.dropNode(node)
+		for _, id := range in.pendingIDs() {
+			if c := in.pending[id]; c.waiting[node] {
+				c.unsure = fmt.Sprintf("the feed to %s broke and %s did not take it up again: the txn's outcome is unknown", node, node)
+				delete(c.waiting, node)
+				in.maybeReply(c)
+			}
+		}
 	}
 	f.state, f.fresh, f.resume, f.beatTop = feedOpen, true, false, txnid.Zero
 	f.log, f.logBytes, f.kept = nil, 0, txnid.Zero

@@ -147,17 +147,11 @@ func TestInitiatorWaitsForEveryLiveReplica(t *testing.T) {
 // waited for. A txn that went out and lost every replica it waited for is
 // uncertain (it may have run on one of them); one sent nowhere is a plain
 // failure; a replica's result is the answer. A node is lost by the view
-// taking it for dead, by its replica no longer live there, or by its
-// feed broken and not taken up again (the receiver answers a dial to
-// resume with a floor: it failed its replicas). A feed that only breaks
-// loses nothing: the call waits for the node until one of those.
+// taking it for dead or by its replica no longer live there. A feed that
+// only breaks loses nothing: the call waits for the node until one of
+// those (or a feed not taken up again: TestInitiatorFeedLogBound).
 func TestInitiatorReplyWhenReplicasLost(t *testing.T) {
 	losses := map[string]func(ti *testInitiator, node string){
-		"feed not resumed": func(ti *testInitiator, node string) {
-			ti.FeedLost(node)
-			ti.SetView(ti.view)
-			ti.FeedOpened(node, txnid.Zero)
-		},
 		"node dead": func(ti *testInitiator, node string) {
 			delete(ti.view.Nodes, node)
 			ti.SetView(ti.view)
@@ -850,15 +844,22 @@ func TestInitiatorFeedLogBound(t *testing.T) {
 		t.Fatalf("after a failed dial, dials %v, want the last %q", ti.io.dials, want)
 	}
 	// The receiver refuses: a floor, not a resume. The calls stop waiting
-	// for n2, and the log starts anew.
-	ti.FeedOpened("n2", txnid.Zero)
+	// for n2, each of unknown outcome whatever the others answered, and
+	// the log starts anew.
 	for _, id := range ids {
 		ti.OnDone("n1", &wire.Done{ID: id})
 		ti.OnDone("n3", &wire.Done{ID: id})
 	}
+	ti.FeedOpened("n2", txnid.Zero)
 	if len(ti.reply) != len(ids) || ti.LogBytes("n2") != 0 {
 		t.Fatalf("%d replies, log %d bytes; want %d replies, an empty log", len(ti.reply), ti.LogBytes("n2"), len(ids))
 	}
+	for _, r := range ti.reply {
+		if !r.Uncertain || !strings.Contains(r.Err, "did not take it up") {
+			t.Fatalf("reply %+v after n2 refused to resume; want uncertain", r)
+		}
+	}
+	ti.reply = nil
 	// A new process of n3 while its feed is broken: its log goes, and
 	// the calls stop waiting for it.
 	ti.FeedAcked("n3", ids[len(ids)-1])

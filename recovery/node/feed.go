@@ -296,6 +296,13 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 				r.do(func(r *replica) { r.fail(why) })
 			}
 		}
+		// A replica created while the feed was broken (trackFeeds saw no
+		// open feed of the initiator) tracks it from here, before any
+		// txn of the new feed reaches it; the others track it already,
+		// at the same slot, and this changes nothing for them.
+		for _, r := range n.hosted() {
+			r.do(func(r *replica) { r.addInitiator(in, fi.inc, fi.beat) })
+		}
 		n.log.Info("feed resumed", "initiator", in, "node", h.Node, "at", txnid.ID(fi.recv.Load()))
 		fi.floored.Store(true)
 		fi.q <- &wire.FeedAck{ID: txnid.ID(fi.recv.Load())}
