@@ -638,7 +638,7 @@ func TestInitiatorSkipSend(t *testing.T) {
 // TestTailRepair: the peers asked are the partition's other replicas but
 // the initiator's; an unreachable live peer is asked again until the
 // bound, then fails the replica; a dead peer or a cut-short try does
-// not count; a re-opened feed fails it and stops the asking.
+// not count.
 func TestTailRepair(t *testing.T) {
 	boom := errors.New("boom")
 	t.Run("peers", func(t *testing.T) {
@@ -683,21 +683,6 @@ func TestTailRepair(t *testing.T) {
 		}
 		if why, fail := tr.Verdict(); fail {
 			t.Fatalf("node stopping failed the replica: %s", why)
-		}
-	})
-	t.Run("redialled", func(t *testing.T) {
-		tr := NewTailRepair(3, []string{"n1", "n2", "n4"}, "n2", "n3")
-		p, _ := tr.Next()
-		tr.Redialled()
-		if tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: true, Expired: true}) {
-			t.Fatal("retry after the redial")
-		}
-		if p, ok := tr.Next(); ok {
-			t.Fatalf("asks %s after the redial", p)
-		}
-		why, fail := tr.Verdict()
-		if !fail || !strings.Contains(why, "re-opened its feed") {
-			t.Fatalf("verdict %q %v", why, fail)
 		}
 	})
 }

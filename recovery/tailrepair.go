@@ -17,15 +17,16 @@ import (
 // prefix any survivor got. A peer that cannot answer while it is alive,
 // past the retry bound, fails the replica (it may hold a longer prefix:
 // the replica rejoins rather than risk diverging); a peer that died holds
-// nothing that will run and does not count. If the initiator's process
-// re-opens its feed meanwhile (Redialled), it lives, the tail here is not
-// final, and the replica fails.
+// nothing that will run and does not count. The repair runs only once the
+// initiator's process is gone from the membership, and to its end: if the
+// process was only cut off and comes back, what the survivors agreed on
+// stands and the process learns it was fenced (wire.Fenced;
+// docs/DESIGN.md "Feeds that resume").
 type TailRepair struct {
-	in        txnid.Initiator
-	peers     []string
-	next      int
-	failed    []string
-	redialled bool
+	in     txnid.Initiator
+	peers  []string
+	next   int
+	failed []string
 }
 
 // NewTailRepair returns the repair, on node self, of initiator in's tail,
@@ -42,9 +43,9 @@ func NewTailRepair(in txnid.Initiator, replicaNodes []string, self, initiatorNod
 }
 
 // Next returns the next peer to ask, in placement order; false when
-// every peer was asked or the initiator re-opened its feed.
+// every peer was asked.
 func (t *TailRepair) Next() (string, bool) {
-	if t.redialled || t.next >= len(t.peers) {
+	if t.next >= len(t.peers) {
 		return "", false
 	}
 	t.next++
@@ -60,8 +61,8 @@ type RepairTry struct {
 	PeerAlive bool
 	// Expired: the retry bound for this peer passed.
 	Expired bool
-	// Ended: the repair was cut short (the initiator re-opened its feed,
-	// or the node stops); the try neither repeats nor counts.
+	// Ended: the repair was cut short (the node stops); the try neither
+	// repeats nor counts.
 	Ended bool
 }
 
@@ -70,7 +71,7 @@ type RepairTry struct {
 // prefix, so it is asked until it answers, dies, or the bound passes.
 func (t *TailRepair) OnAnswer(peer string, try RepairTry) (retry bool) {
 	switch {
-	case try.Err == nil, try.Ended, t.redialled, !try.PeerAlive:
+	case try.Err == nil, try.Ended, !try.PeerAlive:
 		return false
 	case !try.Expired:
 		return true
@@ -79,17 +80,10 @@ func (t *TailRepair) OnAnswer(peer string, try RepairTry) (retry bool) {
 	return false
 }
 
-// Redialled: the initiator's process opened a new feed while the repair
-// ran. It lives, so its tail here is not final.
-func (t *TailRepair) Redialled() { t.redialled = true }
-
 // Verdict says, once no peer is left to ask, whether the replica fails
 // and why.
 func (t *TailRepair) Verdict() (why string, fail bool) {
-	switch {
-	case t.redialled:
-		return fmt.Sprintf("initiator %d's process lives on and re-opened its feed: its tail here is not final", t.in), true
-	case len(t.failed) > 0:
+	if len(t.failed) > 0 {
 		return fmt.Sprintf("initiator %d's tail not repaired: %v", t.in, t.failed), true
 	}
 	return "", false

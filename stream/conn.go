@@ -210,6 +210,12 @@ func (c *Conn) write(ctx context.Context, m wire.Message) error {
 	return nil
 }
 
+// SetStallWindow changes Config.StallWindow from the next Recv on: a
+// connection whose kind its first message tells (an accepted one, after
+// its hello) learns only then how long it may be silent. Call it from
+// the goroutine that calls Recv, never during one.
+func (c *Conn) SetStallWindow(d time.Duration) { c.cfg.StallWindow = d }
+
 // Recv reads one frame and decodes it. The message, a Block's tuples
 // included, is valid until the next Recv. A frame that does not decode
 // is an error of its own kind (wire's), distinct from a broken link.

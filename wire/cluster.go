@@ -148,6 +148,19 @@ type FeedAck struct {
 	ID txnid.ID
 }
 
+// Fenced answers a Hello that asks to Resume when the receiver cannot:
+// its replicas stopped waiting for the sending process, taken for dead,
+// after they agreed with their peers on where its txns end
+// (docs/DESIGN.md "Feeds that resume"). What the process sent past that
+// point runs nowhere here, so its own replicas of Partitions, which the
+// receiver holds live, must not stand: they ran or may run txns that the
+// live replicas here never will. The floor (a Beat) follows: the process
+// joins again as a new initiator would. At most MissedMax partitions, in
+// increasing order.
+type Fenced struct {
+	Partitions []uint32
+}
+
 // BeatAsk asks the node at the other end of a feed for a heartbeat: its
 // own initiator, which another initiator's txns do not reach, should send
 // a Beat above ID on each of its feeds. The feed's sender sequenced txns
@@ -239,6 +252,9 @@ func (*BeatAsk) Type() MsgType { return MsgBeatAsk }
 func (*FeedAck) Type() MsgType { return MsgFeedAck }
 
 // Type implements Message.
+func (*Fenced) Type() MsgType { return MsgFenced }
+
+// Type implements Message.
 func (*Done) Type() MsgType { return MsgDone }
 
 // Type implements Message.
@@ -270,6 +286,9 @@ func (*BeatAsk) Header() MsgHeader { return MsgHeader{} }
 func (*FeedAck) Header() MsgHeader { return MsgHeader{} }
 
 // Header implements Message: the zero MsgHeader.
+func (*Fenced) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
 func (*Done) Header() MsgHeader { return MsgHeader{} }
 
 // Header implements Message: the zero MsgHeader.
@@ -291,6 +310,7 @@ const (
 	beatFields       = 1 // [id]
 	beatAskFields    = 1 // [id]
 	feedAckFields    = 1 // [id]
+	fencedFields     = 1 // [[partition, ...]]
 	doneFields       = 4 // [partition, id, out, err]
 	callFields       = 5 // [req, partition, proc, params, each]
 	replyFields      = 6 // [req, id, out, err, [replicaOut, ...], uncertain]
@@ -334,6 +354,13 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 	case *FeedAck:
 		dst = AppendArrayHeader(dst, feedAckFields)
 		return appendUint(dst, uint64(m.ID)), true
+	case *Fenced:
+		dst = AppendArrayHeader(dst, fencedFields)
+		dst = AppendArrayHeader(dst, len(m.Partitions))
+		for _, p := range m.Partitions {
+			dst = appendUint(dst, uint64(p))
+		}
+		return dst, true
 	case *Done:
 		dst = AppendArrayHeader(dst, doneFields)
 		dst = appendUint(dst, uint64(m.Partition))
@@ -407,6 +434,15 @@ func checkClusterLimits(m Message) error {
 		for i, p := range m.Missed {
 			if i > 0 && p <= m.Missed[i-1] {
 				return fmt.Errorf("%w: Hello missed partitions %v, want increasing", ErrMalformed, m.Missed)
+			}
+		}
+	case *Fenced:
+		if len(m.Partitions) > MissedMax {
+			return fmt.Errorf("%w: Fenced of %d partitions, limit %d", ErrTooLarge, len(m.Partitions), MissedMax)
+		}
+		for i, p := range m.Partitions {
+			if i > 0 && p <= m.Partitions[i-1] {
+				return fmt.Errorf("%w: Fenced partitions %v, want increasing", ErrMalformed, m.Partitions)
 			}
 		}
 	case *Txn:
@@ -487,6 +523,11 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 		r.fields(feedAckFields)
 		a.ID = r.txnID()
 		return &a
+	case MsgFenced:
+		var f Fenced
+		r.fields(fencedFields)
+		f.Partitions = r.partitions(MissedMax)
+		return &f
 	case MsgDone:
 		var d Done
 		r.fields(doneFields)

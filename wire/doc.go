@@ -16,7 +16,7 @@
 //     Block, Ack, Handoff, Abort, Heartbeat, Hold, HandoffAck) in its state
 //     machines.
 //   - recovery/node and recovery/client speak the cluster messages (Hello, Txn,
-//     Beat, BeatAsk, FeedAck, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
+//     Beat, BeatAsk, FeedAck, Fenced, Done, Call, Reply, Repair, RepairEnd; cluster.go) over the same
 //     frames.
 //   - stream moves frames: it writes what AppendFrame or BlockWriter.Frame
 //     returned, and reads FrameHeaderBytes, calls ParseFrameHeader, reads
@@ -53,6 +53,7 @@
 //	Beat      [txnID]
 //	BeatAsk   [txnID]   (type 18: added after HandoffAck)
 //	FeedAck   [txnID]   (type 19)
+//	Fenced    [[partition, ...]]   (type 20)
 //	Done      [partition, txnID, out, err]
 //	Call      [req, partition, proc, params, each]
 //	Reply     [req, txnID, out, err, [[node, out, err], ...], uncertain]

@@ -49,6 +49,7 @@ const (
 const (
 	MsgBeatAsk MsgType = 18 // initiator -> initiator's node: beat above ID on every feed
 	MsgFeedAck MsgType = 19 // replica node -> initiator: the feed's messages up to ID are here
+	MsgFenced  MsgType = 20 // replica node -> initiator: your process was taken for dead here
 )
 
 func (t MsgType) String() string {
@@ -91,12 +92,14 @@ func (t MsgType) String() string {
 		return "BeatAsk"
 	case MsgFeedAck:
 		return "FeedAck"
+	case MsgFenced:
+		return "Fenced"
 	}
 	return "MsgType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Valid reports whether t is a known message type.
-func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgFeedAck }
+func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgFenced }
 
 // Rejoin reports whether t is a message of the rejoin protocol (Propose to
 // Heartbeat, Hold and HandoffAck), which has a MsgHeader, as opposed to a
@@ -123,7 +126,7 @@ func (h MsgHeader) Header() MsgHeader { return h }
 // Message is one message of the rejoin protocol or of the cluster. The
 // implementations are the pointer types *Propose, *Answer, *Block, *Ack,
 // *Handoff, *Abort, *Heartbeat, *Hold and *HandoffAck (the rejoin messages), and *Hello, *Txn,
-// *Beat, *BeatAsk, *FeedAck, *Done, *Call, *Reply, *Repair and *RepairEnd (the
+// *Beat, *BeatAsk, *FeedAck, *Fenced, *Done, *Call, *Reply, *Repair and *RepairEnd (the
 // cluster messages, cluster.go);
 // DecodeMessage returns one of them and AppendMessage takes one.
 //

@@ -93,6 +93,7 @@ func lateClusterMessages() []Message {
 	return []Message{
 		&BeatAsk{ID: txnid.ID(0x0123456789abcdf1)},
 		&FeedAck{ID: txnid.ID(0x0123456789abcdf2)},
+		&Fenced{Partitions: []uint32{1, 9, 65535}},
 	}
 }
 

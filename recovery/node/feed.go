@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,16 @@ import (
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
+
+// feedStallWindow is how long a feed may bring nothing before its
+// receiver takes it for broken. An initiator heartbeats every idle
+// BeatEvery (2 ms), so a feed this quiet comes from a process that is
+// stopped or cut off, whose TCP connection may stay open for minutes:
+// ending it lets feedLost hold the replicas for the process, or repair
+// its tail and run on once the membership takes the process for dead
+// (docs/DESIGN.md "Feeds that resume"). A process only slow resumes its
+// feed.
+const feedStallWindow = time.Second
 
 // feedQueueMax bounds the messages waiting for one feed connection, each
 // way. The initiator bounds its txns in flight, so a full queue means the
@@ -246,7 +257,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	if old != nil {
 		old.conn.Close()
 	}
-	resumed := false
+	resumed, fenced := false, false
 	if prev != nil {
 		if prev.inc == fi.inc {
 			close(prev.redialled)
@@ -260,10 +271,13 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		if prev.inc == fi.inc && prev.floored.Load() {
 			var why string
 			switch at := txnid.ID(prev.recv.Load()); {
+			case prev.untracked:
+				// Taken for dead: the replicas here and their peers agreed
+				// on where its txns end and ran on. They stand; the
+				// process's own replicas do not (wire.Fenced).
+				fenced = true
 			case !h.Resume:
 				why = fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process without resuming: txns sent meanwhile were not received", in, h.Node)
-			case prev.untracked:
-				why = fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process after its replicas here stopped waiting for it: its tail here is not final", in, h.Node)
 			case at < h.Kept:
 				why = fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process, which no longer holds what this node missed (it stopped at %v, the sender keeps above %v)", in, h.Node, at, h.Kept)
 			default:
@@ -271,7 +285,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 				fi.beat = prev.beat
 				fi.recv.Store(uint64(at))
 			}
-			if !resumed {
+			if !resumed && !fenced {
 				for _, r := range n.hosted() {
 					r.do(func(r *replica) { r.fail(why) })
 				}
@@ -307,6 +321,11 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		fi.floored.Store(true)
 		fi.q <- &wire.FeedAck{ID: txnid.ID(fi.recv.Load())}
 	} else {
+		if fenced {
+			ps := n.livePartitions()
+			n.log.Warn("feed of a process taken for dead here: its replicas of the partitions live here must rejoin", "initiator", in, "node", h.Node, "partitions", len(ps))
+			fi.q <- &wire.Fenced{Partitions: ps}
+		}
 		// The floor: once every replica tracks the initiator, none
 		// executes past what it has until the initiator speaks, so the
 		// highest ID they executed or read as safe bounds all they ever
@@ -352,6 +371,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 // to run (docs/DESIGN.md "Heartbeats by slot"). The order matters: a txn
 // is enqueued before the slot is raised past it (beatSlot's invariant).
 func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
+	conn.SetStallWindow(feedStallWindow)
 	for {
 		m, err := conn.Recv()
 		if err != nil {
@@ -422,18 +442,25 @@ func (n *Node) feedLost(fi *feedIn) {
 		return
 	default:
 	}
-	ctx, cancel := context.WithCancel(n.ctx)
-	go func() {
-		select {
-		case <-fi.redialled:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	n.resolveAll(ctx, fi.in, fi.node, fi.inc)
-	cancel()
+	// Taken for dead: the repair runs to its end even if the process
+	// comes back meanwhile. What the survivors agree on stands, and a
+	// feed of the process that comes after learns it was fenced.
+	n.resolveAll(n.ctx, fi.in, fi.node, fi.inc)
 	fi.untracked = true
 	close(fi.resolved)
+}
+
+// livePartitions lists, in increasing order, the partitions of the
+// replicas here that are live.
+func (n *Node) livePartitions() []uint32 {
+	var ps []uint32
+	for p, r := range n.hosted() {
+		if live, ok := ask(r, func(r *replica) bool { return r.core.State() == recovery.ReplicaLive }); ok && live {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
 }
 
 // feedSuperseded reports whether a feed newer than fi was opened.
@@ -809,8 +836,9 @@ const feedFloorWait = time.Minute
 // recvFloor reads a feed's first answer: the receiver's floor, the highest
 // txn ID its replicas executed before they began to track this initiator;
 // or, to a hello that asked to resume, where the receiver stopped on the
-// broken feed (resumed).
-func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (_ txnid.ID, resumed bool, _ error) {
+// broken feed (resumed). Before a floor, a wire.Fenced may say this
+// process was taken for dead there (fenced, its partitions).
+func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (_ txnid.ID, resumed bool, fenced *wire.Fenced, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -818,23 +846,28 @@ func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (_ tx
 	for {
 		m, err := conn.Recv()
 		if ctx.Err() != nil {
-			return txnid.Zero, false, fmt.Errorf("no floor within %s: %w", wait, ctx.Err())
+			return txnid.Zero, false, nil, fmt.Errorf("no floor within %s: %w", wait, ctx.Err())
 		}
 		if err != nil {
-			return txnid.Zero, false, err
+			return txnid.Zero, false, nil, err
 		}
 		switch m := m.(type) {
 		case *wire.Beat:
-			return m.ID, false, nil
+			return m.ID, false, fenced, nil
 		case *wire.FeedAck:
-			return m.ID, true, nil
+			if fenced != nil {
+				return txnid.Zero, false, nil, fmt.Errorf("feed resumed after it was fenced")
+			}
+			return m.ID, true, nil, nil
+		case *wire.Fenced:
+			fenced = &wire.Fenced{Partitions: slices.Clone(m.Partitions)}
 		case *wire.Done:
 			// A result of a txn of this node's previous process: results
 			// go back on the initiator's feed, and the receiver counts
 			// this one its feed as soon as its hello is in. Nothing of
 			// this process was sent yet, so nothing waits for it.
 		default:
-			return txnid.Zero, false, fmt.Errorf("expected the feed's floor, got %v", m.Type())
+			return txnid.Zero, false, nil, fmt.Errorf("expected the feed's floor, got %v", m.Type())
 		}
 	}
 }
@@ -870,6 +903,25 @@ func (in *initiator) run() {
 			in.mu.Unlock()
 		}
 	}
+}
+
+// fenced: node took this process for dead and agreed with its peers on
+// where its txns end; what it sent past that runs nowhere there. The
+// replicas here of the partitions node holds live may have run it, or
+// will: they fail, before the feed opens and the calls that waited for
+// node are answered as of unknown outcome (recovery.Initiator.FeedOpened).
+func (in *initiator) fenced(node string, ps []uint32) {
+	why := fmt.Sprintf("node %s took this process for dead and its live replicas of this partition ran on without its last txns", node)
+	hosted := in.n.hosted()
+	failed := 0
+	for _, p := range ps {
+		if r := hosted[p]; r != nil {
+			if ok, _ := ask(r, func(r *replica) bool { r.fail(why); return true }); ok {
+				failed++
+			}
+		}
+	}
+	in.n.log.Warn("fenced by a node that took this process for dead", "node", node, "partitions", len(ps), "replicas_failed", failed)
 }
 
 // selfFeed is the feed to the initiator's own node: an in-process pipe
@@ -924,8 +976,9 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	cancel()
 	var floor txnid.ID
 	var resumed bool
+	var fenced *wire.Fenced
 	if err == nil {
-		if floor, resumed, err = recvFloor(in.n.ctx, conn, feedFloorWait); err != nil {
+		if floor, resumed, fenced, err = recvFloor(in.n.ctx, conn, feedFloorWait); err != nil {
 			conn.Close()
 		} else if resumed && !d.Resume {
 			err = fmt.Errorf("feed to %s resumed though the hello did not ask", node)
@@ -940,6 +993,9 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 			in.n.limited.Log(slog.LevelInfo, "feed-dial/"+node, "feed dial failed", "node", node, "err", err)
 		}
 		return
+	}
+	if fenced != nil {
+		in.fenced(node, fenced.Partitions)
 	}
 	f := &feedOut{node: node, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()

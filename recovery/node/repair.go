@@ -127,9 +127,6 @@ func (n *Node) resolveInitiator(ctx context.Context, r *replica, in txnid.Initia
 			}
 		}
 	}
-	if ctx.Err() != nil && n.ctx.Err() == nil {
-		t.Redialled()
-	}
 	why, fail := t.Verdict()
 	r.do(func(r *replica) {
 		r.removeInitiator(in)
