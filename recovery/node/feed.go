@@ -371,7 +371,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 // to run (docs/DESIGN.md "Heartbeats by slot"). The order matters: a txn
 // is enqueued before the slot is raised past it (beatSlot's invariant).
 func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
-	conn.SetStallWindow(feedStallWindow)
+	conn.SetStallWindow(max(feedStallWindow, 100*n.cfg.BeatEvery))
 	for {
 		m, err := conn.Recv()
 		if err != nil {
