@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/stream/faultnet"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -51,6 +53,16 @@ type cluster struct {
 	// nodeTTL, if set, is their lease TTL.
 	etcdFor func(id int) []string
 	nodeTTL time.Duration
+	// proxied, if set, puts a faultnet proxy (proxies[id]) in front of
+	// each node n1..n<nodes>, which listens on listen[id] and advertises
+	// the proxy's address in etcd: what peers dial (feeds, rejoin links,
+	// repairs) passes through the proxy, a client that dials direct(id)
+	// does not. A node's feed to itself is in-process either way.
+	proxied bool
+	proxies map[int]*faultnet.Proxy
+	listen  map[int]string
+	// onLog, if set, sees every record a node logs at Info and above.
+	onLog func(id int, r slog.Record)
 }
 
 type runningNode struct {
@@ -99,6 +111,9 @@ func newClusterWith(t testing.TB, nodes, started int, cfg layout.Config, opts fu
 	if opts != nil {
 		opts(c)
 	}
+	if c.proxied {
+		c.startProxies(nodes)
+	}
 	t.Cleanup(c.stopAll)
 	for i := 1; i <= started; i++ {
 		c.start(i)
@@ -126,8 +141,15 @@ func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
 	if c.etcdFor != nil {
 		endpoints = c.etcdFor(id)
 	}
-	cfg := Config{ID: id, Etcd: endpoints, NodeTTL: c.nodeTTL, DataDir: filepath.Join(c.dir, NodeName(id)), Log: testLog(c.t).With("test_node", id), Codec: wire.CodecS2,
+	log := testLog(c.t)
+	if c.onLog != nil {
+		log = slog.New(&teeHandler{Handler: log.Handler(), id: id, f: c.onLog})
+	}
+	cfg := Config{ID: id, Etcd: endpoints, NodeTTL: c.nodeTTL, DataDir: filepath.Join(c.dir, NodeName(id)), Log: log.With("test_node", id), Codec: wire.CodecS2,
 		TLS: testCreds(c.t, certs.NodeID(id)), FaultPoints: true, Pprof: true}
+	if px := c.proxies[id]; px != nil {
+		cfg.Listen, cfg.Advertise = c.listen[id], px.Addr()
+	}
 	if set != nil {
 		set(&cfg)
 	}
@@ -143,6 +165,68 @@ func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
 	c.nodes[id] = rn
 	c.mu.Unlock()
 	return rn.addrs
+}
+
+// startProxies starts a proxy in front of each of nodes n1..n<nodes>, on
+// the port each will listen on. The port is taken free and released for
+// the node to bind, which a process of the machine might take meanwhile;
+// knowing it before the node starts is what lets the proxy outlive node
+// restarts. The proxies close after the nodes stop (cleanups run last
+// first), so no node sees its peers' connections reset as it stops.
+func (c *cluster) startProxies(nodes int) {
+	c.t.Helper()
+	c.proxies, c.listen = map[int]*faultnet.Proxy{}, map[int]string{}
+	for id := 1; id <= nodes; id++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		px, err := faultnet.Start(addr)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(px.Close)
+		c.proxies[id], c.listen[id] = px, addr
+	}
+}
+
+// direct is the address a client dials to reach node id without its
+// proxy.
+func (c *cluster) direct(id int) string {
+	if a, ok := c.listen[id]; ok {
+		return a
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[id].addrs.TCP
+}
+
+// teeHandler passes every record on to Handler and shows it to f, as
+// node id's.
+type teeHandler struct {
+	slog.Handler
+	id int
+	f  func(id int, r slog.Record)
+}
+
+func (h *teeHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.f(h.id, r)
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &teeHandler{Handler: h.Handler.WithAttrs(as), id: h.id, f: h.f}
+}
+
+func (h *teeHandler) WithGroup(name string) slog.Handler {
+	return &teeHandler{Handler: h.Handler.WithGroup(name), id: h.id, f: h.f}
 }
 
 func (c *cluster) stop(id int) {

@@ -4,12 +4,16 @@ import (
 	"context"
 	"net"
 	"sync"
+	"time"
 )
 
-// Proxy is a TCP relay on loopback between one client and etcd, so a test
-// can cut a single executor off without touching the server: freeze holds
-// every byte in both directions (packets vanish, connections stay open, as
-// in a partition or a stalled process), thaw lets them through again.
+// Proxy is a TCP relay on loopback in front of one server (etcd, a node's
+// listen address), so a test can cut a single client or peer off without
+// touching the server. It relays bytes as they come, so TLS passes
+// through it untouched. Freeze holds every byte in both directions
+// (packets vanish, connections stay open, as in a partition or a stalled
+// process), Thaw lets them through again; Reset has the kernel reset
+// every connection, as a middlebox or a peer's restarted stack does.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -18,8 +22,15 @@ type Proxy struct {
 	gate   chan struct{} // closed while traffic flows
 	conns  map[net.Conn]struct{}
 	closed chan struct{}
-	wg     sync.WaitGroup
+	// refuseUntil: connections accepted before it are reset at once.
+	refuseUntil time.Time
+	wg          sync.WaitGroup
 }
+
+// dialTimeout bounds the dial to the target: on loopback it answers at
+// once or is down, and an accept loop stuck on it would stall every
+// later client.
+const dialTimeout = 5 * time.Second
 
 // Start relays connections from a new loopback port to target. Close
 // stops it.
@@ -37,7 +48,11 @@ func Start(target string) (*Proxy, error) {
 }
 
 // Endpoint is the URL to give the client instead of etcd's.
-func (p *Proxy) Endpoint() string { return "http://" + p.ln.Addr().String() }
+func (p *Proxy) Endpoint() string { return "http://" + p.Addr() }
+
+// Addr is the proxy's host:port, to dial (or advertise) instead of the
+// target's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Freeze holds every byte from now on.
 func (p *Proxy) Freeze() {
@@ -60,6 +75,46 @@ func (p *Proxy) Thaw() {
 		close(p.gate)
 	}
 }
+
+// Reset closes every relayed connection on both sides with SO_LINGER 0,
+// so the kernel sends an RST and each end's next read or write fails with
+// ECONNRESET (or EPIPE), whatever was in flight. For refuse from now on,
+// each new connection is accepted and reset the same way (its dial
+// succeeds, its first read fails), as a peer whose stack resets every
+// connection for a while; then relaying resumes. Reset returns at once;
+// a second call moves the window's end to its own.
+func (p *Proxy) Reset(refuse time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuseUntil = time.Now().Add(refuse)
+	// Every linger first: closing one side ends its relays, which close
+	// the other side, with a FIN unless its linger is set already.
+	for c := range p.conns {
+		noLinger(c)
+	}
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// noLinger makes c's Close send an RST instead of a FIN.
+func noLinger(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		// SetLinger only fails on a closed socket, which needs no reset.
+		_ = tc.SetLinger(0)
+	}
+}
+
+// reset closes c with an RST.
+func reset(c net.Conn) {
+	noLinger(c)
+	c.Close()
+}
+
+// refusingLocked reports whether a connection accepted now is to be reset;
+// p.mu held.
+func (p *Proxy) refusingLocked() bool { return time.Now().Before(p.refuseUntil) }
 
 func (p *Proxy) currentGate() chan struct{} {
 	p.mu.Lock()
@@ -86,17 +141,35 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
-func (p *Proxy) track(c net.Conn) bool {
+// track registers a relayed pair so Close and Reset reach it; false (both
+// closed) if the proxy closed or a reset window opened since the accept:
+// a pair added after Reset swept the others would outlive it.
+func (p *Proxy) track(in, out net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
 	case <-p.closed:
-		c.Close()
+		in.Close()
+		out.Close()
 		return false
 	default:
-		p.conns[c] = struct{}{}
-		return true
 	}
+	if p.refusingLocked() {
+		noLinger(in)
+		noLinger(out)
+		in.Close()
+		out.Close()
+		return false
+	}
+	p.conns[in] = struct{}{}
+	p.conns[out] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, c)
 }
 
 func (p *Proxy) accept() {
@@ -106,16 +179,23 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return // closed
 		}
-		var d net.Dialer
+		p.mu.Lock()
+		refuse := p.refusingLocked()
+		p.mu.Unlock()
+		if refuse {
+			// Not dialled through: the target sees nothing of it, as
+			// behind a link that resets.
+			reset(in)
+			continue
+		}
+		d := net.Dialer{Timeout: dialTimeout}
 		out, err := d.DialContext(context.Background(), "tcp", p.target)
 		if err != nil {
 			in.Close()
-			continue // etcd down: the client sees a closed connection
+			continue // the target is down: the client sees a closed connection
 		}
-		if !p.track(in) || !p.track(out) {
-			in.Close()
-			out.Close()
-			return
+		if !p.track(in, out) {
+			continue
 		}
 		p.wg.Add(2)
 		go p.relay(out, in)
@@ -127,6 +207,8 @@ func (p *Proxy) accept() {
 // proxy is frozen. Either side ending ends both.
 func (p *Proxy) relay(dst, src net.Conn) {
 	defer p.wg.Done()
+	defer p.untrack(dst)
+	defer p.untrack(src)
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
