@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -54,8 +55,19 @@ type Config struct {
 
 	Duration time.Duration
 	Seed     int64
-	// Faults are the nemesis's actions to draw from (nil: none).
+	// Faults are the nemesis's actions to draw from (nil: none). The
+	// network faults among them run only if NetFaults allows.
 	Faults []Action
+	// NetFaults is "auto" (or ""): network faults when they can run here
+	// (root, Linux, a usable iptables; netSupport), else a line that says
+	// why not; "on": they must run, or Run fails; "off": none.
+	NetFaults string
+	// AvailabilityBounds fails the run when a partition went longer than
+	// GapBoundFaulted without a successful op during a fault that hit one
+	// of its replicas, or longer than GapBoundUnfaulted during one that
+	// hit none. Issue 23's goal, off by default until the write path
+	// meets it.
+	AvailabilityBounds bool
 
 	Nodes, Replicas int
 	Partitions      uint32
@@ -122,6 +134,11 @@ func (c *Config) Check() error {
 		return errors.New("chaos: --rows and --value-bytes must not be negative, --registers 1..1000, --callers 1..256")
 	case c.WriteRate < 0 || c.Writers < 1 || c.Writers > 1024:
 		return errors.New("chaos: --write-rate must not be negative, --writers 1..1024")
+	case c.NetFaults != "" && c.NetFaults != "auto" && c.NetFaults != "on" && c.NetFaults != "off":
+		return fmt.Errorf("chaos: --net-faults %q, want auto, on or off", c.NetFaults)
+	}
+	if c.NetFaults == "" {
+		c.NetFaults = "auto"
 	}
 	return nil
 }
@@ -134,6 +151,10 @@ type Summary struct {
 	Seed     int64    `json:"seed"`
 	Duration string   `json:"duration"`
 	Faults   []Action `json:"faults"`
+	// NetFaults is "on" if network faults were run, else "off", and
+	// NetFaultsOff why (with --net-faults auto).
+	NetFaults    string `json:"net_faults"`
+	NetFaultsOff string `json:"net_faults_off,omitempty"`
 	// Planted: the test-only planted fault was on (Config.Plant).
 	Planted  bool     `json:"planted,omitempty"`
 	Schedule []string `json:"schedule"`
@@ -180,6 +201,12 @@ type Summary struct {
 	// SelfExits: node processes that exited without our kill.
 	SelfExits []string `json:"self_exits,omitempty"`
 
+	// Availability: the partitions' longest gaps without a successful
+	// op during faults; AvailabilityBounds: they were checked against
+	// the bounds (Config.AvailabilityBounds).
+	Availability       *Availability `json:"availability,omitempty"`
+	AvailabilityBounds bool          `json:"availability_bounds,omitempty"`
+
 	Dir  string `json:"dir"`
 	Etcd string `json:"etcd"`
 }
@@ -197,6 +224,10 @@ type run struct {
 	etcd     *demo.Etcd
 	nodes    *demo.Nodes
 	hc       *http.Client
+	// ipt is the run's iptables chain, nil without network faults;
+	// ports are the nodes' listen ports then, by node id - 1.
+	ipt   *iptables
+	ports []int
 
 	mu  sync.Mutex
 	sum Summary
@@ -222,9 +253,44 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 	if cfg.JSON {
 		r.events = cfg.Stderr
 	}
+	netOff := ""
+	if cfg.NetFaults == "off" {
+		netOff = "--net-faults off"
+	} else {
+		path, why := netSupport(ctx, dir)
+		switch {
+		case why != "" && cfg.NetFaults == "on":
+			if temp {
+				os.RemoveAll(dir)
+			}
+			return Summary{}, fmt.Errorf("chaos: --net-faults on, but network faults cannot run here: %s", why)
+		case why != "":
+			netOff = why
+			fmt.Fprintf(r.events, "rejoin chaos: network faults are not run: %s\n", why)
+		default:
+			r.ipt = &iptables{path: path, chain: ChainName(os.Getpid())}
+		}
+	}
+	if r.ipt != nil {
+		// Whatever the end of the run, the chain goes (a panic included;
+		// the normal path removes it once the processes are stopped).
+		defer r.removeChain()
+		if err := r.makeChain(ctx); err != nil {
+			if temp {
+				os.RemoveAll(dir)
+			}
+			return Summary{}, err
+		}
+	} else {
+		cfg.Faults = WithoutNet(cfg.Faults)
+		r.cfg.Faults = cfg.Faults
+	}
 	steps := Plan(cfg.Seed, cfg.Duration, cfg.Nodes, cfg.NodeTTL, cfg.Faults)
 	r.sum = Summary{Seed: cfg.Seed, Duration: cfg.Duration.String(), Faults: cfg.Faults, Planted: cfg.Plant, Nodes: cfg.Nodes, Partitions: cfg.Partitions,
-		Replicas: cfg.Replicas, Rows: cfg.Rows, Dir: dir}
+		Replicas: cfg.Replicas, Rows: cfg.Rows, Dir: dir, NetFaults: "on", NetFaultsOff: netOff, AvailabilityBounds: cfg.AvailabilityBounds}
+	if r.ipt == nil {
+		r.sum.NetFaults = "off"
+	}
 	for _, s := range steps {
 		r.sum.Schedule = append(r.sum.Schedule, s.String())
 	}
@@ -246,6 +312,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum Summary, err error
 	}
 	if r.etcd != nil {
 		r.etcd.Stop(demo.StopGrace)
+	}
+	if cerr := r.removeChain(); cerr != nil {
+		r.fail("the iptables chain could not be removed: %v", cerr)
 	}
 	sum = r.summary()
 	if err != nil {
@@ -291,7 +360,106 @@ func (r *run) summary() Summary {
 func (r *run) nodeFlags(id int) []string {
 	f := []string{"--node-ttl", r.cfg.NodeTTL.String(), "--claim-ttl", r.cfg.ClaimTTL.String(),
 		"--incoming-max", strconv.Itoa(int(r.cfg.Partitions)), "--certs-dir", r.certsDir}
+	if r.ports != nil {
+		f = append(f, "--listen", fmt.Sprintf("127.0.0.1:%d", r.ports[id-1]))
+	}
 	return append(f, demo.EtcdTLSFlags(r.certsDir, certs.NodeID(id))...)
+}
+
+// makeChain sweeps the chains of chaos runs that are gone (killed with
+// SIGKILL, which no cleanup survives), then makes the run's own.
+func (r *run) makeChain(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, r.ipt.path, "-w", iptablesWait, "-S").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables -S: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	for _, ch := range stale(string(out), pidAlive) {
+		old := &iptables{path: r.ipt.path, chain: ch}
+		if err := old.teardown(); err != nil {
+			fmt.Fprintf(r.events, "rejoin chaos: removing the chain %s of a chaos run that is gone: %v\n", ch, err)
+		} else {
+			fmt.Fprintf(r.events, "rejoin chaos: removed the chain %s of a chaos run that is gone\n", ch)
+		}
+	}
+	if err := r.ipt.run(ctx, setupRules(r.ipt.chain)); err != nil {
+		return errors.Join(err, r.removeChain())
+	}
+	fmt.Fprintf(r.events, "rejoin chaos: network faults in iptables chain %s (from OUTPUT -o lo); nodes run as uid %d + node id\n", r.ipt.chain, UIDBase)
+	return nil
+}
+
+// removeChain removes the run's chain, once.
+func (r *run) removeChain() error {
+	if r.ipt == nil {
+		return nil
+	}
+	ipt := r.ipt
+	r.ipt = nil
+	return ipt.teardown()
+}
+
+// prepareUsers opens the run's directory to the nodes' uids: it may be
+// read (pebble opens a data directory's parent to sync it), the
+// certificates' entered, not listed; each node's data directory and key
+// are its uid's alone; the binary is linked (or copied) where they can
+// run it. It returns that binary.
+func (r *run) prepareUsers() (string, error) {
+	if err := os.Chmod(r.dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(r.certsDir, 0o711); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(r.dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", err
+	}
+	exe := filepath.Join(bin, "rejoin")
+	if err := os.Remove(exe); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if err := os.Link(r.cfg.Binary, exe); err != nil {
+		if err := copyFile(r.cfg.Binary, exe, 0o755); err != nil {
+			return "", err
+		}
+	}
+	for id := 1; id <= r.cfg.Nodes; id++ {
+		uid := int(NodeUID(id))
+		data := filepath.Join(r.dir, node.NodeName(id))
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			return "", err
+		}
+		if err := filepath.WalkDir(data, func(p string, _ os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, uid)
+		}); err != nil {
+			return "", err
+		}
+		_, key := certs.Files(r.certsDir, certs.NodeID(id))
+		if err := os.Chown(key, uid, uid); err != nil {
+			return "", err
+		}
+	}
+	return exe, nil
+}
+
+func copyFile(from, to string, mode os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 func (r *run) main(ctx context.Context, steps []Step) error {
@@ -327,7 +495,25 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		env = []string{PlantEnv + "=" + RegisterKey(0)}
 		r.eventf("planted fault (test-only): each node loses its first write of %s", RegisterKey(0))
 	}
-	r.nodes = demo.NewNodes(cfg.Binary, etcd.Endpoint(), r.dir, r.nodeFlags, env)
+	nodeBin := cfg.Binary
+	var nf *netFaults
+	if r.ipt != nil {
+		if nodeBin, err = r.prepareUsers(); err != nil {
+			return err
+		}
+		if r.ports, err = loopbackPorts(cfg.Nodes); err != nil {
+			return err
+		}
+		ep, err := etcdPort(etcd.Endpoint())
+		if err != nil {
+			return err
+		}
+		nf = &netFaults{ipt: r.ipt, nodes: cfg.Nodes, etcdPort: ep, ports: func(id int) []int { return []int{r.ports[id-1]} }}
+	}
+	r.nodes = demo.NewNodes(nodeBin, etcd.Endpoint(), r.dir, r.nodeFlags, env)
+	if r.ipt != nil {
+		r.nodes.RunAs(func(id int) (uint32, uint32) { return NodeUID(id), NodeUID(id) })
+	}
 	r.eventf("etcd at %s (pid %d); cluster: %d nodes, %d partitions x %d replicas; dir %s",
 		etcd.Endpoint(), etcd.Pid(), cfg.Nodes, cfg.Partitions, cfg.Replicas, r.dir)
 	if err := r.startAll(ctx); err != nil {
@@ -350,9 +536,22 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		r.eventf("loaded %d rows: %.0f rows/s", cfg.Rows, rep.RowsPerSec)
 	}
 
-	// The workloads, through every node: a call whose node dies is
+	// The workloads, through every node, each op through the node with
+	// the fewest calls in flight (lanes): a call whose node dies is
 	// uncertain.
-	g, err := load.Start(ctx, c, load.Config{Table: volumeTable, Rate: float64(cfg.WriteRate), Concurrency: cfg.Writers,
+	t0 := time.Now()
+	done := newCompletions(t0)
+	writeLanes, err := openLanes(ctx, r.cli, r.tls, cfg.Nodes, done)
+	if err != nil {
+		return err
+	}
+	defer writeLanes.close()
+	regLanes, err := openLanes(ctx, r.cli, r.tls, cfg.Nodes, done)
+	if err != nil {
+		return err
+	}
+	defer regLanes.close()
+	g, err := load.StartPut(ctx, writeLanes.put, load.Config{Table: volumeTable, Rate: float64(cfg.WriteRate), Concurrency: cfg.Writers,
 		KeyBytes: keyBytes, ValueBytes: cfg.ValueBytes, Keys: cfg.Rows, NewKeyFraction: newKeyFraction, Record: true,
 		Seed: uint64(cfg.Seed)})
 	if err != nil {
@@ -366,7 +565,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		}
 	}
 	defer stopWriter()
-	regs := startRegisters(ctx, c, cfg.Registers, cfg.Callers, cfg.Seed)
+	regs := startRegisters(ctx, regLanes, cfg.Registers, cfg.Callers, cfg.Seed)
 	var ops []Op
 	stopRegs := func() {
 		if ops == nil {
@@ -384,6 +583,9 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		r.sum.SelfExits = append(r.sum.SelfExits, fmt.Sprintf("n%d: %v", id, err))
 		r.mu.Unlock()
 	})
+	if nf != nil {
+		ns.net = nf
+	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
@@ -399,6 +601,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	<-nemCtx.Done()
 	stopNem()
 	if ctx.Err() != nil {
+		ns.abandon()
 		return ctx.Err()
 	}
 	r.eventf("nemesis done: healing (resume everything, restart every node down)")
@@ -426,9 +629,11 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	}
 	stopRegs()
 	stopWriter()
+	end := time.Now()
 	stopWatch()
 	<-watched
 	ns.noteExits()
+	r.availability(ns.Windows(t0, end), done, end.Sub(t0))
 
 	// Checks. With a replica not live, its partition cannot be read
 	// back; the partitions whose replicas are all live still are, and
@@ -510,6 +715,28 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	r.eventf("registers: %d ops (%d ok, %d failed, %d uncertain); %d of %d linearizable, %d undecided",
 		r.sum.RegisterOps, r.sum.RegisterOK, r.sum.RegisterFailed, r.sum.RegisterUncertain, r.sum.Linearizable, cfg.Registers, len(r.sum.Unknown))
 	return nil
+}
+
+// availability measures the gaps (Availability) and, with the bounds,
+// fails the run for those past them.
+func (r *run) availability(windows []Window, done *completions, end time.Duration) {
+	av := availability(done.snapshot(), r.cfg.Partitions, windows, end)
+	r.mu.Lock()
+	r.sum.Availability = &av
+	r.mu.Unlock()
+	r.eventf("availability: longest gap without a successful op during a network or pause fault: %.2f s with a faulted replica, %.2f s without (%d fault windows)",
+		av.MaxGapFaulted, av.MaxGapUnfaulted, len(windows))
+	if !r.cfg.AvailabilityBounds {
+		return
+	}
+	if g := av.WorstFaulted; g != nil && av.MaxGapFaulted > GapBoundFaulted.Seconds() {
+		r.fail("availability: partition %d had no successful op for %.2f s (+%.2fs to +%.2fs) during a fault that hit one of its replicas; bound %s",
+			g.Partition, av.MaxGapFaulted, g.From, g.To, GapBoundFaulted)
+	}
+	if g := av.WorstUnfaulted; g != nil && av.MaxGapUnfaulted > GapBoundUnfaulted.Seconds() {
+		r.fail("availability: partition %d had no successful op for %.2f s (+%.2fs to +%.2fs) during a fault that hit none of its replicas; bound %s",
+			g.Partition, av.MaxGapUnfaulted, g.From, g.To, GapBoundUnfaulted)
+	}
 }
 
 // startAll starts every node at once and waits until all are registered.
@@ -634,6 +861,18 @@ func (r *run) print(out io.Writer, s Summary) error {
 		w.printf("  replicas:  NOT all live; digests of the %d replicas that answered differ %v\n", s.ReplicasChecked, s.DigestsDiffer)
 	}
 	w.printf("  exits:     %d on their own %v\n", len(s.SelfExits), s.SelfExits)
+	if s.NetFaults != "on" {
+		w.printf("  network:   no network faults (%s)\n", s.NetFaultsOff)
+	}
+	if a := s.Availability; a != nil {
+		bounds := "not checked (--availability-bounds)"
+		if s.AvailabilityBounds {
+			bounds = fmt.Sprintf("bounds %s and %s", GapBoundFaulted, GapBoundUnfaulted)
+		}
+		w.printf("  availability: longest gap without a successful op, during network and pause faults; %s:\n", bounds)
+		w.printf("    partitions with a faulted replica:    %6.2f s%s\n", a.MaxGapFaulted, gapWhere(a.WorstFaulted))
+		w.printf("    partitions without a faulted replica: %6.2f s%s\n", a.MaxGapUnfaulted, gapWhere(a.WorstUnfaulted))
+	}
 	if k := s.FailingKey; k != nil {
 		lo, hi := 0, min(len(k.History), historyLinesMax)
 		if k.Suspect >= 0 {
@@ -659,10 +898,21 @@ func (r *run) print(out io.Writer, s Summary) error {
 		if s.Planted {
 			plant = " --plant"
 		}
-		w.printf("run dir (logs, data): %s\nreplay: rejoin chaos --seed %d --duration %s --faults %s --nodes %d --partitions %d --replicas %d --rows %d%s\n",
-			s.Dir, s.Seed, s.Duration, actionList(s.Faults), s.Nodes, s.Partitions, s.Replicas, s.Rows, plant)
+		if s.AvailabilityBounds {
+			plant += " --availability-bounds"
+		}
+		w.printf("run dir (logs, data): %s\nreplay: rejoin chaos --seed %d --duration %s --faults %s --net-faults %s --nodes %d --partitions %d --replicas %d --rows %d%s\n",
+			s.Dir, s.Seed, s.Duration, actionList(s.Faults), s.NetFaults, s.Nodes, s.Partitions, s.Replicas, s.Rows, plant)
 	}
 	return w.err
+}
+
+// gapWhere says where a longest gap was.
+func gapWhere(g *Gap) string {
+	if g == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (partition %d, +%.2fs to +%.2fs)", g.Partition, g.From, g.To)
 }
 
 // historyLinesMax bounds the failing key's ops the text summary shows,

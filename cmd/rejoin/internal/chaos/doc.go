@@ -19,7 +19,19 @@
 //     reads the cluster and skips the fault if the node is not up or
 //     holds the last live replica of a partition; so the same seed
 //     replays the same schedule, while what was skipped depends on the
-//     run.
+//     run;
+//   - with Config.NetFaults (as root on Linux, netfault.go), network
+//     faults by the kernel: for 2 to 30 s, the packets of a node to its
+//     peers, to etcd or both, of a minority to the rest, or of two sides
+//     but for a bridge node, dropped or reset by iptables owner rules on
+//     loopback, each node process running as a uid of its own (NodeUID).
+//
+// Every successful op is recorded with its partition and time: the
+// summary's Availability is each partition's longest gap during network
+// and pause faults, split by whether the fault hit one of its replicas.
+// Config.AvailabilityBounds fails the run past GapBoundFaulted and
+// GapBoundUnfaulted: issue 23's goal, off by default until the write
+// path meets it.
 //
 // Then it heals everything and checks: every replica live within
 // Config.LiveWithin; digests equal across each partition's replicas;

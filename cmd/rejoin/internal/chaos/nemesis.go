@@ -35,6 +35,71 @@ const (
 	rejoinPollEvery = 50 * time.Millisecond
 )
 
+// faultWindow is a fault's span; end is zero while it lasts.
+type faultWindow struct {
+	action     Action
+	start, end time.Time
+	hit        []uint32
+}
+
+// openWindowLocked records that a fault of action starts now, hitting
+// partitions hit; it returns its index. ns.mu held.
+func (ns *nemesis) openWindowLocked(action Action, hit []uint32) int {
+	ns.windows = append(ns.windows, faultWindow{action: action, start: time.Now(), hit: hit})
+	return len(ns.windows) - 1
+}
+
+// closeWindowLocked records that fault i ended now. ns.mu held.
+func (ns *nemesis) closeWindowLocked(i int) {
+	if i >= 0 && i < len(ns.windows) && ns.windows[i].end.IsZero() {
+		ns.windows[i].end = time.Now()
+	}
+}
+
+// Windows are the faults' spans from t0, those still open ending at
+// end.
+func (ns *nemesis) Windows(t0, end time.Time) []Window {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	out := make([]Window, len(ns.windows))
+	for i, w := range ns.windows {
+		e := w.end
+		if e.IsZero() {
+			e = end
+		}
+		out[i] = Window{Action: w.action, Start: w.start.Sub(t0), End: e.Sub(t0), Hit: w.hit}
+	}
+	return out
+}
+
+// replicasOf maps each partition of v to the ids of its replicas' nodes.
+func replicasOf(v clusterview.View) map[uint32][]int {
+	out := map[uint32][]int{}
+	for _, rp := range v.Replicas {
+		var id int
+		if _, err := fmt.Sscanf(rp.Node, "n%d", &id); err == nil {
+			out[rp.Partition] = append(out[rp.Partition], id)
+		}
+	}
+	return out
+}
+
+// hitBy lists the partitions with a replica on one of nodes (a process
+// fault) or whose replicas cut c separates, or cuts from etcd.
+func hitBy(v clusterview.View, nodes []int, c Cut) []uint32 {
+	var out []uint32
+	for p, ids := range replicasOf(v) {
+		in := func(set []int) bool {
+			return slices.ContainsFunc(ids, func(id int) bool { return slices.Contains(set, id) })
+		}
+		if in(nodes) || in(c.Etcd) || (in(c.A) && in(c.B)) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // nemesis runs a schedule against the cluster: it tracks what it did to
 // each node and never faults the last live replica of a partition.
 type nemesis struct {
@@ -48,18 +113,31 @@ type nemesis struct {
 	logf   func(format string, args ...any)
 	exitsf func(id int, err error) // a node exited on its own
 
+	// net applies the network faults; nil: none are run.
+	net *netFaults
+
 	mu         sync.Mutex
 	state      []nodeState // by node id (index 0 unused)
 	etcdPaused bool
-	healc      chan struct{} // closed: end every fault now
-	wg         sync.WaitGroup
-	done       int
-	skipped    int
+	// netOn: a network fault is in place; cutOff are the nodes it left
+	// on the short side (Step.CutOff), whose replicas count as no live
+	// copy for another fault.
+	netOn  bool
+	cutOff map[string]bool
+	// windows are the faults' spans (for Availability); killWin is the
+	// open window of each node killed, by node id.
+	windows   []faultWindow
+	killWin   map[int]int
+	healc     chan struct{} // closed: end every fault now
+	abandoned bool          // the run ended early: heal nothing
+	wg        sync.WaitGroup
+	done      int
+	skipped   int
 }
 
 func newNemesis(ctx context.Context, nodes *demo.Nodes, etcd *demo.Etcd, cli *clientv3.Client, n int, logf func(string, ...any), exitsf func(int, error)) *nemesis {
 	return &nemesis{ctx: ctx, nodes: nodes, etcd: etcd, cli: cli, hc: &http.Client{Timeout: viewTimeout}, n: n, logf: logf, exitsf: exitsf,
-		state: make([]nodeState, n+1), healc: make(chan struct{})}
+		state: make([]nodeState, n+1), healc: make(chan struct{}), cutOff: map[string]bool{}, killWin: map[int]int{}}
 }
 
 // run plays the schedule from now until ctx ends or the steps run out.
@@ -94,6 +172,7 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 		}
 		ns.etcdPaused = true
 		ns.done++
+		win := ns.openWindowLocked(s.Action, nil)
 		ns.mu.Unlock()
 		ns.logf("nemesis: paused etcd (SIGSTOP, pid %d) for %.2fs", ns.etcd.Pid(), s.For.Seconds())
 		ns.after(s.For, func() {
@@ -104,9 +183,13 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 				return
 			}
 			ns.etcdPaused = false
+			ns.closeWindowLocked(win)
 			ns.logf("nemesis: resumed etcd (SIGCONT)")
 		})
 		return ""
+	}
+	if s.Action.IsNet() {
+		return ns.doNet(ctx, s)
 	}
 
 	v, err := ns.view(ctx)
@@ -156,6 +239,7 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 		}
 		ns.state[target] = nodeDown
 		ns.done++
+		ns.killWin[target] = ns.openWindowLocked(s.Action, hitBy(v, []int{target}, Cut{}))
 		ns.logf("nemesis: killed n%d%s (SIGKILL); restart after %.2fs", target, what, s.For.Seconds())
 		ns.after(s.For, func() { ns.restart(ns.ctx, target) })
 	case ActStop:
@@ -164,10 +248,12 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 		}
 		ns.state[target] = nodePaused
 		ns.done++
+		win := ns.openWindowLocked(s.Action, hitBy(v, []int{target}, Cut{}))
 		ns.logf("nemesis: stopped n%d (SIGSTOP) for %.2fs", target, s.For.Seconds())
 		ns.after(s.For, func() {
 			ns.mu.Lock()
 			defer ns.mu.Unlock()
+			ns.closeWindowLocked(win)
 			if ns.state[target] != nodePaused {
 				return
 			}
@@ -183,12 +269,63 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 	return ""
 }
 
+// doNet runs network step s: it returns why it did not, "" if it did.
+func (ns *nemesis) doNet(ctx context.Context, s Step) string {
+	if ns.net == nil {
+		return "network faults are off"
+	}
+	v, err := ns.view(ctx)
+	if err != nil {
+		return "cannot read the cluster: " + err.Error()
+	}
+	what := s.NetString(ns.n)
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if ns.netOn {
+		return "a network fault is in place already"
+	}
+	off := map[string]bool{}
+	for _, id := range s.CutOff(ns.n) {
+		off[node.NodeName(id)] = true
+	}
+	if p, ok := ns.lastLiveSetLocked(v, off); !ok {
+		return fmt.Sprintf("the nodes it cuts off %v hold the last live replica of partition %d", s.CutOff(ns.n), p)
+	}
+	if err := ns.net.apply(ctx, s); err != nil {
+		return err.Error()
+	}
+	ns.netOn, ns.cutOff = true, off
+	ns.done++
+	win := ns.openWindowLocked(s.Action, hitBy(v, nil, s.Cut(ns.n)))
+	ns.logf("net fault: %s for %.2fs", what, s.For.Seconds())
+	ns.after(s.For, func() {
+		ns.mu.Lock()
+		defer ns.mu.Unlock()
+		if err := ns.net.heal(); err != nil {
+			ns.logf("net fault: heal %s: %v", what, err)
+			return
+		}
+		ns.netOn, ns.cutOff = false, map[string]bool{}
+		ns.closeWindowLocked(win)
+		ns.logf("net fault healed: %s", what)
+	})
+	return ""
+}
+
 // lastLiveLocked reports whether target holds the last live replica of
 // some partition: a replica is live when its node is up (as far as the
-// nemesis knows), etcd has it live and its node reports it live. A
-// target whose replica of a partition is not live takes nothing from it
-// (even from a partition left with no live replica at all). ns.mu held.
+// nemesis knows), etcd has it live and its node reports it live, and no
+// network fault cut its node off. A target whose replica of a partition
+// is not live takes nothing from it (even from a partition left with no
+// live replica at all). ns.mu held.
 func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bool) {
+	return ns.lastLiveSetLocked(v, map[string]bool{target: true})
+}
+
+// lastLiveSetLocked is lastLiveLocked for a fault of several nodes at
+// once: whether they hold between them the last live replica of a
+// partition. ns.mu held.
+func (ns *nemesis) lastLiveSetLocked(v clusterview.View, targets map[string]bool) (uint32, bool) {
 	hosted := map[uint32]bool{}
 	others := map[uint32]int{}
 	for _, rp := range v.Replicas {
@@ -198,7 +335,7 @@ func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bo
 		}
 		live := rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive
 		switch {
-		case rp.Node == target:
+		case targets[rp.Node]:
 			// Settling or not, it may hold the partition's only copy;
 			// and so it may when etcd has lost its registration (an etcd
 			// pause) or it did not answer: what it holds is unknown, and
@@ -206,7 +343,7 @@ func (ns *nemesis) lastLiveLocked(v clusterview.View, target string) (uint32, bo
 			if live || !rp.Alive || !rp.Reported {
 				hosted[rp.Partition] = true
 			}
-		case !live:
+		case !live, ns.cutOff[rp.Node]:
 		case !rp.Settling:
 			// A replica whose node is settling a lost registration may
 			// yet fail for what it missed: not one to leave a partition
@@ -236,8 +373,23 @@ func (ns *nemesis) after(d time.Duration, f func()) {
 		case <-t.C:
 		case <-ns.healc:
 		}
-		f()
+		ns.mu.Lock()
+		abandoned := ns.abandoned
+		ns.mu.Unlock()
+		if !abandoned {
+			f()
+		}
 	})
+}
+
+// abandon ends the pending ends of faults without running them: the run
+// was interrupted, and stops every process (and its chain) itself.
+func (ns *nemesis) abandon() {
+	ns.mu.Lock()
+	ns.abandoned = true
+	ns.mu.Unlock()
+	close(ns.healc)
+	ns.wg.Wait()
 }
 
 // restart starts node id again, if the nemesis had it down.
@@ -260,6 +412,10 @@ func (ns *nemesis) restart(ctx context.Context, id int) {
 		return
 	}
 	ns.state[id] = nodeUp
+	if w, ok := ns.killWin[id]; ok {
+		ns.closeWindowLocked(w)
+		delete(ns.killWin, id)
+	}
 	ns.logf("nemesis: restarted n%d (pid %d, tcp %s)", id, pid, ready.TCP)
 }
 

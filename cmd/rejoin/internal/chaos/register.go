@@ -75,7 +75,7 @@ func RegisterKey(i int) string { return fmt.Sprintf("chaos-register-%03d", i) }
 // registers runs the register workload: callers doing writes of unique
 // values and reads on a few registers, every op recorded.
 type registers struct {
-	c      *client.Client
+	c      *lanes
 	keys   int
 	start  time.Time
 	mu     sync.Mutex
@@ -97,7 +97,7 @@ const (
 // Each caller follows its writes with a read of the same register, so a
 // lost acknowledged write is seen by the next read unless another write
 // overtakes it.
-func startRegisters(ctx context.Context, c *client.Client, keys, callers int, seed int64) *registers {
+func startRegisters(ctx context.Context, c *lanes, keys, callers int, seed int64) *registers {
 	rg := &registers{c: c, keys: keys, start: time.Now(), opsMax: registerOpsMax}
 	ctx, rg.cancel = context.WithCancel(ctx)
 	for i := range callers {
@@ -146,7 +146,7 @@ func (rg *registers) now() int64 { return int64(time.Since(rg.start)) }
 
 func (rg *registers) write(ctx context.Context, caller, key int, value string) Op {
 	op := Op{Key: key, Caller: caller, Write: true, Value: value, Call: rg.now()}
-	_, err := rg.c.Upsert(ctx, registerTable, wire.Bytes([]byte(RegisterKey(key))), wire.Bytes([]byte(value)))
+	_, err := rg.c.upsert(ctx, registerTable, []byte(RegisterKey(key)), []byte(value))
 	op.Return = rg.now()
 	op.Outcome, op.Err = classify(err)
 	return op
@@ -154,20 +154,22 @@ func (rg *registers) write(ctx context.Context, caller, key int, value string) O
 
 func (rg *registers) read(ctx context.Context, caller, key int) Op {
 	op := Op{Key: key, Caller: caller, Call: rg.now()}
-	row, err := rg.c.Read(ctx, registerTable, wire.Bytes([]byte(RegisterKey(key))))
+	row, err := rg.c.read(ctx, registerTable, []byte(RegisterKey(key)))
 	op.Return = rg.now()
 	switch {
 	case err == nil && len(row) == 2 && row[1].Type == wire.TypeBytes:
 		op.Outcome, op.Value = OK, string(row[1].Bytes)
 	case err == nil:
 		op.Outcome, op.Err = Uncertain, fmt.Sprintf("unexpected row %v", row)
-	case errors.Is(err, client.ErrNotFound):
+	case isNotFound(err):
 		op.Outcome = OK // the register was never written: its initial value
 	default:
 		op.Outcome, op.Err = classify(err)
 	}
 	return op
 }
+
+func isNotFound(err error) bool { return errors.Is(err, client.ErrNotFound) }
 
 // classify maps a call's error to its outcome: only the client's
 // "definitely not" answers fail; everything else may have happened.

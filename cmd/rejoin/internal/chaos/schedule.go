@@ -25,7 +25,45 @@ const (
 	ActKillDest   Action = "kill-rejoin-dest"
 	// ActPauseEtcd SIGSTOPs etcd for Step.For (1 to 6 s).
 	ActPauseEtcd Action = "pause-etcd"
+
+	// The network faults (netfault.go): for Step.For, packets between
+	// node processes, or between a node and etcd, are dropped or reset
+	// by the kernel (Step.Net).
+	//
+	// ActNetPeers cuts node Step.Node from every other node.
+	ActNetPeers Action = "net-peers"
+	// ActNetEtcd cuts node Step.Node from etcd.
+	ActNetEtcd Action = "net-etcd"
+	// ActNetIsolate cuts node Step.Node from its peers and from etcd.
+	ActNetIsolate Action = "net-isolate"
+	// ActNetHalves cuts the nodes Step.Side (a minority) from the others;
+	// both halves still reach etcd.
+	ActNetHalves Action = "net-halves"
+	// ActNetBridge cuts Step.Side from the nodes that are neither in it
+	// nor Step.Node, the bridge, which sees both halves.
+	ActNetBridge Action = "net-bridge"
 )
+
+// NetKind is how a network fault treats the packets it matches.
+type NetKind string
+
+const (
+	// NetDrop drops them: connections stall until the fault ends or
+	// their own timeouts fire.
+	NetDrop NetKind = "drop"
+	// NetReset rejects them with a TCP reset: each connection is reset
+	// at its next segment, and new ones are refused.
+	NetReset NetKind = "reset"
+)
+
+// IsNet reports whether a is a network fault.
+func (a Action) IsNet() bool {
+	switch a {
+	case ActNetPeers, ActNetEtcd, ActNetIsolate, ActNetHalves, ActNetBridge:
+		return true
+	}
+	return false
+}
 
 // The schedule's bounds.
 const (
@@ -35,19 +73,116 @@ const (
 	stopPastTTL  = 4 * time.Second // a stop lasts the TTL plus up to this
 	etcdPauseMin = 1 * time.Second
 	etcdPauseMax = 6 * time.Second
+	// A network fault lasts netMin to netMaxFor the run's duration.
+	netMin = 2 * time.Second
+	netMax = 30 * time.Second
 	// stepsMax bounds a schedule, whatever its duration.
 	stepsMax = 10_000
 )
 
+// netMaxFor is the longest network fault of a run of d: a sixth of it,
+// within netMin..netMax, so that a short run still has time between its
+// faults (3 minutes: up to 30 s; 90 s: up to 15 s).
+func netMaxFor(d time.Duration) time.Duration { return min(max(d/6, netMin), netMax) }
+
 // Step is one fault of the schedule: at At from the nemesis's start, do
-// Action to node Node (ActKill, ActStop) or to the Pick-th rejoin in
-// progress, for For.
+// Action to node Node (ActKill, ActStop, ActNetPeers, ActNetEtcd,
+// ActNetIsolate; the bridge of ActNetBridge), to the nodes Side
+// (ActNetHalves, ActNetBridge) or to the Pick-th rejoin in progress, for
+// For; a network fault's packets are treated as Net says.
 type Step struct {
 	At     time.Duration `json:"at"`
 	Action Action        `json:"action"`
 	Node   int           `json:"node,omitempty"`
+	Side   []int         `json:"side,omitempty"`
+	Net    NetKind       `json:"net,omitempty"`
 	Pick   int           `json:"pick,omitempty"`
 	For    time.Duration `json:"for"`
+}
+
+// Equal reports whether s and o are the same step.
+func (s Step) Equal(o Step) bool {
+	return s.At == o.At && s.Action == o.Action && s.Node == o.Node && slices.Equal(s.Side, o.Side) &&
+		s.Net == o.Net && s.Pick == o.Pick && s.For == o.For
+}
+
+// Cut is what a network fault cuts among nodes 1..nodes: every node of
+// A from every node of B, and the nodes Etcd from etcd.
+type Cut struct {
+	A, B []int
+	Etcd []int
+}
+
+// Cut is the cut of network step s in a cluster of nodes nodes; the
+// zero Cut for another action.
+func (s Step) Cut(nodes int) Cut {
+	others := func(out ...int) []int {
+		var o []int
+		for id := 1; id <= nodes; id++ {
+			if !slices.Contains(out, id) {
+				o = append(o, id)
+			}
+		}
+		return o
+	}
+	switch s.Action {
+	case ActNetPeers:
+		return Cut{A: []int{s.Node}, B: others(s.Node)}
+	case ActNetEtcd:
+		return Cut{Etcd: []int{s.Node}}
+	case ActNetIsolate:
+		return Cut{A: []int{s.Node}, B: others(s.Node), Etcd: []int{s.Node}}
+	case ActNetHalves:
+		return Cut{A: slices.Clone(s.Side), B: others(s.Side...)}
+	case ActNetBridge:
+		return Cut{A: slices.Clone(s.Side), B: others(append([]int{s.Node}, s.Side...)...)}
+	}
+	return Cut{}
+}
+
+// CutOff are the nodes a network step leaves on the short side: the
+// node cut from its peers or etcd, a minority half, both sides of a
+// bridge (neither sees a majority without the bridge).
+func (s Step) CutOff(nodes int) []int {
+	c := s.Cut(nodes)
+	if s.Action == ActNetHalves {
+		return c.A
+	}
+	out := slices.Concat(c.A, c.Etcd)
+	if s.Action == ActNetBridge {
+		out = append(out, c.B...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func nodeSet(ids []int) string {
+	ss := make([]string, len(ids))
+	for i, id := range ids {
+		ss[i] = fmt.Sprintf("n%d", id)
+	}
+	return "{" + strings.Join(ss, ",") + "}"
+}
+
+// NetString names a network step's cut, as the run's log lines do:
+// "drop n2<->peers".
+func (s Step) NetString(nodes int) string {
+	switch s.Action {
+	case ActNetPeers:
+		return fmt.Sprintf("%s n%d<->peers", s.Net, s.Node)
+	case ActNetEtcd:
+		return fmt.Sprintf("%s n%d<->etcd", s.Net, s.Node)
+	case ActNetIsolate:
+		return fmt.Sprintf("%s n%d<->peers+etcd", s.Net, s.Node)
+	case ActNetHalves, ActNetBridge:
+		c := s.Cut(nodes)
+		str := fmt.Sprintf("%s %s<->%s", s.Net, nodeSet(c.A), nodeSet(c.B))
+		if s.Action == ActNetBridge {
+			str += fmt.Sprintf(" (bridge n%d)", s.Node)
+		}
+		return str
+	}
+	return string(s.Action)
 }
 
 func (s Step) String() string {
@@ -61,15 +196,29 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s %s (pick %d), restart after %.2fs", at, s.Action, s.Pick, s.For.Seconds())
 	case ActPauseEtcd:
 		return fmt.Sprintf("%s pause etcd for %.2fs", at, s.For.Seconds())
+	case ActNetPeers, ActNetEtcd, ActNetIsolate:
+		return fmt.Sprintf("%s %s %s n%d for %.2fs", at, s.Action, s.Net, s.Node, s.For.Seconds())
+	case ActNetHalves:
+		return fmt.Sprintf("%s %s %s %s from the rest for %.2fs", at, s.Action, s.Net, nodeSet(s.Side), s.For.Seconds())
+	case ActNetBridge:
+		return fmt.Sprintf("%s %s %s %s from the rest but bridge n%d for %.2fs", at, s.Action, s.Net, nodeSet(s.Side), s.Node, s.For.Seconds())
 	}
 	return fmt.Sprintf("%s %s", at, s.Action)
 }
 
 // Actions lists every action, in the order Plan weighs them.
-var Actions = []Action{ActKill, ActStop, ActKillSource, ActKillDest, ActPauseEtcd}
+var Actions = []Action{ActKill, ActStop, ActKillSource, ActKillDest, ActPauseEtcd,
+	ActNetPeers, ActNetEtcd, ActNetIsolate, ActNetHalves, ActNetBridge}
 
-// weight is each action's share of the schedule.
-var weight = map[Action]int{ActKill: 35, ActStop: 20, ActKillSource: 15, ActKillDest: 15, ActPauseEtcd: 15}
+// weight is each action's share of the schedule: the process faults 100,
+// the network faults 60.
+var weight = map[Action]int{ActKill: 35, ActStop: 20, ActKillSource: 15, ActKillDest: 15, ActPauseEtcd: 15,
+	ActNetPeers: 15, ActNetEtcd: 10, ActNetIsolate: 10, ActNetHalves: 15, ActNetBridge: 10}
+
+// WithoutNet is as minus its network faults.
+func WithoutNet(as []Action) []Action {
+	return slices.DeleteFunc(slices.Clone(as), Action.IsNet)
+}
 
 // Plan is the nemesis's schedule for a run of d on nodes nodes whose
 // lease TTL is ttl, drawing among the actions allowed (none: an empty
@@ -78,6 +227,10 @@ var weight = map[Action]int{ActKill: 35, ActStop: 20, ActKillSource: 15, ActKill
 // replica hit, a rejoin in progress) is decided when it comes; the run
 // says which it skipped and why.
 func Plan(seed int64, d time.Duration, nodes int, ttl time.Duration, allowed []Action) []Step {
+	if nodes < 3 {
+		// A bridge needs a node and two sides.
+		allowed = slices.DeleteFunc(slices.Clone(allowed), func(a Action) bool { return a == ActNetBridge })
+	}
 	total := 0
 	for _, a := range allowed {
 		total += weight[a]
@@ -114,10 +267,38 @@ func Plan(seed int64, d time.Duration, nodes int, ttl time.Duration, allowed []A
 			s.Pick, s.For = rng.IntN(nodes*4), between(0, KillDownMax)
 		case ActPauseEtcd:
 			s.For = between(etcdPauseMin, etcdPauseMax)
+		case ActNetPeers, ActNetEtcd, ActNetIsolate:
+			s.Node = 1 + rng.IntN(nodes)
+		case ActNetHalves:
+			// A minority: 1 to (nodes-1)/2 nodes (1 of 2 or 3).
+			perm := rng.Perm(nodes)
+			s.Side = sortedIDs(perm[:1+rng.IntN(max(1, (nodes-1)/2))])
+		case ActNetBridge:
+			// The bridge, then the rest split in two non-empty sides.
+			perm := rng.Perm(nodes)
+			s.Node = 1 + perm[0]
+			s.Side = sortedIDs(perm[1 : 2+rng.IntN(nodes-2)])
+		}
+		if s.Action.IsNet() {
+			s.For = between(netMin, netMaxFor(d))
+			s.Net = NetDrop
+			if rng.IntN(2) == 0 {
+				s.Net = NetReset
+			}
 		}
 		steps = append(steps, s)
 	}
 	return steps
+}
+
+// sortedIDs are the node ids of 0-based indexes, sorted.
+func sortedIDs(idx []int) []int {
+	out := make([]int, len(idx))
+	for i, x := range idx {
+		out[i] = x + 1
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ParseActions parses a comma-separated list of actions; "all" is every

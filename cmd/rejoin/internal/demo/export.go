@@ -53,6 +53,11 @@ func NewNodes(binary, etcd, dir string, extra func(id int) []string, env []strin
 	return &Nodes{ps: ps}
 }
 
+// RunAs makes every node started from now on run as the uid and gid
+// user gives it; the caller makes its data directory and credentials
+// theirs.
+func (n *Nodes) RunAs(user func(id int) (uid, gid uint32)) { n.ps.user = user }
+
 // Start execs node id and waits for its ready line; it returns its pid.
 func (n *Nodes) Start(ctx context.Context, id int) (ReadyLine, int, error) {
 	p, err := n.ps.start(ctx, id)

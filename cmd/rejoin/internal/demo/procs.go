@@ -81,6 +81,9 @@ type procs struct {
 	// env, if set, is added to the nodes' environment (chaos's planted
 	// fault).
 	env []string
+	// user, if set, gives the uid and gid node id runs as (chaos's
+	// network faults tell the nodes' packets apart by their owner).
+	user func(id int) (uid, gid uint32)
 
 	mu  sync.Mutex
 	cur map[int]*proc // the current incarnation of each node
@@ -110,6 +113,10 @@ func (ps *procs) start(ctx context.Context, id int) (*proc, error) {
 	cmd := exec.Command(ps.binary, args...)
 	cmd.Stderr = lf
 	cmd.SysProcAttr = sysProcAttr()
+	if ps.user != nil {
+		uid, gid := ps.user(id)
+		cmd.SysProcAttr = setCredential(cmd.SysProcAttr, uid, gid)
+	}
 	if ps.env != nil {
 		cmd.Env = append(os.Environ(), ps.env...)
 	}

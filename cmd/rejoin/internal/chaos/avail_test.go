@@ -1,0 +1,90 @@
+package chaos
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func secs(xs ...float64) []time.Duration {
+	out := make([]time.Duration, len(xs))
+	for i, x := range xs {
+		out[i] = time.Duration(x * float64(time.Second))
+	}
+	return out
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+// TestAvailability: gaps count only over network and pause windows; a
+// gap is faulted if a window over it (a kill's too) hit the partition;
+// the workload's end closes the last gap.
+func TestAvailability(t *testing.T) {
+	done := map[uint32][]time.Duration{
+		// Partition 0: a stall of 4.8 s over a net fault that hit it, ops
+		// every 0.3 s at most through the etcd pause.
+		0: secs(0.1, 0.2, 5.0, 5.1, 7.9, 8.1, 8.3, 8.6, 8.9, 9.2, 9.9),
+		// Partition 1: a 1.4 s gap over the same fault, which did not hit
+		// it, and a 2.9 s gap outside every window (not counted).
+		1: secs(0.1, 1.5, 2.3, 3.1, 6.0, 8.0, 8.4, 8.8, 9.1),
+		// Partition 2: 1 s gaps during the net fault that hit it; nothing
+		// after 7 s, over an etcd pause from 8 s (hit none) and a kill
+		// hitting it from 8.5 s: faulted, to the end.
+		2: secs(0.05, 1, 2, 3, 4, 5, 6, 7),
+		// Partition 3: no op at all, no window hit it: the whole run.
+	}
+	windows := []Window{
+		{Action: ActNetPeers, Start: 1 * time.Second, End: 3 * time.Second, Hit: []uint32{0, 2}},
+		{Action: ActPauseEtcd, Start: 8 * time.Second, End: 9 * time.Second},
+		{Action: ActKill, Start: 8500 * time.Millisecond, End: 11 * time.Second, Hit: []uint32{2}},
+	}
+	a := availability(done, 4, windows, 10*time.Second)
+	want := []PartitionAvailability{
+		{Partition: 0, OKOps: 11, MaxGapFaulted: 4.8, MaxGapUnfaulted: 0.3},
+		{Partition: 1, OKOps: 9, MaxGapUnfaulted: 1.4},
+		{Partition: 2, OKOps: 8, MaxGapFaulted: 3},
+		{Partition: 3, OKOps: 0, MaxGapUnfaulted: 10},
+	}
+	if len(a.Partitions) != len(want) {
+		t.Fatalf("partitions %+v", a.Partitions)
+	}
+	for i, w := range want {
+		g := a.Partitions[i]
+		if g.Partition != w.Partition || g.OKOps != w.OKOps || !near(g.MaxGapFaulted, w.MaxGapFaulted) || !near(g.MaxGapUnfaulted, w.MaxGapUnfaulted) {
+			t.Errorf("partition %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if !near(a.MaxGapFaulted, 4.8) || a.WorstFaulted == nil || a.WorstFaulted.Partition != 0 || !near(a.WorstFaulted.From, 0.2) || !near(a.WorstFaulted.To, 5) {
+		t.Errorf("faulted: %v %+v", a.MaxGapFaulted, a.WorstFaulted)
+	}
+	if !near(a.MaxGapUnfaulted, 10) || a.WorstUnfaulted == nil || a.WorstUnfaulted.Partition != 3 {
+		t.Errorf("unfaulted: %v %+v", a.MaxGapUnfaulted, a.WorstUnfaulted)
+	}
+	if a.Windows != 3 {
+		t.Errorf("windows %d", a.Windows)
+	}
+
+	// Without a network or pause window nothing counts, kills or not.
+	a = availability(done, 4, windows[2:], 10*time.Second)
+	if a.MaxGapFaulted != 0 || a.MaxGapUnfaulted != 0 || a.WorstFaulted != nil {
+		t.Errorf("a kill alone counted: %+v", a)
+	}
+	// A stop counts as a pause.
+	a = availability(map[uint32][]time.Duration{0: secs(1, 4)}, 1, []Window{{Action: ActStop, Start: 2 * time.Second, End: 3 * time.Second, Hit: []uint32{0}}}, 5*time.Second)
+	if !near(a.MaxGapFaulted, 3) {
+		t.Errorf("stop: %+v", a)
+	}
+}
+
+// TestCompletions: completions are kept by partition, from t0.
+func TestCompletions(t *testing.T) {
+	t0 := time.Now()
+	c := newCompletions(t0)
+	c.add(1, t0.Add(time.Second))
+	c.add(1, t0.Add(2*time.Second))
+	c.add(0, t0.Add(3*time.Second))
+	s := c.snapshot()
+	if len(s[1]) != 2 || s[1][1] != 2*time.Second || len(s[0]) != 1 {
+		t.Errorf("snapshot %v", s)
+	}
+}
