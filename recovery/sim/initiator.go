@@ -58,13 +58,16 @@ type initiatorFeeds struct {
 	asks map[string]recovery.DialAsk
 }
 
+// Send queues m for node. The core sends one message to several nodes
+// as consecutive calls with the same m, which make one entry; a resumed
+// feed's resend is many messages in one input, each an entry, in order.
 func (f *initiatorFeeds) Send(node string, m wire.Message) bool {
 	in := f.in
-	if in.out != nil && in.out != m {
-		panic(fmt.Sprintf("sim: i%d sent %v and %v in one input", in.id, in.out.Type(), m.Type()))
+	if n := len(in.out); n > 0 && in.out[n-1].m == m {
+		in.out[n-1].to[node] = true
+		return true
 	}
-	in.out = m
-	in.to[node] = true
+	in.out = append(in.out, outMsg{m: m, to: map[string]bool{node: true}})
 	return true
 }
 
@@ -82,7 +85,6 @@ func (f *initiatorFeeds) Close(node string) {
 }
 
 func (w *world) newInitiatorCore(in *initiator) {
-	in.to = map[string]bool{}
 	in.feeds = &initiatorFeeds{in: in}
 	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
 		Node: fmt.Sprintf("i%d", in.id), ID: in.id, Partitions: partitionID + 1, BeatTicks: max(1, w.k.HeartbeatTicks),
@@ -242,15 +244,21 @@ func (w *world) sendHeartbeat(in *initiator) {
 	w.routeFeed(in)
 }
 
-// routeFeed delivers what in's core last sent: to the oracle at once, to the
-// source and the current destination replicas over their links, where
-// the core sent it.
+// routeFeed delivers what in's core sent since the last call, in the
+// order it sent it: to the oracle at once, to the source and the current
+// destination replicas over their links, where the core sent it.
 func (w *world) routeFeed(in *initiator) {
-	m, to := in.out, in.to
-	if m == nil {
-		return
+	for len(in.out) > 0 {
+		o := in.out[0]
+		in.out[0] = outMsg{}
+		in.out = in.out[1:]
+		w.routeOne(in, o.m, o.to)
 	}
-	in.out, in.to = nil, map[string]bool{}
+	in.out = nil
+}
+
+// routeOne delivers one message m the core sent to the nodes to.
+func (w *world) routeOne(in *initiator, m wire.Message, to map[string]bool) {
 	var inv partition.Invocation
 	switch m := m.(type) {
 	case *wire.Txn:

@@ -337,10 +337,15 @@ type initiator struct {
 	joinTick       uint64
 	// feeds is the core's I/O.
 	feeds *initiatorFeeds
-	// out is what the core sent in one input, and to which nodes; the
-	// world routes it (route).
-	out wire.Message
-	to  map[string]bool
+	// out is what the core sent since the world last routed it, in order,
+	// each message with the nodes it went to (routeFeed).
+	out []outMsg
+}
+
+// outMsg is one message an initiator's core sent, and to which nodes.
+type outMsg struct {
+	m  wire.Message
+	to map[string]bool
 }
 
 func newWorld(seed uint64, opts Options) *world {
