@@ -90,6 +90,7 @@ func (w *world) newInitiatorCore(in *initiator) {
 		Node: fmt.Sprintf("i%d", in.id), ID: in.id, Partitions: partitionID + 1, BeatTicks: max(1, w.k.HeartbeatTicks),
 		Clock:          func() int64 { return baseMillis + int64(w.tick) + in.skew },
 		BeatLeadMillis: int64(w.lead()), BeatLeadQuietTicks: w.k.BeatLeadQuietTicks,
+		FeedLogBytesMax: w.k.FeedLogBytesMax,
 	}, in.feeds)
 	if err != nil {
 		panic(err)
@@ -108,7 +109,10 @@ func (w *world) lead() int {
 
 // dial gives in's core the view and answers the dials it asks: a feed
 // opens, with its receiver's floor, unless in is late and the script has
-// not opened its feed to that node (opened), then the dial fails.
+// not opened its feed to that node (opened), then the dial fails. A
+// redial of a broken feed to a source node fails while the node is out
+// of reach (dead, or its gap not over), and is answered some ticks later
+// (stepFeeds): the core logs txns for the node meanwhile.
 func (w *world) dial(in *initiator) {
 	in.core.SetView(w.view)
 	dials := in.feeds.dials
@@ -118,8 +122,30 @@ func (w *world) dial(in *initiator) {
 			in.core.DialFailed(node)
 			continue
 		}
-		w.openFeed(in, node, in.feeds.asks[node])
+		ask := in.feeds.asks[node]
+		if sr := w.srcNamed(node); sr != nil && sr.broke[in.idx] {
+			if sr.dead || w.tick < sr.redialAt[in.idx] {
+				in.core.DialFailed(node)
+				continue
+			}
+			if n := w.feedDraw(w.k.FeedDialTicksMax); n > 0 {
+				sr.dialing[in.idx] = &pendingDial{ask: ask, at: w.tick + uint64(n)}
+				w.tracef("i%d: redials %s (resume %v, kept %v, missed %v); the answer takes %d ticks", in.id, node, ask.Resume, ask.Kept, ask.Missed, n)
+				continue
+			}
+		}
+		w.answerDial(in, node, ask)
 	}
+}
+
+// answerDial answers one of in's dials: the node dialled opens the feed,
+// or resumes a broken one (openFeed).
+func (w *world) answerDial(in *initiator, node string, d recovery.DialAsk) {
+	if sr := w.srcNamed(node); sr != nil && sr.dead {
+		in.core.DialFailed(node)
+		return
+	}
+	w.openFeed(in, node, d)
 }
 
 // openFeed opens in's feed to node as recovery/node's serveFeed does: the
@@ -127,9 +153,8 @@ func (w *world) dial(in *initiator) {
 // Destination.AddInitiator), and the floor is the highest txn ID they
 // executed. The oracle tracks every initiator from the start but a
 // joiner, from its feed on. A source node keeps what the hello says in
-// missed; a feed re-opened by the same process resumes the broken one
-// where its replica stopped if the hello asks to and the initiator's log
-// reaches down there, and fails its replica otherwise.
+// missed; a feed re-opened by the same process resumes the broken one or
+// fails its replica, by the node's rule (takeUp).
 func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 	missed := d.Missed
 	floor := txnid.Zero
@@ -152,7 +177,7 @@ func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 			floor = w.dst.JoinFloor()
 		}
 	default:
-		for i, sr := range w.srcs {
+		for _, sr := range w.srcs {
 			if sr.id != node {
 				continue
 			}
@@ -161,19 +186,18 @@ func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 			sr.told[in.idx] = append(sr.told[in.idx], toldHello{conn: w.conns, missed: missed})
 			if sr.broke[in.idx] {
 				sr.broke[in.idx] = false
-				// Everything sent on the broken feed is still in flight on
-				// the link and arrives: the replica stops at the last.
-				at := in.toSrc[i].lastID
-				if d.Resume && at >= d.Kept && !sr.out() {
-					w.stats.FeedsResumed++
-					w.tracef("i%d: feed to %s resumes at %v", in.id, sr.id, at)
-					in.core.FeedResumed(node, at)
-					w.routeFeed(in)
-					return
+				if !sr.out() {
+					resume, why := w.takeUp(sr, in, d)
+					if resume {
+						w.resumeFeed(in, sr, why)
+						return
+					}
+					w.stats.FailedOnRedial++
+					w.failSource(sr, why)
 				}
-				w.stats.FailedOnRedial++
-				w.failSource(sr, fmt.Sprintf("feed from initiator %d re-opened by the same process: txns sent meanwhile were not received", in.id))
 			}
+			// A new feed: the node has read nothing of it yet.
+			sr.recv[in.idx], sr.gapTxns[in.idx] = txnid.Zero, 0
 			if !sr.out() {
 				sr.core.AddInitiator(in.id)
 				floor = sr.core.JoinFloor()

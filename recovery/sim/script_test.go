@@ -140,6 +140,7 @@ func scriptKnobs() Knobs {
 		BlockBytesMax: 1 << 20, WindowBlocksMax: 1,
 		ChangeLogBytesMax: 1 << 20, ChangeLogTxnBytesMax: txnLogBytesMax, PaceTxnsPerTick: 1, ThrottleWindowTicks: 1,
 		RoundsMax: 4, StallTicksMax: 100, ProcHeartbeatTicks: 50, TicksMax: 1 << 30,
+		FeedAckPct: 100,
 	}
 }
 
