@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/rejoin-db/rejoin/recovery"
@@ -96,6 +97,10 @@ func (w *world) srcNamed(node string) *srcReplica {
 	return nil
 }
 
+// untilRedial is the gap of a script's break: the node is out of reach
+// until the script redials it.
+const untilRedial = math.MaxUint64 / 2
+
 // breakFeed breaks in's open feed to sr: what is in flight either way is
 // lost, the core logs what it sequences for the node from now on, and
 // the node is out of reach for gap ticks.
@@ -115,8 +120,12 @@ func (w *world) breakFeed(in *initiator, sr *srcReplica, gap uint64) {
 	sr.brokeAt = w.tick
 	w.stats.FeedsBroken++
 	w.stats.FeedItemsLost += items
-	w.tracef("i%d: feed to %s breaks: %d in flight lost (%d txns), %s read up to %v, log %d B; out of reach for %d ticks",
-		in.id, sr.id, items, txns, sr.id, sr.recv[in.idx], in.core.LogBytes(sr.id), gap)
+	reach := fmt.Sprintf("out of reach for %d ticks", gap)
+	if gap >= untilRedial {
+		reach = "out of reach until redialled"
+	}
+	w.tracef("i%d: feed to %s breaks: %d in flight lost (%d txns), %s read up to %v, log %d B; %s",
+		in.id, sr.id, items, txns, sr.id, sr.recv[in.idx], in.core.LogBytes(sr.id), reach)
 }
 
 // stepFeeds is a tick of the feeds to the source nodes: acks that arrive,
