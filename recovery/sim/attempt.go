@@ -204,6 +204,9 @@ func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attemp
 		// attempt whose E it came after (AbortUncovered).
 		bound += 2
 	}
+	// A feed that breaks outside a lost registration fails at most the
+	// replica on its node, which ends the attempt there.
+	bound += w.feedBreaksFired
 	if !w.scripted && worked >= bound {
 		w.violate("c", "attempt %d needed, but %d faults allow at most %d: %s", worked+1, w.k.Faults, bound, w.where())
 	}

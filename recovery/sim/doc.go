@@ -146,9 +146,8 @@
 //     run in four, drawn from a stream of its own so the other streams
 //     draw as before: cut off from the coordinator, its lease lapses (its
 //     record goes, the initiators' view drops it and keeps its feeds) or
-//     not; an initiator's feed to it may break (its replica fails when
-//     the same process opens it again, as recovery/node's serveFeed
-//     fails them); a new initiator process may register while it is
+//     not; an initiator's feed to it may break (and resume, or fail its
+//     replica, as below); a new initiator process may register while it is
 //     away and write with it out of its view, its feed there opening
 //     late. Back, it registers again and settles by recovery.Settle, the
 //     node's own rule, waiting boundedly for the feeds it asks for, and
@@ -159,6 +158,16 @@
 //     A cut side keeps running until it knows, and its messages may take
 //     a late route to a newer attempt's processor, which must reject them
 //     by epoch.
+//   - Feeds that break and resume (feedbreak.go; docs/DESIGN.md "Feeds
+//     that resume"): in a lost registration, and in some runs
+//     (Knobs.FeedBreaks) at any time, an initiator's feed to a source
+//     node breaks, losing what is in flight either way; the node acks
+//     what it read now and then and late (Knobs.FeedAckPct), so the
+//     core's log is sometimes long. The node is out of reach for a while,
+//     the core logging txns meanwhile; its redial asks to resume and is
+//     answered by serveFeed's rule (takeUp): resumed at the last ID the
+//     node read, the log above it resent, or refused and the replica
+//     failed, when a small log (Knobs.FeedLogBytesMax) overflowed.
 //   - The throttle: a quarter of the runs get a change log small enough
 //     that the source holds and paces its execution; and wherever writes
 //     outpace shipping during catch-up (one-row blocks, a window of one

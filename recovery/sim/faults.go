@@ -204,9 +204,10 @@ func (w *world) maybeFault() {
 	}
 	if f.kind == faultSourceDies {
 		for _, sr := range w.srcs {
-			if sr != a.sn && (sr.out() || sr.unsettled()) {
+			if sr != a.sn && (sr.out() || sr.unsettled() || sr.breaking()) {
 				// One source must live on: the other may be about to
-				// fail for what it missed while away (registration.go).
+				// fail for what it missed while away (registration.go),
+				// or on a feed that cannot resume (feedbreak.go).
 				f.kind = faultAbortSource
 			}
 		}

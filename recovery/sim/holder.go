@@ -8,6 +8,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -99,6 +100,16 @@ type srcReplica struct {
 	conns []uint64
 	told  map[int][]toldHello
 	broke []bool
+	// Per initiator too (feedbreak.go): recv is the last ID the node read
+	// on its current feed; redialAt, for a broken one, the tick from which
+	// the node is in reach again; dialing, a redial whose answer is on its
+	// way; gapTxns, txns of a broken feed lost in flight. brokeAt is the
+	// tick a feed here last broke.
+	recv     []txnid.ID
+	redialAt []uint64
+	dialing  []*pendingDial
+	gapTxns  []int
+	brokeAt  uint64
 }
 
 // toldHello is what one feed hello said (wire.Hello.Missed), numbered by

@@ -58,13 +58,16 @@ type initiatorFeeds struct {
 	asks map[string]recovery.DialAsk
 }
 
+// Send queues m for node. The core sends one message to several nodes
+// as consecutive calls with the same m, which make one entry; a resumed
+// feed's resend is many messages in one input, each an entry, in order.
 func (f *initiatorFeeds) Send(node string, m wire.Message) bool {
 	in := f.in
-	if in.out != nil && in.out != m {
-		panic(fmt.Sprintf("sim: i%d sent %v and %v in one input", in.id, in.out.Type(), m.Type()))
+	if n := len(in.out); n > 0 && in.out[n-1].m == m {
+		in.out[n-1].to[node] = true
+		return true
 	}
-	in.out = m
-	in.to[node] = true
+	in.out = append(in.out, outMsg{m: m, to: map[string]bool{node: true}})
 	return true
 }
 
@@ -82,12 +85,12 @@ func (f *initiatorFeeds) Close(node string) {
 }
 
 func (w *world) newInitiatorCore(in *initiator) {
-	in.to = map[string]bool{}
 	in.feeds = &initiatorFeeds{in: in}
 	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
 		Node: fmt.Sprintf("i%d", in.id), ID: in.id, Partitions: partitionID + 1, BeatTicks: max(1, w.k.HeartbeatTicks),
 		Clock:          func() int64 { return baseMillis + int64(w.tick) + in.skew },
 		BeatLeadMillis: int64(w.lead()), BeatLeadQuietTicks: w.k.BeatLeadQuietTicks,
+		FeedLogBytesMax: w.k.FeedLogBytesMax,
 	}, in.feeds)
 	if err != nil {
 		panic(err)
@@ -106,7 +109,10 @@ func (w *world) lead() int {
 
 // dial gives in's core the view and answers the dials it asks: a feed
 // opens, with its receiver's floor, unless in is late and the script has
-// not opened its feed to that node (opened), then the dial fails.
+// not opened its feed to that node (opened), then the dial fails. A
+// redial of a broken feed to a source node fails while the node is out
+// of reach (dead, or its gap not over), and is answered some ticks later
+// (stepFeeds): the core logs txns for the node meanwhile.
 func (w *world) dial(in *initiator) {
 	in.core.SetView(w.view)
 	dials := in.feeds.dials
@@ -116,8 +122,30 @@ func (w *world) dial(in *initiator) {
 			in.core.DialFailed(node)
 			continue
 		}
-		w.openFeed(in, node, in.feeds.asks[node])
+		ask := in.feeds.asks[node]
+		if sr := w.srcNamed(node); sr != nil && sr.broke[in.idx] {
+			if sr.dead || w.tick < sr.redialAt[in.idx] {
+				in.core.DialFailed(node)
+				continue
+			}
+			if n := w.feedDraw(w.k.FeedDialTicksMax); n > 0 {
+				sr.dialing[in.idx] = &pendingDial{ask: ask, at: w.tick + uint64(n)}
+				w.tracef("i%d: redials %s (resume %v, kept %v, missed %v); the answer takes %d ticks", in.id, node, ask.Resume, ask.Kept, ask.Missed, n)
+				continue
+			}
+		}
+		w.answerDial(in, node, ask)
 	}
+}
+
+// answerDial answers one of in's dials: the node dialled opens the feed,
+// or resumes a broken one (openFeed).
+func (w *world) answerDial(in *initiator, node string, d recovery.DialAsk) {
+	if sr := w.srcNamed(node); sr != nil && sr.dead {
+		in.core.DialFailed(node)
+		return
+	}
+	w.openFeed(in, node, d)
 }
 
 // openFeed opens in's feed to node as recovery/node's serveFeed does: the
@@ -125,9 +153,8 @@ func (w *world) dial(in *initiator) {
 // Destination.AddInitiator), and the floor is the highest txn ID they
 // executed. The oracle tracks every initiator from the start but a
 // joiner, from its feed on. A source node keeps what the hello says in
-// missed; a feed re-opened by the same process resumes the broken one
-// where its replica stopped if the hello asks to and the initiator's log
-// reaches down there, and fails its replica otherwise.
+// missed; a feed re-opened by the same process resumes the broken one or
+// fails its replica, by the node's rule (takeUp).
 func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 	missed := d.Missed
 	floor := txnid.Zero
@@ -150,7 +177,7 @@ func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 			floor = w.dst.JoinFloor()
 		}
 	default:
-		for i, sr := range w.srcs {
+		for _, sr := range w.srcs {
 			if sr.id != node {
 				continue
 			}
@@ -159,19 +186,18 @@ func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 			sr.told[in.idx] = append(sr.told[in.idx], toldHello{conn: w.conns, missed: missed})
 			if sr.broke[in.idx] {
 				sr.broke[in.idx] = false
-				// Everything sent on the broken feed is still in flight on
-				// the link and arrives: the replica stops at the last.
-				at := in.toSrc[i].lastID
-				if d.Resume && at >= d.Kept && !sr.out() {
-					w.stats.FeedsResumed++
-					w.tracef("i%d: feed to %s resumes at %v", in.id, sr.id, at)
-					in.core.FeedResumed(node, at)
-					w.routeFeed(in)
-					return
+				if !sr.out() {
+					resume, why := w.takeUp(sr, in, d)
+					if resume {
+						w.resumeFeed(in, sr, why)
+						return
+					}
+					w.stats.FailedOnRedial++
+					w.failSource(sr, why)
 				}
-				w.stats.FailedOnRedial++
-				w.failSource(sr, fmt.Sprintf("feed from initiator %d re-opened by the same process: txns sent meanwhile were not received", in.id))
 			}
+			// A new feed: the node has read nothing of it yet.
+			sr.recv[in.idx], sr.gapTxns[in.idx] = txnid.Zero, 0
 			if !sr.out() {
 				sr.core.AddInitiator(in.id)
 				floor = sr.core.JoinFloor()
@@ -242,15 +268,21 @@ func (w *world) sendHeartbeat(in *initiator) {
 	w.routeFeed(in)
 }
 
-// routeFeed delivers what in's core last sent: to the oracle at once, to the
-// source and the current destination replicas over their links, where
-// the core sent it.
+// routeFeed delivers what in's core sent since the last call, in the
+// order it sent it: to the oracle at once, to the source and the current
+// destination replicas over their links, where the core sent it.
 func (w *world) routeFeed(in *initiator) {
-	m, to := in.out, in.to
-	if m == nil {
-		return
+	for len(in.out) > 0 {
+		o := in.out[0]
+		in.out[0] = outMsg{}
+		in.out = in.out[1:]
+		w.routeOne(in, o.m, o.to)
 	}
-	in.out, in.to = nil, map[string]bool{}
+	in.out = nil
+}
+
+// routeOne delivers one message m the core sent to the nodes to.
+func (w *world) routeOne(in *initiator, m wire.Message, to map[string]bool) {
 	var inv partition.Invocation
 	switch m := m.(type) {
 	case *wire.Txn:

@@ -76,6 +76,21 @@ type Knobs struct {
 	// recovery/node's does one (recovery.SourceConfig.PumpBlocksMax); 0:
 	// the window's worth.
 	PumpBlocksMax int
+	// FeedLogBytesMax bounds each initiator's feed logs
+	// (recovery.InitiatorConfig.FeedLogBytesMax; 0: the default, which a
+	// run never fills). Some runs get one of a few txns, so that a log
+	// overflows while its feed is broken and the feed cannot resume.
+	FeedLogBytesMax int
+	// FeedAckPct is the chance that a source node acknowledges a feed
+	// item it read (wire.FeedAck, everything up to it), FeedAckDelayMax
+	// bounds the ticks the ack takes back: rare or slow acks leave a log
+	// long when its feed breaks.
+	FeedAckPct, FeedAckDelayMax int
+	// FeedBreaks is how many feeds to source nodes break outside a lost
+	// registration (feedbreak.go). FeedGapTicksMax bounds how long a
+	// broken feed's node stays out of reach, FeedDialTicksMax how long a
+	// redial takes to be answered; the core logs txns meanwhile.
+	FeedBreaks, FeedGapTicksMax, FeedDialTicksMax int
 	// Faults is how many faults are planned; each can end one attempt, so
 	// a run takes at most Faults+1 attempts.
 	Faults int
@@ -192,6 +207,16 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.BeatLeadQuietTicks = 1 + k.KeepaliveTicks%8
 	k.PumpBlocksMax = [...]int{0, 1, 2}[k.StepsMax%3]
 	k.ClaimWithinTicks = 50
+	// Feeds that resume: derived, no new draw. A txn counts some 100
+	// bytes in a log, so a small one holds 1 to 10.
+	if k.SplitPct%4 == 0 {
+		k.FeedLogBytesMax = 128 + (53*k.GhostDelayMax)%1024
+	}
+	k.FeedAckPct = [...]int{100, 50, 10, 2}[k.Rows%4]
+	k.FeedAckDelayMax = k.GhostDelayMax % 16
+	k.FeedBreaks = [...]int{0, 1, 0, 2, 0}[k.ThrottleWindowTicks%5]
+	k.FeedGapTicksMax = 1 + (7*k.StallTicksMax)%60
+	k.FeedDialTicksMax = k.ProcHeartbeatTicks % 6
 	return k
 }
 
@@ -209,6 +234,8 @@ func (k Knobs) validate() error {
 		return fmt.Errorf("sim: ConnDelayMax %d, want >= 1", k.ConnDelayMax)
 	case k.ChangeLogTxnBytesMax < txnLogBytesMax:
 		return fmt.Errorf("sim: ChangeLogTxnBytesMax %d below the workload's %d bytes per txn", k.ChangeLogTxnBytesMax, txnLogBytesMax)
+	case k.FeedLogBytesMax < 0 || k.FeedBreaks < 0 || k.FeedGapTicksMax < 0 || k.FeedDialTicksMax < 0:
+		return fmt.Errorf("sim: feed log %d B, %d breaks, gap %d, dial %d: want >= 0", k.FeedLogBytesMax, k.FeedBreaks, k.FeedGapTicksMax, k.FeedDialTicksMax)
 	case k.StepsMax < 1 || k.TicksMax < 1:
 		return fmt.Errorf("sim: StepsMax %d, TicksMax %d, want >= 1", k.StepsMax, k.TicksMax)
 	case k.ClaimTTLTicks > 0 && (k.KeepaliveTicks < 1 || 2*k.KeepaliveTicks > k.ClaimTTLTicks || k.ClaimWindowTicks < 2 || 2*k.ClaimWindowTicks > k.ClaimTTLTicks):
@@ -250,10 +277,11 @@ func (k Knobs) destinationConfig(h wire.MsgHeader, ins []txnid.Initiator) recove
 
 // String renders the knobs that shape a run, for the trace's first line.
 func (k Knobs) String() string {
-	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d pump=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d",
+	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d pump=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d feedlog=%dB acks=%d%%,<=%dt breaks=%d,gap<=%d,dial<=%d",
 		k.Tables, k.Rows, k.Initiators, k.SkewMillisMax, k.TxnPct, k.Codec, k.BlockBytesMax, k.WindowBlocksMax, k.PumpBlocksMax,
 		k.ChangeLogBytesMax, k.ChangeLogTxnBytesMax, k.PaceLowWaterBytes, k.PaceTxnsPerTick, k.ThrottleWindowTicks,
 		k.HandoffLogBytesMax, k.RoundsMax, k.StallTicksMax, k.ProcHeartbeatTicks, k.Faults,
 		k.FeedDelayMax, k.ConnDelayMax, k.GhostDelayMax, k.SplitPct, k.StepsMax,
-		k.ClaimTTLTicks, k.KeepaliveTicks, k.ClaimWindowTicks, k.LeaseGuard, k.ElectionTicksMax)
+		k.ClaimTTLTicks, k.KeepaliveTicks, k.ClaimWindowTicks, k.LeaseGuard, k.ElectionTicksMax,
+		k.FeedLogBytesMax, k.FeedAckPct, k.FeedAckDelayMax, k.FeedBreaks, k.FeedGapTicksMax, k.FeedDialTicksMax)
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
-	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -32,22 +31,26 @@ type feedItem struct {
 	inv partition.Invocation // Proc == "" for a heartbeat
 }
 
-// feedLink carries one initiator's txns and heartbeats to one replica: a
-// source replica (src) or an attempt's destination replica (to). Bound:
-// the items sent and not delivered, at most FeedDelayMax ticks' worth.
+// feedLink carries one initiator's (in) txns and heartbeats to one
+// replica: a source replica (src) or an attempt's destination replica
+// (to); to a source, the node's acks (wire.FeedAck) come back on it
+// (feedbreak.go). Bound: the items sent and not delivered, at most
+// FeedDelayMax ticks' worth; the acks, FeedAckDelayMax ticks' worth.
 type feedLink struct {
+	in   *initiator
 	src  *srcReplica
 	to   *attempt
 	q    []feedItem
 	last uint64
-	// lastID is the highest ID sent on the link.
-	lastID txnid.ID
+	// acks are on their way back, due in order; lastAck is the last's
+	// tick.
+	acks    []feedAck
+	lastAck uint64
 }
 
 func (l *feedLink) send(w *world, inv partition.Invocation) {
 	at := max(l.last, w.tick+uint64(w.delay(w.k.FeedDelayMax)))
 	l.last = at
-	l.lastID = max(l.lastID, inv.ID)
 	l.q = append(l.q, feedItem{at: at, inv: inv})
 }
 
@@ -58,7 +61,7 @@ func (l *feedLink) deliver(w *world) {
 	l.q[0] = feedItem{}
 	l.q = l.q[1:]
 	if l.to == nil {
-		w.feedSource(l.src, it.inv)
+		w.feedSource(l, it.inv)
 		return
 	}
 	w.feedDestination(l.to, it.inv)
@@ -238,10 +241,15 @@ func feedCore(core *recovery.Replica, inv partition.Invocation) (why string) {
 	return why
 }
 
-// feedSource delivers a txn or heartbeat to a source replica, and to
+// feedSource delivers a txn or heartbeat on l to a source replica, and to
 // nothing else: the oracle got it when it was sent. A dead node takes
-// nothing.
-func (w *world) feedSource(sr *srcReplica, inv partition.Invocation) {
+// nothing; a live one reads it even if its replica failed.
+func (w *world) feedSource(l *feedLink, inv partition.Invocation) {
+	sr := l.src
+	if sr.dead {
+		return
+	}
+	w.readFeed(l, inv.ID)
 	if sr.out() {
 		return
 	}

@@ -52,8 +52,10 @@ type regLossPlan struct {
 	out   uint64
 	lapse bool
 	// breaks: per initiator, the tick of the outage (1-based) at which its
-	// feed to the node breaks; 0: it stays open.
+	// feed to the node breaks; 0: it stays open. redial: a script's ticks
+	// from the break until the node is in reach (a run draws them).
 	breaks []uint64
+	redial uint64
 	// joiner: a new initiator process registers joinAfter ticks into the
 	// lapse and writes without a feed to the node; its feed there opens
 	// joinerFeed ticks after the node is back (past missedWaitTicks now
@@ -122,15 +124,15 @@ type regLoss struct {
 func initiatorNode(in *initiator) string { return fmt.Sprintf("i%d", in.id) }
 
 // maybeLoseRegistration fires the planned loss when its time has come and
-// the run can take it: every source alive and settled, the coordinator
-// up, the workload still running.
+// the run can take it: every source alive, settled and fed whole (no feed
+// broken), the coordinator up, the workload still running.
 func (w *world) maybeLoseRegistration() {
 	p := &w.regPlan
 	if !p.on || w.regFired || w.tick < p.at || w.quiescing || w.coord.down(w.tick) || (p.afterLive && w.live == nil) {
 		return
 	}
 	for _, sr := range w.srcs {
-		if sr.dead || sr.failed || sr.loss != nil {
+		if sr.dead || sr.failed || sr.loss != nil || sr.breaking() {
 			return
 		}
 	}
@@ -167,11 +169,11 @@ func (w *world) stepRegLoss() {
 		}
 		for i, in := range w.inits {
 			if i < len(p.breaks) && p.breaks[i] != 0 && w.tick == l.from+p.breaks[i] && in.core.Fed(sr.id) {
-				in.core.FeedLost(sr.id)
-				sr.broke[in.idx] = true
-				w.stats.FeedsBroken++
-				w.tracef("i%d: feed to %s breaks", in.id, sr.id)
-				w.dial(in)
+				gap := p.redial
+				if !w.scripted {
+					gap = w.feedGap()
+				}
+				w.breakFeed(in, sr, gap)
 			}
 		}
 		if _, ok := w.coord.nodes[sr.id]; !ok && !l.lapsed {

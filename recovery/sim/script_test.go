@@ -68,6 +68,8 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"check":             (*script).check,
 	"lose-registration": (*script).loseRegistration,
 	"sources":           (*script).sources,
+	"break-feed":        (*script).breakFeed,
+	"redial":            (*script).redial,
 }
 
 func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
@@ -140,6 +142,7 @@ func scriptKnobs() Knobs {
 		BlockBytesMax: 1 << 20, WindowBlocksMax: 1,
 		ChangeLogBytesMax: 1 << 20, ChangeLogTxnBytesMax: txnLogBytesMax, PaceTxnsPerTick: 1, ThrottleWindowTicks: 1,
 		RoundsMax: 4, StallTicksMax: 100, ProcHeartbeatTicks: 50, TicksMax: 1 << 30,
+		FeedAckPct: 100,
 	}
 }
 
@@ -151,7 +154,7 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 		"pace": &k.PaceTxnsPerTick, "handoff-bytes": &k.HandoffLogBytesMax, "rounds": &k.RoundsMax,
 		"stall": &k.StallTicksMax, "heartbeat": &k.ProcHeartbeatTicks,
 		"claim-ttl": &k.ClaimTTLTicks, "keepalive": &k.KeepaliveTicks, "claim-window": &k.ClaimWindowTicks,
-		"stale": &k.StaleTicks, "claim-within": &k.ClaimWithinTicks,
+		"stale": &k.StaleTicks, "claim-within": &k.ClaimWithinTicks, "feed-log-bytes": &k.FeedLogBytesMax,
 	}
 	late := 0
 	auto, joiner := false, false
@@ -281,7 +284,9 @@ func (s *script) initiator(t *testing.T, d *datadriven.TestData) *initiator {
 }
 
 // write sends a txn from an initiator to every replica: write op=upsert
-// key=3 [table=kv|acct] [to=5] [by=2] [initiator=1] [unaware]. The
+// key=3 [table=kv|acct] [to=5] [by=2] [initiator=1] [unaware] [held]
+// (held: it stays in flight on the links until the feed is next
+// delivered, or lost if its feed breaks first). The
 // initiator keeps recovery/node's rule (recovery.Unfed): it sends the txn
 // only with a feed open to the source node and to the destination node,
 // which holds a replica whatever its state, unless it is unaware of the
@@ -327,7 +332,9 @@ func (s *script) write(t *testing.T, d *datadriven.TestData) string {
 	} else if err != nil {
 		d.Fatalf(t, "write: %v", err)
 	}
-	s.deliverFeed()
+	if !d.HasArg("held") {
+		s.deliverFeed()
+	}
 	return ""
 }
 
@@ -395,6 +402,56 @@ func (s *script) openFeed(t *testing.T, d *datadriven.TestData) string {
 	}
 	w.dial(in)
 	w.tracef("i%d feed to the %s opens", in.id, map[string]string{"source": "source", "dest": "destination"}[to])
+	return ""
+}
+
+// feedTo names the source node and initiator of a break-feed or redial:
+// node=src2 (the first source by default) [initiator=N].
+func (s *script) feedTo(t *testing.T, d *datadriven.TestData) (*initiator, *srcReplica) {
+	in := s.initiator(t, d)
+	node := s.w.srcs[0].id
+	d.MaybeScanArgs(t, "node", &node)
+	sr := s.w.srcNamed(node)
+	if sr == nil {
+		d.Fatalf(t, "no source node %q", node)
+	}
+	return in, sr
+}
+
+// breakFeed breaks an initiator's open feed to a source node (feedbreak.go):
+// break-feed [node=src2] [initiator=N] [out=N]. What is in flight on it
+// is lost; the node is out of reach for out ticks, or until redial.
+func (s *script) breakFeed(t *testing.T, d *datadriven.TestData) string {
+	in, sr := s.feedTo(t, d)
+	if !in.core.Fed(sr.id) {
+		d.Fatalf(t, "i%d's feed to %s is not open", in.id, sr.id)
+	}
+	out := uint64(untilRedial)
+	if d.HasArg("out") {
+		var n int
+		d.ScanArgs(t, "out", &n)
+		out = uint64(n)
+	}
+	s.w.breakFeed(in, sr, out)
+	return ""
+}
+
+// redial brings a source node whose feed broke back in reach of an
+// initiator, which dials it again now: redial [node=src2] [initiator=N].
+// The node resumes the feed or refuses it (takeUp); a resend is
+// delivered at once, as a script's feed is.
+func (s *script) redial(t *testing.T, d *datadriven.TestData) string {
+	in, sr := s.feedTo(t, d)
+	if !sr.broke[in.idx] {
+		d.Fatalf(t, "i%d's feed to %s is not broken", in.id, sr.id)
+	}
+	w := s.w
+	sr.redialAt[in.idx] = w.tick
+	w.dial(in)
+	s.deliverFeed()
+	if sr.broke[in.idx] {
+		return fmt.Sprintf("i%d's redial of %s failed\n", in.id, sr.id)
+	}
 	return ""
 }
 

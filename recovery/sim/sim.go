@@ -158,13 +158,20 @@ type Stats struct {
 	// counts waits for a node's feed, SettledKept the replicas kept live,
 	// SettledFailed those failed, SettleUnknown of them for a node that
 	// could not say what it sent; FailedOnRedial replicas failed on a feed
-	// re-opened by the same process.
+	// re-opened by the same process that could not resume (takeUp).
 	RegLosses, RegLapses, FeedsBroken, Joiners, JoinerRefused int
 	SettleWaits, SettledKept, SettledFailed, SettleUnknown    int
 	FailedOnRedial                                            int
 	// FeedsResumed counts the broken feeds a redial took up where the
-	// replica stopped (docs/DESIGN.md "Feeds that resume").
-	FeedsResumed int
+	// replica stopped (docs/DESIGN.md "Feeds that resume"); GapsFilled
+	// those of them that had lost txns in flight, TxnsResent the txns
+	// their logs sent again; FailedOnResumeMissed the replicas a resumed
+	// feed failed for its hello's Missed. FeedItemsLost counts the txns
+	// and heartbeats in flight when a feed broke.
+	FeedsResumed, GapsFilled, TxnsResent, FailedOnResumeMissed, FeedItemsLost int
+	// RefusedRedialing counts the txns an initiator refused while a node
+	// out of its view had a redial on its way (recovery.Unfed: dialing).
+	RefusedRedialing int
 	// GateHeld counts the polls at which a source node found a new
 	// assignment and left it, its lost registration not settled yet.
 	GateHeld int
@@ -229,6 +236,14 @@ type world struct {
 	// the faults'.
 	work, net, faultRng *rand.Rand
 	regRng              *rand.Rand
+	// feedRng draws the feeds' breaks, gaps and acks (feedbreak.go), its
+	// own stream so that runs without a break draw as they did before.
+	// feedBreaks are the breaks planned outside a lost registration, not
+	// fired yet.
+	// feedBreaksFired counts them once fired.
+	feedRng         *rand.Rand
+	feedBreaks      []feedBreak
+	feedBreaksFired int
 	// regPlan is the run's lost registration (registration.go), drawn from
 	// a stream of its own; regFired once it fired. joiner is its new
 	// initiator process, if it has one. viewDirty: the initiators take
@@ -337,10 +352,15 @@ type initiator struct {
 	joinTick       uint64
 	// feeds is the core's I/O.
 	feeds *initiatorFeeds
-	// out is what the core sent in one input, and to which nodes; the
-	// world routes it (route).
-	out wire.Message
-	to  map[string]bool
+	// out is what the core sent since the world last routed it, in order,
+	// each message with the nodes it went to (routeFeed).
+	out []outMsg
+}
+
+// outMsg is one message an initiator's core sent, and to which nodes.
+type outMsg struct {
+	m  wire.Message
+	to map[string]bool
 }
 
 func newWorld(seed uint64, opts Options) *world {
@@ -352,6 +372,8 @@ func newWorld(seed uint64, opts Options) *world {
 	w.net = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
 	w.faultRng = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
 	regSeed1, regSeed2 := root.Uint64(), root.Uint64()
+	// Drawn last, so every stream above draws as it did before.
+	w.feedRng = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
 	if opts.Tweak != nil {
 		opts.Tweak(&k)
 	}
@@ -402,7 +424,7 @@ func (w *world) setup() {
 		sr := w.newSrcReplica(srcIDs[i])
 		w.srcs = append(w.srcs, sr)
 		for _, in := range w.inits {
-			in.toSrc = append(in.toSrc, &feedLink{src: sr})
+			in.toSrc = append(in.toSrc, &feedLink{in: in, src: sr})
 		}
 	}
 	w.srcExec = w.srcs[0].exec
@@ -421,6 +443,7 @@ func (w *world) setup() {
 	w.ghostDst = &pipe{name: "ghost>dst", codec: w.k.Codec}
 	if !w.scripted {
 		w.planFaults()
+		w.planFeedBreaks()
 	}
 	w.tracef("setup seed=%d %s", w.seed, w.k)
 	w.tracef("source loaded: %s", w.describeReplica(w.srcExec))
@@ -437,7 +460,8 @@ func (w *world) newSrcReplica(id string) *srcReplica {
 		panic(err)
 	}
 	sr := &srcReplica{id: id, core: core, exec: core.Executor(), conns: make([]uint64, len(w.inits)),
-		told: map[int][]toldHello{}, broke: make([]bool, len(w.inits))}
+		told: map[int][]toldHello{}, broke: make([]bool, len(w.inits)),
+		recv: make([]txnid.ID, len(w.inits)), redialAt: make([]uint64, len(w.inits)), dialing: make([]*pendingDial, len(w.inits)), gapTxns: make([]int, len(w.inits))}
 	for _, in := range w.inits {
 		if fed(in) {
 			core.AddInitiator(in.id)
@@ -480,6 +504,7 @@ func (w *world) step() {
 	if w.regPlan.on {
 		w.stepRegLoss()
 	}
+	w.stepFeeds()
 	w.supervise()
 	if !w.scripted || w.auto {
 		w.stepSourceNodes()
@@ -535,7 +560,7 @@ func (w *world) sendWorkload() {
 		txn := r.IntN(100) < w.k.TxnPct
 		switch {
 		case (sending && txn) || final:
-			if err := w.sendTxn(in, w.drawTxn(r), w.view); err != nil {
+			if err := w.sendTxn(in, w.drawTxn(r), w.view); err != nil && !w.refusedRedialing(in, err) {
 				w.violate("feed", "i%d refused a txn: %v", in.id, err)
 			}
 			in.core.Tick()  // a txn went out in this tick: no heartbeat due

@@ -1,0 +1,278 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/txnid"
+)
+
+// Feeds that break and resume (docs/DESIGN.md "Feeds that resume";
+// recovery/node's feed.go). An initiator's feed to a source node breaks
+// like a TCP connection: what was in flight on it is lost, and so are the
+// acks on their way back. The initiator's core keeps in the feed's log
+// every txn the node has not acknowledged and logs the ones it sequences
+// meanwhile; the node's replica goes on tracking the initiator and stalls
+// where its feed stopped. For a while the node is out of reach (its dials
+// fail); then a redial, answered some ticks later, asks to resume, and
+// the node answers by serveFeed's rule (takeUp): resumed at the last ID
+// it read, the core resending the log above it, or refused, its replica
+// failed. The oracle heard every txn when it was sequenced, so a resend
+// that left a hole shows as a replica unequal to it (invariant a), or one
+// that never reaches the last txn (c).
+
+// feedBreak is a planned break of a feed to a source node outside a
+// lost registration: at the first tick from at at which initiator in's
+// feed to source src is open.
+type feedBreak struct {
+	at      uint64
+	in, src int
+}
+
+// pendingDial is a redial on its way to a source node: its hello, and the
+// tick its answer comes back.
+type pendingDial struct {
+	ask recovery.DialAsk
+	at  uint64
+}
+
+// planFeedBreaks draws the run's breaks outside a lost registration from
+// the feed stream: the same number of draws whatever they give.
+func (w *world) planFeedBreaks() {
+	for range w.k.FeedBreaks {
+		b := feedBreak{at: uint64(w.k.StartTick + w.feedRng.IntN(w.k.WorkloadTicks+200))}
+		b.in, b.src = w.feedRng.IntN(w.k.Initiators), w.feedRng.IntN(w.k.Sources)
+		w.feedBreaks = append(w.feedBreaks, b)
+	}
+}
+
+// feedDraw draws 0..n from the feed stream; a script has none and draws 0.
+func (w *world) feedDraw(n int) int {
+	if w.feedRng == nil || n <= 0 {
+		return 0
+	}
+	return w.feedRng.IntN(n + 1)
+}
+
+// feedGap draws how long a broken feed's node stays out of reach.
+func (w *world) feedGap() uint64 { return uint64(1 + w.feedDraw(w.k.FeedGapTicksMax-1)) }
+
+// breaking reports whether a feed into sr is broken, or being redialled:
+// its replica may yet fail.
+func (sr *srcReplica) breaking() bool {
+	return slices.Contains(sr.broke, true) || slices.ContainsFunc(sr.dialing, func(d *pendingDial) bool { return d != nil })
+}
+
+// othersSound reports whether every source replica but sr is live, settled
+// and fed whole: sr's may then fail and one still lives on.
+func (w *world) othersSound(sr *srcReplica) bool {
+	for _, o := range w.srcs {
+		if o != sr && (o.out() || o.unsettled() || o.breaking()) {
+			return false
+		}
+	}
+	return true
+}
+
+// linkTo is in's feed link to sr.
+func (in *initiator) linkTo(sr *srcReplica) *feedLink {
+	for _, l := range in.toSrc {
+		if l.src == sr {
+			return l
+		}
+	}
+	panic(fmt.Sprintf("sim: i%d has no link to %s", in.id, sr.id))
+}
+
+// srcNamed is the source replica on node, or nil.
+func (w *world) srcNamed(node string) *srcReplica {
+	for _, sr := range w.srcs {
+		if sr.id == node {
+			return sr
+		}
+	}
+	return nil
+}
+
+// untilRedial is the gap of a script's break: the node is out of reach
+// until the script redials it.
+const untilRedial = math.MaxUint64 / 2
+
+// breakFeed breaks in's open feed to sr: what is in flight either way is
+// lost, the core logs what it sequences for the node from now on, and
+// the node is out of reach for gap ticks.
+func (w *world) breakFeed(in *initiator, sr *srcReplica, gap uint64) {
+	l := in.linkTo(sr)
+	items, txns := len(l.q), 0
+	for _, it := range l.q {
+		if it.inv.Proc != "" {
+			txns++
+		}
+	}
+	l.q, l.acks = nil, nil
+	in.core.FeedLost(sr.id)
+	sr.broke[in.idx] = true
+	sr.redialAt[in.idx] = w.tick + gap
+	sr.gapTxns[in.idx] += txns
+	sr.brokeAt = w.tick
+	w.stats.FeedsBroken++
+	w.stats.FeedItemsLost += items
+	reach := fmt.Sprintf("out of reach for %d ticks", gap)
+	if gap >= untilRedial {
+		reach = "out of reach until redialled"
+	}
+	w.tracef("i%d: feed to %s breaks: %d in flight lost (%d txns), %s read up to %v, log %d B; %s",
+		in.id, sr.id, items, txns, sr.id, sr.recv[in.idx], in.core.LogBytes(sr.id), reach)
+}
+
+// stepFeeds is a tick of the feeds to the source nodes: acks that arrive,
+// planned breaks that fire, broken feeds redialled once their node is in
+// reach, redials answered.
+func (w *world) stepFeeds() {
+	for _, in := range w.inits {
+		for _, l := range in.toSrc {
+			l.takeAcks(w)
+		}
+	}
+	kept := w.feedBreaks[:0]
+	for _, b := range w.feedBreaks {
+		in, sr := w.inits[b.in], w.srcs[b.src]
+		if w.tick < b.at || !in.core.Fed(sr.id) || sr.out() || !w.othersSound(sr) {
+			kept = append(kept, b)
+			continue
+		}
+		w.feedBreaksFired++
+		w.breakFeed(in, sr, w.feedGap())
+	}
+	w.feedBreaks = kept
+	for _, in := range w.inits {
+		if in.joiner && !in.active {
+			continue
+		}
+		redial := false
+		for _, sr := range w.srcs {
+			if d := sr.dialing[in.idx]; d != nil && w.tick >= d.at {
+				sr.dialing[in.idx] = nil
+				w.answerDial(in, sr.id, d.ask)
+				continue
+			}
+			_, inView := w.view.Nodes[sr.id]
+			if sr.broke[in.idx] && sr.dialing[in.idx] == nil && !sr.dead && inView && w.tick >= sr.redialAt[in.idx] && !in.core.Fed(sr.id) {
+				redial = true
+			}
+		}
+		if redial {
+			w.dial(in)
+		}
+	}
+}
+
+// takeUp is a source node's answer to the hello of a feed from a process
+// whose feed there broke, by recovery/node's serveFeed rule: it resumes
+// if the hello asks to, the replica still tracks the initiator, and it
+// read the old feed up to where the initiator's log starts (Kept), and
+// then fails the replica if the hello names its partition missed (txns
+// the initiator sent nowhere while the node was out of its view).
+// Otherwise the replica fails: what was sent meanwhile never arrives.
+// why is the replica's failure, or "".
+func (w *world) takeUp(sr *srcReplica, in *initiator, d recovery.DialAsk) (resume bool, why string) {
+	at := sr.recv[in.idx]
+	switch {
+	case !d.Resume:
+		return false, fmt.Sprintf("feed from initiator %d re-opened by the same process without resuming: txns sent meanwhile were not received", in.id)
+	case !slices.Contains(sr.core.Initiators(), in.id):
+		return false, fmt.Sprintf("feed from initiator %d re-opened by the same process after its replica here stopped tracking it", in.id)
+	case at < d.Kept:
+		return false, fmt.Sprintf("feed from initiator %d re-opened by the same process, which no longer holds what this node missed (it stopped at %v, the sender keeps above %v)", in.id, at, d.Kept)
+	case slices.Contains(d.Missed, partitionID):
+		return true, fmt.Sprintf("initiator %d sequenced txns of partition %d while this node was out of its view", in.id, partitionID)
+	}
+	return true, ""
+}
+
+// resumeFeed is the source node sr taking up in's broken feed at the last
+// ID it read: the core resends its log above it, which the world routes.
+func (w *world) resumeFeed(in *initiator, sr *srcReplica, why string) {
+	at := sr.recv[in.idx]
+	w.stats.FeedsResumed++
+	if sr.gapTxns[in.idx] > 0 {
+		w.stats.GapsFilled++
+	}
+	sr.gapTxns[in.idx] = 0
+	w.tracef("i%d: feed to %s resumes at %v", in.id, sr.id, at)
+	in.core.FeedResumed(sr.id, at)
+	resent := 0
+	for _, o := range in.out {
+		if o.to[sr.id] {
+			resent++
+		}
+	}
+	w.stats.TxnsResent += resent
+	if resent > 0 {
+		w.tracef("i%d: resends %d txns to %s", in.id, resent, sr.id)
+	}
+	w.routeFeed(in)
+	if why != "" {
+		w.stats.FailedOnResumeMissed++
+		w.failSource(sr, why)
+	}
+}
+
+// refusedRedialing reports whether err is in's core refusing a txn of
+// the workload for a feed it redials to a node out of its view: its
+// hello named what was missed until then, so nothing more may be
+// sequenced unsent until the answer (recovery.Unfed, Dialing). A
+// definite failure, not a bug; any other refusal is.
+func (w *world) refusedRedialing(in *initiator, err error) bool {
+	var unfed *recovery.UnfedError
+	if !errors.As(err, &unfed) {
+		return false
+	}
+	for _, node := range unfed.Nodes {
+		if sr := w.srcNamed(node); sr == nil || sr.dialing[in.idx] == nil {
+			return false
+		}
+	}
+	w.stats.RefusedRedialing++
+	w.tracef("i%d: txn refused: %v", in.id, err)
+	return true
+}
+
+// readFeed records what sr's node read on in's feed, and acknowledges it
+// as the node's feed writer does (wire.FeedAck): not after every item,
+// and late, drawn from the feed stream, so a log is sometimes long when
+// its feed breaks.
+func (w *world) readFeed(l *feedLink, id txnid.ID) {
+	sr, in := l.src, l.in
+	sr.recv[in.idx] = max(sr.recv[in.idx], id)
+	if w.k.FeedAckPct < 100 && w.feedDraw(99) >= w.k.FeedAckPct {
+		return
+	}
+	at := max(l.lastAck, w.tick+uint64(w.feedDraw(w.k.FeedAckDelayMax)))
+	if at <= w.tick && len(l.acks) == 0 {
+		in.core.FeedAcked(sr.id, sr.recv[in.idx])
+		return
+	}
+	l.lastAck = at
+	l.acks = append(l.acks, feedAck{at: at, id: sr.recv[in.idx]})
+}
+
+// feedAck is an acknowledgement on its way back to an initiator.
+type feedAck struct {
+	at uint64
+	id txnid.ID
+}
+
+// takeAcks gives l's initiator the acks due: they come back in order.
+func (l *feedLink) takeAcks(w *world) {
+	for len(l.acks) > 0 && l.acks[0].at <= w.tick {
+		l.in.core.FeedAcked(l.src.id, l.acks[0].id)
+		l.acks = l.acks[1:]
+	}
+	if len(l.acks) == 0 {
+		l.acks = nil
+	}
+}
