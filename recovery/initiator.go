@@ -728,12 +728,23 @@ func (in *Initiator) FeedOpened(node string, floor txnid.ID) {
 // What the log holds above it goes out again, in order, before anything
 // new. A call that waits for the node with its txn at or below at lost
 // its Done with the connection: the txn is there, so it stops waiting.
+//
+// The hello's Kept was the log's when the dial went out; the log takes
+// txns until the answer, and one that overflowed meanwhile dropped txns
+// above at, which the receiver never gets. Then the feed is closed with
+// nothing sent: the next dial asks to resume above what was dropped, and
+// the receiver, still at at, refuses and fails its replicas, whose
+// partitions the next hello names missed (simulator seed 5238).
 func (in *Initiator) FeedResumed(node string, at txnid.ID) {
 	f := in.feeds[node]
 	if f == nil || f.state != feedDialing || !f.resume {
 		panic(fmt.Sprintf("recovery: feed to %s resumed without a dial to resume", node))
 	}
 	f.state, f.fresh, f.resume, f.beatTop = feedOpen, true, false, txnid.Zero
+	if f.kept > at {
+		in.io.Close(node)
+		return
+	}
 	delete(in.missed, node) // the hello named them
 	f.ack(at)
 	for _, id := range in.pendingIDs() {

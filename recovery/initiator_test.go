@@ -860,3 +860,36 @@ func TestInitiatorFeedLogBound(t *testing.T) {
 		t.Fatalf("pending %d, n3's log %d bytes, dials %v", ti.Pending(), ti.LogBytes("n3"), ti.io.dials)
 	}
 }
+
+// TestInitiatorResumeAfterLogDropped: the log goes on taking txns while
+// a dial to resume is out, and one that overflows meanwhile drops txns
+// above the Kept its hello said. If the receiver then resumes from below
+// them, the feed is closed at once with nothing sent, so that the next
+// dial, above what was dropped, is refused (simulator seed 5238).
+func TestInitiatorResumeAfterLogDropped(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.cfg.FeedLogBytesMax = 2 * (len("upsert") + 64)
+	ti.openAll(t)
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	at := ti.gen.Last()
+	ti.FeedAcked("n2", at)
+	ti.io.take("n2")
+	ti.FeedLost("n2")
+	ti.SetView(ti.view)
+	for range 3 {
+		if err := ti.submit(t, 0, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ti.FeedResumed("n2", at)
+	if got := ti.io.take("n2"); len(got) != 0 || !slices.Equal(ti.io.closes, []string{"n2"}) {
+		t.Fatalf("sent %v, closed %v; want nothing sent and the feed to n2 closed", got, ti.io.closes)
+	}
+	ti.FeedLost("n2")
+	ti.SetView(ti.view)
+	if d := ti.io.dials[len(ti.io.dials)-1]; !strings.Contains(d, "n2 1 [0] resume above") || strings.HasSuffix(d, at.String()) {
+		t.Fatalf("dials %v; want the last to name partition 0 missed and ask above more than %v", ti.io.dials, at)
+	}
+}

@@ -204,6 +204,15 @@ func (w *world) resumeFeed(in *initiator, sr *srcReplica, why string) {
 	sr.gapTxns[in.idx] = 0
 	w.tracef("i%d: feed to %s resumes at %v", in.id, sr.id, at)
 	in.core.FeedResumed(sr.id, at)
+	if slices.Contains(in.feeds.closes, sr.id) {
+		// The log dropped txns above at while the dial was out: the
+		// core closes the feed, and the next redial is refused.
+		in.feeds.closes = nil
+		w.stats.ResumesClosed++
+		w.tracef("i%d: feed to %s closed at once: the log dropped txns above %v while the dial was out", in.id, sr.id, at)
+		w.breakFeed(in, sr, w.feedGap())
+		return
+	}
 	resent := 0
 	for _, o := range in.out {
 		if o.to[sr.id] {

@@ -172,6 +172,10 @@ type Stats struct {
 	// RefusedRedialing counts the txns an initiator refused while a node
 	// out of its view had a redial on its way (recovery.Unfed: dialing).
 	RefusedRedialing int
+	// ResumesClosed counts the resumed feeds the core closed at once, its
+	// log having dropped txns above the receiver's point while the dial
+	// was out (recovery.Initiator.FeedResumed).
+	ResumesClosed int
 	// GateHeld counts the polls at which a source node found a new
 	// assignment and left it, its lost registration not settled yet.
 	GateHeld int

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -419,40 +418,24 @@ var regressionSeeds = []struct {
 	// joiner's heartbeat came between the two (CI, start 728888228). The
 	// floor is now the highest safe point read (Replica.JoinFloor).
 	{728888924, "a joiner's floor below the source's boundary: the last txn executed, not the safe point"},
-}
-
-// openBugSeeds fail for a bug in the product's rules that the simulator
-// found and that is not fixed yet. TestOpenBugSeeds replays them only
-// when REJOIN_SIM_OPEN_BUGS is set, so plain `go test` stays a check of
-// what is meant to hold; once the bug is fixed they move to
-// regressionSeeds.
-//
-// A resume dial's hello carries the log's Kept as it stands at the dial;
-// the log goes on taking txns until the answer, and one that overflows
-// meanwhile drops txns above the point the receiver read, noting their
-// partition missed. The receiver resumes (its point is at or above the
-// hello's Kept), and FeedResumed resends what the log still holds and
-// clears the missed notes, "the hello named them", which it did not: the
-// dropped txns never reach the replica, which stays live (sweep of
-// 20,000 seeds, all 7 failures; seed 5238: i1's txn t1113.c2.i1 logged
-// in the gap, the redial at tick 75 with Kept t1083.c9.i1 below the
-// node's t1083.c11.i1, t1113.c3.i1 pushing it out of a 130-byte log at
-// tick 76, the resume at tick 77 resending t1113.c3.i1 alone).
-var openBugSeeds = []uint64{5238, 7867, 8828, 10772, 10881, 14227, 19015}
-
-// TestOpenBugSeeds replays the seeds of a known, unfixed bug.
-func TestOpenBugSeeds(t *testing.T) {
-	if os.Getenv("REJOIN_SIM_OPEN_BUGS") == "" {
-		t.Skip("seeds of a known bug (openBugSeeds): set REJOIN_SIM_OPEN_BUGS=1 to replay them")
-	}
-	defer goleak.VerifyNone(t)
-	for _, seed := range openBugSeeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			if r := Run(seed, Options{}); r.Err != nil {
-				t.Fatalf("%v\nreplay: %s", r.Err, replay(seed))
-			}
-		})
-	}
+	// A resume dial's hello carries the log's Kept as it stands at the
+	// dial; the log went on taking txns until the answer, and one that
+	// overflowed meanwhile dropped txns above the point the receiver read.
+	// The receiver resumed (its point at or above the hello's Kept), and
+	// FeedResumed resent what the log still held: the dropped txns never
+	// reached the replica, which stayed live (sweep of 20,000 seeds, all
+	// 7 failures; seed 5238: i1's txn t1113.c2.i1 logged in the gap, the
+	// redial at tick 75 with Kept t1083.c9.i1 below the node's
+	// t1083.c11.i1, t1113.c3.i1 pushing it out of a 130-byte log at tick
+	// 76, the resume at tick 77 resending t1113.c3.i1 alone). The core now
+	// closes such a feed at once, and the next redial is refused.
+	{5238, "a resume whose log dropped txns above the receiver's point while the dial was out"},
+	{7867, "likewise"},
+	{8828, "likewise"},
+	{10772, "likewise"},
+	{10881, "likewise"},
+	{14227, "likewise"},
+	{19015, "likewise"},
 }
 
 // TestRegressionSeeds replays every seed that once failed.
