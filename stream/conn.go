@@ -29,8 +29,9 @@ type Config struct {
 	// Codec compresses outgoing frames (each frame says which it used).
 	Codec wire.Codec
 	// StallWindow: Recv fails with ErrStalled when no frame arrives for this
-	// long. The rejoin processors send heartbeats well inside it, so a quiet
-	// but healthy peer never trips it. Zero means no stall detection.
+	// long (up to half as long again: the read deadline moves in steps).
+	// The rejoin processors send heartbeats well inside it, so a quiet but
+	// healthy peer never trips it. Zero means no stall detection.
 	StallWindow time.Duration
 	// RateBytesPerSec limits what Send writes; zero means unlimited.
 	RateBytesPerSec int64
@@ -66,6 +67,8 @@ type Conn struct {
 	r       *bufio.Reader
 	hdr     [wire.FrameHeaderBytes]byte
 	payload []byte
+	// deadline is the read deadline set last (Recv, StallWindow).
+	deadline time.Time
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -214,15 +217,25 @@ func (c *Conn) write(ctx context.Context, m wire.Message) error {
 // connection whose kind its first message tells (an accepted one, after
 // its hello) learns only then how long it may be silent. Call it from
 // the goroutine that calls Recv, never during one.
-func (c *Conn) SetStallWindow(d time.Duration) { c.cfg.StallWindow = d }
+func (c *Conn) SetStallWindow(d time.Duration) {
+	c.cfg.StallWindow, c.deadline = d, time.Time{}
+}
 
 // Recv reads one frame and decodes it. The message, a Block's tuples
 // included, is valid until the next Recv. A frame that does not decode
 // is an error of its own kind (wire's), distinct from a broken link.
 func (c *Conn) Recv() (wire.Message, error) {
-	if c.cfg.StallWindow > 0 {
-		if err := c.nc.SetReadDeadline(time.Now().Add(c.cfg.StallWindow)); err != nil {
-			return nil, c.ioErr("recv", err)
+	if w := c.cfg.StallWindow; w > 0 {
+		// The deadline moves only when less than the window is left,
+		// to half a window past it: a busy feed reads tens of thousands
+		// of frames a second, and each move is a lock and a timer in the
+		// runtime. A peer silent for less than the window never trips it;
+		// one silent for the window trips it within half a window more.
+		if now := time.Now(); c.deadline.Sub(now) < w {
+			c.deadline = now.Add(w + w/2)
+			if err := c.nc.SetReadDeadline(c.deadline); err != nil {
+				return nil, c.ioErr("recv", err)
+			}
 		}
 	}
 	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {

@@ -174,22 +174,20 @@ type feedIn struct {
 	beat *beatSlot
 	// recv is the highest txn or heartbeat ID read on the feed (or on
 	// the feeds it resumes): where a feed that resumes it starts, and
-	// what the receiver acknowledges (wire.FeedAck). ackDue tells the
-	// writer that recv moved.
-	recv   atomic.Uint64
-	ackDue chan struct{}
+	// what the receiver acknowledges (wire.FeedAck).
+	recv atomic.Uint64
 }
 
-// read records id as read on the feed and has the writer acknowledge it.
-func (fi *feedIn) read(id txnid.ID) {
-	if uint64(id) > fi.recv.Load() {
-		fi.recv.Store(uint64(id))
-	}
-	select {
-	case fi.ackDue <- struct{}{}:
-	default:
-	}
-}
+// read records id as read on the feed. The feed's IDs only grow, and
+// only its reader stores.
+func (fi *feedIn) read(id txnid.ID) { fi.recv.Store(uint64(id)) }
+
+// feedAckEvery is how often at most a feed's receiver acknowledges what
+// it read when it has no answer to send with it: the sender's log holds
+// about this long of its writes to the node. An acknowledgement of its
+// own per txn read doubled the receiver's writes and flushes (closed-loop
+// demo: 28k against 33-46k writes/s).
+const feedAckEvery = 20 * time.Millisecond
 
 // done sends a txn's result back to its initiator, without waiting.
 func (f *feedIns) done(in txnid.Initiator, d *wire.Done) {
@@ -248,7 +246,7 @@ func (f *feedIns) admitFeed(h *wire.Hello) error {
 func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	in := txnid.Initiator(h.Initiator)
 	fi := &feedIn{in: in, node: h.Node, inc: h.Epoch, conn: conn, q: make(chan wire.Message, feedQueueMax),
-		resolved: make(chan struct{}), redialled: make(chan struct{}), beat: &beatSlot{}, ackDue: make(chan struct{}, 1)}
+		resolved: make(chan struct{}), redialled: make(chan struct{}), beat: &beatSlot{}}
 	n.feeds.mu.Lock()
 	old, prev := n.feeds.by[in], n.feeds.last[in]
 	n.feeds.by[in], n.feeds.last[in] = fi, fi
@@ -480,9 +478,8 @@ func (n *Node) feedOpenUpTo(in txnid.Initiator, inc uint64) bool {
 }
 
 // writeFeedIn writes a feed's answers (its floor, the Dones) from fi.q,
-// and after each burst a FeedAck of what the feed read, if it moved: at
-// most one ack a flush, so a busy feed acknowledges in the rhythm its
-// answers go out, and an idle one once per read.
+// and with each flush a FeedAck of what the feed read, if it moved; a
+// feed with no answers to send acknowledges every feedAckEvery.
 func writeFeedIn(ctx context.Context, conn *stream.Conn, fi *feedIn, stop <-chan struct{}) {
 	acked := txnid.ID(fi.recv.Load()) // a resumed feed's first answer says it
 	ack := func() error {
@@ -493,11 +490,16 @@ func writeFeedIn(ctx context.Context, conn *stream.Conn, fi *feedIn, stop <-chan
 		acked = at
 		return conn.Write(ctx, &wire.FeedAck{ID: at})
 	}
+	tick := time.NewTicker(feedAckEvery)
+	defer tick.Stop()
 	for {
 		var m wire.Message
 		select {
 		case m = <-fi.q:
-		case <-fi.ackDue:
+		case <-tick.C:
+			if txnid.ID(fi.recv.Load()) <= acked {
+				continue
+			}
 		case <-ctx.Done():
 			conn.Close()
 			return
