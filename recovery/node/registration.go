@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -157,16 +159,78 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	case o.Verdict == recovery.SettleKeep && len(o.Gaps) == 0:
 		n.log.Info("registration lapsed; the feed of every live node stayed open throughout: replicas stay live")
 	}
+	if in.Lapsed && !n.settleFeedsOut(ctx) {
+		return false
+	}
 	for p, why := range o.Fail {
 		// Synchronous, so that nothing the replica answers after the
 		// release below comes from before its failure.
 		ask(hosted[p], func(r *replica) bool { r.fail(why); return true })
 	}
-	n.feeds.release(func(p uint32) bool { _, failed := o.Fail[p]; return !failed })
+	// A replica failed meanwhile (fenced: settleFeedsOut) sends nothing
+	// it held either: it may have run txns of this process that no live
+	// replica elsewhere will.
+	stands := map[uint32]bool{}
+	for p, r := range hosted {
+		if ok, _ := ask(r, func(r *replica) bool { return r.core.State() != recovery.ReplicaNeedsRejoin }); ok {
+			stands[p] = true
+		}
+	}
+	n.feeds.release(func(p uint32) bool { _, failed := o.Fail[p]; return !failed && stands[p] })
 	if len(o.Gaps) > 0 {
 		n.log.Info("registration lapsed: replicas settled", "gaps", o.Gaps, "unknown", o.Unknown, "partitions_missed", len(o.Missed), "failed", len(o.Fail))
 	}
 	return true
+}
+
+// settleFeedsOut waits, after a lapse, until this node's initiator has a
+// feed open to every node alive: a node that took this process for dead
+// (its feed from here ended while its view had this node dead) repaired
+// this initiator's tail with its peers and ran on without what was past
+// it, and says so in answer to the redial (wire.Fenced), which fails the
+// replicas here that it holds live before the feed opens
+// (initiator.fenced). Only then may a replica here answer again: one that
+// ran a txn of this process that the others never will must not be read
+// (docs/DESIGN.md "Feeds that resume"). A node not reached within
+// missedWait may have done the same: the replicas here of the partitions
+// it holds live fail. False: ctx ended first.
+func (n *Node) settleFeedsOut(ctx context.Context) bool {
+	deadline := time.Now().Add(missedWait)
+	for {
+		v := n.members.view()
+		var unfed []string
+		n.init.mu.Lock()
+		for node := range v.nodes {
+			if node != n.id && !n.init.core.Fed(node) {
+				unfed = append(unfed, node)
+			}
+		}
+		n.init.mu.Unlock()
+		if len(unfed) == 0 {
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			slices.Sort(unfed)
+			failed := 0
+			for p, r := range n.hosted() {
+				for _, pl := range v.placement[p] {
+					if pl.live && slices.Contains(unfed, pl.node) {
+						why := fmt.Sprintf("registration lapsed and no feed to %s opened within %v: it may have taken this process for dead and run on without its last txns", pl.node, missedWait)
+						ask(r, func(r *replica) bool { r.fail(why); return true })
+						failed++
+						break
+					}
+				}
+			}
+			n.log.Warn("registration lapsed: no feed opened to some live nodes; their partitions' replicas here fail", "nodes", unfed, "failed", failed)
+			return true
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // missedWait bounds the wait, after a lapse, for the feed of a node that
