@@ -18,8 +18,9 @@ import (
 // process or a cut-off host. n1 and n3 take its feeds for broken after a
 // second, hold while its lease lives, then repair its tail between them
 // and run on: writes through them flow again within about a TTL of the
-// silence, not at its end, as they did before feeds ended on silence
-// (one call let go when n2 left the view, then none until the thaw). When n2 is heard again it learns it was taken
+// silence, not at its end. (Before a receiver ended a silent feed, a call
+// stuck at the start was let go when n2 left the view, and then none
+// passed until the thaw.) When n2 is heard again it learns it was taken
 // for dead (wire.Fenced), its replicas rejoin, and every replica of every
 // partition ends live with one digest, every acknowledged write there; no
 // replica of n1 or n3 fails on the way.
@@ -91,6 +92,14 @@ func TestSilentNodeFencedOthersRunOn(t *testing.T) {
 			cut = append(cut, px)
 		}
 	}
+	thaw := func() {
+		for _, px := range cut {
+			px.Thaw()
+		}
+	}
+	// A test that fails mid-silence thaws before the nodes stop, which
+	// n2 would otherwise do without its etcd.
+	defer thaw()
 	for _, px := range cut {
 		px.Freeze()
 	}
@@ -116,9 +125,7 @@ func TestSilentNodeFencedOthersRunOn(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for _, px := range cut {
-		px.Thaw()
-	}
+	thaw()
 	thawed := time.Now()
 	if !lapsed {
 		t.Fatalf("n2 stayed registered through %v of silence with a TTL of %v", 3*ttl, ttl)
