@@ -353,4 +353,9 @@ type testingKnobs struct {
 	// destination's first tries at completing its task, as an etcd outage
 	// through the handoff would.
 	completeFails int
+	// peerAddr replaces the address this node dials node at (its
+	// registered one, addr): a proxy of this node's own in front of the
+	// peer, which a test freezes to cut this node off from its peers
+	// without cutting them off from each other.
+	peerAddr func(node, addr string) string
 }

@@ -83,25 +83,9 @@ func testFeedResets(t *testing.T, reset []int, rounds int) {
 	}
 	stopped := false
 	stopWriters := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		for _, w := range ws {
-			close(w.stop)
-		}
-		// A call waits for its feeds up to feedWait, then for the
-		// replicas' results: a writer still in one past this is stuck,
-		// and closing its connection ends the call.
-		deadline := time.After(2*feedWait + 5*time.Second)
-		for _, w := range ws {
-			select {
-			case <-w.done:
-			case <-deadline:
-				t.Errorf("writer through n%d stuck in a call", w.node)
-				w.cl.conn.Close()
-				<-w.done
-			}
+		if !stopped {
+			stopped = true
+			stopFeedWriters(t, ws)
 		}
 	}
 	defer stopWriters()
@@ -182,6 +166,34 @@ func testFeedResets(t *testing.T, reset []int, rounds int) {
 		}
 	}
 	checkDigests(t, cl, parts, 3)
+	checkAcked(t, cl, parts, ws)
+}
+
+// stopFeedWriters stops ws and waits for each to end its call.
+func stopFeedWriters(t *testing.T, ws []*feedWriter) {
+	t.Helper()
+	for _, w := range ws {
+		close(w.stop)
+	}
+	// A call waits for its feeds up to feedWait, then for the
+	// replicas' results: a writer still in one past this is stuck,
+	// and closing its connection ends the call.
+	deadline := time.After(2*feedWait + 5*time.Second)
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-deadline:
+			t.Errorf("writer through n%d stuck in a call", w.node)
+			w.cl.conn.Close()
+			<-w.done
+		}
+	}
+}
+
+// checkAcked reads every write ws had acknowledged back through cl; the
+// writers have stopped.
+func checkAcked(t *testing.T, cl *rawClient, parts uint32, ws []*feedWriter) {
+	t.Helper()
 	n := 0
 	for _, w := range ws {
 		for _, i := range w.acked {
@@ -219,11 +231,21 @@ type feedWriter struct {
 	node       int
 	cl         *rawClient
 	stop, done chan struct{}
+	// pause, if set, is the wait after each acknowledged write: a writer
+	// that lasts a long test without reaching feedWriterMax.
+	pause time.Duration
 
-	mu       sync.Mutex
-	acked    []int
+	mu    sync.Mutex
+	acked []int
+	// ackedAt[j] is when acked[j] was acknowledged: what a test measures
+	// the gaps in service by.
+	ackedAt  []time.Time
 	failed   int
 	firstErr string
+	// lastErr, with lastErrAt, is the latest failed call's error: why
+	// writes stopped, when they did.
+	lastErr   string
+	lastErrAt time.Time
 }
 
 // feedWriterMax bounds a writer's calls, so the read-back stays short
@@ -256,18 +278,24 @@ func (w *feedWriter) run(parts uint32) {
 		w.mu.Lock()
 		if err == nil {
 			w.acked = append(w.acked, i)
+			w.ackedAt = append(w.ackedAt, time.Now())
 		} else {
 			w.failed++
 			if w.firstErr == "" {
 				w.firstErr = err.Error()
 			}
+			w.lastErr, w.lastErrAt = err.Error(), time.Now()
 		}
 		w.mu.Unlock()
+		wait := w.pause
 		if err != nil {
+			wait = 20 * time.Millisecond
+		}
+		if wait > 0 {
 			select {
 			case <-w.stop:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(wait):
 			}
 		}
 	}

@@ -177,6 +177,9 @@ func (m *members) maybeRebuild(ctx context.Context) error {
 	old := m.v
 	v := &view{nodes: make(map[string]supervise.NodeRecord, len(m.recs.Nodes)), bootstrapped: m.booted, rev: m.recs.Rev}
 	for id, r := range m.recs.Nodes {
+		if f := m.n.cfg.knobs.peerAddr; f != nil {
+			r.Address = f(id, r.Address)
+		}
 		v.nodes[id] = r
 	}
 	sameNodes := old != nil && len(old.nodes) == len(v.nodes)

@@ -61,6 +61,13 @@ type cluster struct {
 	proxied bool
 	proxies map[int]*faultnet.Proxy
 	listen  map[int]string
+	// pairProxied, with proxied, gives each ordered pair of nodes a
+	// proxy of its own, pairs[[2]int{from, to}], which node from dials
+	// to reach to (knobs.peerAddr): freezing the pairs that have n2 at
+	// either end cuts n2 off from its peers while they talk on, which
+	// freezing proxies[1] (what n2 and n3 both dial) cannot.
+	pairProxied bool
+	pairs       map[[2]int]*faultnet.Proxy
 	// onLog, if set, sees every record a node logs at Info and above.
 	onLog func(id int, r slog.Record)
 }
@@ -150,6 +157,16 @@ func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
 	if px := c.proxies[id]; px != nil {
 		cfg.Listen, cfg.Advertise = c.listen[id], px.Addr()
 	}
+	if c.pairs != nil {
+		cfg.knobs.peerAddr = func(node, addr string) string {
+			for to := range c.listen {
+				if px := c.pairs[[2]int{id, to}]; px != nil && NodeName(to) == node {
+					return px.Addr()
+				}
+			}
+			return addr
+		}
+	}
 	if set != nil {
 		set(&cfg)
 	}
@@ -189,6 +206,23 @@ func (c *cluster) startProxies(nodes int) {
 		}
 		c.t.Cleanup(px.Close)
 		c.proxies[id], c.listen[id] = px, addr
+	}
+	if !c.pairProxied {
+		return
+	}
+	c.pairs = map[[2]int]*faultnet.Proxy{}
+	for from := 1; from <= nodes; from++ {
+		for to := 1; to <= nodes; to++ {
+			if from == to {
+				continue // a node's feed to itself is in-process
+			}
+			px, err := faultnet.Start(c.listen[to])
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			c.t.Cleanup(px.Close)
+			c.pairs[[2]int{from, to}] = px
+		}
 	}
 }
 

@@ -149,8 +149,18 @@ func TestLapsedNodeMissedNewInitiator(t *testing.T) {
 // reaching etcd through a proxy the test can freeze.
 func newClusterN2ViaProxy(t *testing.T, cfg layout.Config, ttl time.Duration) (*cluster, *faultnet.Proxy) {
 	t.Helper()
+	return newClusterN2ViaProxyWith(t, cfg, ttl, nil)
+}
+
+// newClusterN2ViaProxyWith is newClusterN2ViaProxy with a hook that sets
+// the cluster's other options (c.proxied, c.onLog) before any node starts.
+func newClusterN2ViaProxyWith(t *testing.T, cfg layout.Config, ttl time.Duration, opts func(*cluster)) (*cluster, *faultnet.Proxy) {
+	t.Helper()
 	var px *faultnet.Proxy
 	c := newClusterWith(t, 3, 3, cfg, func(c *cluster) {
+		if opts != nil {
+			opts(c)
+		}
 		var err error
 		px, err = faultnet.Start(c.e.Endpoints()[0][len("http://"):])
 		if err != nil {

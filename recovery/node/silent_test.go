@@ -1,0 +1,254 @@
+package node
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/stream/faultnet"
+)
+
+// TestSilentNodeFencedOthersRunOn: three nodes, each holding a replica of
+// every partition. n2 goes silent without dying: not a byte passes between
+// it and its peers or etcd, either way, for three node TTLs, as a paused
+// process or a cut-off host. n1 and n3 take its feeds for broken after a
+// second, hold while its lease lives, then repair its tail between them
+// and run on: writes through them flow again within about a TTL of the
+// silence, not at its end. (Before a receiver ended a silent feed, a call
+// stuck at the start was let go when n2 left the view, and then none
+// passed until the thaw.) When n2 is heard again it learns it was taken
+// for dead (wire.Fenced), its replicas rejoin, and every replica of every
+// partition ends live with one digest, every acknowledged write there; no
+// replica of n1 or n3 fails on the way.
+func TestSilentNodeFencedOthersRunOn(t *testing.T) {
+	const ttl = 2 * time.Second
+	const parts = 4
+	// The writes pause while n2's lease runs out (up to a TTL), a view
+	// poll, the tail repair and the call's retry: 3 s covers the rest.
+	const backBound = ttl + 3*time.Second
+	// Writes flow steadily once no second passes without one: a single
+	// call answered mid-silence (one stuck at its start, let go when n2
+	// left the view) is not service back, and would halve the longest
+	// gap of a cluster that stalled for the whole silence.
+	const steady = time.Second
+	var lmu sync.Mutex
+	var failures, fences []string
+	c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+		c.onLog = func(id int, r slog.Record) {
+			var to *[]string
+			switch {
+			case r.Message == "replica failed, needs a rejoin" && id != 2:
+				to = &failures
+			case r.Message == "fenced by a node that took this process for dead" && id == 2:
+				to = &fences
+			default:
+				return
+			}
+			s := recordString(id, r)
+			lmu.Lock()
+			*to = append(*to, s)
+			lmu.Unlock()
+		}
+	})
+	seen := func(of *[]string) []string {
+		lmu.Lock()
+		defer lmu.Unlock()
+		return append([]string(nil), (*of)...)
+	}
+	cl := dialClient(t, c.direct(1))
+	waitWritable(t, cl, parts)
+
+	var ws []*feedWriter
+	for _, id := range []int{1, 3} {
+		// A write every few ms measures a gap closely enough and keeps
+		// the writer short of feedWriterMax through the test.
+		w := &feedWriter{node: id, cl: dialClient(t, c.direct(id)), stop: make(chan struct{}), done: make(chan struct{}), pause: 2 * time.Millisecond}
+		go w.run(parts)
+		ws = append(ws, w)
+	}
+	stopped := false
+	stopWriters := func() {
+		if !stopped {
+			stopped = true
+			stopFeedWriters(t, ws)
+		}
+	}
+	defer stopWriters()
+	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool {
+		return ws[0].count() >= 50 && ws[1].count() >= 50
+	})
+
+	// Every path of n2's: to etcd, what it dials, what dials it (the
+	// pairs), and its advertised proxy, which nothing should dial. n1 and
+	// n3 reach each other and etcd untouched.
+	cut := []*faultnet.Proxy{etcdPx, c.proxies[2]}
+	for pair, px := range c.pairs {
+		if pair[0] == 2 || pair[1] == 2 {
+			cut = append(cut, px)
+		}
+	}
+	thaw := func() {
+		for _, px := range cut {
+			px.Thaw()
+		}
+	}
+	// A test that fails mid-silence thaws before the nodes stop, which
+	// n2 would otherwise do without its etcd.
+	defer thaw()
+	for _, px := range cut {
+		px.Freeze()
+	}
+	frozen := time.Now()
+	lapsed := false
+	for time.Since(frozen) < 3*ttl {
+		if fs := seen(&failures); len(fs) > 0 {
+			t.Fatalf("%s into n2's silence: %v", time.Since(frozen).Round(time.Millisecond), fs)
+		}
+		c.mu.Lock()
+		for id, rn := range c.nodes {
+			select {
+			case err := <-rn.done:
+				c.mu.Unlock()
+				t.Fatalf("node %d exited %s into n2's silence: %v", id, time.Since(frozen), err)
+			default:
+			}
+		}
+		c.mu.Unlock()
+		if !lapsed {
+			reg, ok := registered(c, "n2")
+			lapsed = ok && !reg
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	thaw()
+	thawed := time.Now()
+	if !lapsed {
+		t.Fatalf("n2 stayed registered through %v of silence with a TTL of %v", 3*ttl, ttl)
+	}
+	for _, w := range ws {
+		w.mu.Lock()
+		gap := longestGap(w.ackedAt, frozen, thawed)
+		back := serviceBack(w.ackedAt, frozen, thawed, steady)
+		w.mu.Unlock()
+		t.Logf("writes through n%d in the %v of n2's silence: longest gap %v, steady again after %v",
+			w.node, thawed.Sub(frozen).Round(time.Millisecond), gap.Round(time.Millisecond), back.Round(time.Millisecond))
+		if back >= backBound {
+			t.Errorf("writes through n%d were not steady again until %v into n2's silence, want under %v", w.node, back.Round(time.Millisecond), backBound)
+		}
+	}
+
+	waitRegistered(t, c, "n2", true, 20*time.Second, "n2 registered again")
+	waitUntil(t, 20*time.Second, "n2 to learn it was fenced", func() bool { return len(seen(&fences)) > 0 })
+	for _, f := range seen(&fences) {
+		t.Logf("%s", f)
+	}
+	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
+	t.Logf("every replica live %v after the thaw", time.Since(thawed).Round(time.Millisecond))
+	// Writes pass through both nodes with n2's replicas live again.
+	from := []int{ws[0].count(), ws[1].count()}
+	for deadline := time.Now().Add(15 * time.Second); ws[0].count() < from[0]+50 || ws[1].count() < from[1]+50; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			for i, w := range ws {
+				w.mu.Lock()
+				last := "none"
+				if n := len(w.ackedAt); n > 0 {
+					last = w.ackedAt[n-1].Format("15:04:05.000")
+				}
+				t.Logf("writer through n%d: %d acknowledged (%d since all live, last at %s), %d failed, last error at %s: %s",
+					w.node, len(w.acked), len(w.acked)-from[i], last, w.failed, w.lastErrAt.Format("15:04:05.000"), w.lastErr)
+				w.mu.Unlock()
+			}
+			for id := 1; id <= 3; id++ {
+				st := nodeStatus(t, c.nodes[id].addrs)
+				for _, r := range st.Replicas {
+					t.Logf("n%d partition %d: %s, rows %d", id, r.Partition, r.State, r.Rows)
+				}
+			}
+			t.Fatalf("writes through n1 and n3 did not go on within 15 s of every replica live (from %d, %d acknowledged)", from[0], from[1])
+		}
+	}
+	stopWriters()
+	for _, w := range ws {
+		t.Logf("writer through n%d: %d acknowledged, %d failed (first: %s)", w.node, len(w.acked), w.failed, w.firstErr)
+	}
+
+	if fs := seen(&failures); len(fs) > 0 {
+		t.Fatalf("replicas of n1 or n3 failed: %v", fs)
+	}
+	for id := 1; id <= 3; id++ {
+		for _, r := range nodeStatus(t, c.nodes[id].addrs).Replicas {
+			switch {
+			case r.State != StateLive:
+				t.Errorf("n%d's replica of partition %d is %s", id, r.Partition, r.State)
+			case id == 2 && r.Rejoin == nil:
+				t.Errorf("n2's replica of partition %d, fenced, is live without a rejoin", r.Partition)
+			case id != 2 && r.Rejoin != nil:
+				t.Errorf("n%d's replica of partition %d rejoined (%+v)", id, r.Partition, r.Rejoin)
+			}
+		}
+	}
+	checkDigests(t, cl, parts, 3)
+	checkAcked(t, cl, parts, ws)
+	select {
+	case err := <-c.nodes[2].done:
+		t.Fatalf("n2 exited: %v", err)
+	default:
+	}
+}
+
+// longestGap is the longest time in [from, to] without an entry of at
+// (ascending): from to the first entry after it, between two, and from
+// the last to to.
+func longestGap(at []time.Time, from, to time.Time) time.Duration {
+	gap, last := time.Duration(0), from
+	for _, a := range at {
+		if a.Before(from) {
+			continue
+		}
+		if a.After(to) {
+			break
+		}
+		gap, last = max(gap, a.Sub(last)), a
+	}
+	return max(gap, to.Sub(last))
+}
+
+// serviceBack is how long after from the writes acknowledged at at
+// (ascending) flowed for good until to: the end of the last gap of
+// steady or longer in [from, to], all of it if the last ack before to
+// is further than steady from it.
+func serviceBack(at []time.Time, from, to time.Time, steady time.Duration) time.Duration {
+	back, last := from, from
+	for _, a := range at {
+		if a.Before(from) {
+			continue
+		}
+		if a.After(to) {
+			break
+		}
+		if a.Sub(last) >= steady {
+			back = a
+		}
+		last = a
+	}
+	if to.Sub(last) >= steady {
+		back = to
+	}
+	return back.Sub(from)
+}
+
+// recordString is r as node id logged it, its attributes quoted.
+func recordString(id int, r slog.Record) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "n%d: %s:", id, r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%q", a.Key, a.Value.String())
+		return true
+	})
+	return b.String()
+}
