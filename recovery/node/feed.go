@@ -52,6 +52,11 @@ type feedIns struct {
 	// settlement takes only those of its own outage (outage.tellsFrom).
 	told  map[string]map[uint64][]toldHello
 	tells uint64
+	// answered holds, per initiator, the highest incarnation whose tail
+	// this node gave a peer's repair: the peer may stop waiting for that
+	// process on what it got, so its feed here must not resume past it
+	// (feedLost). Nil until the first answer.
+	answered map[txnid.Initiator]uint64
 	// waiters are the replicas waiting for the next heartbeat.
 	waiters beatWaiters
 	// holding: the node's registration was lost and is not settled yet,
@@ -423,11 +428,17 @@ func txnEvent(inv partition.Invocation) event {
 // A killed node therefore stalls the replicas that track it until its
 // lease ends or it restarts, not only until its sockets close.
 func (n *Node) feedLost(fi *feedIn) {
-	for n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) {
+	for n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc) {
 		select {
 		case <-fi.redialled:
-			close(fi.resolved) // the new feed resumes this one, or fails the replicas
-			return
+			// Unless a peer got this process's tail from here to stop
+			// waiting for it (the loop ends, and the process is taken
+			// for dead here too, whatever this node's view says yet),
+			// the new feed resumes this one, or fails the replicas.
+			if !n.answeredRepair(fi.in, fi.inc) {
+				close(fi.resolved)
+				return
+			}
 		case <-time.After(50 * time.Millisecond):
 		case <-n.ctx.Done():
 			close(fi.resolved)
@@ -436,8 +447,10 @@ func (n *Node) feedLost(fi *feedIn) {
 	}
 	select {
 	case <-fi.redialled:
-		close(fi.resolved)
-		return
+		if !n.answeredRepair(fi.in, fi.inc) {
+			close(fi.resolved)
+			return
+		}
 	default:
 	}
 	// Taken for dead: the repair runs to its end even if the process
@@ -468,13 +481,31 @@ func (n *Node) feedSuperseded(fi *feedIn) bool {
 	return n.feeds.last[fi.in] != fi
 }
 
-// feedOpenUpTo reports whether a feed from in of incarnation inc or older
-// is still open here.
-func (n *Node) feedOpenUpTo(in txnid.Initiator, inc uint64) bool {
+// answerRepair reports whether this node may answer a peer's repair of
+// in's incarnation inc: no feed of it (or an older one) is open here. If
+// so, it notes the answer, under the same lock a redial of that process
+// takes its place in: a feed that would resume after it finds the note
+// and takes the process for dead instead (feedLost), and one already
+// resumed is open here and the peer is refused.
+func (n *Node) answerRepair(in txnid.Initiator, inc uint64) bool {
 	n.feeds.mu.Lock()
 	defer n.feeds.mu.Unlock()
-	f := n.feeds.by[in]
-	return f != nil && f.inc <= inc
+	if f := n.feeds.by[in]; f != nil && f.inc <= inc {
+		return false
+	}
+	if n.feeds.answered == nil {
+		n.feeds.answered = map[txnid.Initiator]uint64{}
+	}
+	n.feeds.answered[in] = max(n.feeds.answered[in], inc)
+	return true
+}
+
+// answeredRepair reports whether this node gave a peer's repair the tail
+// of in's incarnation inc.
+func (n *Node) answeredRepair(in txnid.Initiator, inc uint64) bool {
+	n.feeds.mu.Lock()
+	defer n.feeds.mu.Unlock()
+	return n.feeds.answered[in] >= inc
 }
 
 // writeFeedIn writes a feed's answers (its floor, the Dones) from fi.q,

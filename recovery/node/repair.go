@@ -247,7 +247,7 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 		}
 	}
 	deadline := time.Now().Add(repairTimeout / 2)
-	for n.feedOpenUpTo(in, req.Incarnation) {
+	for !n.answerRepair(in, req.Incarnation) {
 		if time.Now().After(deadline) {
 			return nil, 0, fmt.Errorf("the feed from initiator %d (incarnation %d) is still open here", in, req.Incarnation)
 		}
