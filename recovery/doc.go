@@ -118,12 +118,14 @@
 //
 // Initiator (initiator.go) is a node's initiator as a pure core: client
 // calls, Dones, ticks, membership views and feed events (FeedOpened,
-// DialFailed, FeedLost) in; txns and heartbeats per node, dials, closes
+// FeedResumed, FeedAcked, DialFailed, FeedLost) in; txns and heartbeats
+// per node, dials, closes
 // (InitiatorIO) and replies out. It owns the txn ID generator, the calls
 // in flight and whom each waits for, the heartbeat schedule in ticks (and
 // the heartbeats another initiator asks for, BeatPast), and
 // each feed's state (dialing until its floor is in, open, lost with its
-// process, and the partitions missed while it had none). recovery/node,
+// process and its log of what the node has not acknowledged, and the
+// partitions missed while it had none). recovery/node,
 // the simulator and the bench drive it. TailRepair (tailrepair.go) is the
 // rule of a dead initiator's tail repair beside it: which peers a replica
 // asks, and when the repair counts as failed.

@@ -148,7 +148,11 @@
 // Config.ApplyMax rejoin blocks at once (one core less than it has), so
 // its live replicas, feeds and network poller always find a core.
 //
-// When a feed from an initiator ends, nothing more of it can arrive (TCP).
+// When a feed from an initiator ends (or brings nothing for a second),
+// the replicas go on waiting for the initiator while the membership has
+// its process alive: the process keeps what it meant for this node and
+// resumes the feed where it stopped (docs/DESIGN.md "Feeds that
+// resume"). Once the process is gone, nothing more of it can arrive.
 // A node that dies while sending a txn may have reached some replicas of
 // the partition and not others; since each feed is one ordered stream,
 // each survivor holds a prefix of the initiator's sequence, and nothing
@@ -160,10 +164,10 @@
 // longest prefix any of them got.
 // A peer that cannot answer (its own feed from that incarnation of the
 // initiator still open, or the range no longer kept) fails the replica:
-// it rejoins rather than risk diverging. If the initiator's process lives
-// on with no new feed, or opens a new feed itself (it stopped waiting for
-// this node meanwhile), the replicas may have missed txns: they fail and
-// need a rejoin.
+// it rejoins rather than risk diverging. If the process was only taken
+// for dead and comes back, the survivors' agreement stands: its redial
+// is answered with wire.Fenced, and its own replicas of the partitions
+// live here fail and rejoin.
 //
 // The feeds of one initiator are taken in one after the other: a feed
 // from a restarted node (a newer incarnation) is read only once the old
