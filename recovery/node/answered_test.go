@@ -70,6 +70,23 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 			t.Fatal("the replicas stopped waiting for a live process that only redialled")
 		}
 	})
+	t.Run("own process", func(t *testing.T) {
+		// n2's view has lost n2 itself (its registration lapsed): its feed
+		// to itself, which ended, is still its own process's, never taken
+		// for dead here (chaos seed 542202860: a node slow for a second
+		// repaired and fenced its own initiator, and its peers failed
+		// their replicas repairing one that was back).
+		n := newNode(t)
+		n.id, n.started = "n2", rec.Started
+		delete(n.members.v.nodes, "n2")
+		fi, redial := ended(n)
+		time.Sleep(100 * time.Millisecond)
+		redial()
+		wait(t, fi)
+		if fi.untracked {
+			t.Fatal("a node stopped waiting for its own initiator")
+		}
+	})
 	t.Run("open", func(t *testing.T) {
 		n := newNode(t)
 		n.feeds.by[in] = &feedIn{in: in, node: "n2", inc: inc}

@@ -374,7 +374,11 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 // to run (docs/DESIGN.md "Heartbeats by slot"). The order matters: a txn
 // is enqueued before the slot is raised past it (beatSlot's invariant).
 func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
-	conn.SetStallWindow(max(feedStallWindow, 100*n.cfg.BeatEvery))
+	if fi.node != n.id {
+		// The feed of this node's own initiator is a pipe in the
+		// process: its silence says only that the process was slow.
+		conn.SetStallWindow(max(feedStallWindow, 100*n.cfg.BeatEvery))
+	}
 	for {
 		m, err := conn.Recv()
 		if err != nil {
@@ -428,37 +432,78 @@ func txnEvent(inv partition.Invocation) event {
 // A killed node therefore stalls the replicas that track it until its
 // lease ends or it restarts, not only until its sockets close.
 func (n *Node) feedLost(fi *feedIn) {
-	for n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc) {
-		select {
-		case <-fi.redialled:
-			// Unless a peer got this process's tail from here to stop
-			// waiting for it (the loop ends, and the process is taken
-			// for dead here too, whatever this node's view says yet),
-			// the new feed resumes this one, or fails the replicas.
-			if !n.answeredRepair(fi.in, fi.inc) {
-				close(fi.resolved)
+	defer close(fi.resolved)
+	self := fi.node == n.id && fi.inc == uint64(n.incarnation())
+	for {
+		for self || n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc) {
+			// This node's own process is never taken for dead here: its
+			// feed to itself ends only with the process.
+			select {
+			case <-fi.redialled:
+				// Unless a peer got this process's tail from here to stop
+				// waiting for it (the loop ends, and the process is taken
+				// for dead here too, whatever this node's view says yet),
+				// the new feed resumes this one, or fails the replicas.
+				if self || !n.answeredRepair(fi.in, fi.inc) {
+					return
+				}
+			case <-time.After(50 * time.Millisecond):
+			case <-n.ctx.Done():
 				return
 			}
-		case <-time.After(50 * time.Millisecond):
-		case <-n.ctx.Done():
-			close(fi.resolved)
+		}
+		if n.comesBack(fi) {
 			return
 		}
+		// Taken for dead: repair. A process that comes back meanwhile (its
+		// node alive as that process again, or a redial of it) cuts the
+		// repair short, and the replicas go on waiting for it, unless a
+		// peer got its tail from here: then it is dead here too, and the
+		// repair runs to its end. What the survivors agree on stands, and
+		// a feed of the process that comes after learns it was fenced.
+		ctx, cancel := context.WithCancel(n.ctx)
+		watchDone := make(chan struct{})
+		go func() {
+			defer close(watchDone)
+			t := time.NewTicker(50 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				case <-fi.redialled:
+				}
+				if n.comesBack(fi) || n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc) {
+					cancel()
+					return
+				}
+			}
+		}()
+		done := n.resolveAll(ctx, fi.in, fi.node, fi.inc)
+		cancel()
+		<-watchDone
+		if done {
+			fi.untracked = true
+			return
+		}
+		if n.ctx.Err() != nil || n.comesBack(fi) {
+			return
+		}
+		n.log.Info("initiator's process back before its tail was repaired: the replicas go on waiting for it", "initiator", fi.in, "node", fi.node)
 	}
+}
+
+// comesBack reports whether a feed of fi's process replaced it and this
+// node may let that feed resume it: no peer got the process's tail from
+// here for a repair.
+func (n *Node) comesBack(fi *feedIn) bool {
 	select {
 	case <-fi.redialled:
-		if !n.answeredRepair(fi.in, fi.inc) {
-			close(fi.resolved)
-			return
-		}
+		return !n.answeredRepair(fi.in, fi.inc)
 	default:
+		return false
 	}
-	// Taken for dead: the repair runs to its end even if the process
-	// comes back meanwhile. What the survivors agree on stands, and a
-	// feed of the process that comes after learns it was fenced.
-	n.resolveAll(n.ctx, fi.in, fi.node, fi.inc)
-	fi.untracked = true
-	close(fi.resolved)
 }
 
 // livePartitions lists, in increasing order, the partitions of the

@@ -99,12 +99,11 @@ func (r *replica) repairTxn(inv partition.Invocation) {
 }
 
 // resolveInitiator repairs r's tail of initiator in's incarnation inc
-// from its live peers, then stops waiting for in. deadNode is the
-// initiator's node. Whom to ask, how long to retry and when the repair
-// counts as failed is recovery.TailRepair's rule. If ctx ends first (the
-// same process opened a new feed: it lives, and its tail is not final),
-// the replica fails.
-func (n *Node) resolveInitiator(ctx context.Context, r *replica, in txnid.Initiator, deadNode string, inc uint64) {
+// from its live peers and says whether the replica then fails. deadNode
+// is the initiator's node. Whom to ask, how long to retry and when the
+// repair counts as failed is recovery.TailRepair's rule. If ctx ends
+// first, the verdict does not count (resolveAll).
+func (n *Node) resolveInitiator(ctx context.Context, r *replica, in txnid.Initiator, deadNode string, inc uint64) (why string, fail bool) {
 	var nodes []string
 	for _, pl := range n.members.view().placement[r.p] {
 		nodes = append(nodes, pl.node)
@@ -127,13 +126,7 @@ func (n *Node) resolveInitiator(ctx context.Context, r *replica, in txnid.Initia
 			}
 		}
 	}
-	why, fail := t.Verdict()
-	r.do(func(r *replica) {
-		r.removeInitiator(in)
-		if fail {
-			r.fail(why)
-		}
-	})
+	return t.Verdict()
 }
 
 // repairFrom asks peer for the txns of in's incarnation inc past what r
@@ -287,14 +280,41 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 
 // resolveAll repairs every replica's tail of a dead initiator
 // incarnation, in parallel, and waits for them.
-func (n *Node) resolveAll(ctx context.Context, in txnid.Initiator, deadNode string, inc uint64) {
+func (n *Node) resolveAll(ctx context.Context, in txnid.Initiator, deadNode string, inc uint64) bool {
+	type verdict struct {
+		why  string
+		fail bool
+	}
+	hosted := n.hosted()
+	verdicts := make(map[*replica]verdict, len(hosted))
+	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, r := range n.hosted() {
+	for _, r := range hosted {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n.resolveInitiator(ctx, r, in, deadNode, inc)
+			why, fail := n.resolveInitiator(ctx, r, in, deadNode, inc)
+			mu.Lock()
+			verdicts[r] = verdict{why, fail}
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		// Cut short: every replica still waits for the initiator, with
+		// what the peers sent it meanwhile (a resumed feed skips those).
+		return false
+	}
+	// All or none: a replica that stopped waiting while another of the
+	// same initiator's feed went on would take the feed's next txns in
+	// on one and not the other.
+	for r, v := range verdicts {
+		r.do(func(r *replica) {
+			r.removeInitiator(in)
+			if v.fail {
+				r.fail(v.why)
+			}
+		})
+	}
+	return true
 }

@@ -318,8 +318,16 @@ func (r *replica) onTxnAt(inv partition.Invocation, t time.Time) {
 	r.onTxn(inv)
 }
 
-// onTxn takes a txn of the feed.
+// onTxn takes a txn of the feed. One at or below what the replica took
+// from its initiator is there already: a resumed feed sends again what
+// the replica may have taken meanwhile from a peer's repair of the
+// initiator's tail, cut short when the process came back (feedLost).
+// Within one feed, IDs only grow, and a heartbeat applies only once the
+// txns below it have run (beats.go), so nothing else is skipped.
 func (r *replica) onTxn(inv partition.Invocation) {
+	if r.executing() && inv.ID <= r.lastFrom[inv.ID.Initiator()] {
+		return
+	}
 	if r.core.OnTxn(inv) {
 		r.took(inv.ID, &inv)
 		r.tookFrom(inv.ID)
