@@ -435,7 +435,7 @@ func (n *Node) feedLost(fi *feedIn) {
 	defer close(fi.resolved)
 	self := fi.node == n.id && fi.inc == uint64(n.incarnation())
 	for {
-		for self || n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc) {
+		for self || n.livesFor(fi) {
 			// This node's own process is never taken for dead here: its
 			// feed to itself ends only with the process.
 			select {
@@ -474,7 +474,7 @@ func (n *Node) feedLost(fi *feedIn) {
 				case <-t.C:
 				case <-fi.redialled:
 				}
-				if n.comesBack(fi) || n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc) {
+				if n.comesBack(fi) || n.livesFor(fi) {
 					cancel()
 					return
 				}
@@ -492,6 +492,13 @@ func (n *Node) feedLost(fi *feedIn) {
 		}
 		n.log.Info("initiator's process back before its tail was repaired: the replicas go on waiting for it", "initiator", fi.in, "node", fi.node)
 	}
+}
+
+// livesFor reports whether fi's process lives as far as this node can
+// tell: its node alive as that process, no newer process's feed here,
+// and no peer given its tail for a repair (feedLost holds while it does).
+func (n *Node) livesFor(fi *feedIn) bool {
+	return n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc)
 }
 
 // comesBack reports whether a feed of fi's process replaced it and this

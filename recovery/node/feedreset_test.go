@@ -75,19 +75,7 @@ func testFeedResets(t *testing.T, reset []int, rounds int) {
 	cl := dialClient(t, c.direct(1))
 	waitWritable(t, cl, parts)
 
-	ws := make([]*feedWriter, 0, 3)
-	for id := 1; id <= 3; id++ {
-		w := &feedWriter{node: id, cl: dialClient(t, c.direct(id)), stop: make(chan struct{}), done: make(chan struct{})}
-		go w.run(parts)
-		ws = append(ws, w)
-	}
-	stopped := false
-	stopWriters := func() {
-		if !stopped {
-			stopped = true
-			stopFeedWriters(t, ws)
-		}
-	}
+	ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 2, 3}, 0)
 	defer stopWriters()
 	// Writes resumed through every node: each writer had n more
 	// acknowledged since from (their counts then), or a replica failed.
@@ -170,6 +158,26 @@ func testFeedResets(t *testing.T, reset []int, rounds int) {
 }
 
 // stopFeedWriters stops ws and waits for each to end its call.
+// startFeedWriters starts a feedWriter through each of nodes, each
+// pausing pause between writes, and returns them with a stop that stops
+// them once, however often it is called.
+func startFeedWriters(t *testing.T, c *cluster, parts uint32, nodes []int, pause time.Duration) ([]*feedWriter, func()) {
+	t.Helper()
+	ws := make([]*feedWriter, 0, len(nodes))
+	for _, id := range nodes {
+		w := &feedWriter{node: id, cl: dialClient(t, c.direct(id)), stop: make(chan struct{}), done: make(chan struct{}), pause: pause}
+		go w.run(parts)
+		ws = append(ws, w)
+	}
+	stopped := false
+	return ws, func() {
+		if !stopped {
+			stopped = true
+			stopFeedWriters(t, ws)
+		}
+	}
+}
+
 func stopFeedWriters(t *testing.T, ws []*feedWriter) {
 	t.Helper()
 	for _, w := range ws {

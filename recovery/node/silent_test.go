@@ -63,21 +63,9 @@ func TestSilentNodeFencedOthersRunOn(t *testing.T) {
 	cl := dialClient(t, c.direct(1))
 	waitWritable(t, cl, parts)
 
-	var ws []*feedWriter
-	for _, id := range []int{1, 3} {
-		// A write every few ms measures a gap closely enough and keeps
-		// the writer short of feedWriterMax through the test.
-		w := &feedWriter{node: id, cl: dialClient(t, c.direct(id)), stop: make(chan struct{}), done: make(chan struct{}), pause: 2 * time.Millisecond}
-		go w.run(parts)
-		ws = append(ws, w)
-	}
-	stopped := false
-	stopWriters := func() {
-		if !stopped {
-			stopped = true
-			stopFeedWriters(t, ws)
-		}
-	}
+	// A write every few ms measures a gap closely enough and keeps the
+	// writers short of feedWriterMax through the test.
+	ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)
 	defer stopWriters()
 	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool {
 		return ws[0].count() >= 50 && ws[1].count() >= 50
