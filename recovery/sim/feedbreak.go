@@ -118,6 +118,11 @@ func (w *world) breakFeed(in *initiator, sr *srcReplica, gap uint64) {
 	sr.redialAt[in.idx] = w.tick + gap
 	sr.gapTxns[in.idx] += txns
 	sr.brokeAt = w.tick
+	for _, a := range w.atts {
+		if a.sn == sr && (a.src == nil || !a.src.State().Final()) {
+			a.feedBreaks++
+		}
+	}
 	w.stats.FeedsBroken++
 	w.stats.FeedItemsLost += items
 	reach := fmt.Sprintf("out of reach for %d ticks", gap)

@@ -436,6 +436,12 @@ var regressionSeeds = []struct {
 	{10881, "likewise"},
 	{14227, "likewise"},
 	{19015, "likewise"},
+	// Two breaks of i1's feed to the source, 39 and 27 ticks out of reach
+	// with one tick open between them, kept the source awaiting its
+	// boundary past its 67-tick stall window; the model took the timeout
+	// for a bug, since either gap alone stays under the window (CI, start
+	// 934334624). Breaks that compound now explain a timeout.
+	{934334737, "two feed breaks into the source in a row: the timeout was the faults'"},
 }
 
 // TestRegressionSeeds replays every seed that once failed.
