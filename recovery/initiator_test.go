@@ -636,9 +636,10 @@ func TestInitiatorSkipSend(t *testing.T) {
 }
 
 // TestTailRepair: the peers asked are the partition's other replicas but
-// the initiator's; an unreachable live peer is asked again until the
-// bound, then fails the replica; a dead peer or a cut-short try does
-// not count.
+// the initiator's; an unreachable live peer is asked again for as long
+// as it lives, and neither it nor a dead peer fails the replica; a peer
+// that no longer keeps txns past the replica's prefix does; a cut-short
+// try does not count.
 func TestTailRepair(t *testing.T) {
 	boom := errors.New("boom")
 	t.Run("peers", func(t *testing.T) {
@@ -660,16 +661,30 @@ func TestTailRepair(t *testing.T) {
 	t.Run("unreachable", func(t *testing.T) {
 		tr := NewTailRepair(3, []string{"n1", "n2", "n4"}, "n2", "n3")
 		p, _ := tr.Next()
-		if !tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: true}) {
-			t.Fatal("no retry of a live peer within the bound")
+		for range 1000 {
+			if !tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: true}) {
+				t.Fatal("a live peer that cannot be reached was given up")
+			}
 		}
-		if tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: true, Expired: true}) {
-			t.Fatal("retry past the bound")
+		if tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: false}) {
+			t.Fatal("retry of a peer that died")
 		}
 		p, _ = tr.Next()
-		if tr.OnAnswer(p, RepairTry{Err: boom, PeerAlive: false}) {
-			t.Fatal("retry of a dead peer")
+		if tr.OnAnswer(p, RepairTry{PeerAlive: true}) {
+			t.Fatal("retry after an answer")
 		}
+		if why, fail := tr.Verdict(); fail {
+			t.Fatalf("a peer cut off, then dead, failed the replica: %s", why)
+		}
+	})
+	t.Run("gone", func(t *testing.T) {
+		tr := NewTailRepair(3, []string{"n1", "n2", "n4"}, "n2", "n3")
+		p, _ := tr.Next()
+		if tr.OnAnswer(p, RepairTry{Err: boom, Gone: true, PeerAlive: true}) {
+			t.Fatal("retry of a peer that no longer keeps the txns")
+		}
+		p, _ = tr.Next()
+		tr.OnAnswer(p, RepairTry{PeerAlive: true})
 		why, fail := tr.Verdict()
 		if !fail || why != "initiator 3's tail not repaired: [n1: boom]" {
 			t.Fatalf("verdict %q %v", why, fail)

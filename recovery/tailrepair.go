@@ -14,14 +14,19 @@ import (
 // is in the replica's safe-point tracker. Before a replica stops waiting
 // for the initiator it asks every peer replica of the partition (Next)
 // for the txns past its own prefix; every survivor then holds the longest
-// prefix any survivor got. A peer that cannot answer while it is alive,
-// past the retry bound, fails the replica (it may hold a longer prefix:
-// the replica rejoins rather than risk diverging); a peer that died holds
-// nothing that will run and does not count. The repair runs only once the
-// initiator's process is gone from the membership, and to its end: if the
-// process was only cut off and comes back, what the survivors agreed on
-// stands and the process learns it was fenced (wire.Fenced;
-// docs/DESIGN.md "Feeds that resume").
+// prefix any survivor got. A peer that died holds nothing that will run
+// and does not count. A peer alive that cannot be reached (killed but
+// still in the membership, cut off, restarting) may hold a longer prefix:
+// it is asked again for as long as it lives, however long that is, and
+// the replica holds meanwhile; a network fault alone never fails a
+// replica here (docs/DESIGN.md "Feeds that resume"). Only a peer that
+// answers that it holds txns past the replica's prefix it no longer
+// keeps fails the replica, which then rejoins rather than diverge. The
+// repair runs only once the initiator's process is gone from the
+// membership; once a request went out it runs to its end, since the
+// peer that answered takes the process for dead too. If the process was
+// only cut off and comes back, what the survivors agreed on stands and it
+// learns it was fenced (wire.Fenced).
 type TailRepair struct {
 	in     txnid.Initiator
 	peers  []string
@@ -56,11 +61,12 @@ func (t *TailRepair) Next() (string, bool) {
 type RepairTry struct {
 	// Err is nil if the peer answered in full.
 	Err error
+	// Gone: the peer answered that it holds txns past the replica's
+	// prefix that it no longer keeps; no retry brings them.
+	Gone bool
 	// PeerAlive: the membership still has the peer alive. A dead peer
 	// holds nothing that will run.
 	PeerAlive bool
-	// Expired: the retry bound for this peer passed.
-	Expired bool
 	// Ended: the repair was cut short (the node stops); the try neither
 	// repeats nor counts.
 	Ended bool
@@ -68,16 +74,18 @@ type RepairTry struct {
 
 // OnAnswer takes one try's outcome from peer and reports whether to ask
 // the same peer again: a peer that cannot be reached may hold a longer
-// prefix, so it is asked until it answers, dies, or the bound passes.
+// prefix, so it is asked until it answers or dies. Failing the replica
+// instead, after a bound, failed every replica of a partition whose peers
+// were cut off from each other for longer than the bound.
 func (t *TailRepair) OnAnswer(peer string, try RepairTry) (retry bool) {
 	switch {
-	case try.Err == nil, try.Ended, !try.PeerAlive:
+	case try.Err == nil, try.Ended:
 		return false
-	case !try.Expired:
-		return true
+	case try.Gone:
+		t.failed = append(t.failed, fmt.Sprintf("%s: %v", peer, try.Err))
+		return false
 	}
-	t.failed = append(t.failed, fmt.Sprintf("%s: %v", peer, try.Err))
-	return false
+	return try.PeerAlive
 }
 
 // Verdict says, once no peer is left to ask, whether the replica fails

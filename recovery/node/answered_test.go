@@ -2,8 +2,12 @@ package node
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/wire"
 
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/txnid"
@@ -14,8 +18,10 @@ import (
 // afterwards. The peer may stop waiting for the process on what it got
 // and run on; a feed resumed here would bring txns past it that the peer
 // never runs (docs/DESIGN.md "Feeds that resume"). Without the answer,
-// the same redial resumes. And a feed of the process open here refuses
-// the peer's repair.
+// the same redial resumes. And a feed of the process still open here is
+// closed by the answer, and passes nothing more to the replicas: a peer
+// refused while this node was fed used to fail its replicas after its
+// retries (rejoin chaos --net-faults on, seed 20261128).
 func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 	rec := supervise.NodeRecord{ID: "n2", Started: time.Unix(200, 0)}
 	inc := uint64(incarnation(rec))
@@ -23,7 +29,7 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 	newNode := func(t *testing.T) *Node {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		n := &Node{ctx: ctx}
+		n := &Node{ctx: ctx, log: testLog(t)}
 		n.members.n = n
 		n.members.v = &view{nodes: map[string]supervise.NodeRecord{"n2": rec}}
 		n.feeds = feedIns{n: n, by: map[txnid.Initiator]*feedIn{}, last: map[txnid.Initiator]*feedIn{}}
@@ -51,9 +57,7 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 	t.Run("answered", func(t *testing.T) {
 		n := newNode(t)
 		fi, redial := ended(n)
-		if !n.answerRepair(in, inc) {
-			t.Fatal("repair refused with no feed of the process open")
-		}
+		n.answerRepair(in, inc)
 		redial()
 		wait(t, fi)
 		if !fi.untracked {
@@ -89,9 +93,41 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 	})
 	t.Run("open", func(t *testing.T) {
 		n := newNode(t)
-		n.feeds.by[in] = &feedIn{in: in, node: "n2", inc: inc}
-		if n.answerRepair(in, inc) || n.answeredRepair(in, inc) {
-			t.Fatal("repair answered while a feed of the process is open here")
+		near, far := net.Pipe()
+		defer far.Close()
+		fi := &feedIn{in: in, node: "n2", inc: inc, conn: stream.NewConn(near, stream.Config{}), beat: &beatSlot{}}
+		n.feeds.mu.Lock()
+		n.feeds.by[in], n.feeds.last[in] = fi, fi
+		fi.gate = n.feeds.gateLocked(in)
+		n.feeds.mu.Unlock()
+		if err := n.takeFeedMsg(fi, &wire.Beat{ID: txnid.Make(10, 0, in)}); err != nil {
+			t.Fatalf("before the answer: %v", err)
+		}
+		n.answerRepair(in, inc)
+		if !n.answeredRepair(in, inc) {
+			t.Fatal("the answer was not noted")
+		}
+		if _, err := far.Read(make([]byte, 1)); err == nil {
+			t.Fatal("the process's feed is still open after a peer got its tail from here")
+		}
+		// A heartbeat the reader had buffered would vouch for txns that
+		// no longer reach the replicas.
+		if err := n.takeFeedMsg(fi, &wire.Beat{ID: txnid.Make(20, 0, in)}); err == nil {
+			t.Fatal("a message of the process passed after its tail was given")
+		}
+		if got := fi.beat.load(); got != txnid.Make(10, 0, in) {
+			t.Fatalf("slot at %v after the answer, want %v", got, txnid.Make(10, 0, in))
+		}
+		// A newer process of the node is not taken for dead with it; nor
+		// is a feed of the same process that comes after the answer (it
+		// is answered wire.Fenced and taken in again).
+		newer := &feedIn{in: in, node: "n2", inc: inc + 1, gate: fi.gate, beat: &beatSlot{}}
+		if err := n.takeFeedMsg(newer, &wire.Beat{ID: txnid.Make(30, 0, in)}); err != nil {
+			t.Fatalf("a newer process's feed: %v", err)
+		}
+		again := &feedIn{in: in, node: "n2", inc: inc, gate: fi.gate, born: fi.gate.cuts, beat: &beatSlot{}}
+		if err := n.takeFeedMsg(again, &wire.Beat{ID: txnid.Make(40, 0, in)}); err != nil {
+			t.Fatalf("the process's feed after it was fenced: %v", err)
 		}
 	})
 }

@@ -57,6 +57,10 @@ type feedIns struct {
 	// process on what it got, so its feed here must not resume past it
 	// (feedLost). Nil until the first answer.
 	answered map[txnid.Initiator]uint64
+	// gates hold, per initiator, the lock under which its feeds hand what
+	// they read to the replicas, and the incarnations taken for dead by
+	// an answer (feedGate).
+	gates map[txnid.Initiator]*feedGate
 	// waiters are the replicas waiting for the next heartbeat.
 	waiters beatWaiters
 	// holding: the node's registration was lost and is not settled yet,
@@ -64,6 +68,41 @@ type feedIns struct {
 	// wait in held until settle says which to send and which to drop.
 	holding bool
 	held    []heldDone
+}
+
+// feedGate is where an initiator's feeds pass what they read to the
+// replicas. A repair's answer shuts it for the process it repairs before
+// it reads what the replicas hold: from then on nothing of that process
+// reaches them, not a txn a feed already had buffered, not a heartbeat
+// that would vouch for txns dropped behind it, so the answer is every
+// txn of the process this node will ever run.
+//
+// The gate shuts the feeds there are at the answer, not the process: a
+// process taken for dead that comes back is answered wire.Fenced and
+// taken in again on a new feed, with its incarnation, whose txns run here
+// past the agreed tail (serveFeed).
+type feedGate struct {
+	mu sync.Mutex
+	// deadTo is the highest incarnation taken for dead here; cuts counts
+	// the answers. A feed of an incarnation up to deadTo born before the
+	// last answer is shut.
+	deadTo, cuts uint64
+}
+
+// shut reports whether fi's feed is shut; g.mu held.
+func (g *feedGate) shut(fi *feedIn) bool { return fi.inc <= g.deadTo && fi.born < g.cuts }
+
+// gateLocked returns in's gate; f.mu held.
+func (f *feedIns) gateLocked(in txnid.Initiator) *feedGate {
+	g := f.gates[in]
+	if g == nil {
+		if f.gates == nil {
+			f.gates = map[txnid.Initiator]*feedGate{}
+		}
+		g = &feedGate{}
+		f.gates[in] = g
+	}
+	return g
 }
 
 type heldDone struct {
@@ -181,6 +220,12 @@ type feedIn struct {
 	// the feeds it resumes): where a feed that resumes it starts, and
 	// what the receiver acknowledges (wire.FeedAck).
 	recv atomic.Uint64
+	// gate is the initiator's (feedGate); born is its count of answers
+	// when the feed came.
+	gate *feedGate
+	born uint64
+	// fencedAns: the feed was answered wire.Fenced.
+	fencedAns bool
 }
 
 // read records id as read on the feed. The feed's IDs only grow, and
@@ -255,6 +300,10 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	n.feeds.mu.Lock()
 	old, prev := n.feeds.by[in], n.feeds.last[in]
 	n.feeds.by[in], n.feeds.last[in] = fi, fi
+	fi.gate = n.feeds.gateLocked(in)
+	fi.gate.mu.Lock()
+	fi.born = fi.gate.cuts
+	fi.gate.mu.Unlock()
 	n.feeds.tellLocked(fi.node, fi.inc, h.Missed)
 	n.feeds.mu.Unlock()
 	if old != nil {
@@ -274,11 +323,20 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		if prev.inc == fi.inc && prev.floored.Load() {
 			var why string
 			switch at := txnid.ID(prev.recv.Load()); {
-			case prev.untracked:
+			case prev.untracked, prev.fencedAns && at == txnid.Zero:
 				// Taken for dead: the replicas here and their peers agreed
 				// on where its txns end and ran on. They stand; the
-				// process's own replicas do not (wire.Fenced).
+				// process's own replicas do not (wire.Fenced). So again if
+				// the last answer said so and nothing came after it: the
+				// process may not have got it.
 				fenced = true
+			case !h.Resume && at == txnid.Zero:
+				// Nothing came on the last feed: the process did not get
+				// its floor (the connection broke first), so it never took
+				// the feed for open and sent nothing on it, and dials
+				// afresh. A reset between hello and floor failed every
+				// replica here ("re-opened by the same process without
+				// resuming", rejoin chaos --net-faults on).
 			case !h.Resume:
 				why = fmt.Sprintf("feed from initiator %d (%s) re-opened by the same process without resuming: txns sent meanwhile were not received", in, h.Node)
 			case at < h.Kept:
@@ -325,6 +383,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		fi.q <- &wire.FeedAck{ID: txnid.ID(fi.recv.Load())}
 	} else {
 		if fenced {
+			fi.fencedAns = true
 			ps := n.livePartitions()
 			n.log.Warn("feed of a process taken for dead here: its replicas of the partitions live here must rejoin", "initiator", in, "node", h.Node, "partitions", len(ps))
 			fi.q <- &wire.Fenced{Partitions: ps}
@@ -384,27 +443,41 @@ func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
 		if err != nil {
 			return err
 		}
-		switch m := m.(type) {
-		case *wire.Txn:
-			fi.read(m.ID)
-			r := n.hosted()[m.Partition]
-			if r == nil {
-				continue // not hosted here: the sender's placement is stale
-			}
-			r.do(txnEvent(partition.Invocation{ID: m.ID, Proc: m.Proc, Params: append([]byte(nil), m.Params...)}))
-		case *wire.Beat:
-			if m.ID.Initiator() != fi.in {
-				return fmt.Errorf("feed: heartbeat %v on the feed of initiator %d", m.ID, fi.in)
-			}
-			fi.read(m.ID)
-			fi.beat.raise(m.ID)
-			n.feeds.waiters.wake()
-		case *wire.BeatAsk:
-			n.init.beatPast(m.ID)
-		default:
-			return fmt.Errorf("feed: unexpected %v", m.Type())
+		if err := n.takeFeedMsg(fi, m); err != nil {
+			return err
 		}
 	}
+}
+
+// takeFeedMsg passes one message of fi's feed on, through the
+// initiator's gate.
+func (n *Node) takeFeedMsg(fi *feedIn, m wire.Message) error {
+	fi.gate.mu.Lock()
+	defer fi.gate.mu.Unlock()
+	if fi.gate.shut(fi) {
+		return fmt.Errorf("feed: initiator %d's process (%s) is taken for dead here: a peer's repair got its tail from here", fi.in, fi.node)
+	}
+	switch m := m.(type) {
+	case *wire.Txn:
+		fi.read(m.ID)
+		r := n.hosted()[m.Partition]
+		if r == nil {
+			return nil // not hosted here: the sender's placement is stale
+		}
+		r.do(txnEvent(partition.Invocation{ID: m.ID, Proc: m.Proc, Params: append([]byte(nil), m.Params...)}))
+	case *wire.Beat:
+		if m.ID.Initiator() != fi.in {
+			return fmt.Errorf("feed: heartbeat %v on the feed of initiator %d", m.ID, fi.in)
+		}
+		fi.read(m.ID)
+		fi.beat.raise(m.ID)
+		n.feeds.waiters.wake()
+	case *wire.BeatAsk:
+		n.init.beatPast(m.ID)
+	default:
+		return fmt.Errorf("feed: unexpected %v", m.Type())
+	}
+	return nil
 }
 
 // txnEvent is a txn of a feed as its replica's event, with the time it
@@ -455,33 +528,37 @@ func (n *Node) feedLost(fi *feedIn) {
 		if n.comesBack(fi) {
 			return
 		}
-		// Taken for dead: repair. A process that comes back meanwhile (its
-		// node alive as that process again, or a redial of it) cuts the
-		// repair short, and the replicas go on waiting for it, unless a
-		// peer got its tail from here: then it is dead here too, and the
-		// repair runs to its end. What the survivors agree on stands, and
-		// a feed of the process that comes after learns it was fenced.
-		ctx, cancel := context.WithCancel(n.ctx)
+		// Taken for dead: repair. A process that comes back before the
+		// repair's first request went out (its node alive as that process
+		// again, or a redial of it) cuts it short, and the replicas go on
+		// waiting for it, unless a peer got its tail from here: then it is
+		// dead here too. Once a request went out, the peer asked takes the
+		// process for dead, and the repair runs to its end (tailRun). What
+		// the survivors agree on stands, and a feed of the process that
+		// comes after learns it was fenced.
+		n.log.Info("initiator's process taken for dead: repairing its tail from the peers", "initiator", fi.in, "node", fi.node)
+		run := newTailRun(n.ctx)
 		watchDone := make(chan struct{})
 		go func() {
 			defer close(watchDone)
 			t := time.NewTicker(50 * time.Millisecond)
 			defer t.Stop()
-			for {
+			redialled := fi.redialled
+			for !run.isCommitted() {
 				select {
-				case <-ctx.Done():
+				case <-run.ctx.Done():
 					return
 				case <-t.C:
-				case <-fi.redialled:
+				case <-redialled:
+					redialled = nil // closed: the ticker checks from here
 				}
-				if n.comesBack(fi) || n.livesFor(fi) {
-					cancel()
+				if (n.comesBack(fi) || n.livesFor(fi)) && run.cutShort() {
 					return
 				}
 			}
 		}()
-		done := n.resolveAll(ctx, fi.in, fi.node, fi.inc)
-		cancel()
+		done := n.resolveAll(run, fi.in, fi.node, fi.inc)
+		run.cancel()
 		<-watchDone
 		if done {
 			fi.untracked = true
@@ -533,23 +610,33 @@ func (n *Node) feedSuperseded(fi *feedIn) bool {
 	return n.feeds.last[fi.in] != fi
 }
 
-// answerRepair reports whether this node may answer a peer's repair of
-// in's incarnation inc: no feed of it (or an older one) is open here. If
-// so, it notes the answer, under the same lock a redial of that process
-// takes its place in: a feed that would resume after it finds the note
-// and takes the process for dead instead (feedLost), and one already
-// resumed is open here and the peer is refused.
-func (n *Node) answerRepair(in txnid.Initiator, inc uint64) bool {
+// answerRepair takes in's incarnation inc for dead here, as the peer
+// whose repair asks took it (its membership lost the process): it notes
+// the answer, under the same lock a redial of that process takes its
+// place in, so a feed that would resume after it finds the note and
+// takes the process for dead instead (feedLost); it shuts the gate, so
+// nothing more of the process reaches the replicas; and it closes the
+// process's feed if one is open here, which feedLost then repairs as
+// this node's own. A peer that asked while this node was still fed used
+// to be refused until the feed ended, and failed its replicas after its
+// retries: a process cut off from etcd and from some of its peers, but
+// not from all, failed every replica of the peers it no longer reached.
+func (n *Node) answerRepair(in txnid.Initiator, inc uint64) {
 	n.feeds.mu.Lock()
-	defer n.feeds.mu.Unlock()
-	if f := n.feeds.by[in]; f != nil && f.inc <= inc {
-		return false
-	}
 	if n.feeds.answered == nil {
 		n.feeds.answered = map[txnid.Initiator]uint64{}
 	}
 	n.feeds.answered[in] = max(n.feeds.answered[in], inc)
-	return true
+	g, open := n.feeds.gateLocked(in), n.feeds.by[in]
+	n.feeds.mu.Unlock()
+	g.mu.Lock()
+	g.deadTo = max(g.deadTo, inc)
+	g.cuts++
+	g.mu.Unlock()
+	if open != nil && open.inc <= inc {
+		n.log.Info("feed of a process a peer took for dead closed: its tail goes to the peer's repair", "initiator", in, "node", open.node)
+		open.conn.Close()
+	}
 }
 
 // answeredRepair reports whether this node gave a peer's repair the tail
@@ -915,7 +1002,9 @@ func (in *initiator) beatPast(id txnid.ID) {
 
 // feedFloorWait bounds the wait for a feed's floor. The receiver sends it
 // once the initiator's previous feed there is settled, which may take a
-// tail repair from each peer (up to 3 node TTLs each, repair.go).
+// tail repair from each peer, as long as a live peer cannot be reached
+// (repair.go); a dial that waits longer fails, and a later view dials
+// again.
 const feedFloorWait = time.Minute
 
 // recvFloor reads a feed's first answer: the receiver's floor, the highest

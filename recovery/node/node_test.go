@@ -719,8 +719,9 @@ func TestRepairPeerHoldsNothing(t *testing.T) {
 		t.Fatalf("n3's replica is %s, want %s", st, StateNeedsRejoin)
 	}
 	c.stop(1)
-	// n2 repairs n1's tail from n3 (alive, holding nothing), retrying
-	// a failed answer for up to 3 node TTLs: watch past that.
+	// n2 repairs n1's tail from n3 (alive, holding nothing); a failed
+	// answer was retried for up to 3 node TTLs, then failed the replica:
+	// watch past that.
 	deadline := time.Now().Add(3*4*time.Second + 5*time.Second)
 	for time.Now().Before(deadline) {
 		if st := nodeStatus(t, c.nodes[2].addrs).Replicas[0]; st.State != StateLive {

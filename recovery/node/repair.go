@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -29,9 +31,12 @@ const recentMax = 1 << 14
 // initiator it asks every live peer replica of the partition for that
 // initiator's txns past its own prefix and takes them in; every survivor
 // then holds the longest prefix any survivor got, and they execute the
-// same txns. A peer that cannot answer (its own feed from the initiator
-// still open, or the range no longer kept) fails the replica instead:
-// it rejoins rather than risk diverging.
+// same txns. A peer asked takes the process for dead too and closes its
+// feed from it, if still open (answerRepair). A live peer that cannot be
+// reached is asked again until it answers or dies: the replica holds
+// rather than fail on a network fault. A peer that no longer keeps the
+// range asked for fails the replica: it rejoins rather than risk
+// diverging (recovery.TailRepair).
 
 // txnRing keeps an initiator's latest txns taken in by a replica, each
 // with the incarnation of the process that sent it.
@@ -101,37 +106,103 @@ func (r *replica) repairTxn(inv partition.Invocation) {
 // resolveInitiator repairs r's tail of initiator in's incarnation inc
 // from its live peers and says whether the replica then fails. deadNode
 // is the initiator's node. Whom to ask, how long to retry and when the
-// repair counts as failed is recovery.TailRepair's rule. If ctx ends
-// first, the verdict does not count (resolveAll).
-func (n *Node) resolveInitiator(ctx context.Context, r *replica, in txnid.Initiator, deadNode string, inc uint64) (why string, fail bool) {
+// repair counts as failed is recovery.TailRepair's rule: a live peer
+// that cannot be reached is asked again until it answers or dies, with a
+// pause that grows to repairRetryMax. If the run is cut short first, the
+// verdict does not count (resolveAll).
+func (n *Node) resolveInitiator(run *tailRun, r *replica, in txnid.Initiator, deadNode string, inc uint64) (why string, fail bool) {
 	var nodes []string
 	for _, pl := range n.members.view().placement[r.p] {
 		nodes = append(nodes, pl.node)
 	}
 	t := recovery.NewTailRepair(in, nodes, n.id, deadNode)
-	for peer, ok := t.Next(); ok && ctx.Err() == nil; peer, ok = t.Next() {
-		deadline := time.Now().Add(3 * n.cfg.NodeTTL)
-		for {
-			taken, err := n.repairFrom(ctx, r, in, inc, peer)
+	for peer, ok := t.Next(); ok && run.ctx.Err() == nil; peer, ok = t.Next() {
+		pause := 200 * time.Millisecond
+		for since := time.Now(); ; {
+			taken, err := n.repairFrom(run, r, in, inc, peer)
 			if err == nil && taken > 0 {
 				n.log.Info("initiator tail repaired", "partition", r.p, "initiator", in, "from", peer, "txns", taken)
 			}
-			try := recovery.RepairTry{Err: err, PeerAlive: n.members.alive(peer), Expired: !time.Now().Before(deadline), Ended: ctx.Err() != nil}
+			var gone *tailGoneError
+			try := recovery.RepairTry{Err: err, Gone: errors.As(err, &gone), PeerAlive: n.members.alive(peer), Ended: run.ctx.Err() != nil}
 			if !t.OnAnswer(peer, try) {
 				break
 			}
+			n.limited.Log(slog.LevelWarn, fmt.Sprintf("repair-wait/%d/%d/%s", r.p, in, peer),
+				"a dead initiator's tail waits for a live peer that does not answer: the replica holds until it does or dies",
+				"partition", r.p, "initiator", in, "peer", peer, "waited", time.Since(since).Round(time.Millisecond), "err", err)
 			select {
-			case <-time.After(200 * time.Millisecond):
-			case <-ctx.Done():
+			case <-time.After(pause):
+			case <-run.ctx.Done():
 			}
+			pause = min(2*pause, repairRetryMax)
 		}
 	}
 	return t.Verdict()
 }
 
+// repairRetryMax bounds the pause between two asks of a peer that did not
+// answer: about how long a repair lags the peer's return.
+const repairRetryMax = time.Second
+
+// tailGoneError: a peer holds txns past the asker's prefix that it no
+// longer keeps.
+type tailGoneError struct{ msg string }
+
+func (e *tailGoneError) Error() string { return e.msg }
+
+// tailRun is one node's repair of a process's tail, on every replica
+// (resolveAll). Until its first request goes out it may be cut short
+// (the process came back); from then on it runs to its end, since the
+// peer that answers takes the process for dead too (answerRepair): a
+// node that went on waiting for the process and resumed its feed would
+// run txns that peer never gets.
+type tailRun struct {
+	ctx       context.Context
+	mu        sync.Mutex
+	cancel    context.CancelFunc
+	committed bool
+}
+
+func newTailRun(parent context.Context) *tailRun {
+	ctx, cancel := context.WithCancel(parent)
+	return &tailRun{ctx: ctx, cancel: cancel}
+}
+
+// commit reports whether a request may go out: the run was not cut
+// short, and from now on it will not be.
+func (t *tailRun) commit() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx.Err() != nil {
+		return false
+	}
+	t.committed = true
+	return true
+}
+
+// cutShort ends the run unless a request went out; it reports whether
+// it did.
+func (t *tailRun) cutShort() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.committed {
+		return false
+	}
+	t.cancel()
+	return true
+}
+
+// isCommitted reports whether a request went out.
+func (t *tailRun) isCommitted() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.committed
+}
+
 // repairFrom asks peer for the txns of in's incarnation inc past what r
 // holds.
-func (n *Node) repairFrom(ctx context.Context, r *replica, in txnid.Initiator, inc uint64, peer string) (int, error) {
+func (n *Node) repairFrom(run *tailRun, r *replica, in txnid.Initiator, inc uint64, peer string) (int, error) {
 	type state struct {
 		after txnid.ID
 		ok    bool
@@ -147,7 +218,7 @@ func (n *Node) repairFrom(ctx context.Context, r *replica, in txnid.Initiator, i
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
+	ctx, cancel := context.WithTimeout(run.ctx, repairTimeout)
 	defer cancel()
 	cfg := n.dialConfig(peer)
 	cfg.StallWindow = repairTimeout
@@ -160,6 +231,9 @@ func (n *Node) repairFrom(ctx context.Context, r *replica, in txnid.Initiator, i
 	defer stop()
 	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloRepair, Node: n.id}, peer); err != nil {
 		return 0, err
+	}
+	if !run.commit() {
+		return 0, run.ctx.Err()
 	}
 	if err := conn.Send(ctx, &wire.Repair{Partition: r.p, Initiator: uint16(in), After: st.after, Incarnation: inc}); err != nil {
 		return 0, err
@@ -179,6 +253,11 @@ func (n *Node) repairFrom(ctx context.Context, r *replica, in txnid.Initiator, i
 			r.do(func(r *replica) { r.repairTxn(inv) })
 			taken++
 		case *wire.RepairEnd:
+			if m.Err != "" && m.Last > st.after {
+				// It holds more of the process than this replica, and
+				// cannot give it.
+				return taken, &tailGoneError{fmt.Sprintf("peer: %s", m.Err)}
+			}
 			if m.Err != "" {
 				return taken, fmt.Errorf("peer: %s", m.Err)
 			}
@@ -222,15 +301,13 @@ func (n *Node) serveRepair(c *stream.Conn) {
 }
 
 // repairAnswer collects what this node's replica holds of the request's
-// initiator incarnation past After, once its own feed from that
-// incarnation has ended (so what it holds of it is final). A feed of a
-// newer incarnation may be open meanwhile: its txns are not part of the
-// answer.
+// initiator incarnation past After, once it took that process for dead
+// (answerRepair: nothing more of it reaches the replicas, so what they
+// hold of it is final). A feed of a newer incarnation may be open
+// meanwhile: its txns are not part of the answer. A partition not hosted
+// here has nothing of the process that will run, like a replica that
+// needs a rejoin.
 func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID, error) {
-	r := n.hosted()[req.Partition]
-	if r == nil {
-		return nil, 0, fmt.Errorf("no replica of partition %d here", req.Partition)
-	}
 	in := txnid.Initiator(req.Initiator)
 	if d := n.cfg.knobs.repairDelay; d > 0 {
 		select {
@@ -239,16 +316,10 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 			return nil, 0, n.ctx.Err()
 		}
 	}
-	deadline := time.Now().Add(repairTimeout / 2)
-	for !n.answerRepair(in, req.Incarnation) {
-		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("the feed from initiator %d (incarnation %d) is still open here", in, req.Incarnation)
-		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-n.ctx.Done():
-			return nil, 0, n.ctx.Err()
-		}
+	n.answerRepair(in, req.Incarnation)
+	r := n.hosted()[req.Partition]
+	if r == nil {
+		return nil, 0, nil
 	}
 	type answer struct {
 		txns []partition.Invocation
@@ -279,8 +350,10 @@ func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID,
 }
 
 // resolveAll repairs every replica's tail of a dead initiator
-// incarnation, in parallel, and waits for them.
-func (n *Node) resolveAll(ctx context.Context, in txnid.Initiator, deadNode string, inc uint64) bool {
+// incarnation, in parallel, and waits for them. It reports false if the
+// run was cut short before a request went out: every replica still
+// waits for the initiator.
+func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc uint64) bool {
 	type verdict struct {
 		why  string
 		fail bool
@@ -293,16 +366,17 @@ func (n *Node) resolveAll(ctx context.Context, in txnid.Initiator, deadNode stri
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			why, fail := n.resolveInitiator(ctx, r, in, deadNode, inc)
+			why, fail := n.resolveInitiator(run, r, in, deadNode, inc)
 			mu.Lock()
 			verdicts[r] = verdict{why, fail}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	if ctx.Err() != nil {
-		// Cut short: every replica still waits for the initiator, with
-		// what the peers sent it meanwhile (a resumed feed skips those).
+	if run.ctx.Err() != nil {
+		// Cut short (or the node stops): every replica still waits for
+		// the initiator, with what the peers sent it meanwhile (a
+		// resumed feed skips those).
 		return false
 	}
 	// All or none: a replica that stopped waiting while another of the

@@ -1,0 +1,132 @@
+package node
+
+import (
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/stream/faultnet"
+)
+
+// TestTailRepairHoldsForLivePeers: a replica that repairs a dead
+// initiator's tail holds, for as long as the fault lasts, while a live
+// peer cannot give its part of the tail; it never fails for it, so a
+// network fault alone does not take the last live replicas of a
+// partition. Three nodes, each holding a replica of every partition, TTL
+// 2 s; the cut outlasts the repair's old bound (3 TTLs) by far.
+//
+//   - peer still fed: n2 is cut from etcd and from n3, not from n1. Its
+//     lease ends; n3 repairs its tail and asks n1, which n2 still feeds.
+//     n1 used to refuse while its feed was open, and n3 failed every
+//     replica after the bound (rejoin chaos --net-faults on, seed
+//     20261128: "the feed from initiator 1 ... is still open here"). Now
+//     n1 takes n2 for dead at the ask, closes its feed and answers.
+//   - peer unreachable: n1 and n3 are cut from each other, then n2 stops.
+//     Each repairs n2's tail from the other, alive and unreachable. Both
+//     used to fail every replica after the bound, and with n2 gone no
+//     partition kept a live replica (seed 690063411: "tail not repaired:
+//     [peer: dial ... connection refused]"). Now both hold until the cut
+//     heals.
+//
+// Either way, after the heal every replica ends live with one digest and
+// every acknowledged write, and no replica of n1 or n3 failed.
+func TestTailRepairHoldsForLivePeers(t *testing.T) {
+	const ttl = 2 * time.Second
+	const parts = 4
+	const cutFor = 8 * ttl
+	for _, tc := range []struct {
+		name string
+		// cut returns the proxies to freeze; before, the moment the cut
+		// is in, to stop a node (n2) if the case needs it.
+		cut    func(c *cluster, etcdPx *faultnet.Proxy) []*faultnet.Proxy
+		stopN2 bool
+	}{
+		{"peer still fed", func(c *cluster, etcdPx *faultnet.Proxy) []*faultnet.Proxy {
+			return []*faultnet.Proxy{etcdPx, c.proxies[2], c.pairs[[2]int{2, 3}], c.pairs[[2]int{3, 2}]}
+		}, false},
+		{"peer unreachable", func(c *cluster, _ *faultnet.Proxy) []*faultnet.Proxy {
+			return []*faultnet.Proxy{c.pairs[[2]int{1, 3}], c.pairs[[2]int{3, 1}]}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lmu sync.Mutex
+			var failures []string
+			c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
+				c.proxied, c.pairProxied = true, true
+				c.onLog = func(id int, r slog.Record) {
+					if r.Message == "replica failed, needs a rejoin" && id != 2 {
+						lmu.Lock()
+						failures = append(failures, recordString(id, r))
+						lmu.Unlock()
+					}
+				}
+			})
+			failed := func() []string {
+				lmu.Lock()
+				defer lmu.Unlock()
+				return append([]string(nil), failures...)
+			}
+			cl := dialClient(t, c.direct(1))
+			waitWritable(t, cl, parts)
+			ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)
+			defer stopWriters()
+			waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool {
+				return ws[0].count() >= 50 && ws[1].count() >= 50
+			})
+
+			cut := tc.cut(c, etcdPx)
+			thaw := func() {
+				for _, px := range cut {
+					px.Thaw()
+				}
+			}
+			defer thaw()
+			for _, px := range cut {
+				px.Freeze()
+			}
+			cutAt := time.Now()
+			if tc.stopN2 {
+				c.stop(2)
+			}
+			gone := false
+			for time.Since(cutAt) < cutFor {
+				if fs := failed(); len(fs) > 0 {
+					t.Fatalf("%s into the cut: %v", time.Since(cutAt).Round(time.Millisecond), fs)
+				}
+				if !gone {
+					// The repair starts once n2's process is gone from etcd.
+					reg, ok := registered(c, "n2")
+					gone = ok && !reg
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !gone {
+				t.Fatalf("n2 stayed registered through %v of the cut with a TTL of %v", cutFor, ttl)
+			}
+			thaw()
+			healed := time.Now()
+			if tc.stopN2 {
+				c.start(2)
+			} else {
+				waitRegistered(t, c, "n2", true, 20*time.Second, "n2 registered again")
+			}
+			waitUntil(t, 40*time.Second, "every replica live again", func() bool { return allLive(t, c) })
+			t.Logf("every replica live %v after the heal", time.Since(healed).Round(time.Millisecond))
+			from := []int{ws[0].count(), ws[1].count()}
+			waitUntil(t, 15*time.Second, "writes through n1 and n3 after the heal", func() bool {
+				return ws[0].count() >= from[0]+50 && ws[1].count() >= from[1]+50
+			})
+			stopWriters()
+			for _, w := range ws {
+				t.Logf("writer through n%d: %d acknowledged, %d failed (first: %s)", w.node, len(w.acked), w.failed, w.firstErr)
+			}
+			if fs := failed(); len(fs) > 0 {
+				t.Fatalf("replicas of n1 or n3 failed: %v", fs)
+			}
+			checkDigests(t, cl, parts, 3)
+			checkAcked(t, cl, parts, ws)
+		})
+	}
+}
