@@ -508,7 +508,7 @@ func (n *Node) feedLost(fi *feedIn) {
 	defer close(fi.resolved)
 	self := fi.node == n.id && fi.inc == uint64(n.incarnation())
 	for {
-		for self || n.livesFor(fi) {
+		for self || !n.takenForDead(fi) {
 			// This node's own process is never taken for dead here: its
 			// feed to itself ends only with the process.
 			select {
@@ -573,9 +573,56 @@ func (n *Node) feedLost(fi *feedIn) {
 
 // livesFor reports whether fi's process lives as far as this node can
 // tell: its node alive as that process, no newer process's feed here,
-// and no peer given its tail for a repair (feedLost holds while it does).
+// and no peer given its tail for a repair (a repair under way is cut
+// short while it does).
 func (n *Node) livesFor(fi *feedIn) bool {
 	return n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc)
+}
+
+// takenForDead reports whether this node takes fi's process for dead
+// (feedLost holds until it does): a peer got its tail from here, or a
+// newer process of its node registered or fed this node, or the node has
+// been gone from the membership for deadGrace while this node held its
+// own registration (deadFor).
+func (n *Node) takenForDead(fi *feedIn) bool {
+	if n.answeredRepair(fi.in, fi.inc) {
+		return true
+	}
+	if rec, ok := n.members.view().nodes[fi.node]; ok {
+		return uint64(incarnation(rec)) != fi.inc
+	}
+	n.feeds.mu.Lock()
+	last := n.feeds.last[fi.in]
+	n.feeds.mu.Unlock()
+	return (last != nil && last.inc > fi.inc) || n.deadFor(fi.node)
+}
+
+// deadFor reports whether node, gone from the membership, is dead as far
+// as this node may say: it has been gone for deadGrace, and this node
+// holds its own registration, settled. A record gone for a moment is not
+// a dead process: when etcd stops for longer than a lease, every lease
+// ends at once and every process registers again within milliseconds,
+// and a node that took the others for dead then (as they took it) had
+// them fence each other over the same partitions and fail every replica
+// of them (chaos seed 690063411, an etcd pause in a network fault). A
+// node without its registration sees a view frozen at its last read.
+func (n *Node) deadFor(node string) bool {
+	d, gone := n.members.goneFor(node)
+	return gone && d >= n.deadGrace() && n.registeredSettled()
+}
+
+// deadGrace is how long a node must stay gone from the membership before
+// its process is taken for dead: a quarter of the node TTL.
+func (n *Node) deadGrace() time.Duration { return n.cfg.NodeTTL / 4 }
+
+// registeredSettled reports whether the node holds its registration and
+// settled the lapse before it, if any. A node built without one (a unit
+// test's) counts as registered.
+func (n *Node) registeredSettled() bool {
+	if n.reg == nil {
+		return true
+	}
+	return n.reg.Registered() && int64(n.reg.Term().Seq) == n.settledTerm.Load()
 }
 
 // comesBack reports whether a feed of fi's process replaced it and this

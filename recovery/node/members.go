@@ -35,6 +35,10 @@ type members struct {
 	// onPlacement, if set, is called from run with each view whose live
 	// nodes or placement changed (the node's reconcile).
 	onPlacement func(*view)
+	// goneAt is when each node last left the view, until it is back;
+	// first is when the first view was built (goneFor).
+	goneAt map[string]time.Time
+	first  time.Time
 }
 
 type view struct {
@@ -199,8 +203,50 @@ func (m *members) maybeRebuild(ctx context.Context) error {
 			v.peers = old.peers + 1
 		}
 	}
+	m.noteGoneLocked(old, v, time.Now())
 	m.v, m.nodesChanged, m.placementChanged = v, false, false
 	return nil
+}
+
+// noteGoneLocked notes when the nodes alive in old and not in v left the
+// view; m.mu held.
+func (m *members) noteGoneLocked(old, v *view, now time.Time) {
+	if m.goneAt == nil {
+		m.goneAt, m.first = map[string]time.Time{}, now
+	}
+	for id := range v.nodes {
+		delete(m.goneAt, id)
+	}
+	if old == nil {
+		return
+	}
+	for id := range old.nodes {
+		if _, ok := v.nodes[id]; !ok {
+			if _, noted := m.goneAt[id]; !noted {
+				m.goneAt[id] = now
+			}
+		}
+	}
+}
+
+// goneFor reports how long node has been out of the view (since the first
+// view, if it was never in one); gone is false while it is in.
+func (m *members) goneFor(node string) (d time.Duration, gone bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.v != nil {
+		if _, ok := m.v.nodes[node]; ok {
+			return 0, false
+		}
+	}
+	at, ok := m.goneAt[node]
+	if !ok {
+		at = m.first
+	}
+	if at.IsZero() {
+		return 0, true
+	}
+	return time.Since(at), true
 }
 
 // placementOf is the placement of the replica records, each live if its

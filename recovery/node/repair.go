@@ -124,7 +124,7 @@ func (n *Node) resolveInitiator(run *tailRun, r *replica, in txnid.Initiator, de
 				n.log.Info("initiator tail repaired", "partition", r.p, "initiator", in, "from", peer, "txns", taken)
 			}
 			var gone *tailGoneError
-			try := recovery.RepairTry{Err: err, Gone: errors.As(err, &gone), PeerAlive: n.members.alive(peer), Ended: run.ctx.Err() != nil}
+			try := recovery.RepairTry{Err: err, Gone: errors.As(err, &gone), PeerAlive: !n.deadFor(peer), Ended: run.ctx.Err() != nil}
 			if !t.OnAnswer(peer, try) {
 				break
 			}
