@@ -41,6 +41,7 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 		fi = &feedIn{in: in, node: "n2", inc: inc, resolved: make(chan struct{}), redialled: make(chan struct{}), beat: &beatSlot{}}
 		n.feeds.mu.Lock()
 		n.feeds.last[in] = fi
+		fi.gate = n.feeds.gateLocked(in)
 		n.feeds.mu.Unlock()
 		go n.feedLost(fi)
 		return fi, func() { close(fi.redialled) }
@@ -104,7 +105,7 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 			t.Fatalf("before the answer: %v", err)
 		}
 		n.answerRepair(in, inc)
-		if !n.answeredRepair(in, inc) {
+		if !n.gaveTail(fi) {
 			t.Fatal("the answer was not noted")
 		}
 		if _, err := far.Read(make([]byte, 1)); err == nil {
@@ -128,6 +129,9 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 		again := &feedIn{in: in, node: "n2", inc: inc, gate: fi.gate, born: fi.gate.cuts, beat: &beatSlot{}}
 		if err := n.takeFeedMsg(again, &wire.Beat{ID: txnid.Make(40, 0, in)}); err != nil {
 			t.Fatalf("the process's feed after it was fenced: %v", err)
+		}
+		if n.gaveTail(again) {
+			t.Fatal("a feed that came after the answer counts it: its break would take the process for dead at once")
 		}
 	})
 }

@@ -52,11 +52,6 @@ type feedIns struct {
 	// settlement takes only those of its own outage (outage.tellsFrom).
 	told  map[string]map[uint64][]toldHello
 	tells uint64
-	// answered holds, per initiator, the highest incarnation whose tail
-	// this node gave a peer's repair: the peer may stop waiting for that
-	// process on what it got, so its feed here must not resume past it
-	// (feedLost). Nil until the first answer.
-	answered map[txnid.Initiator]uint64
 	// gates hold, per initiator, the lock under which its feeds hand what
 	// they read to the replicas, and the incarnations taken for dead by
 	// an answer (feedGate).
@@ -517,7 +512,7 @@ func (n *Node) feedLost(fi *feedIn) {
 				// waiting for it (the loop ends, and the process is taken
 				// for dead here too, whatever this node's view says yet),
 				// the new feed resumes this one, or fails the replicas.
-				if self || !n.answeredRepair(fi.in, fi.inc) {
+				if self || !n.gaveTail(fi) {
 					return
 				}
 			case <-time.After(50 * time.Millisecond):
@@ -576,7 +571,7 @@ func (n *Node) feedLost(fi *feedIn) {
 // and no peer given its tail for a repair (a repair under way is cut
 // short while it does).
 func (n *Node) livesFor(fi *feedIn) bool {
-	return n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.answeredRepair(fi.in, fi.inc)
+	return n.members.aliveAs(fi.node, fi.inc) && !n.feedSuperseded(fi) && !n.gaveTail(fi)
 }
 
 // takenForDead reports whether this node takes fi's process for dead
@@ -585,7 +580,7 @@ func (n *Node) livesFor(fi *feedIn) bool {
 // been gone from the membership for deadGrace while this node held its
 // own registration (deadFor).
 func (n *Node) takenForDead(fi *feedIn) bool {
-	if n.answeredRepair(fi.in, fi.inc) {
+	if n.gaveTail(fi) {
 		return true
 	}
 	if rec, ok := n.members.view().nodes[fi.node]; ok {
@@ -631,7 +626,7 @@ func (n *Node) registeredSettled() bool {
 func (n *Node) comesBack(fi *feedIn) bool {
 	select {
 	case <-fi.redialled:
-		return !n.answeredRepair(fi.in, fi.inc)
+		return !n.gaveTail(fi)
 	default:
 		return false
 	}
@@ -658,11 +653,10 @@ func (n *Node) feedSuperseded(fi *feedIn) bool {
 }
 
 // answerRepair takes in's incarnation inc for dead here, as the peer
-// whose repair asks took it (its membership lost the process): it notes
-// the answer, under the same lock a redial of that process takes its
-// place in, so a feed that would resume after it finds the note and
-// takes the process for dead instead (feedLost); it shuts the gate, so
-// nothing more of the process reaches the replicas; and it closes the
+// whose repair asks took it (its membership lost the process): it shuts
+// the gate on every feed of the process there is, so nothing more of it
+// reaches the replicas and a feed that would resume one of them takes
+// the process for dead instead (feedLost, gaveTail); and it closes the
 // process's feed if one is open here, which feedLost then repairs as
 // this node's own. A peer that asked while this node was still fed used
 // to be refused until the feed ended, and failed its replicas after its
@@ -670,10 +664,6 @@ func (n *Node) feedSuperseded(fi *feedIn) bool {
 // not from all, failed every replica of the peers it no longer reached.
 func (n *Node) answerRepair(in txnid.Initiator, inc uint64) {
 	n.feeds.mu.Lock()
-	if n.feeds.answered == nil {
-		n.feeds.answered = map[txnid.Initiator]uint64{}
-	}
-	n.feeds.answered[in] = max(n.feeds.answered[in], inc)
 	g, open := n.feeds.gateLocked(in), n.feeds.by[in]
 	n.feeds.mu.Unlock()
 	g.mu.Lock()
@@ -686,12 +676,16 @@ func (n *Node) answerRepair(in txnid.Initiator, inc uint64) {
 	}
 }
 
-// answeredRepair reports whether this node gave a peer's repair the tail
-// of in's incarnation inc.
-func (n *Node) answeredRepair(in txnid.Initiator, inc uint64) bool {
-	n.feeds.mu.Lock()
-	defer n.feeds.mu.Unlock()
-	return n.feeds.answered[in] >= inc
+// gaveTail reports whether this node gave a peer's repair the tail of
+// fi's process since fi came (its gate shut it). A process fenced and
+// taken in again on a later feed is not taken for dead for an answer
+// that came before: that feed's own break holds and resumes like any
+// other. (Kept per process instead, a reset of the later feed had the
+// process taken for dead here at once, though it lived.)
+func (n *Node) gaveTail(fi *feedIn) bool {
+	fi.gate.mu.Lock()
+	defer fi.gate.mu.Unlock()
+	return fi.gate.shut(fi)
 }
 
 // writeFeedIn writes a feed's answers (its floor, the Dones) from fi.q,
