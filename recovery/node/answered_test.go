@@ -2,10 +2,14 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/wire"
 
@@ -134,4 +138,46 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 			t.Fatal("a feed that came after the answer counts it: its break would take the process for dead at once")
 		}
 	})
+}
+
+// TestFeedFloorLostNoFailure: n3's first feed to n2 breaks after n2 sent
+// its floor and before n3 read it (the knob stands for a reset then).
+// n3 never took that feed for open and sent nothing on it, so it dials
+// afresh, without asking to resume; n2 read nothing on the broken feed
+// and answers with a floor. It used to fail every replica it hosted ("re-
+// opened by the same process without resuming": rejoin chaos --net-faults
+// on, seed 20261128).
+func TestFeedFloorLostNoFailure(t *testing.T) {
+	cfg := layout.Config{Partitions: 2, Replicas: 3, Tables: []layout.Table{layout.KV()}}
+	var mu sync.Mutex
+	var failures []string
+	c := newClusterWith(t, 3, 2, cfg, func(c *cluster) {
+		c.onLog = func(id int, r slog.Record) {
+			if r.Message == "replica failed, needs a rejoin" {
+				mu.Lock()
+				failures = append(failures, recordString(id, r))
+				mu.Unlock()
+			}
+		}
+	})
+	var lost atomic.Int32
+	a3 := c.startCfg(3, func(cfg *Config) {
+		cfg.knobs.loseFloor = func(node string) bool {
+			return node == NodeName(2) && lost.Add(1) == 1
+		}
+	})
+	cl := dialClient(t, a3.TCP)
+	waitWritable(t, cl, 2)
+	if lost.Load() == 0 {
+		t.Fatal("no floor was lost")
+	}
+	for i := range 200 {
+		upsert(t, cl, 2, i)
+	}
+	checkDigests(t, cl, 2, 3)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) > 0 {
+		t.Fatalf("replicas failed: %v", failures)
+	}
 }

@@ -328,6 +328,11 @@ type testingKnobs struct {
 	// feedOpen hears of each feed this node's initiator
 	// opened (its floor in), by the node it goes to.
 	feedOpen func(node string)
+	// loseFloor, when it returns true for a feed's node, breaks
+	// the connection once the receiver's first answer came in,
+	// unread: as a reset between the receiver's send and the
+	// initiator's read does.
+	loseFloor func(node string) bool
 	// repairDelay holds each repair answer this long: a
 	// repair still under way when the dead initiator's node is back.
 	repairDelay time.Duration

@@ -304,7 +304,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	if old != nil {
 		old.conn.Close()
 	}
-	resumed, fenced := false, false
+	resumed, fenced, afresh := false, false, false
 	if prev != nil {
 		if prev.inc == fi.inc {
 			close(prev.redialled)
@@ -326,6 +326,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 				// process may not have got it.
 				fenced = true
 			case !h.Resume && at == txnid.Zero:
+				afresh = true
 				// Nothing came on the last feed: the process did not get
 				// its floor (the connection broke first), so it never took
 				// the feed for open and sent nothing on it, and dials
@@ -341,7 +342,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 				fi.beat = prev.beat
 				fi.recv.Store(uint64(at))
 			}
-			if !resumed && !fenced {
+			if !resumed && !fenced && !afresh {
 				for _, r := range n.hosted() {
 					r.do(func(r *replica) { r.fail(why) })
 				}
@@ -1197,6 +1198,9 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 			conn.Close()
 		} else if resumed && !d.Resume {
 			err = fmt.Errorf("feed to %s resumed though the hello did not ask", node)
+			conn.Close()
+		} else if f := in.n.cfg.knobs.loseFloor; f != nil && f(node) {
+			err = fmt.Errorf("feed to %s: its floor lost (testing knob)", node)
 			conn.Close()
 		}
 	}
