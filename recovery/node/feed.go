@@ -585,7 +585,9 @@ func (n *Node) takenForDead(fi *feedIn) bool {
 		return true
 	}
 	if rec, ok := n.members.view().nodes[fi.node]; ok {
-		return uint64(incarnation(rec)) != fi.inc
+		// A record older than the feed's process is a view that lags
+		// its restart.
+		return uint64(incarnation(rec)) > fi.inc
 	}
 	n.feeds.mu.Lock()
 	last := n.feeds.last[fi.in]
