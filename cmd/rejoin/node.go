@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -163,33 +162,12 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var addrs node.Addrs
 	err = node.Run(ctx, cfg, func(a node.Addrs) {
-		addrs = a
 		// One line, unbuffered: stdout is a pipe when the demo runs us.
 		fmt.Fprintln(stdout, readyLine(a))
 	})
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil // stopped by a signal
 	}
-	if errors.Is(err, node.ErrFenced) {
-		return restartInPlace(err, addrs, stderr)
-	}
 	return f.etcd.explain(err)
-}
-
-// restartInPlace replaces this process with a new one of the same node,
-// as its supervisor would restart it, but at once and with the same pid:
-// a node taken for dead by the cluster must not run on as the process it
-// was (node.ErrFenced). The new process binds the addresses this one had,
-// so what found the node finds it again; its replicas rejoin.
-func restartInPlace(why error, a node.Addrs, stderr io.Writer) error {
-	bin, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("%w; restart it: %v", why, err)
-	}
-	args := append(slices.Clone(os.Args), "--listen", a.TCP, "--http", a.HTTP)
-	fmt.Fprintf(stderr, "rejoin node: %v: restarting in place\n", why)
-	err = syscall.Exec(bin, args, os.Environ())
-	return fmt.Errorf("%w; restart it: exec %s: %v", why, bin, err)
 }

@@ -19,13 +19,6 @@ import (
 // ErrConfig: a flag of the node out of range.
 var ErrConfig = errors.New("node: bad config")
 
-// ErrFenced ends a process that another node took for dead: that node and
-// its peers agreed on where the process's txns end and ran on without the
-// rest, so the process must not run its own replicas on, nor be taken in
-// again with the same incarnation (docs/DESIGN.md "Feeds that resume").
-// Started again, as a new process, its replicas rejoin.
-var ErrFenced = errors.New("node: taken for dead by the cluster (fenced); a new process of the node must start, and its replicas rejoin")
-
 // Config configures one node process (`rejoin node`).
 type Config struct {
 	// ID is the node's number, 1..txnid.InitiatorsMax-1: its id is "n<ID>"

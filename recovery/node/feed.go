@@ -72,9 +72,10 @@ type feedIns struct {
 // that would vouch for txns dropped behind it, so the answer is every
 // txn of the process this node will ever run.
 //
-// The gate shuts the feeds there are at the answer; a later dial of the
-// process is answered wire.Fenced once this node's own repair ends, and
-// the process stops (initiator.fenced).
+// The gate shuts the feeds there are at the answer, not the process: a
+// process taken for dead that comes back is answered wire.Fenced and
+// taken in again on a new feed, with its incarnation, whose txns run here
+// past the agreed tail (serveFeed).
 type feedGate struct {
 	mu sync.Mutex
 	// deadTo is the highest incarnation taken for dead here; cuts counts
@@ -218,6 +219,8 @@ type feedIn struct {
 	// when the feed came.
 	gate *feedGate
 	born uint64
+	// fencedAns: the feed was answered wire.Fenced.
+	fencedAns bool
 }
 
 // read records id as read on the feed. The feed's IDs only grow, and
@@ -315,10 +318,12 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		if prev.inc == fi.inc && prev.floored.Load() {
 			var why string
 			switch at := txnid.ID(prev.recv.Load()); {
-			case prev.untracked:
+			case prev.untracked, prev.fencedAns && at == txnid.Zero:
 				// Taken for dead: the replicas here and their peers agreed
 				// on where its txns end and ran on. They stand; the
-				// process does not (wire.Fenced).
+				// process's own replicas do not (wire.Fenced). So again if
+				// the last answer said so and nothing came after it: the
+				// process may not have got it.
 				fenced = true
 			case !h.Resume && at == txnid.Zero:
 				afresh = true
@@ -374,22 +379,10 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		fi.q <- &wire.FeedAck{ID: txnid.ID(fi.recv.Load())}
 	} else {
 		if fenced {
-			// The process is not taken in again (initiator.fenced): it
-			// stops, and a new process of its node comes as another
-			// initiator. Every later dial of it is answered so too.
+			fi.fencedAns = true
 			ps := n.livePartitions()
-			n.log.Warn("feed of a process taken for dead here: it stops, and its node's next process rejoins", "initiator", in, "node", h.Node, "partitions", len(ps))
-			_ = conn.Send(n.ctx, &wire.Fenced{Partitions: ps})
-			conn.Close()
-			n.feeds.mu.Lock()
-			if n.feeds.by[in] == fi {
-				delete(n.feeds.by, in)
-			}
-			n.feeds.mu.Unlock()
-			fi.untracked = true
-			fi.floored.Store(true)
-			close(fi.resolved)
-			return
+			n.log.Warn("feed of a process taken for dead here: its replicas of the partitions live here must rejoin", "initiator", in, "node", h.Node, "partitions", len(ps))
+			fi.q <- &wire.Fenced{Partitions: ps}
 		}
 		// The floor: once every replica tracks the initiator, none
 		// executes past what it has until the initiator speaks, so the
@@ -687,7 +680,11 @@ func (n *Node) answerRepair(in txnid.Initiator, inc uint64) {
 }
 
 // gaveTail reports whether this node gave a peer's repair the tail of
-// fi's process since fi came (its gate shut it).
+// fi's process since fi came (its gate shut it). A process fenced and
+// taken in again on a later feed is not taken for dead for an answer
+// that came before: that feed's own break holds and resumes like any
+// other. (Kept per process instead, a reset of the later feed had the
+// process taken for dead here at once, though it lived.)
 func (n *Node) gaveTail(fi *feedIn) bool {
 	fi.gate.mu.Lock()
 	defer fi.gate.mu.Unlock()
@@ -1081,8 +1078,7 @@ func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (_ tx
 			}
 			return m.ID, true, nil, nil
 		case *wire.Fenced:
-			// The last word on this feed: the receiver closes it.
-			return txnid.Zero, false, &wire.Fenced{Partitions: slices.Clone(m.Partitions)}, nil
+			fenced = &wire.Fenced{Partitions: slices.Clone(m.Partitions)}
 		case *wire.Done:
 			// A result of a txn of this node's previous process: results
 			// go back on the initiator's feed, and the receiver counts
@@ -1129,20 +1125,21 @@ func (in *initiator) run() {
 
 // fenced: node took this process for dead and agreed with its peers on
 // where its txns end; what it sent past that runs nowhere there. The
-// process stops (ErrFenced): its replicas here may have run those txns,
-// and a process taken in again on a later feed would send txns one node
-// runs while another, which took it for dead too but has not told it
-// yet, never gets them (chaos seed 690063411: a node cut off through
-// every fence answered the returning process last, and three partitions
-// ended with two digests). A new process of the node starts clean.
+// replicas here of the partitions node holds live may have run it, or
+// will: they fail, before the feed opens and the calls that waited for
+// node are answered as of unknown outcome (recovery.Initiator.FeedOpened).
 func (in *initiator) fenced(node string, ps []uint32) {
-	err := fmt.Errorf("%w: node %s took this process for dead (its live partitions %v)", ErrFenced, node, ps)
-	if in.n.fencedBy.CompareAndSwap(nil, &err) {
-		in.n.log.Error("fenced by a node that took this process for dead: the process stops", "node", node, "partitions", len(ps))
-		if in.n.halt != nil {
-			in.n.halt()
+	why := fmt.Sprintf("node %s took this process for dead and its live replicas of this partition ran on without its last txns", node)
+	hosted := in.n.hosted()
+	failed := 0
+	for _, p := range ps {
+		if r := hosted[p]; r != nil {
+			if ok, _ := ask(r, func(r *replica) bool { r.fail(why); return true }); ok {
+				failed++
+			}
 		}
 	}
+	in.n.log.Warn("fenced by a node that took this process for dead", "node", node, "partitions", len(ps), "replicas_failed", failed)
 }
 
 // selfFeed is the feed to the initiator's own node: an in-process pipe
@@ -1219,12 +1216,7 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 		return
 	}
 	if fenced != nil {
-		conn.Close()
-		in.mu.Lock()
-		in.core.DialFailed(node)
-		in.mu.Unlock()
 		in.fenced(node, fenced.Partitions)
-		return
 	}
 	f := &feedOut{node: node, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()

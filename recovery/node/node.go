@@ -65,10 +65,6 @@ type Node struct {
 	// the node was not registered (registration.go). No replica serves as
 	// a rejoin source in a term that is not settled.
 	settledTerm atomic.Int64
-	// fencedBy is set when a node took this process for dead (wire.Fenced):
-	// the process stops with ErrFenced; halt stops it.
-	fencedBy atomic.Pointer[error]
-	halt     context.CancelFunc
 	// retry hands the executor loop the tasks whose attempt failed.
 	retry chan claim.Task
 	wg    sync.WaitGroup
@@ -197,7 +193,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	defer ncancel()
 	stopWatch := context.AfterFunc(reg.Context(), ncancel)
 	defer stopWatch()
-	n.ctx, n.halt = nctx, ncancel
+	n.ctx = nctx
 	stop := newStopBound(n.log, cli)
 	defer stop.end()
 	defer func() {
@@ -243,9 +239,6 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 
 	<-n.ctx.Done()
 	stopErr := reg.Err()
-	if f := n.fencedBy.Load(); f != nil {
-		stopErr = *f
-	}
 	if ctx.Err() != nil {
 		stopErr = nil // asked to stop
 	}

@@ -283,29 +283,6 @@ func (c *cluster) stop(id int) {
 	}
 }
 
-// exited waits up to d for node id to end by itself and returns what it
-// returned; the node is then no longer the cluster's.
-func (c *cluster) exited(id int, d time.Duration) error {
-	c.t.Helper()
-	c.mu.Lock()
-	rn := c.nodes[id]
-	c.mu.Unlock()
-	if rn == nil {
-		c.t.Fatalf("node %d is not running", id)
-	}
-	select {
-	case err := <-rn.done:
-		c.mu.Lock()
-		delete(c.nodes, id)
-		c.mu.Unlock()
-		rn.cancel()
-		return err
-	case <-time.After(d):
-		c.t.Fatalf("node %d still runs after %v", id, d)
-		return nil
-	}
-}
-
 func (c *cluster) stopAll() {
 	c.mu.Lock()
 	var ids []int
