@@ -814,6 +814,40 @@ func TestInitiatorFeedResumes(t *testing.T) {
 	}
 }
 
+// TestInitiatorFencedNoLog: once a node fenced this process, a broken
+// feed's log no longer counts: a call whose partition has a replica on
+// that node fails definitely, sent nowhere, instead of going to the other
+// replicas and into the log. The node may have taken the process for dead
+// too, and would drop the log; the others would run the txn alone.
+func TestInitiatorFencedNoLog(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.openAll(t)
+	ti.FeedLost("n2")
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatalf("before a fence, a call with n2's feed broken: %v", err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		ti.io.take(n)
+	}
+	ti.Fenced()
+	err := ti.submit(t, 0, false)
+	var unfed *UnfedError
+	if !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n2"}) {
+		t.Fatalf("after a fence, a call with n2's feed broken: %v, want it unfed for n2", err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if got := ti.io.take(n); len(txnIDs(got)) != 0 {
+			t.Fatalf("the refused call sent %v to %s", got, n)
+		}
+	}
+	// Its feed open again, n2 is fed as before.
+	ti.SetView(ti.view)
+	ti.FeedOpened("n2", txnid.Zero)
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatalf("with every feed open after the fence: %v", err)
+	}
+}
+
 // TestInitiatorFeedLogBound: past FeedLogBytesMax the oldest txns of a
 // broken feed's log go, the txns' partition is missed there, and the
 // dial to resume asks above the last one dropped, so the receiver, which

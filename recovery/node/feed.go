@@ -1139,6 +1139,9 @@ func (in *initiator) fenced(node string, ps []uint32) {
 			}
 		}
 	}
+	in.mu.Lock()
+	in.core.Fenced()
+	in.mu.Unlock()
 	in.n.log.Warn("fenced by a node that took this process for dead", "node", node, "partitions", len(ps), "replicas_failed", failed)
 }
 
