@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,14 +148,11 @@ func TestRepairAnswerTakesProcessForDead(t *testing.T) {
 // on, seed 20261128).
 func TestFeedFloorLostNoFailure(t *testing.T) {
 	cfg := layout.Config{Partitions: 2, Replicas: 3, Tables: []layout.Table{layout.KV()}}
-	var mu sync.Mutex
-	var failures []string
+	var logs logCatch
 	c := newClusterWith(t, 3, 2, cfg, func(c *cluster) {
 		c.onLog = func(id int, r slog.Record) {
 			if r.Message == "replica failed, needs a rejoin" {
-				mu.Lock()
-				failures = append(failures, recordString(id, r))
-				mu.Unlock()
+				logs.add("failures", id, r)
 			}
 		}
 	})
@@ -175,9 +171,7 @@ func TestFeedFloorLostNoFailure(t *testing.T) {
 		upsert(t, cl, 2, i)
 	}
 	checkDigests(t, cl, 2, 3)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(failures) > 0 {
-		t.Fatalf("replicas failed: %v", failures)
+	if fs := logs.seen("failures"); len(fs) > 0 {
+		t.Fatalf("replicas failed: %v", fs)
 	}
 }

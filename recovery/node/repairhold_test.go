@@ -2,7 +2,6 @@ package node
 
 import (
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,23 +50,16 @@ func TestTailRepairHoldsForLivePeers(t *testing.T) {
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var lmu sync.Mutex
-			var failures []string
+			var logs logCatch
 			c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
 				c.proxied, c.pairProxied = true, true
 				c.onLog = func(id int, r slog.Record) {
 					if r.Message == "replica failed, needs a rejoin" && id != 2 {
-						lmu.Lock()
-						failures = append(failures, recordString(id, r))
-						lmu.Unlock()
+						logs.add("failures", id, r)
 					}
 				}
 			})
-			failed := func() []string {
-				lmu.Lock()
-				defer lmu.Unlock()
-				return append([]string(nil), failures...)
-			}
+			failed := func() []string { return logs.seen("failures") }
 			cl := dialClient(t, c.direct(1))
 			waitWritable(t, cl, parts)
 			ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)

@@ -35,31 +35,18 @@ func TestSilentNodeFencedOthersRunOn(t *testing.T) {
 	// left the view) is not service back, and would halve the longest
 	// gap of a cluster that stalled for the whole silence.
 	const steady = time.Second
-	var lmu sync.Mutex
-	var failures, fences []string
+	var logs logCatch
 	c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
 		c.onLog = func(id int, r slog.Record) {
-			var to *[]string
 			switch {
 			case r.Message == "replica failed, needs a rejoin" && id != 2:
-				to = &failures
+				logs.add("failures", id, r)
 			case r.Message == "fenced by a node that took this process for dead" && id == 2:
-				to = &fences
-			default:
-				return
+				logs.add("fences", id, r)
 			}
-			s := recordString(id, r)
-			lmu.Lock()
-			*to = append(*to, s)
-			lmu.Unlock()
 		}
 	})
-	seen := func(of *[]string) []string {
-		lmu.Lock()
-		defer lmu.Unlock()
-		return append([]string(nil), (*of)...)
-	}
 	cl := dialClient(t, c.direct(1))
 	waitWritable(t, cl, parts)
 
@@ -94,7 +81,7 @@ func TestSilentNodeFencedOthersRunOn(t *testing.T) {
 	frozen := time.Now()
 	lapsed := false
 	for time.Since(frozen) < 3*ttl {
-		if fs := seen(&failures); len(fs) > 0 {
+		if fs := logs.seen("failures"); len(fs) > 0 {
 			t.Fatalf("%s into n2's silence: %v", time.Since(frozen).Round(time.Millisecond), fs)
 		}
 		c.mu.Lock()
@@ -131,8 +118,8 @@ func TestSilentNodeFencedOthersRunOn(t *testing.T) {
 	}
 
 	waitRegistered(t, c, "n2", true, 20*time.Second, "n2 registered again")
-	waitUntil(t, 20*time.Second, "n2 to learn it was fenced", func() bool { return len(seen(&fences)) > 0 })
-	for _, f := range seen(&fences) {
+	waitUntil(t, 20*time.Second, "n2 to learn it was fenced", func() bool { return len(logs.seen("fences")) > 0 })
+	for _, f := range logs.seen("fences") {
 		t.Logf("%s", f)
 	}
 	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
@@ -165,7 +152,7 @@ func TestSilentNodeFencedOthersRunOn(t *testing.T) {
 		t.Logf("writer through n%d: %d acknowledged, %d failed (first: %s)", w.node, len(w.acked), w.failed, w.firstErr)
 	}
 
-	if fs := seen(&failures); len(fs) > 0 {
+	if fs := logs.seen("failures"); len(fs) > 0 {
 		t.Fatalf("replicas of n1 or n3 failed: %v", fs)
 	}
 	for id := 1; id <= 3; id++ {
@@ -228,6 +215,30 @@ func serviceBack(at []time.Time, from, to time.Time, steady time.Duration) time.
 		back = to
 	}
 	return back.Sub(from)
+}
+
+// logCatch keeps, by a test's own keys, the records of the nodes' logs
+// it watches for, as recordString renders them.
+type logCatch struct {
+	mu  sync.Mutex
+	got map[string][]string
+}
+
+func (l *logCatch) add(key string, id int, r slog.Record) {
+	s := recordString(id, r)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.got == nil {
+		l.got = map[string][]string{}
+	}
+	l.got[key] = append(l.got[key], s)
+}
+
+// seen returns what was kept under key so far.
+func (l *logCatch) seen(key string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.got[key]...)
 }
 
 // recordString is r as node id logged it, its attributes quoted.
