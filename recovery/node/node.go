@@ -46,6 +46,8 @@ type Node struct {
 	addrs   Addrs
 	// serverTLS accepts connections; nil on an insecure node.
 	serverTLS *tls.Config
+	// slots are ConnsMax's, taken by connections past their hello.
+	slots slots
 
 	// replicas are the replicas the node hosts, by partition: a map
 	// never written once stored, replaced whole when the placement gives
@@ -98,7 +100,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		return err
 	}
 	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{},
-		applySlots: make(chan struct{}, cfg.ApplyMax)}
+		applySlots: make(chan struct{}, cfg.ApplyMax), slots: slots{max: cfg.ConnsMax, clientsMax: cfg.ConnsMax - cfg.NodeConnsReserved}}
 	n.log = cfg.Log.With("node", n.id)
 	n.limited = newLimitedLog(n.log, logEveryDefault)
 	n.members.n, n.feeds.n = n, n
@@ -155,6 +157,9 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		return err
 	}
 	defer ln.Close()
+	if cfg.knobs.listener != nil {
+		ln = cfg.knobs.listener(ln)
+	}
 	hln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		return fmt.Errorf("node: http listen: %w", err)
