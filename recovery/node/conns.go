@@ -41,6 +41,9 @@ const (
 	// a process out of descriptors gets them back as connections close.
 	acceptBackoffMin = 5 * time.Millisecond
 	acceptBackoffMax = time.Second
+	// silentMin is how long a connection must have sent nothing for a
+	// failed Accept to close it: a dialler sends its ClientHello at once.
+	silentMin = 250 * time.Millisecond
 )
 
 // helloConn is an accepted connection whose hello is not done yet: reads
@@ -102,6 +105,7 @@ type handshakes struct {
 type pendingConn struct {
 	raw    net.Conn
 	source string
+	since  time.Time   // accepted
 	heard  atomic.Bool // a byte came from the dialler
 	gone   bool        // out of the pool (under handshakes.mu)
 	closed bool        // closed to make room (under handshakes.mu)
@@ -114,7 +118,7 @@ func newHandshakes(max, perSourceMax int) *handshakes {
 // admit puts a connection from source in the pool and returns it, and
 // the one taken out to make room, if any, which the caller closes.
 func (hs *handshakes) admit(raw net.Conn, source string) (p, evicted *pendingConn) {
-	p = &pendingConn{raw: raw, source: source}
+	p = &pendingConn{raw: raw, source: source, since: time.Now()}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	switch {
@@ -130,6 +134,23 @@ func (hs *handshakes) admit(raw net.Conn, source string) (p, evicted *pendingCon
 	hs.pending = append(hs.pending, p)
 	hs.bySource[source]++
 	return p, evicted
+}
+
+// evictSilent takes the oldest connection that has sent nothing for
+// silentMin out of the pool and returns it for the caller to close; nil
+// if there is none. A younger one may be a dialler whose ClientHello its
+// goroutine has not read yet.
+func (hs *handshakes) evictSilent() *pendingConn {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, p := range hs.pending {
+		if !p.heard.Load() && time.Since(p.since) >= silentMin {
+			hs.removeLocked(p)
+			p.closed = true
+			return p
+		}
+	}
+	return nil
 }
 
 // victimLocked is the connection to close for a new one: of source, or
@@ -375,6 +396,13 @@ func (n *Node) accept(ln net.Listener) {
 				return
 			}
 			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			// Out of descriptors, a connection that said nothing yet
+			// gives its own back for the next in the queue.
+			if p := hs.evictSilent(); p != nil {
+				n.metrics.evicted.Inc()
+				p.raw.Close()
+				backoff = acceptBackoffMin
+			}
 			n.metrics.acceptErrors.Inc()
 			n.limited.Log(slog.LevelError, "accept", "accept failed: retrying; the connections open are kept", "err", err, "retry_in", backoff)
 			t := time.NewTimer(backoff)

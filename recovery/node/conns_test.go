@@ -236,3 +236,50 @@ func TestClientIdleClosed(t *testing.T) {
 		t.Fatalf("an idle client connection still open 10 s past an idle timeout of %v", idle)
 	}
 }
+
+// TestHandshakesPool: a full pool, or a source at its bound, makes room
+// by its oldest connection that has sent nothing, else its oldest; one
+// source's connections never push out another's while the pool has
+// room; out of descriptors, a silent one is given up first.
+func TestHandshakesPool(t *testing.T) {
+	hs := newHandshakes(4, 2)
+	admit := func(source string) *pendingConn {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		p, evicted := hs.admit(a, source)
+		if evicted != nil {
+			t.Fatalf("admitting from %s evicted one of %s with room left", source, evicted.source)
+		}
+		return p
+	}
+	a1, a2 := admit("a"), admit("a")
+	b1 := admit("b")
+	a1.heard.Store(true) // a1 spoke, a2 is silent
+	_, evicted := hs.admit(nil, "a")
+	if evicted != a2 {
+		t.Fatalf("source a at its bound evicted %v, want its silent one", evicted)
+	}
+	if hs.leave(a2) {
+		t.Fatal("leave of an evicted connection reports it served")
+	}
+	admit("d") // the pool is full: a1, b1, a3, d
+	_, evicted = hs.admit(nil, "c")
+	if evicted != b1 {
+		t.Fatalf("a full pool evicted %v, want the oldest silent one (b1)", evicted)
+	}
+	if !hs.leave(a1) || len(hs.pending) != 3 {
+		t.Fatalf("leave of a1: pool %d, want 3", len(hs.pending))
+	}
+	if p := hs.evictSilent(); p != nil {
+		t.Fatalf("evictSilent took %s's, silent for less than %v", p.source, silentMin)
+	}
+	for _, p := range hs.pending {
+		p.since = p.since.Add(-silentMin)
+	}
+	if p := hs.evictSilent(); p == nil || p.heard.Load() {
+		t.Fatalf("evictSilent: %v", p)
+	}
+	if n := hs.bySource["a"] + hs.bySource["b"] + hs.bySource["c"] + hs.bySource["d"]; n != len(hs.pending) || hs.bySource["b"] != 0 {
+		t.Fatalf("per-source counts %v, pool %d", hs.bySource, len(hs.pending))
+	}
+}
