@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,6 +68,8 @@ type Conn struct {
 	r       *bufio.Reader
 	hdr     [wire.FrameHeaderBytes]byte
 	payload []byte
+	// frameMax, if set, bounds the frames Recv takes (SetFrameBytesMax).
+	frameMax int
 	// deadline is the read deadline set last (Recv, StallWindow).
 	deadline time.Time
 
@@ -221,6 +224,18 @@ func (c *Conn) SetStallWindow(d time.Duration) {
 	c.cfg.StallWindow, c.deadline = d, time.Time{}
 }
 
+// SetFrameBytesMax bounds the frames Recv takes from the next Recv on,
+// in payload bytes as sent and after decompression; 0 restores the wire's
+// own limits. A frame over it is refused with wire.ErrTooLarge before any
+// of its payload is read. An accepted connection is bounded until its
+// hello is checked: until then nobody is accountable for what it sends.
+// Call it from the goroutine that calls Recv, never during one.
+func (c *Conn) SetFrameBytesMax(n int) { c.frameMax = n }
+
+// payloadChunkBytes is what Recv allocates first for a payload it does
+// not have room for, and the least it grows by after.
+const payloadChunkBytes = 64 << 10
+
 // Recv reads one frame and decodes it. The message, a Block's tuples
 // included, is valid until the next Recv. A frame that does not decode
 // is an error of its own kind (wire's), distinct from a broken link.
@@ -245,14 +260,39 @@ func (c *Conn) Recv() (wire.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cap(c.payload) < h.PayloadBytes {
-		c.payload = make([]byte, h.PayloadBytes)
+	if max := c.frameMax; max > 0 && (h.PayloadBytes > max || h.RawBytes > max) {
+		return nil, fmt.Errorf("%w: %v frame of %d bytes (%d decompressed), limit %d here", wire.ErrTooLarge, h.Type, h.PayloadBytes, h.RawBytes, max)
 	}
-	c.payload = c.payload[:h.PayloadBytes]
-	if _, err := io.ReadFull(c.r, c.payload); err != nil {
+	if err := c.readPayload(h.PayloadBytes); err != nil {
 		return nil, c.ioErr("recv", err)
 	}
 	return c.dec.DecodePayload(h, c.payload)
+}
+
+// readPayload reads the next n bytes into c.payload. The buffer grows as
+// the bytes arrive, doubling, never to what a header announced before it
+// is sent: a header costs its sender 14 bytes, its reader up to 8 MiB.
+// A connection that once read a large frame keeps its buffer, so the
+// copies of growing are paid once.
+func (c *Conn) readPayload(n int) error {
+	p := c.payload[:0]
+	for len(p) < n {
+		if len(p) == cap(p) {
+			p = slices.Grow(p, min(n-len(p), max(len(p), payloadChunkBytes)))
+		}
+		end := min(n, cap(p))
+		got, err := io.ReadFull(c.r, p[len(p):end])
+		p = p[:len(p)+got]
+		if err != nil {
+			c.payload = p[:0]
+			if errors.Is(err, io.EOF) && len(p) > 0 {
+				err = io.ErrUnexpectedEOF // as one ReadFull of the payload says
+			}
+			return err
+		}
+	}
+	c.payload = p
+	return nil
 }
 
 // ioErr classifies an I/O error: our own close, the stall deadline, or the

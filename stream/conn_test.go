@@ -2,10 +2,12 @@ package stream
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -241,4 +243,84 @@ type testLimiter struct {
 func (l testLimiter) reserve(n int) (time.Duration, func()) {
 	d, rs := reserveBytes(l.lim, *l.now, n)
 	return d, func() { cancelBytes(rs, *l.now) }
+}
+
+// TestRecvAllocatesAsBytesArrive (issue 24, 5): a frame header that
+// announces 8 MiB, followed by a few bytes, costs the reader what
+// arrived, not what was announced: a dialler cannot make a node allocate
+// 8 MiB per connection with 16 bytes.
+func TestRecvAllocatesAsBytesArrive(t *testing.T) {
+	const allocMax = 1 << 20
+	a, b := net.Pipe()
+	defer a.Close()
+	server := NewConn(b, Config{})
+	defer server.Close()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := server.Recv()
+		errc <- err
+	}()
+	var head [wire.FrameHeaderBytes]byte
+	binary.BigEndian.PutUint32(head[0:], wire.FrameBytesMax)
+	head[4], head[5] = byte(wire.MsgTxn), byte(wire.CodecNone)
+	binary.BigEndian.PutUint32(head[6:], wire.FrameBytesMax)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := a.Write(append(head[:], 0x94, 0x01)); err != nil {
+		t.Fatal(err)
+	}
+	// A pipe's Write returns once read: this one, once Recv has parsed
+	// the header and read the first two bytes of the payload.
+	if _, err := a.Write([]byte{0x02}); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	a.Close()
+	if err := <-errc; !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("recv of a frame cut short: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > allocMax {
+		t.Fatalf("%d bytes allocated for a frame announcing %d of which 3 arrived, want at most %d", got, wire.FrameBytesMax, allocMax)
+	}
+	t.Logf("%d bytes allocated for a frame announcing %d of which 3 arrived", after.TotalAlloc-before.TotalAlloc, wire.FrameBytesMax)
+}
+
+// TestRecvLargeFrameAndFrameBytesMax: a frame of the largest size still
+// arrives whole, read as it comes; with SetFrameBytesMax a frame over the
+// bound is refused with wire.ErrTooLarge before its payload is read.
+func TestRecvLargeFrameAndFrameBytesMax(t *testing.T) {
+	client, server := pair(t, Config{Codec: wire.CodecNone, StallWindow: 10 * time.Second})
+	tuples := wire.AppendArrayHeader(nil, 1)
+	tuples, err := wire.NewTupleEncoder().AppendTuple(tuples, []wire.Value{wire.Bytes(make([]byte, wire.FrameBytesMax-64))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := &wire.Block{Kind: wire.BlockSnapshot, Table: 1, Seq: 1, Count: 1, Tuples: tuples}
+	small := &wire.Ack{Seq: 7}
+	errc := make(chan error, 1)
+	go func() {
+		for _, m := range []wire.Message{big, small, big} {
+			if err := client.Send(context.Background(), m); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	got, err := server.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blk, ok := got.(*wire.Block); !ok || len(blk.Tuples) != len(tuples) {
+		t.Fatalf("got %T, want the whole block", got)
+	}
+	server.SetFrameBytesMax(1 << 10)
+	if got, err := server.Recv(); err != nil || !reflect.DeepEqual(got, small) {
+		t.Fatalf("a small frame under the bound: %v, %v", got, err)
+	}
+	if _, err := server.Recv(); !errors.Is(err, wire.ErrTooLarge) {
+		t.Fatalf("a frame over SetFrameBytesMax: %v, want wire.ErrTooLarge", err)
+	}
+	server.Close()
+	<-errc // the sender's error, if any: the server closed mid-frame
 }

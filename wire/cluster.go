@@ -123,6 +123,12 @@ type Hello struct {
 // MissedMax bounds Hello.Missed: the most partitions a cluster has.
 const MissedMax = 1 << 16
 
+// HelloFrameBytesMax bounds the frame a node reads where a Hello is due,
+// before it knows who sent it (stream.Conn.SetFrameBytesMax): the largest
+// Hello, MissedMax partitions of five bytes each and the rest, is some
+// 320 KiB.
+const HelloFrameBytesMax = 384 << 10
+
 // Txn is one transaction on a feed: execute Proc(Params) on Partition at ID.
 type Txn struct {
 	Partition uint32

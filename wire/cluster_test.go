@@ -297,3 +297,20 @@ func TestHelloKind(t *testing.T) {
 	}()
 	AppendMessage(nil, &Hello{})
 }
+
+// TestHelloFrameBytesMax: the largest Hello there can be fits in
+// HelloFrameBytesMax, uncompressed.
+func TestHelloFrameBytesMax(t *testing.T) {
+	h := &Hello{Kind: HelloFeed, Node: strings.Repeat("n", NodeBytesMax), Initiator: 1<<16 - 1,
+		Partition: 1<<32 - 1, Epoch: 1<<64 - 1, Resume: true, Kept: 1<<64 - 1}
+	for i := range MissedMax {
+		h.Missed = append(h.Missed, 1<<32-MissedMax+uint32(i))
+	}
+	frame, err := AppendFrame(nil, h, CodecNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(frame) - FrameHeaderBytes; n > HelloFrameBytesMax {
+		t.Fatalf("the largest Hello is %d bytes, HelloFrameBytesMax %d", n, HelloFrameBytesMax)
+	}
+}

@@ -26,6 +26,9 @@ func (n *Node) handshake(tc *tls.Conn, from net.Addr) (peer, error) {
 		return nil, nil
 	}
 	if err := tc.HandshakeContext(n.ctx); err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return nil, err // closed here: for a newer connection, or the node stops
+		}
 		n.metrics.tlsRefused.Inc()
 		n.limited.Log(slog.LevelWarn, refusalKey("tls-refused", err), "connection refused: TLS handshake failed", "from", from, "err", err)
 		var rh tls.RecordHeaderError

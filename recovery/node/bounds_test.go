@@ -104,20 +104,20 @@ func TestHelloDeadline(t *testing.T) {
 	upsert(t, cl, 1, 1)
 }
 
-// TestConnsMax: past ConnsMax connections the node refuses a new one
-// with a reply that says why, serves the connections it has, and takes
-// a new one once a slot frees.
+// TestConnsMax: past what clients may take of ConnsMax the node refuses
+// a new client with a reply that says why, serves the connections it
+// has, and takes a new one once a slot frees.
 func TestConnsMax(t *testing.T) {
-	const connsMax = 4
+	const connsMax, reserved, clientsMax = 5, 1, 4
 	c := newClusterStarting(t, 1, 0, onePartition())
-	a := c.startCfg(1, func(cfg *Config) { cfg.ConnsMax = connsMax })
+	a := c.startCfg(1, func(cfg *Config) { cfg.ConnsMax, cfg.NodeConnsReserved = connsMax, reserved })
 	first := dialClient(t, a.TCP)
 	// The node's feed to itself is open, in process: it takes no slot
-	// (initiator.selfFeed), so connsMax clients fit.
+	// (initiator.selfFeed), so clientsMax clients fit.
 	waitWritable(t, first, 1)
 	open := []*rawClient{first}
 	var refusal error
-	for range connsMax {
+	for range clientsMax {
 		cl, err := tryClient(t, a.TCP)
 		if err != nil {
 			refusal = err
@@ -126,10 +126,10 @@ func TestConnsMax(t *testing.T) {
 		open = append(open, cl)
 	}
 	if refusal == nil {
-		t.Fatalf("%d client connections accepted with ConnsMax %d", len(open), connsMax)
+		t.Fatalf("%d client connections accepted with ConnsMax %d, %d kept for nodes", len(open), connsMax, reserved)
 	}
-	if len(open) != connsMax {
-		t.Fatalf("%d client connections accepted with ConnsMax %d before a refusal, want %d: a feed of the node to itself took a slot", len(open), connsMax, connsMax)
+	if len(open) != clientsMax {
+		t.Fatalf("%d client connections accepted with ConnsMax %d, %d kept for nodes, before a refusal, want %d: a feed of the node to itself took a slot", len(open), connsMax, reserved, clientsMax)
 	}
 	if !strings.Contains(refusal.Error(), "connection limit") {
 		t.Fatalf("refusal %q does not say the connection limit was reached", refusal)

@@ -88,16 +88,33 @@ type Config struct {
 	// that, as those of a node busy rejoining are (docs/DESIGN.md
 	// "Heartbeats that lead").
 	BeatLead time.Duration
-	// ConnsMax bounds the TCP connections the node has accepted and not
-	// yet closed, of every kind (default 256). One past it gets a
-	// wire.Reply saying so and is closed; the others are served on.
-	ConnsMax int
+	// ConnsMax bounds the connections the node serves past their hello,
+	// of every kind (default 256). One past it gets a wire.Reply saying
+	// so and is closed; the others are served on. NodeConnsReserved of
+	// them (default ConnsMax/4; negative: none) only node certificates
+	// may take: clients filling theirs lock no feed, rejoin or repair
+	// out. On an insecure node, a hello's kind says which it is.
+	ConnsMax, NodeConnsReserved int
+	// HandshakesMax bounds the accepted connections that have not yet
+	// finished TLS and their hello (default 128), HandshakesPerSourceMax
+	// those of one source IP address (default 32). They hold no slot of
+	// ConnsMax. Past either bound the oldest of them (of that source)
+	// that has sent nothing, or else the oldest, is closed for the new
+	// one: a flood of silent connections costs each of its own a
+	// shorter life and never locks a dialler that speaks out
+	// (docs/DESIGN.md "Who may talk to a node").
+	HandshakesMax, HandshakesPerSourceMax int
 	// HelloTimeout bounds how long an accepted connection may take to
-	// send its Hello, and the node to write its answer (default 5 s): a
-	// dialer that says nothing holds no connection slot for longer. A
-	// rejoin hello's answer waits for a read of the task's claim in etcd
-	// (up to 2 s), so a value below that refuses rejoins when etcd is slow.
+	// finish TLS and send its Hello, and the node to write its answer
+	// (default 5 s). A rejoin hello's answer waits for a read of the
+	// task's claim in etcd (up to 2 s), so a value below that refuses
+	// rejoins when etcd is slow.
 	HelloTimeout time.Duration
+	// ClientIdleTimeout closes a client connection that sent no call for
+	// this long and has none in flight (default 5 min; negative: never),
+	// so clients that leave connections open do not hold ConnsMax's
+	// slots for good. The Go client dials again at its next call.
+	ClientIdleTimeout time.Duration
 	// ClientBytesMax bounds the calls one client connection has in flight,
 	// in bytes: each call's params and procedure name plus a fixed
 	// overhead, and its reply once queued, until the reply is written
@@ -158,9 +175,12 @@ func (c *Config) sourceStallTicks() int {
 
 // Defaults of Config's limits.
 const (
-	ConnsMaxDefault       = 256
-	HelloTimeoutDefault   = 5 * time.Second
-	ClientBytesMaxDefault = 4 << 20
+	ConnsMaxDefault               = 256
+	HandshakesMaxDefault          = 128
+	HandshakesPerSourceMaxDefault = 32
+	HelloTimeoutDefault           = 5 * time.Second
+	ClientIdleTimeoutDefault      = 5 * time.Minute
+	ClientBytesMaxDefault         = 4 << 20
 )
 
 // EtcdTimeoutDefault is Config.EtcdTimeout's default.
@@ -237,7 +257,20 @@ func (c *Config) defaults() error {
 	if c.ConnsMax == 0 {
 		c.ConnsMax = ConnsMaxDefault
 	}
+	switch {
+	case c.NodeConnsReserved == 0:
+		c.NodeConnsReserved = c.ConnsMax / 4
+	case c.NodeConnsReserved < 0:
+		c.NodeConnsReserved = 0 // none: clients may take every slot
+	}
+	if c.HandshakesMax == 0 {
+		c.HandshakesMax = HandshakesMaxDefault
+	}
+	if c.HandshakesPerSourceMax == 0 {
+		c.HandshakesPerSourceMax = min(HandshakesPerSourceMaxDefault, c.HandshakesMax)
+	}
 	def(&c.HelloTimeout, HelloTimeoutDefault)
+	def(&c.ClientIdleTimeout, ClientIdleTimeoutDefault)
 	if c.ClientBytesMax == 0 {
 		c.ClientBytesMax = ClientBytesMaxDefault
 	}
@@ -251,6 +284,10 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("%w: ApplyMax %d, want >= 1", ErrConfig, c.ApplyMax)
 	case c.ConnsMax < 1:
 		return fmt.Errorf("%w: ConnsMax %d, want >= 1", ErrConfig, c.ConnsMax)
+	case c.NodeConnsReserved >= c.ConnsMax:
+		return fmt.Errorf("%w: NodeConnsReserved %d of ConnsMax %d leaves clients no slot", ErrConfig, c.NodeConnsReserved, c.ConnsMax)
+	case c.HandshakesMax < 1 || c.HandshakesPerSourceMax < 1 || c.HandshakesPerSourceMax > c.HandshakesMax:
+		return fmt.Errorf("%w: HandshakesMax %d, HandshakesPerSourceMax %d: want 1 <= per source <= max", ErrConfig, c.HandshakesMax, c.HandshakesPerSourceMax)
 	case c.HelloTimeout < 0:
 		return fmt.Errorf("%w: HelloTimeout %v, want > 0", ErrConfig, c.HelloTimeout)
 	case c.ClientBytesMax < clientCallOverheadBytes:
@@ -363,4 +400,11 @@ type testingKnobs struct {
 	// peer, which a test freezes to cut this node off from its peers
 	// without cutting them off from each other.
 	peerAddr func(node, addr string) string
+	// listener wraps the node's TCP listener: one whose Accept fails
+	// now and then, as it does when the process runs out of descriptors.
+	listener func(net.Listener) net.Listener
+	// adminConnsMax and adminTimeout replace the admin HTTP's connection
+	// cap and its read-header and idle timeouts.
+	adminConnsMax int
+	adminTimeout  time.Duration
 }

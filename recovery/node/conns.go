@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,30 +24,33 @@ import (
 // served here, the others by their owners (feed.go, destination.go,
 // repair.go).
 
-// The bounds of accepted connections (Config.ConnsMax, HelloTimeout,
-// ClientBytesMax; docs/DESIGN.md "Bounds").
+// The bounds of accepted connections (Config.ConnsMax, HandshakesMax,
+// HelloTimeout, ClientIdleTimeout, ClientBytesMax; docs/DESIGN.md
+// "Bounds" and "Who may talk to a node").
 const (
-	// refusingMax bounds the refusals under way at once; past it a
-	// connection over ConnsMax is closed without a word.
-	refusingMax = 16
-	// refuseLinger bounds how long a refusal waits for the dialer to read
-	// it and close its end.
-	refuseLinger = time.Second
 	// refuseDrainBytesMax bounds what a refusal reads of the dialer's input
-	// while it waits.
+	// while it waits for the dialer to close.
 	refuseDrainBytesMax = 64 << 10
 	// clientCallOverheadBytes is what a client call in flight costs beyond
 	// its bytes: the call, its copy, the initiator's pending entry, the
 	// reply and its queue slot. It also bounds the calls in flight per
 	// connection to ClientBytesMax / clientCallOverheadBytes + 1.
 	clientCallOverheadBytes = 512
+	// acceptBackoffMin and acceptBackoffMax bound the wait after a failed
+	// Accept, doubling from one to the other as net/http's Server does:
+	// a process out of descriptors gets them back as connections close.
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+	// silentMin is how long a connection must have sent nothing for a
+	// failed Accept to close it: a dialler sends its ClientHello at once.
+	silentMin = 250 * time.Millisecond
 )
 
 // helloConn is an accepted connection whose hello is not done yet: reads
 // and writes have the hello deadline until the node's first write, which
 // is its answer to the hello (a Hello, or a Reply that refuses). The node
 // writes nothing before it has read the hello, so one deadline covers
-// both the dialer's hello and the node's answer.
+// the TLS handshake, the dialer's hello and the node's answer.
 type helloConn struct {
 	net.Conn
 	answered atomic.Bool
@@ -78,27 +83,185 @@ func (h *helloConn) CloseWrite() error {
 	return nil
 }
 
-// refuseConn tells a dialer over ConnsMax why it is refused, as an answer
-// to its hello would (a wire.Reply), and closes the connection. It waits,
-// boundedly, for the dialer to close first: a close with the dialer's
-// hello unread would reset the connection and could lose the reply.
-func (n *Node) refuseConn(nc net.Conn, open int) {
-	defer nc.Close()
-	if err := nc.SetDeadline(time.Now().Add(min(refuseLinger, n.cfg.HelloTimeout))); err != nil {
-		return
+// handshakes is the pool of accepted connections that have not finished
+// TLS and their hello: nobody is accountable for them yet, so they hold
+// no slot of ConnsMax, and their own pool is bounded in all and per
+// source address. A full pool makes room by closing one of its own: the
+// oldest that has sent nothing yet (a dialler that speaks sends its TLS
+// ClientHello at once), or else the oldest. So a flood of connections
+// shortens the lives of its own, and a dialler whose handshake and hello
+// take less than that life is always served; closing the new one
+// instead would let the flood, renewed within the hello deadline, lock
+// every dialler out.
+type handshakes struct {
+	max, perSourceMax int
+
+	mu       sync.Mutex
+	pending  []*pendingConn // oldest first; HandshakesMax at most
+	bySource map[string]int
+}
+
+// pendingConn is a connection of the handshakes pool.
+type pendingConn struct {
+	raw    net.Conn
+	source string
+	since  time.Time   // accepted
+	heard  atomic.Bool // a byte came from the dialler
+	gone   bool        // out of the pool (under handshakes.mu)
+	closed bool        // closed to make room (under handshakes.mu)
+}
+
+func newHandshakes(max, perSourceMax int) *handshakes {
+	return &handshakes{max: max, perSourceMax: perSourceMax, bySource: map[string]int{}}
+}
+
+// admit puts a connection from source in the pool and returns it, and
+// the one taken out to make room, if any, which the caller closes.
+func (hs *handshakes) admit(raw net.Conn, source string) (p, evicted *pendingConn) {
+	p = &pendingConn{raw: raw, source: source, since: time.Now()}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	switch {
+	case hs.bySource[source] >= hs.perSourceMax:
+		evicted = hs.victimLocked(source)
+	case len(hs.pending) >= hs.max:
+		evicted = hs.victimLocked("")
 	}
-	if n.serverTLS != nil {
-		nc = tls.Server(nc, n.serverTLS) // the handshake goes first, within the deadline
+	if evicted != nil {
+		hs.removeLocked(evicted)
+		evicted.closed = true
 	}
-	c := stream.NewConn(nc, stream.Config{Codec: wire.CodecNone})
-	text := fmt.Sprintf("node %s: connection limit reached (%d open, ConnsMax %d): try later or another node", n.id, open, n.cfg.ConnsMax)
-	if err := c.Send(n.ctx, &wire.Reply{Err: text}); err != nil {
-		return
+	hs.pending = append(hs.pending, p)
+	hs.bySource[source]++
+	return p, evicted
+}
+
+// evictSilent takes the oldest connection that has sent nothing for
+// silentMin out of the pool and returns it for the caller to close; nil
+// if there is none. A younger one may be a dialler whose ClientHello its
+// goroutine has not read yet.
+func (hs *handshakes) evictSilent() *pendingConn {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, p := range hs.pending {
+		if !p.heard.Load() && time.Since(p.since) >= silentMin {
+			hs.removeLocked(p)
+			p.closed = true
+			return p
+		}
 	}
-	if err := c.CloseWrite(); err != nil {
-		return
+	return nil
+}
+
+// victimLocked is the connection to close for a new one: of source, or
+// of any if source is empty, the oldest that has sent nothing, else the
+// oldest.
+func (hs *handshakes) victimLocked(source string) *pendingConn {
+	var oldest *pendingConn
+	for _, p := range hs.pending {
+		if source != "" && p.source != source {
+			continue
+		}
+		if !p.heard.Load() {
+			return p
+		}
+		if oldest == nil {
+			oldest = p
+		}
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(nc, refuseDrainBytesMax))
+	return oldest
+}
+
+func (hs *handshakes) removeLocked(p *pendingConn) {
+	if i := slices.Index(hs.pending, p); i >= 0 {
+		hs.pending = slices.Delete(hs.pending, i, i+1)
+	}
+	if hs.bySource[p.source]--; hs.bySource[p.source] <= 0 {
+		delete(hs.bySource, p.source)
+	}
+	p.gone = true
+}
+
+// leave takes p out of the pool, once its hello is checked or it ends.
+// It reports false if p was closed to make room meanwhile.
+func (hs *handshakes) leave(p *pendingConn) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if !p.gone {
+		hs.removeLocked(p)
+	}
+	return !p.closed
+}
+
+// heardConn marks its pendingConn heard at the first byte read.
+type heardConn struct {
+	net.Conn
+	p *pendingConn
+}
+
+func (c heardConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.p.heard.Load() {
+		c.p.heard.Store(true)
+	}
+	return n, err
+}
+
+// CloseWrite passes a TCP half-close on (an insecure node's refusals).
+func (c heardConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// sourceOf is the address a connection's per-source bound counts by: its
+// IP, without the port.
+func sourceOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// slots counts the connections served past their hello against ConnsMax,
+// clients apart: they may take all but NodeConnsReserved of it.
+type slots struct {
+	max, clientsMax int
+
+	mu             sync.Mutex
+	nodes, clients int
+}
+
+// take takes a slot for a client or a node connection; false if none is
+// left for it, with the connections open.
+func (s *slots) take(client bool) (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	open := s.nodes + s.clients
+	if open >= s.max || (client && s.clients >= s.clientsMax) {
+		return false, open
+	}
+	if client {
+		s.clients++
+	} else {
+		s.nodes++
+	}
+	return true, open + 1
+}
+
+func (s *slots) release(client bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if client {
+		s.clients--
+	} else {
+		s.nodes--
+	}
 }
 
 // clientBudget bounds the bytes one client connection has in flight:
@@ -152,6 +315,14 @@ func (b *clientBudget) add(w int64) int64 {
 	return b.used
 }
 
+// idle reports whether nothing is in flight: no call unanswered, no
+// reply unwritten.
+func (b *clientBudget) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used == 0
+}
+
 // release gives w bytes back and wakes the reader.
 func (b *clientBudget) release(w int64) {
 	b.mu.Lock()
@@ -193,17 +364,21 @@ func (n *Node) streamConfig() stream.Config {
 	return cfg
 }
 
-// accept serves the node's TCP connections until the listener closes: at
-// most ConnsMax at once (one more is refused with a reply that says so),
-// each given HelloTimeout to say hello and be answered.
+// accept serves the node's TCP connections until the node stops. Each
+// goes through the handshakes pool to its hello, within HelloTimeout,
+// and then takes a slot of ConnsMax. An Accept that fails (EMFILE: out
+// of descriptors) is retried after a backoff: returning would close
+// every connection open and leave the node registered, ready and deaf.
 func (n *Node) accept(ln net.Listener) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	conns := map[*stream.Conn]bool{}
-	refusing := make(chan struct{}, refusingMax)
+	// Every connection open, by its TCP connection: closed when the node
+	// stops.
+	conns := map[net.Conn]io.Closer{}
+	hs := newHandshakes(n.cfg.HandshakesMax, n.cfg.HandshakesPerSourceMax)
 	defer func() {
 		mu.Lock()
-		for c := range conns {
+		for _, c := range conns {
 			c.Close()
 		}
 		mu.Unlock()
@@ -213,70 +388,109 @@ func (n *Node) accept(ln net.Listener) {
 		<-n.ctx.Done()
 		ln.Close()
 	}()
+	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			return
-		}
-		mu.Lock()
-		open := len(conns)
-		mu.Unlock()
-		if open >= n.cfg.ConnsMax {
-			n.metrics.refused.Inc()
-			n.limited.Log(slog.LevelWarn, "conns-max", "connection refused: limit reached", "from", nc.RemoteAddr(), "open", open, "conns_max", n.cfg.ConnsMax)
+			if n.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			// Out of descriptors, a connection that said nothing yet
+			// gives its own back for the next in the queue.
+			if p := hs.evictSilent(); p != nil {
+				n.metrics.evicted.Inc()
+				p.raw.Close()
+				backoff = acceptBackoffMin
+			}
+			n.metrics.acceptErrors.Inc()
+			n.limited.Log(slog.LevelError, "accept", "accept failed: retrying; the connections open are kept", "err", err, "retry_in", backoff)
+			t := time.NewTimer(backoff)
 			select {
-			case refusing <- struct{}{}:
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-refusing }()
-					n.refuseConn(nc, open)
-				}()
-			default:
-				nc.Close() // refusals pile up: no word for this one
+			case <-t.C:
+			case <-n.ctx.Done():
+				t.Stop()
+				return
 			}
 			continue
 		}
-		cfg := n.streamConfig()
-		cfg.StallWindow = 0
-		stream.SetKeepAlive(nc, cfg.KeepAlive)
-		raw := nc
-		var tc *tls.Conn
-		if n.serverTLS != nil {
-			tc, nc = stream.Server(nc, n.serverTLS) // records batched: see stream.Client
+		backoff = 0
+		p, evicted := hs.admit(nc, sourceOf(nc.RemoteAddr()))
+		if evicted != nil {
+			n.metrics.evicted.Inc()
+			n.limited.Log(slog.LevelWarn, "handshake-evicted", "connection closed before its hello, for a newer one: too many not yet authenticated",
+				"from", evicted.raw.RemoteAddr(), "heard", evicted.heard.Load(), "handshakes_max", hs.max, "per_source_max", hs.perSourceMax)
+			evicted.raw.Close()
 		}
-		hc, err := newHelloConn(nc, n.cfg.HelloTimeout)
-		if err != nil {
-			raw.Close()
-			continue
-		}
-		c := stream.NewConn(hc, cfg)
 		mu.Lock()
-		conns[c] = true
+		conns[nc] = nc
 		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer hs.leave(p)
 			defer func() {
-				c.Close()
 				mu.Lock()
-				delete(conns, c)
+				c := conns[nc]
+				delete(conns, nc)
 				mu.Unlock()
+				c.Close()
 			}()
-			p, err := n.handshake(tc, raw.RemoteAddr())
+			c, peer, err := n.open(nc, p)
 			if err != nil {
 				return
 			}
-			n.serve(c, p)
+			mu.Lock()
+			conns[nc] = c
+			mu.Unlock()
+			n.serve(c, peer, func() bool { return hs.leave(p) })
 		}()
 	}
 }
 
+// open runs an accepted connection's TLS handshake within the hello
+// deadline and wraps it for its hello.
+func (n *Node) open(raw net.Conn, p *pendingConn) (*stream.Conn, peer, error) {
+	cfg := n.streamConfig()
+	cfg.StallWindow = 0
+	stream.SetKeepAlive(raw, cfg.KeepAlive)
+	var nc net.Conn = heardConn{Conn: raw, p: p}
+	var tc *tls.Conn
+	if n.serverTLS != nil {
+		tc, nc = stream.Server(nc, n.serverTLS) // records batched: see stream.Client
+	}
+	hc, err := newHelloConn(nc, n.cfg.HelloTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := n.handshake(tc, raw.RemoteAddr())
+	if err != nil {
+		return nil, nil, err
+	}
+	// Made only now: a connection that never finishes its handshake
+	// costs no stream buffers.
+	return stream.NewConn(hc, cfg), id, nil
+}
+
 // serve reads the dialer's Hello, checks it against the dialer's
-// certificate, and hands the connection on.
-func (n *Node) serve(c *stream.Conn, p peer) {
+// certificate, takes the connection out of the handshakes pool (authed:
+// false if it was closed to make room meanwhile) and into a slot of
+// ConnsMax, and hands it on. A nil authed is the node's feed to itself,
+// in process (initiator.selfFeed): in no pool, it takes no slot.
+func (n *Node) serve(c *stream.Conn, p peer, authed func() bool) {
+	refuse := func(format string, args ...any) {
+		_ = c.Send(n.ctx, &wire.Reply{Err: wire.ErrText(fmt.Errorf(format, args...))})
+	}
+	// Nobody is accountable for what comes before the hello is checked:
+	// its frame is bounded by the largest hello, not by what the frame
+	// header announces.
+	c.SetFrameBytesMax(wire.HelloFrameBytesMax)
 	m, err := c.Recv()
 	if err != nil {
+		if errors.Is(err, wire.ErrTooLarge) {
+			n.limited.Log(slog.LevelWarn, "hello-too-large", "hello refused: frame too large", "from", c.RemoteAddr(), "peer", p.String(), "err", err)
+			refuse("node %s: hello refused: %v", n.id, err)
+		}
 		return
 	}
 	h, ok := m.(*wire.Hello)
@@ -284,15 +498,28 @@ func (n *Node) serve(c *stream.Conn, p peer) {
 		_ = c.Send(n.ctx, &wire.Reply{Err: fmt.Sprintf("expected hello, got %v", m.Type())})
 		return
 	}
-	refuse := func(format string, args ...any) {
-		_ = c.Send(n.ctx, &wire.Reply{Err: wire.ErrText(fmt.Errorf(format, args...))})
-	}
 	if err := authorize(p, h); err != nil {
 		n.metrics.tlsRefused.Inc()
 		n.limited.Log(slog.LevelWarn, refusalKey("hello-refused", err), "hello refused: not what the certificate allows", "from", c.RemoteAddr(), "peer", p.String(), "kind", h.Kind, "err", err)
 		refuse("node %s: %v", n.id, err)
 		return
 	}
+	if authed != nil {
+		if !authed() {
+			return
+		}
+		client := h.Kind == wire.HelloClient
+		ok, open := n.slots.take(client)
+		if !ok {
+			n.metrics.refused.Inc()
+			n.limited.Log(slog.LevelWarn, "conns-max", "connection refused: limit reached", "from", c.RemoteAddr(), "peer", p.String(), "kind", h.Kind,
+				"open", open, "conns_max", n.cfg.ConnsMax, "node_conns_reserved", n.cfg.NodeConnsReserved)
+			refuse("node %s: connection limit reached (%d open, ConnsMax %d, %d of them kept for nodes): try later or another node", n.id, open, n.cfg.ConnsMax, n.cfg.NodeConnsReserved)
+			return
+		}
+		defer n.slots.release(client)
+	}
+	c.SetFrameBytesMax(0)
 	switch h.Kind {
 	case wire.HelloClient:
 		if err := c.Send(n.ctx, &wire.Hello{Kind: h.Kind, Node: n.id}); err != nil {
@@ -335,17 +562,28 @@ func (n *Node) serveClient(c *stream.Conn) {
 	// Every call admitted has one reply, and the budget admits at most
 	// callsMax calls: a send never finds the queue full.
 	q := make(chan clientReply, b.callsMax())
-	stop, writerDone := make(chan struct{}), make(chan struct{})
+	// heard is when the last call came in or reply went out (Unix ns).
+	var heard atomic.Int64
+	heard.Store(time.Now().UnixNano())
+	stop, writerDone, idleDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(writerDone)
 		defer cancel() // a reader waiting for the budget stops too
 		writeQueueOf(ctx, c, q, stop, func(r clientReply) wire.Message { return r.r },
-			func(r clientReply) { b.release(r.bytes) })
+			func(r clientReply) {
+				b.release(r.bytes)
+				heard.Store(time.Now().UnixNano())
+			})
+	}()
+	go func() {
+		defer close(idleDone)
+		n.closeIdle(ctx, c, b, &heard)
 	}()
 	defer func() {
 		c.Close()
 		close(stop)
 		<-writerDone
+		<-idleDone // the writer cancelled ctx
 	}()
 	hook := n.cfg.knobs.clientBytes
 	calls := 0
@@ -354,6 +592,7 @@ func (n *Node) serveClient(c *stream.Conn) {
 		if err != nil {
 			return
 		}
+		heard.Store(time.Now().UnixNano())
 		call, ok := m.(*wire.Call)
 		if !ok {
 			// Nothing is in flight for it: it goes past the budget.
@@ -387,6 +626,40 @@ func (n *Node) serveClient(c *stream.Conn) {
 				c.Close() // a bug: more replies than calls admitted
 			}
 		})
+	}
+}
+
+// closeIdle closes a client's connection once it has had nothing in
+// flight and no call or reply for ClientIdleTimeout, until ctx ends: a
+// client that keeps connections it does not use holds ConnsMax's slots
+// no longer. A call under way, however long, keeps it open.
+func (n *Node) closeIdle(ctx context.Context, c *stream.Conn, b *clientBudget, heard *atomic.Int64) {
+	d := n.cfg.ClientIdleTimeout
+	if d <= 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		quiet := time.Since(time.Unix(0, heard.Load()))
+		if quiet < d {
+			t.Reset(d - quiet)
+			continue
+		}
+		if !b.idle() {
+			t.Reset(d)
+			continue
+		}
+		n.metrics.idleClosed.Inc()
+		n.limited.Log(slog.LevelInfo, "client-idle", "client connection closed: idle", "from", c.RemoteAddr(), "idle", quiet.Round(time.Millisecond), "client_idle_timeout", d)
+		c.Close()
+		return
 	}
 }
 

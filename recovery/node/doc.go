@@ -60,11 +60,17 @@
 // Reply naming the reason, logged on the node (rate-limited per reason)
 // and counted in rejoin_conns_unauthorized_total.
 //
-// The node serves at most ConnsMax connections at once: one more is
-// answered with a Reply that says the connection limit is reached, and
-// closed. A connection has HelloTimeout to say hello and be answered
-// (conns.go: the deadline is set at accept and lifted by the node's first
-// write, its answer). A client connection's calls in flight, with their
+// Until its hello is checked a connection is in a pool of its own
+// (HandshakesMax, HandshakesPerSourceMax; a full one closes its oldest
+// silent connection for a new one) and its hello frame is bounded by
+// wire.HelloFrameBytesMax. Past the hello it takes a slot: the node
+// serves at most ConnsMax connections at once, NodeConnsReserved of them
+// for node certificates only; one more is answered with a Reply that
+// says the connection limit is reached, and closed. A connection has
+// HelloTimeout for its TLS handshake, its hello and the answer (conns.go:
+// the deadline is set at accept and lifted by the node's first write, its
+// answer); a client connection idle for ClientIdleTimeout is closed. A
+// failed Accept is retried after a backoff. A client connection's calls in flight, with their
 // replies until written, are bounded by ClientBytesMax: past it the node
 // stops reading the connection until replies drain, so TCP slows the
 // client and every call is still answered (docs/DESIGN.md "Bounds").
@@ -333,9 +339,13 @@
 // destination, sampled every 100 ms; ?partition=P, ?last=N), GET /metrics
 // (Prometheus); with Config.Pprof GET /debug/pprof/ (Go's profiles), and
 // with Config.FaultPoints the fault points the demo and tests use (each
-// is 404 otherwise). Off loopback the admin HTTP is TLS with the node's
-// certificate and asks for a certificate of the cluster CA (a scraper's
-// client certificate), and the registered address is https://host:port.
+// is 404 otherwise), both only to a client certificate of the admin
+// identity, client:root (certs.AdminName), over TLS, on loopback too (the
+// loopback port takes TLS and plain HTTP both: admin.go). Off loopback
+// the admin HTTP is TLS only with the node's certificate and asks for a
+// certificate of the cluster CA (a scraper's client certificate), and the
+// registered address is https://host:port. It holds 64 connections at
+// most, each with read-header, read and idle timeouts.
 // The fault points are applied on the replica's goroutine:
 // POST /fault/hold?partition=P&rows=N (the source holds the destination's
 // acks once its snapshot has sent N rows), /fault/release, /fault/cut-link

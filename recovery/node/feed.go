@@ -1163,7 +1163,7 @@ func (in *initiator) selfFeed(cfg stream.Config) *stream.Conn {
 	go func() {
 		defer in.dials.Done()
 		defer srv.Close()
-		in.n.serve(srv, nil)
+		in.n.serve(srv, nil, nil)
 	}()
 	return stream.NewConn(a, cfg)
 }

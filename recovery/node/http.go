@@ -13,7 +13,8 @@ import (
 
 // httpHandler serves the admin endpoints: status and metrics always; Go's
 // profiles with Config.Pprof, and the fault points the demo and the tests
-// use with Config.FaultPoints. What is not enabled is not routed: 404.
+// use with Config.FaultPoints, both to the admin identity only
+// (adminOnly). What is not enabled is not routed: 404.
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
@@ -62,11 +63,11 @@ func (n *Node) serveTimeline(w http.ResponseWriter, req *http.Request) {
 // profiled on the node that shows it, under its real load. Not by
 // default: cmdline shows the node's flags, a profile costs CPU.
 func (n *Node) pprofRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /debug/pprof/", n.adminOnly(pprof.Index))
+	mux.HandleFunc("GET /debug/pprof/cmdline", n.adminOnly(pprof.Cmdline))
+	mux.HandleFunc("GET /debug/pprof/profile", n.adminOnly(pprof.Profile))
+	mux.HandleFunc("GET /debug/pprof/symbol", n.adminOnly(pprof.Symbol))
+	mux.HandleFunc("GET /debug/pprof/trace", n.adminOnly(pprof.Trace))
 }
 
 // faultRoutes serves the fault points (the demo's faults, the tests').
@@ -116,7 +117,7 @@ func (n *Node) faultRoutes(mux *http.ServeMux) {
 
 // fault runs f on the replica named by ?partition=, on its goroutine.
 func (n *Node) fault(f func(r *replica, q map[string]string) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, req *http.Request) {
+	return n.adminOnly(func(w http.ResponseWriter, req *http.Request) {
 		q := map[string]string{}
 		for k, v := range req.URL.Query() {
 			q[k] = v[0]
@@ -138,5 +139,5 @@ func (n *Node) fault(f func(r *replica, q map[string]string) error) http.Handler
 		}
 		n.log.Warn("fault injected", "path", req.URL.Path, "query", req.URL.RawQuery)
 		fmt.Fprintln(w, "ok")
-	}
+	})
 }

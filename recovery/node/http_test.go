@@ -1,8 +1,12 @@
 package node
 
 import (
+	"bufio"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -54,14 +58,12 @@ func TestAdminGating(t *testing.T) {
 		if !tc.gated && gotOff != http.StatusOK {
 			t.Errorf("%s %s: %d, want 200", tc.method, tc.path, gotOff)
 		}
-		// Enabled, the route exists: a fault on a replica with no rejoin
-		// is a 409, not a 404.
+		// Enabled, the route exists: asked without the admin's
+		// certificate it is a 403 (TestAdminEndpointsNeedAdmin), not a 404.
 		if gotOn == http.StatusNotFound {
 			t.Errorf("%s %s with the flag: 404", tc.method, tc.path)
 		}
 	}
-	// Release the hold the enabled node took.
-	_ = get("POST", "http://"+on.HTTP+"/fault/release?partition=0")
 }
 
 // TestAdminHTTPTLSOffLoopback: an admin HTTP off loopback is TLS with the
@@ -133,5 +135,124 @@ func TestAdvertiseConfig(t *testing.T) {
 	}
 	if got := cfg.advertised("127.0.0.1:0", "127.0.0.1:8080", false); got != "127.0.0.1:8080" {
 		t.Errorf("advertised loopback HTTP %q", got)
+	}
+}
+
+// TestAdminHTTPBounds (issue 24, 1): the admin HTTP holds at most its
+// connection cap at once, closes a connection that does not finish its
+// request header within its timeout, and one left idle after a request.
+func TestAdminHTTPBounds(t *testing.T) {
+	c := newClusterStarting(t, 1, 0, onePartition())
+	a := c.startCfg(1, func(cfg *Config) {
+		cfg.knobs.adminConnsMax = 2
+		cfg.knobs.adminTimeout = 300 * time.Millisecond
+	})
+	dial := func() net.Conn {
+		nc, err := net.DialTimeout("tcp", a.HTTP, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		return nc
+	}
+	// closed reports whether the node closed nc: a read finds EOF (or a
+	// reset) rather than its deadline.
+	closed := func(nc net.Conn, within time.Duration) bool {
+		if err := nc.SetReadDeadline(time.Now().Add(within)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := io.Copy(io.Discard, nc)
+		return !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	var held []net.Conn
+	for range 2 {
+		nc := dial()
+		if _, err := nc.Write([]byte("GET /status HTTP/1.1\r\nHost: x\r\n")); err != nil { // no end of header
+			t.Fatal(err)
+		}
+		held = append(held, nc)
+	}
+	third := dial()
+	if _, err := third.Write([]byte("GET /status HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := third.SetReadDeadline(time.Now().Add(15 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(third)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("third connection, with two half-sent headers holding the cap of 2: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /status: %s", resp.Status)
+	}
+	// It was served only once a held one was dropped: over the cap, a
+	// connection waits in the listen queue.
+	if !closed(held[0], 100*time.Millisecond) && !closed(held[1], 100*time.Millisecond) {
+		t.Errorf("a third connection was served while both connections of the cap of 2 were open")
+	}
+	// Kept alive after its request and left idle, it is closed.
+	if !closed(third, 10*time.Second) {
+		t.Errorf("an idle keep-alive connection to the admin HTTP still open 10 s past an idle timeout of 300 ms")
+	}
+}
+
+// adminClient is an HTTP client with the credentials of id, for the admin
+// HTTP over TLS.
+func adminClient(t testing.TB, id certs.Identity) *http.Client {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: testCreds(t, id).DialConfig("")}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return hc
+}
+
+// TestAdminEndpointsNeedAdmin (issue 24, 8): fault points and profiles,
+// enabled, answer only a client certificate of the admin identity, on
+// loopback too; /status and /metrics answer as before.
+func TestAdminEndpointsNeedAdmin(t *testing.T) {
+	c := newClusterStarting(t, 1, 0, onePartition())
+	a := c.startCfg(1, nil) // the tests' nodes have both
+	do := func(hc *http.Client, method, url string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	plain := &http.Client{Timeout: 10 * time.Second}
+	defer plain.CloseIdleConnections()
+	other, root := adminClient(t, certs.ClientID("test")), adminClient(t, certs.ClientID(certs.AdminName))
+	for _, tc := range []struct{ method, path string }{
+		{"POST", "/fault/release?partition=0"},
+		{"GET", "/debug/pprof/cmdline"},
+	} {
+		if code, body := do(plain, tc.method, "http://"+a.HTTP+tc.path); code != http.StatusForbidden || !strings.Contains(body, certs.AdminName) {
+			t.Errorf("%s %s without a certificate: %d %q, want 403 naming the admin identity", tc.method, tc.path, code, body)
+		}
+		if code, body := do(other, tc.method, "https://"+a.HTTP+tc.path); code != http.StatusForbidden {
+			t.Errorf("%s %s as client:test: %d %q, want 403", tc.method, tc.path, code, body)
+		}
+		if code, body := do(root, tc.method, "https://"+a.HTTP+tc.path); code != http.StatusOK {
+			t.Errorf("%s %s as the admin: %d %q, want 200", tc.method, tc.path, code, body)
+		}
+	}
+	for _, hc := range []*http.Client{plain, other} {
+		scheme := "http://"
+		if hc != plain {
+			scheme = "https://"
+		}
+		if code, body := do(hc, "GET", scheme+a.HTTP+"/status"); code != http.StatusOK {
+			t.Errorf("GET %s/status: %d %q", scheme, code, body)
+		}
 	}
 }

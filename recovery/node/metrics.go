@@ -19,6 +19,11 @@ type metrics struct {
 	// tlsRefused counts connections refused for who the dialler is: a
 	// failed TLS handshake, or a hello its certificate does not allow.
 	tlsRefused prometheus.Counter
+	// evicted counts connections closed before their hello to make room
+	// for newer ones (Config.HandshakesMax, HandshakesPerSourceMax);
+	// idleClosed client connections closed idle (ClientIdleTimeout);
+	// acceptErrors failed Accepts, each retried.
+	evicted, idleClosed, acceptErrors prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -31,13 +36,22 @@ func newMetrics(n *Node) *metrics {
 			Name: "rejoin_attempts_total", Help: "Rejoin attempts ended, by role and outcome.",
 		}, []string{"role", "outcome"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "rejoin_conns_refused_total", Help: "TCP connections refused because the node served ConnsMax already.",
+			Name: "rejoin_conns_refused_total", Help: "Connections refused after their hello because the node served ConnsMax already, or its client slots were all taken.",
 		}),
 		tlsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rejoin_conns_unauthorized_total", Help: "Connections refused for their dialler: a failed TLS handshake, or a hello its certificate does not allow.",
 		}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rejoin_conns_evicted_total", Help: "Connections closed before their TLS handshake and hello were done, to make room for newer ones (HandshakesMax, HandshakesPerSourceMax).",
+		}),
+		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rejoin_conns_idle_closed_total", Help: "Client connections closed after ClientIdleTimeout with no call.",
+		}),
+		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rejoin_accept_errors_total", Help: "Accepts of the node's TCP listener that failed (such as EMFILE), each retried after a backoff.",
+		}),
 	}
-	m.reg.MustRegister(m.txns, m.attempts, m.refused, m.tlsRefused, &replicaCollector{n: n},
+	m.reg.MustRegister(m.txns, m.attempts, m.refused, m.tlsRefused, m.evicted, m.idleClosed, m.acceptErrors, &replicaCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -46,6 +45,8 @@ type Node struct {
 	addrs   Addrs
 	// serverTLS accepts connections; nil on an insecure node.
 	serverTLS *tls.Config
+	// slots are ConnsMax's, taken by connections past their hello.
+	slots slots
 
 	// replicas are the replicas the node hosts, by partition: a map
 	// never written once stored, replaced whole when the placement gives
@@ -98,7 +99,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		return err
 	}
 	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{},
-		applySlots: make(chan struct{}, cfg.ApplyMax)}
+		applySlots: make(chan struct{}, cfg.ApplyMax), slots: slots{max: cfg.ConnsMax, clientsMax: cfg.ConnsMax - cfg.NodeConnsReserved}}
 	n.log = cfg.Log.With("node", n.id)
 	n.limited = newLimitedLog(n.log, logEveryDefault)
 	n.members.n, n.feeds.n = n, n
@@ -155,6 +156,9 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 		return err
 	}
 	defer ln.Close()
+	if cfg.knobs.listener != nil {
+		ln = cfg.knobs.listener(ln)
+	}
 	hln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		return fmt.Errorf("node: http listen: %w", err)
@@ -162,12 +166,13 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	defer hln.Close()
 	n.addrs = Addrs{Node: n.id, TCP: cfg.advertised(cfg.Listen, ln.Addr().String(), true),
 		HTTP: cfg.advertised(cfg.HTTP, hln.Addr().String(), false)}
-	if loopback := isLoopback(hln.Addr()) && !cfg.knobs.adminTLS; cfg.TLS != nil && !loopback {
-		// Off loopback the admin HTTP is TLS with the node's certificate,
-		// and a scraper needs a certificate of the cluster's CA.
-		hln = tls.NewListener(hln, cfg.TLS.ServerConfig())
+	// Off loopback the admin HTTP is TLS only, with the node's
+	// certificate, and a scraper needs a certificate of the cluster's CA;
+	// on loopback it serves plain HTTP too (adminServer).
+	offLoopback := !isLoopback(hln.Addr()) || cfg.knobs.adminTLS
+	if cfg.TLS != nil && offLoopback {
 		n.addrs.HTTP = "https://" + n.addrs.HTTP
-	} else if !loopback {
+	} else if offLoopback {
 		n.log.Warn("INSECURE: the admin HTTP is served in plain text off loopback", "http", n.addrs.HTTP)
 	}
 
@@ -217,9 +222,9 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.metrics = newMetrics(n)
 	n.timeline = newTimelines(TimelineSamplesMax, TimelineRejoinsMax)
 
-	srv := &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
-	n.goRun(func() { _ = srv.Serve(hln) })
+	srv, aln := n.adminServer(hln, offLoopback)
+	srv.ErrorLog = slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)
+	n.goRun(func() { _ = srv.Serve(aln) })
 	n.goRun(func() { n.accept(ln) })
 	for _, r := range n.hosted() {
 		n.goRun(r.loop)

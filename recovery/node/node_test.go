@@ -470,7 +470,7 @@ func waitWritable(t *testing.T, c *rawClient, parts uint32) {
 // fault posts to a node's fault endpoint.
 func fault(t *testing.T, addrs Addrs, path string) {
 	t.Helper()
-	resp, err := http.Post("http://"+addrs.HTTP+path, "text/plain", nil)
+	resp, err := adminClient(t, certs.ClientID(certs.AdminName)).Post("https://"+addrs.HTTP+path, "text/plain", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +578,7 @@ func TestCutLinkResumes(t *testing.T) {
 		}
 	}
 	// And its profiles are there to be read.
-	resp, err = http.Get("http://" + c.nodes[1].addrs.HTTP + "/debug/pprof/goroutine?debug=1")
+	resp, err = adminClient(t, certs.ClientID(certs.AdminName)).Get("https://" + c.nodes[1].addrs.HTTP + "/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		t.Fatal(err)
 	}

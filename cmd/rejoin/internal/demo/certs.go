@@ -19,10 +19,10 @@ const ClientName = "demo"
 // one a working day or so.
 const certsLifetime = 7 * 24 * time.Hour
 
-// EnsureCerts makes dir's cluster CA, the certificates of nodes 1..nodes
-// and of the demo's client, and etcd's server certificate, those not
-// there yet (a --dir reused keeps its CA), and returns the client's
-// credentials.
+// EnsureCerts makes dir's cluster CA, the certificates of nodes 1..nodes,
+// of the demo's client and of the admin identity (certs.AdminName, for
+// the fault points), and etcd's server certificate, those not there yet
+// (a --dir reused keeps its CA), and returns the client's credentials.
 func EnsureCerts(dir string, nodes int) (*certs.TLS, error) {
 	if _, err := os.Stat(filepath.Join(dir, certs.CACertFile)); errors.Is(err, fs.ErrNotExist) {
 		if _, err := certs.CreateCA(dir, certsLifetime); err != nil {
@@ -31,7 +31,7 @@ func EnsureCerts(dir string, nodes int) (*certs.TLS, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	ids := []certs.Identity{certs.ClientID(ClientName)}
+	ids := []certs.Identity{certs.ClientID(ClientName), certs.ClientID(certs.AdminName)}
 	for id := 1; id <= nodes; id++ {
 		ids = append(ids, certs.NodeID(id))
 	}

@@ -273,6 +273,11 @@ type run struct {
 	// credentials; both empty with Insecure.
 	certsDir string
 	tls      *certs.TLS
+	// admin posts the fault points: over TLS with the admin identity's
+	// certificate (certs.AdminName), which the nodes require of them;
+	// plain HTTP with Insecure.
+	admin       *http.Client
+	adminScheme string
 	// seen attempts of rejoins into restarted nodes.
 	attempts map[string]bool
 	// restarted: node ids killed and restarted.
@@ -325,6 +330,14 @@ func runWith(ctx context.Context, cfg Config, out io.Writer, name string, print 
 			return r.sum, err
 		}
 		r.sum.TLS = true
+		admin, err := certs.Load(r.certsDir, certs.ClientID(certs.AdminName))
+		if err != nil {
+			return r.sum, err
+		}
+		r.admin, r.adminScheme = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: admin.DialConfig("")}}, "https://"
+		defer r.admin.CloseIdleConnections()
+	} else {
+		r.admin, r.adminScheme = r.hc, "http://"
 	}
 
 	var cli *clientv3.Client
@@ -860,11 +873,11 @@ func (r *run) post(ctx context.Context, addr, path string, q url.Values) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path+"?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.adminScheme+addr+path+"?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
-	resp, err := r.hc.Do(req)
+	resp, err := r.admin.Do(req)
 	if err != nil {
 		return err
 	}
