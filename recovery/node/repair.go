@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -192,8 +193,9 @@ func (n *Node) repairFrom(ctx context.Context, r *replica, in txnid.Initiator, i
 // repairTimeout bounds one peer's repair answer.
 const repairTimeout = 5 * time.Second
 
-// serveRepair answers a peer's repair requests on one connection.
-func (n *Node) serveRepair(c *stream.Conn) {
+// serveRepair answers the repair requests of peer (the hello's node,
+// which authorize checked against the certificate) on one connection.
+func (n *Node) serveRepair(c *stream.Conn, peer string) {
 	for {
 		m, err := c.Recv()
 		if err != nil {
@@ -204,7 +206,7 @@ func (n *Node) serveRepair(c *stream.Conn) {
 			return
 		}
 		end := &wire.RepairEnd{Partition: req.Partition, Initiator: req.Initiator}
-		txns, last, err := n.repairAnswer(req)
+		txns, last, err := n.repairAnswer(req, peer)
 		if err != nil {
 			end.Err = wire.ErrText(err)
 		}
@@ -226,10 +228,16 @@ func (n *Node) serveRepair(c *stream.Conn) {
 // incarnation has ended (so what it holds of it is final). A feed of a
 // newer incarnation may be open meanwhile: its txns are not part of the
 // answer.
-func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID, error) {
+func (n *Node) repairAnswer(req *wire.Repair, peer string) ([]partition.Invocation, txnid.ID, error) {
 	r := n.hosted()[req.Partition]
 	if r == nil {
 		return nil, 0, fmt.Errorf("no replica of partition %d here", req.Partition)
+	}
+	// A replica's txns go only to another holder of the partition: a
+	// repair is how replicas of one partition agree on a dead initiator's
+	// tail, not a way for any node to read a partition.
+	if !slices.ContainsFunc(n.members.view().placement[req.Partition], func(rp replicaPlace) bool { return rp.node == peer }) {
+		return nil, 0, fmt.Errorf("%s holds no replica of partition %d", peer, req.Partition)
 	}
 	in := txnid.Initiator(req.Initiator)
 	if d := n.cfg.knobs.repairDelay; d > 0 {
