@@ -146,6 +146,19 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 			err = cerr
 		}
 	}()
+	// Before anything of this start reaches etcd (the incarnation, the
+	// replica states): a live process of this id would be superseded.
+	if !cfg.ReplaceRunning {
+		wctx, cancel := context.WithTimeout(ctx, cfg.EtcdTimeout+supervise.NodeTTLMax)
+		err := supervise.WaitNotRunning(wctx, cli, n.id, report.LastStart)
+		cancel()
+		if errors.Is(err, supervise.ErrProcessRunning) {
+			return fmt.Errorf("node: %w; a second process with its id would take its place and it would stop: stop it first, or start this one with --replace-running to replace it", err)
+		}
+		if err != nil {
+			return n.stepErr(ctx, "check that no process of this node runs", err)
+		}
+	}
 	if err := n.startStep(ctx, "read the placement", func(ctx context.Context) error { return n.hostReplicas(ctx, report) }); err != nil {
 		return err
 	}
