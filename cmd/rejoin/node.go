@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -111,6 +112,11 @@ func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 		return cfg, err
 	}
 	cfg.Log = log
+	if f.certsDir != "" {
+		if _, err := os.Stat(filepath.Join(f.certsDir, certs.CAKeyFile)); err == nil {
+			log.Warn("the CA's key is in --certs-dir, which every node is given: whoever holds one node can then mint any identity; move it out (rejoin cert --ca-dir, default "+certs.CADir(f.certsDir)+")", "file", filepath.Join(f.certsDir, certs.CAKeyFile))
+		}
+	}
 	// Test-only: rejoin chaos --plant hands its nodes the planted fault.
 	cfg.PlantDropKey = os.Getenv(chaos.PlantEnv)
 	return cfg, nil

@@ -31,13 +31,16 @@
 //
 // # Files
 //
-// A certificates directory holds ca.crt (every holder needs it), ca.key
-// (only where certificates are issued), node.n<N>.crt and .key, and
-// client.<name>.crt and .key, and for an etcd the cluster runs itself
-// (`rejoin etcd --certs-dir`, the demo's) etcd.crt and .key: a server
-// certificate naming etcd's host, with no rejoin identity, so no node
-// accepts it as a peer. Keys are written 0600, and nothing is
-// overwritten. `rejoin cert` writes them; Load reads them back.
+// A certificates directory holds ca.crt (every holder needs it),
+// node.n<N>.crt and .key, and client.<name>.crt and .key, and for an etcd
+// the cluster runs itself (`rejoin etcd --certs-dir`, the demo's) etcd.crt
+// and .key: a server certificate naming etcd's host, with no rejoin
+// identity, so no node accepts it as a peer. The CA's key, ca.key, is kept
+// apart (CADir: <dir>-ca beside it, or `rejoin cert --ca-dir`): every node
+// is given the certificates directory, and one node holding the CA's key
+// could mint any identity. Keys are written 0600, every file and its
+// directory synced before a call returns, and nothing is overwritten.
+// `rejoin cert` writes them; Load reads them back.
 //
 // A node or client certificate is also an etcd client certificate
 // (EtcdClientConfig): an etcd that requires client certificates from the
