@@ -232,7 +232,10 @@ func TestRejoinNeedsClaimAndCertificate(t *testing.T) {
 		{3, "n3", e, `the claim on task`},      // a valid node, no claim
 		{1, "n1", e + 1, `the claim on task`},  // the holder, another epoch
 		{3, "n1", e, `certificate is node:n3`}, // the holder's name, n3's certificate
-		{1, "n1", e, "is live"},                // the holder: past both checks
+		// The holder, but a claim no assignment gave it (issue 24, point
+		// 3): any node may write claims in etcd, so the claim alone does
+		// not authorise it.
+		{1, "n1", e, "the supervisor assigned it to nobody"},
 	} {
 		if err := try(tc.cert, tc.node, tc.epoch); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("certificate n%d, hello %s at %d (claim n1's at %d): %v, want %q", tc.cert, tc.node, tc.epoch, e, err, tc.want)
