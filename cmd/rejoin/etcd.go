@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,10 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
 const etcdUsage = `usage: rejoin etcd --data DIR [--port PORT] [--certs-dir DIR]
@@ -72,6 +75,11 @@ func runEtcd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer e.Stop()
+	if opts.TLS != nil && !e.AuthEnabled() {
+		if err := setupLocalAccess(ctx, e); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(stdout, demo.EtcdReadyPrefix+strings.Join(e.Endpoints(), ","))
 	<-ctx.Done()
 	return nil
@@ -89,4 +97,27 @@ func embeddedTLS(dir string) (*claim.EmbeddedTLS, error) {
 		}
 	}
 	return t, nil
+}
+
+// localAccessTimeout bounds the setup of a new etcd's authentication.
+const localAccessTimeout = 30 * time.Second
+
+// setupLocalAccess turns on etcd's authentication of a new embedded etcd
+// (docs/DESIGN.md "Who may write etcd"): the roles, the admin
+// (client:root, etcd's root role), and no node or client user yet, which
+// the admin adds (init, replace, access). It runs in this process, before
+// any client may connect as anyone: until it is on, every certificate of
+// the CA may do anything.
+func setupLocalAccess(ctx context.Context, e *claim.Embedded) error {
+	ctx, cancel := context.WithTimeout(ctx, localAccessTimeout)
+	defer cancel()
+	lc := e.LocalClient()
+	if lc == nil {
+		return errors.New("rejoin etcd: stopped before its access was set up")
+	}
+	defer lc.Close()
+	if err := supervise.SetupAccess(ctx, lc, supervise.Access{Enable: true}); err != nil {
+		return fmt.Errorf("rejoin etcd: set up etcd's roles: %w", err)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -302,6 +303,11 @@ func (n *Node) startStep(ctx context.Context, what string, step func(context.Con
 func (n *Node) stepErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("node: %s: etcd at %s did not answer within %s (--etcd-timeout): %w", what, strings.Join(n.cfg.Etcd, ","), n.cfg.EtcdTimeout, err)
+	}
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserNotFound) {
+		// etcd says no more than that; what to do is ours to say.
+		return fmt.Errorf("node: %s: %w: under etcd's authentication this node's certificate is etcd user %s, which needs the node role: an admin gives it with `rejoin access --node %d` (docs/DESIGN.md \"Who may write etcd\")",
+			what, err, supervise.NodeUser(n.id), n.cfg.ID)
 	}
 	return fmt.Errorf("node: %s: %w", what, err)
 }
