@@ -84,6 +84,13 @@ func TestEtcdRolesEndToEnd(t *testing.T) {
 	_, err = scraper.Delete(ctx, supervise.NodeKey("n1"))
 	denied("a reader deletes n1's registration", err)
 	w.run(append([]string{"status", "--client", "scraper"}, e...)...)
+	// An admin's command with a reader's certificate says whose it is.
+	var errOut strings.Builder
+	c := exec.CommandContext(ctx, bin, append([]string{"replace", "--dead", "n3", "--with", "n4", "--wait", "0", "--client", "scraper"}, e...)...)
+	c.Stderr = &errOut
+	if err := c.Run(); err == nil || !strings.Contains(errOut.String(), "etcd user client:scraper") {
+		t.Errorf("replace as a reader: %v, stderr %q; want a refusal naming the user", err, errOut.String())
+	}
 	if out := w.run(append([]string{"get"}, append(e, "hello")...)...); strings.TrimSpace(out) != "world" {
 		t.Fatalf("get: %q", out)
 	}
@@ -91,7 +98,7 @@ func TestEtcdRolesEndToEnd(t *testing.T) {
 	// n3 was never given its etcd user.
 	nctx, ncancel := context.WithTimeout(ctx, 30*time.Second)
 	defer ncancel()
-	c := exec.CommandContext(nctx, bin, append([]string{"node", "--id", "3", "--data", filepath.Join(w.dir, "n3")}, e...)...)
+	c = exec.CommandContext(nctx, bin, append([]string{"node", "--id", "3", "--data", filepath.Join(w.dir, "n3")}, e...)...)
 	out, err := c.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "rejoin access --node 3") {
 		t.Fatalf("n3 without an etcd user: %v\n%s", err, out)
