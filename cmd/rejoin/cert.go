@@ -22,7 +22,9 @@ Writes a cluster's certificates (ECDSA P-256, for TLS 1.3):
   create-node N       DIR/node.n<N>.crt and .key: node n<N>, which may feed
                       as initiator N and rejoin and repair as n<N>
   create-client NAME  DIR/client.<NAME>.crt and .key: a client, which may
-                      only call procedures
+                      only call procedures; 'root' is the cluster's admin
+                      under etcd's authentication (init, replace, drain,
+                      rebalance, undo-move, access)
   create-etcd         DIR/etcd.crt and .key: the server certificate of
                       'rejoin etcd --certs-dir DIR' (for --host), which
                       then requires a node's or client's certificate of

@@ -28,7 +28,10 @@ cluster's etcd (--port 2379, etcd's own default). With --certs-dir it
 serves https only and requires a client certificate from that
 directory's CA (a node's or a client's), with its server certificate
 etcd.crt and etcd.key from there ('rejoin cert create-etcd' writes
-them); every command given --certs-dir and an https:// --etcd then uses
+them), and at its first start turns on etcd's authentication with the
+cluster's roles: a certificate is then the etcd user of its CommonName,
+the admin (client root) may do anything, and the admin gives nodes and
+readers their users ('rejoin init', 'replace', 'access'); every command given --certs-dir and an https:// --etcd then uses
 that directory's ca.crt and its own certificate as etcd's client
 (--etcd-cacert, --etcd-cert and --etcd-key name others). Once serving it prints
 one line on stdout:
