@@ -15,8 +15,10 @@
 // puts names a relying party checks (RFC 6125 retired the CommonName for
 // that), Go's x509 parses them into a typed field, and a name constraint
 // on a CA can bound them. The CommonName repeats the identity as
-// "node:n3" or "client:loader" for a human reading `openssl x509 -text`;
-// nothing reads it. Extended key usage bounds the role too: a node's
+// "node:n3" or "client:loader" for a human reading `openssl x509 -text`
+// and for etcd, which under its authentication takes a client
+// certificate's CommonName as its user (docs/DESIGN.md "Who may write
+// etcd"); the nodes never read it. Extended key usage bounds the role too: a node's
 // certificate is good for both ends of a connection (server and client
 // auth), a client's only for the dialling end, so a client certificate
 // cannot serve as a node.
