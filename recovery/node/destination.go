@@ -236,7 +236,7 @@ func (n *Node) checkHolder(h *wire.Hello) error {
 	task := claim.Task{Partition: h.Partition, Dest: n.id}
 	ctx, cancel := context.WithTimeout(n.ctx, holderReadTimeout)
 	defer cancel()
-	hold, found, err := supervise.ClaimHolder(ctx, n.cli, task)
+	hold, found, a, assigned, err := supervise.HolderAndAssignment(ctx, n.cli, task)
 	switch {
 	case err != nil:
 		return err
@@ -244,11 +244,6 @@ func (n *Node) checkHolder(h *wire.Hello) error {
 		return fmt.Errorf("no claim on task %s: %s at epoch %d holds none", task, h.Node, h.Epoch)
 	case hold.Node != h.Node || hold.Epoch != h.Epoch:
 		return fmt.Errorf("the claim on task %s is %q's at epoch %d, not %q's at %d", task, hold.Node, hold.Epoch, h.Node, h.Epoch)
-	}
-	a, assigned, err := supervise.GetAssignment(ctx, n.cli, task)
-	switch {
-	case err != nil:
-		return err
 	case !assigned:
 		return fmt.Errorf("the claim on task %s is %s's at epoch %d, but the supervisor assigned it to nobody: a claim outside the assignment", task, h.Node, h.Epoch)
 	case a.Source != h.Node:
