@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -15,11 +16,15 @@ import (
 const certUsage = `usage: rejoin cert <create-ca | create-node N | create-client NAME | create-etcd> --certs-dir DIR [flags]
 
 Writes a cluster's certificates (ECDSA P-256, for TLS 1.3):
-  create-ca           DIR/ca.crt and DIR/ca.key: the cluster CA
+  create-ca           DIR/ca.crt and CADIR/ca.key: the cluster CA; its key
+                      goes to --ca-dir (default DIR-ca, beside DIR),
+                      never into DIR, which every node is given
   create-node N       DIR/node.n<N>.crt and .key: node n<N>, which may feed
                       as initiator N and rejoin and repair as n<N>
   create-client NAME  DIR/client.<NAME>.crt and .key: a client, which may
-                      only call procedures
+                      only call procedures; 'root' is the cluster's admin
+                      under etcd's authentication (init, replace, drain,
+                      rebalance, undo-move, access)
   create-etcd         DIR/etcd.crt and .key: the server certificate of
                       'rejoin etcd --certs-dir DIR' (for --host), which
                       then requires a node's or client's certificate of
@@ -27,8 +32,9 @@ Writes a cluster's certificates (ECDSA P-256, for TLS 1.3):
                       and an https:// --etcd uses DIR's ca.crt and its
                       own certificate there (or --etcd-cacert,
                       --etcd-cert, --etcd-key)
-create-node, create-client and create-etcd need DIR/ca.key. Nothing is overwritten.
-Every node and client needs DIR/ca.crt and its own pair; keep ca.key where
+create-node, create-client and create-etcd need CADIR/ca.key. Nothing is
+overwritten; every file is synced to disk before the command returns.
+Every node and client needs DIR/ca.crt and its own pair; keep CADIR where
 certificates are issued, not on the nodes.
 
 flags:
@@ -37,6 +43,7 @@ flags:
 func runCert(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cert", stderr)
 	dir := fs.String("certs-dir", "", "certificates `directory` (made if missing)")
+	caDir := fs.String("ca-dir", "", "`directory` of the CA's key, ca.key (default: the certificates directory's name with -ca, beside it); never the certificates directory, which every node is given")
 	lifetime := fs.Duration("lifetime", 0, "validity from now (0: 87600h for a CA, 17520h for a node or client)")
 	hosts := fs.String("host", "localhost,127.0.0.1,::1", "create-node, create-etcd: comma-separated DNS names and IPs for clients that check a host name (the admin HTTP, etcd's clients); the node protocol checks the identity instead")
 	fs.Usage = func() {
@@ -77,6 +84,9 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "rejoin cert: --lifetime %s: want > 0\n", *lifetime)
 		return errUsage
 	}
+	if *caDir == "" {
+		*caDir = certs.CADir(*dir)
+	}
 	var o certs.IssueOptions
 	if *lifetime > 0 {
 		o.NotAfter = time.Now().Add(*lifetime)
@@ -88,11 +98,12 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 		if lt == 0 {
 			lt = certs.CALifetimeDefault
 		}
-		ca, err := certs.CreateCA(*dir, lt)
+		ca, err := certs.CreateCAAt(*dir, *caDir, lt)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "wrote %s/%s and %s/%s (CA valid until %s)\n", *dir, certs.CACertFile, *dir, certs.CAKeyFile, ca.Cert.NotAfter.UTC().Format(time.DateOnly))
+		fmt.Fprintf(stdout, "wrote %s and %s (CA valid until %s); give the nodes %s, keep %s where certificates are issued\n",
+			filepath.Join(*dir, certs.CACertFile), filepath.Join(*caDir, certs.CAKeyFile), ca.Cert.NotAfter.UTC().Format(time.DateOnly), *dir, *caDir)
 		return nil
 	case "create-node":
 		n, err := strconv.Atoi(name)
@@ -106,7 +117,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 		id = certs.ClientID(name)
 	case "create-etcd":
 		o.Hosts = splitEndpoints(*hosts)
-		cf, kf, err := certs.CreateEtcd(*dir, o)
+		cf, kf, err := certs.CreateEtcdAt(*dir, *caDir, o)
 		if err != nil {
 			return err
 		}
@@ -120,7 +131,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "rejoin cert: %v\n", err)
 		return errUsage
 	}
-	cf, kf, err := certs.Create(*dir, id, o)
+	cf, kf, err := certs.CreateAt(*dir, *caDir, id, o)
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,61 @@ func TestCertCommands(t *testing.T) {
 	}
 }
 
+// TestCertCAKeyKeptApart (issue 24, point 7): `rejoin cert create-ca`
+// writes the CA's key outside the directory the nodes are given, which
+// holds ca.crt only; the certificates are issued with the key from there
+// (--ca-dir, default <certs-dir>-ca), and a node's directory holds no key
+// but its own.
+func TestCertCAKeyKeptApart(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "certs")
+	for _, args := range [][]string{
+		{"cert", "create-ca", "--certs-dir", dir},
+		{"cert", "create-node", "1", "--certs-dir", dir},
+		{"cert", "create-client", "root", "--certs-dir", dir},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Fatalf("run(%q) = %d: %s", args, code, errOut.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ca.key")); err == nil {
+		t.Fatalf("create-ca wrote ca.key into %s, the directory every node is given", dir)
+	}
+	key := filepath.Join(root, "certs-ca", "ca.key")
+	st, err := os.Stat(key)
+	if err != nil {
+		t.Fatalf("the CA's key: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("%s mode %v, want 0600", key, st.Mode().Perm())
+	}
+	if st, err := os.Stat(filepath.Dir(key)); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("the CA key's directory: %v %v, want mode 0700", st, err)
+	}
+	if _, err := certs.Load(dir, certs.NodeID(1)); err != nil {
+		t.Fatal(err)
+	}
+	// Another place for the key, given to every command that issues.
+	other, elsewhere := filepath.Join(root, "c2"), filepath.Join(root, "vault")
+	for _, args := range [][]string{
+		{"cert", "create-ca", "--certs-dir", other, "--ca-dir", elsewhere},
+		{"cert", "create-node", "2", "--certs-dir", other, "--ca-dir", elsewhere},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Fatalf("run(%q) = %d: %s", args, code, errOut.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "ca.key")); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"cert", "create-node", "3", "--certs-dir", other}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "--ca-dir") {
+		t.Fatalf("create-node without the key's directory: %d %q, want an error naming --ca-dir", code, errOut.String())
+	}
+}
+
 // TestEtcdFlags: the etcd TLS and auth flags make the client's config.
 func TestEtcdFlags(t *testing.T) {
 	dir := t.TempDir()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,10 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
 const etcdUsage = `usage: rejoin etcd --data DIR [--port PORT] [--certs-dir DIR]
@@ -25,7 +28,10 @@ cluster's etcd (--port 2379, etcd's own default). With --certs-dir it
 serves https only and requires a client certificate from that
 directory's CA (a node's or a client's), with its server certificate
 etcd.crt and etcd.key from there ('rejoin cert create-etcd' writes
-them); every command given --certs-dir and an https:// --etcd then uses
+them), and at its first start turns on etcd's authentication with the
+cluster's roles: a certificate is then the etcd user of its CommonName,
+the admin (client root) may do anything, and the admin gives nodes and
+readers their users ('rejoin init', 'replace', 'access'); every command given --certs-dir and an https:// --etcd then uses
 that directory's ca.crt and its own certificate as etcd's client
 (--etcd-cacert, --etcd-cert and --etcd-key name others). Once serving it prints
 one line on stdout:
@@ -72,6 +78,11 @@ func runEtcd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer e.Stop()
+	if opts.TLS != nil && !e.AuthEnabled() {
+		if err := setupLocalAccess(ctx, e); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(stdout, demo.EtcdReadyPrefix+strings.Join(e.Endpoints(), ","))
 	<-ctx.Done()
 	return nil
@@ -89,4 +100,27 @@ func embeddedTLS(dir string) (*claim.EmbeddedTLS, error) {
 		}
 	}
 	return t, nil
+}
+
+// localAccessTimeout bounds the setup of a new etcd's authentication.
+const localAccessTimeout = 30 * time.Second
+
+// setupLocalAccess turns on etcd's authentication of a new embedded etcd
+// (docs/DESIGN.md "Who may write etcd"): the roles, the admin
+// (client:root, etcd's root role), and no node or client user yet, which
+// the admin adds (init, replace, access). It runs in this process, before
+// any client may connect as anyone: until it is on, every certificate of
+// the CA may do anything.
+func setupLocalAccess(ctx context.Context, e *claim.Embedded) error {
+	ctx, cancel := context.WithTimeout(ctx, localAccessTimeout)
+	defer cancel()
+	lc := e.LocalClient()
+	if lc == nil {
+		return errors.New("rejoin etcd: stopped before its access was set up")
+	}
+	defer lc.Close()
+	if err := supervise.SetupAccess(ctx, lc, supervise.Access{Enable: true}); err != nil {
+		return fmt.Errorf("rejoin etcd: set up etcd's roles: %w", err)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -181,6 +182,14 @@ const probeTimeout = time.Second
 // etcd's client retries a refused handshake until its deadline and then
 // says only that, so the cause is found by a handshake of our own.
 func (f *etcdFlags) explain(err error) error {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserNotFound) {
+		// etcd names neither the user nor what would do.
+		who := "this command's etcd user"
+		if f.certsDir != nil && *f.certsDir != "" && f.cert == "" && f.user == "" {
+			who = "etcd user " + f.id().String() + " (this command's certificate)"
+		}
+		return fmt.Errorf("%w: etcd's authentication does not let %s do this: init, replace, drain, rebalance, undo-move and access are the admin's (--client root), status and verify need a reader at least (rejoin access --reader NAME)", err, who)
+	}
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}

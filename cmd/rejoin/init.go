@@ -11,6 +11,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/txnid"
 )
 
@@ -18,7 +19,10 @@ const initUsage = `usage: rejoin init --etcd ENDPOINTS [--partitions N] [--repli
 
 Creates a cluster in an existing etcd: its shape (partitions, replicas,
 tables) and the placement of every partition's replicas on the nodes,
-every replica live. Start the nodes after it ('rejoin node --id N', one
+every replica live. Where etcd's authentication is on, it gives the nodes
+of --nodes their etcd users first (as 'rejoin access' does); --etcd-auth
+sets the roles up and turns it on, the one step an etcd of your own needs
+(docs/DESIGN.md "Who may write etcd"). Start the nodes after it ('rejoin node --id N', one
 per node of --nodes); a node started before waits for it. Fails if etcd
 already holds a cluster. An init that was interrupted is run again as it
 was: it takes over what the first one left.
@@ -135,6 +139,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	nodesFlag := fs.String("nodes", "3", "the nodes: a `count` (n1..nN) or a comma-separated list of node ids")
 	var tables tableFlags
 	fs.Var(&tables, "table", "a table, `NAME(COLUMN TYPE [key], ...)`; repeatable (default kv(k bytes key, v bytes))")
+	etcdAuth := fs.Bool("etcd-auth", false, "set up etcd's roles and the users of the admin (client root) and of the nodes of --nodes, and turn etcd's authentication on (an etcd of your own that requires client certificates, --client-cert-auth: etcd then takes a certificate's CommonName as its user); run before auth is on, or as etcd's root")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of the whole init")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, initUsage)
@@ -165,6 +170,15 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	}
 	defer done()
 	start := time.Now()
+	// The nodes' etcd users first: with auth on, a node without one cannot
+	// register (the cluster's own etcd, rejoin etcd, has it on already).
+	on, err := supervise.AuthEnabled(ctx, cli)
+	if err == nil && (on || *etcdAuth) {
+		err = supervise.SetupAccess(ctx, cli, supervise.Access{Nodes: nodes, Enable: *etcdAuth})
+	}
+	if err != nil {
+		return etcd.explain(etcdErr(ctx, etcd.endpoints, *timeout, err))
+	}
 	if err := layout.Init(ctx, cli, cfg, nodes); err != nil {
 		if errors.Is(err, layout.ErrConfig) {
 			fmt.Fprintf(stderr, "rejoin init: %v\n", err)

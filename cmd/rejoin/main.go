@@ -23,6 +23,7 @@ var commands = []command{
 	{"replace", "move a dead node's replicas onto a new node, which rebuilds them by rejoins", runReplace},
 	{"drain", "move every replica off a running node, one rejoin at a time, before removing it", runDrain},
 	{"rebalance", "move replicas onto the running nodes that hold fewest, e.g. one just added", runRebalance},
+	{"access", "give node and client certificates their etcd users (etcd's authentication)", runAccess},
 	{"undo-move", "take back a move of drain or rebalance whose new replica is still being rebuilt", runUndoMove},
 	{"put", "write a value under a key", runPut},
 	{"get", "print the value under a key", runGet},

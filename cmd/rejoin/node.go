@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -32,8 +33,10 @@ again when etcd answers. Every connection is mutual TLS with the
 certificates of --certs-dir (rejoin cert makes them), and so is etcd's
 when --etcd is https:// (its ca.crt and the node's certificate, unless
 --etcd-cacert, --etcd-cert and --etcd-key name others); --insecure runs
-without, open to anyone who reaches the port. Logs go to stderr. SIGINT or SIGTERM stop it
-cleanly.
+without, open to anyone who reaches the port. A node refuses to start
+while a live process of its id is registered (another data directory, a
+typo of --id), unless given --replace-running. Logs go to stderr. SIGINT
+or SIGTERM stop it cleanly.
 
 flags:
 `
@@ -75,6 +78,7 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory`: ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names; for an https:// --etcd they are the etcd client's CA and certificate too")
 	f.etcd.useCertsDir(&f.certsDir, func() certs.Identity { return certs.NodeID(f.cfg.ID) })
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "run without TLS: anyone who reaches the node's port may call procedures, open feeds and rejoin streams; for trusted networks and tests only")
+	fs.BoolVar(&f.cfg.ReplaceRunning, "replace-running", false, "start even if a live process of this node id is registered in etcd; that process then stops, superseded (without it the node refuses to start)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return f
@@ -112,6 +116,11 @@ func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 		return cfg, err
 	}
 	cfg.Log = log
+	if f.certsDir != "" {
+		if _, err := os.Stat(filepath.Join(f.certsDir, certs.CAKeyFile)); err == nil {
+			log.Warn("the CA's key is in --certs-dir, which every node is given: whoever holds one node can then mint any identity; move it out (rejoin cert --ca-dir, default "+certs.CADir(f.certsDir)+")", "file", filepath.Join(f.certsDir, certs.CAKeyFile))
+		}
+	}
 	// Test-only: rejoin chaos --plant hands its nodes the planted fault.
 	cfg.PlantDropKey = os.Getenv(chaos.PlantEnv)
 	return cfg, nil

@@ -83,6 +83,15 @@ func runReplace(args []string, stdout, stderr io.Writer) error {
 	if err := waitUnregistered(ctx, cli, dead, *wait, stdout); err != nil {
 		return etcd.explain(etcdErr(ctx, etcd.endpoints, *wait+*timeout, err))
 	}
+	// The new node's etcd user, so that it may register: under etcd's
+	// authentication a node's certificate has no other way in.
+	on, err := supervise.AuthEnabled(ctx, cli)
+	if err == nil && on {
+		err = supervise.SetupAccess(ctx, cli, supervise.Access{Nodes: []string{with}})
+	}
+	if err != nil {
+		return etcd.explain(etcdErr(ctx, etcd.endpoints, *wait+*timeout, err))
+	}
 	moved, err := supervise.Replace(ctx, cli, dead, with)
 	if len(moved) > 0 {
 		fmt.Fprintf(stdout, "moved %d replicas of %s to %s: partitions %s\n", len(moved), dead, with, partitionList(moved))

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -163,6 +164,27 @@ func (e *Embedded) Client() (*clientv3.Client, error) {
 		cfg.TLS = e.opts.TLS.Client
 	}
 	return clientv3.New(cfg)
+}
+
+// LocalClient returns a client of the server within this process, not
+// over its port: it presents no certificate, so once etcd's
+// authentication is on it may do nothing; before, anything. It is how
+// the server's own process sets up authentication (roles, users) before
+// turning it on. The caller closes it; nil while stopped.
+func (e *Embedded) LocalClient() *clientv3.Client {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.etcd == nil {
+		return nil
+	}
+	return v3client.New(e.etcd.Server)
+}
+
+// AuthEnabled reports whether the server enforces its authentication.
+func (e *Embedded) AuthEnabled() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.etcd != nil && e.etcd.Server.AuthStore().IsAuthEnabled()
 }
 
 // loopbackClientConfig is a client of a server on this machine: it

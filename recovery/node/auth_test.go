@@ -16,6 +16,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -231,10 +232,99 @@ func TestRejoinNeedsClaimAndCertificate(t *testing.T) {
 		{3, "n3", e, `the claim on task`},      // a valid node, no claim
 		{1, "n1", e + 1, `the claim on task`},  // the holder, another epoch
 		{3, "n1", e, `certificate is node:n3`}, // the holder's name, n3's certificate
-		{1, "n1", e, "is live"},                // the holder: past both checks
+		// The holder, but a claim no assignment gave it (issue 24, point
+		// 3): any node may write claims in etcd, so the claim alone does
+		// not authorise it.
+		{1, "n1", e, "the supervisor assigned it to nobody"},
 	} {
 		if err := try(tc.cert, tc.node, tc.epoch); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("certificate n%d, hello %s at %d (claim n1's at %d): %v, want %q", tc.cert, tc.node, tc.epoch, e, err, tc.want)
+		}
+	}
+}
+
+// TestFeedTxnOfAnotherInitiatorRefused (issue 24, point 4): a feed is
+// authorised as one initiator by its certificate, and so is every txn on
+// it, not only its heartbeats: n3's feed carrying a txn ID of initiator 1
+// is closed, and the txn reaches no replica.
+func TestFeedTxnOfAnotherInitiatorRefused(t *testing.T) {
+	c := newClusterStarting(t, 3, 1, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	var logs syncBuffer
+	a := c.startCfg(2, func(cfg *Config) {
+		cfg.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn := dialAs(t, ctx, a.TCP, certs.NodeID(3), NodeName(2))
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: "n3", Initiator: 3, Epoch: 1}, NodeName(2)); err != nil {
+		t.Fatal(err)
+	}
+	forged := txnid.Make(time.Now().UnixMilli()-txnid.EpochUnixMillis, 1, 1)
+	if err := conn.Send(ctx, &wire.Txn{Partition: 0, ID: forged, Proc: "upsert"}); err != nil {
+		t.Fatal(err)
+	}
+	// The node closes the feed: Recv ends (after the floor it sent).
+	for {
+		if _, err := conn.Recv(); err != nil {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the feed carrying initiator 1's txn was not closed")
+	}
+	want := "txn " + forged.String() + " of initiator 1 on the feed of initiator 3"
+	waitUntil(t, 5*time.Second, "the node logs why it ended the feed", func() bool { return strings.Contains(logs.String(), want) })
+	upsert(t, cl, 1, 1)
+	checkDigests(t, cl, 1, 2)
+}
+
+// TestRepairNeedsReplica (issue 24, point 4): a repair stream gives a
+// replica's txns only to a node the placement gives a replica of that
+// partition.
+func TestRepairNeedsReplica(t *testing.T) {
+	c := newClusterStarting(t, 3, 2, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	place, err := supervise.Place([]string{"n1", "n2", "n3"}, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := place[0]; len(got) != 2 || got[0] == "n3" || got[1] == "n3" {
+		t.Fatalf("partition 0 placed on %v; the test needs n3 without it", got)
+	}
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	upsert(t, cl, 1, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn := dialAs(t, ctx, c.nodes[2].addrs.TCP, certs.NodeID(3), NodeName(2))
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloRepair, Node: "n3"}, NodeName(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Send(ctx, &wire.Repair{Partition: 0, Initiator: 9, Incarnation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := conn.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *wire.Txn:
+			t.Fatalf("n3, which holds no replica of partition 0, was given its txn %v", m.ID)
+		case *wire.RepairEnd:
+			if want := "n3 holds no replica of partition 0"; !strings.Contains(m.Err, want) {
+				t.Fatalf("repair answered %q, want an error with %q", m.Err, want)
+			}
+			return
+		default:
+			t.Fatalf("unexpected %v", m.Type())
 		}
 	}
 }

@@ -137,6 +137,11 @@ type Config struct {
 	// Insecure runs the node without TLS: anyone who reaches its port may
 	// do anything. It is said loudly in the log and in /status.
 	Insecure bool
+	// ReplaceRunning lets this process take over from a live process of
+	// the same id registered in etcd (`--replace-running`): without it the
+	// node refuses to start, since the other process, superseded, would
+	// stop.
+	ReplaceRunning bool
 	// FaultPoints serves POST /fault/{hold,release,cut-link,pause-executor}
 	// on the admin HTTP (the demo and the tests); Pprof serves
 	// /debug/pprof/. Neither is routed otherwise (404).

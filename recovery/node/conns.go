@@ -545,7 +545,7 @@ func (n *Node) serve(c *stream.Conn, p peer, authed func() bool) {
 		if err := c.Send(n.ctx, &wire.Hello{Kind: h.Kind, Node: n.id}); err != nil {
 			return
 		}
-		n.serveRepair(c)
+		n.serveRepair(c, h.Node)
 	default:
 		refuse("unknown hello kind %d", h.Kind)
 	}

@@ -225,14 +225,18 @@ const holderReadTimeout = 2 * time.Second
 // checkHolder checks a rejoin hello against etcd: the dialer says it is
 // node h.Node working the attempt of epoch h.Epoch on this node's replica
 // of h.Partition, so the task's claim must stand, at that epoch, held by
-// that node (supervise.ExecutorID names it). A process that took a dead
-// node's address, or an executor whose claim is gone, is refused before
-// the replica hears of it.
+// that node (supervise.ExecutorID names it), and the task's assignment
+// must name that node its source. A process that took a dead node's
+// address, or an executor whose claim is gone, is refused before the
+// replica hears of it; so is a claim a node wrote for itself: every node
+// may write claims (it works the tasks assigned to it), and an executor
+// claims only what the supervisor assigned it, whose reassignments delete
+// the claim they replace.
 func (n *Node) checkHolder(h *wire.Hello) error {
 	task := claim.Task{Partition: h.Partition, Dest: n.id}
 	ctx, cancel := context.WithTimeout(n.ctx, holderReadTimeout)
 	defer cancel()
-	hold, found, err := supervise.ClaimHolder(ctx, n.cli, task)
+	hold, found, a, assigned, err := supervise.HolderAndAssignment(ctx, n.cli, task)
 	switch {
 	case err != nil:
 		return err
@@ -240,6 +244,10 @@ func (n *Node) checkHolder(h *wire.Hello) error {
 		return fmt.Errorf("no claim on task %s: %s at epoch %d holds none", task, h.Node, h.Epoch)
 	case hold.Node != h.Node || hold.Epoch != h.Epoch:
 		return fmt.Errorf("the claim on task %s is %q's at epoch %d, not %q's at %d", task, hold.Node, hold.Epoch, h.Node, h.Epoch)
+	case !assigned:
+		return fmt.Errorf("the claim on task %s is %s's at epoch %d, but the supervisor assigned it to nobody: a claim outside the assignment", task, h.Node, h.Epoch)
+	case a.Source != h.Node:
+		return fmt.Errorf("the claim on task %s is %s's at epoch %d, but the supervisor assigned it to %s: a claim outside the assignment", task, h.Node, h.Epoch, a.Source)
 	}
 	return nil
 }

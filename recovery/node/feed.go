@@ -455,6 +455,12 @@ func (n *Node) takeFeedMsg(fi *feedIn, m wire.Message) error {
 	}
 	switch m := m.(type) {
 	case *wire.Txn:
+		// The certificate allowed the feed as one initiator only
+		// (authorize): a txn of another would be ordered, acknowledged
+		// and repaired as that initiator's.
+		if m.ID.Initiator() != fi.in {
+			return fmt.Errorf("feed: txn %v of initiator %d on the feed of initiator %d", m.ID, m.ID.Initiator(), fi.in)
+		}
 		fi.read(m.ID)
 		r := n.hosted()[m.Partition]
 		if r == nil {

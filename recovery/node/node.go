@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -147,6 +148,19 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 			err = cerr
 		}
 	}()
+	// Before anything of this start reaches etcd (the incarnation, the
+	// replica states): a live process of this id would be superseded.
+	if !cfg.ReplaceRunning {
+		wctx, cancel := context.WithTimeout(ctx, cfg.EtcdTimeout+supervise.NodeTTLMax)
+		err := supervise.WaitNotRunning(wctx, cli, n.id, report.LastStart)
+		cancel()
+		if errors.Is(err, supervise.ErrProcessRunning) {
+			return fmt.Errorf("node: %w; a second process with its id would take its place and it would stop: stop it first, or start this one with --replace-running to replace it", err)
+		}
+		if err != nil {
+			return n.stepErr(ctx, "check that no process of this node runs", err)
+		}
+	}
 	if err := n.startStep(ctx, "read the placement", func(ctx context.Context) error { return n.hostReplicas(ctx, report) }); err != nil {
 		return err
 	}
@@ -294,6 +308,11 @@ func (n *Node) startStep(ctx context.Context, what string, step func(context.Con
 func (n *Node) stepErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("node: %s: etcd at %s did not answer within %s (--etcd-timeout): %w", what, strings.Join(n.cfg.Etcd, ","), n.cfg.EtcdTimeout, err)
+	}
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserNotFound) {
+		// etcd says no more than that; what to do is ours to say.
+		return fmt.Errorf("node: %s: %w: under etcd's authentication this node's certificate is etcd user %s, which needs the node role: an admin gives it with `rejoin access --node %d` (docs/DESIGN.md \"Who may write etcd\")",
+			what, err, supervise.NodeUser(n.id), n.cfg.ID)
 	}
 	return fmt.Errorf("node: %s: %w", what, err)
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -751,4 +752,76 @@ func testEtcd(t *testing.T, timeout time.Duration) (*clientv3.Client, context.Co
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	return cli, ctx
+}
+
+// TestSecondProcessOfRunningNodeRefused (issue 24, point 6): `rejoin
+// node --id 1` with another data directory while n1 runs is refused, and
+// the error names the flag that replaces the running process; n1 runs on.
+// With the flag, the new process takes over and the old one stops,
+// superseded. A crashed process's record, left on its lease, does not
+// hold back a restart from its own data directory.
+func TestSecondProcessOfRunningNodeRefused(t *testing.T) {
+	c := newCluster(t, 1, onePartition())
+	second := func(replace bool) (chan error, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cfg := Config{ID: 1, Etcd: c.e.Endpoints(), DataDir: t.TempDir(), Log: testLog(t).With("test_node", "1b"),
+			TLS: testCreds(t, certs.NodeID(1)), ReplaceRunning: replace}
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, cfg, nil) }()
+		return done, cancel
+	}
+	done, cancel := second(false)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "is running") || !strings.Contains(err.Error(), "--replace-running") {
+			t.Fatalf("a second n1 with another data directory: %v, want a refusal naming --replace-running", err)
+		}
+	case <-time.After(30 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("a second n1 with another data directory started while n1 runs")
+	}
+	cancel()
+	if st := nodeStatus(t, c.nodes[1].addrs); st.Node != "n1" {
+		t.Fatalf("n1's status after the refusal: %+v", st)
+	}
+	select {
+	case err := <-c.nodes[1].done:
+		t.Fatalf("the running n1 stopped: %v", err)
+	default:
+	}
+
+	done, cancel = second(true)
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case err := <-c.nodes[1].done:
+		if !errors.Is(err, supervise.ErrSuperseded) {
+			t.Fatalf("n1 replaced: stopped with %v, want ErrSuperseded", err)
+		}
+		c.mu.Lock()
+		delete(c.nodes, 1)
+		c.mu.Unlock()
+	case err := <-done:
+		t.Fatalf("--replace-running: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("--replace-running did not replace the running n1")
+	}
+}
+
+// TestCrashedNodeRestartsAtOnce: a process that died without leaving
+// etcd leaves its record on its lease; the next start from the same data
+// directory replaces it without waiting for the lease (its data
+// directory's lock says that process is gone).
+func TestCrashedNodeRestartsAtOnce(t *testing.T) {
+	c := newClusterWith(t, 1, 0, onePartition(), func(c *cluster) { c.nodeTTL = time.Minute })
+	c.startCfg(1, func(cfg *Config) { cfg.knobs.crash = true })
+	c.stop(1)
+	resp, err := c.admin.Get(context.Background(), supervise.NodeKey("n1"))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the crashed n1's record: %v %v", resp, err)
+	}
+	c.start(1) // within startCfg's 15 s, well inside the minute's lease
 }

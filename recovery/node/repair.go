@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -271,8 +272,9 @@ func (n *Node) repairFrom(run *tailRun, r *replica, in txnid.Initiator, inc uint
 // repairTimeout bounds one peer's repair answer.
 const repairTimeout = 5 * time.Second
 
-// serveRepair answers a peer's repair requests on one connection.
-func (n *Node) serveRepair(c *stream.Conn) {
+// serveRepair answers the repair requests of peer (the hello's node,
+// which authorize checked against the certificate) on one connection.
+func (n *Node) serveRepair(c *stream.Conn, peer string) {
 	for {
 		m, err := c.Recv()
 		if err != nil {
@@ -283,7 +285,7 @@ func (n *Node) serveRepair(c *stream.Conn) {
 			return
 		}
 		end := &wire.RepairEnd{Partition: req.Partition, Initiator: req.Initiator}
-		txns, last, err := n.repairAnswer(req)
+		txns, last, err := n.repairAnswer(req, peer)
 		if err != nil {
 			end.Err = wire.ErrText(err)
 		}
@@ -306,8 +308,15 @@ func (n *Node) serveRepair(c *stream.Conn) {
 // hold of it is final). A feed of a newer incarnation may be open
 // meanwhile: its txns are not part of the answer. A partition not hosted
 // here has nothing of the process that will run, like a replica that
-// needs a rejoin.
-func (n *Node) repairAnswer(req *wire.Repair) ([]partition.Invocation, txnid.ID, error) {
+// needs a rejoin. Only another holder of the partition is answered, and
+// takes the process for dead here.
+func (n *Node) repairAnswer(req *wire.Repair, peer string) ([]partition.Invocation, txnid.ID, error) {
+	// A replica's txns go only to another holder of the partition: a
+	// repair is how replicas of one partition agree on a dead initiator's
+	// tail, not a way for any node to read a partition.
+	if !slices.ContainsFunc(n.members.view().placement[req.Partition], func(rp replicaPlace) bool { return rp.node == peer }) {
+		return nil, 0, fmt.Errorf("%s holds no replica of partition %d", peer, req.Partition)
+	}
 	in := txnid.Initiator(req.Initiator)
 	if d := n.cfg.knobs.repairDelay; d > 0 {
 		select {

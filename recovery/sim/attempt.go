@@ -256,7 +256,8 @@ func (w *world) startDest(a *attempt, peer string) {
 
 // onHello is the destination node taking a rejoin hello (recovery/node's
 // serveRejoin and checkHolder): the task's claim must stand, at the
-// hello's epoch, held by the node that says hello; then the node's replica
+// hello's epoch, held by the node that says hello, which the task's
+// assignment must name as its source; then the node's replica
 // core applies its fence (recovery.Replica.CheckDestination: not live, an
 // epoch above every one it has seen). A newer attempt supersedes the one
 // it runs, and the answer goes back ahead of the destination's first
@@ -278,6 +279,15 @@ func (w *world) onHello(a *attempt, h *wire.Hello) {
 		return
 	case hold.Node != h.Node || hold.Epoch != h.Epoch:
 		refuse("the claim on task %s is %q's at epoch %d, not %q's at %d", simTask, hold.Node, hold.Epoch, h.Node, h.Epoch)
+		return
+	case w.scripted && !w.auto:
+		// A script without its supervisor plays the assignment's part:
+		// its holder claims what a supervisor would have assigned it.
+	case w.coord.assign == nil:
+		refuse("the claim on task %s is %s's at epoch %d, but the supervisor assigned it to nobody: a claim outside the assignment", simTask, h.Node, h.Epoch)
+		return
+	case w.coord.assign.Source != h.Node:
+		refuse("the claim on task %s is %s's at epoch %d, but the supervisor assigned it to %s: a claim outside the assignment", simTask, h.Node, h.Epoch, w.coord.assign.Source)
 		return
 	}
 	resume, err := w.dst.CheckDestination(h.Node, h.Epoch)

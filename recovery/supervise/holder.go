@@ -43,6 +43,30 @@ func ClaimHolder(ctx context.Context, cli *clientv3.Client, task claim.Task) (h 
 	return h, err == nil, err
 }
 
+// HolderAndAssignment reads who holds task's claim and the task's
+// assignment in one read (one round trip, one revision): what a
+// destination checks a rejoin hello against. found and assigned say
+// whether each exists.
+func HolderAndAssignment(ctx context.Context, cli *clientv3.Client, task claim.Task) (h Holder, found bool, a Assignment, assigned bool, err error) {
+	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(task.ClaimKey()), clientv3.OpGet(AssignmentKey(task))).Commit()
+	if err != nil {
+		return Holder{}, false, Assignment{}, false, fmt.Errorf("supervise: read claim and assignment of %s: %w", task, err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		if h, err = decodeHolder(kvs[0]); err != nil {
+			return Holder{}, false, Assignment{}, false, err
+		}
+		found = true
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		if a, err = decodeAssignment(kvs[0]); err != nil {
+			return Holder{}, false, Assignment{}, false, err
+		}
+		assigned = true
+	}
+	return h, found, a, assigned, nil
+}
+
 // decodeHolder reads a claim key. An executor id without a node part (a
 // claim taken with claim.NewExecutorID alone) is a holder with no node:
 // claim allows such ids, so it is not corrupt, but it names nobody.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -70,6 +71,34 @@ func TestBadIdentitiesRefused(t *testing.T) {
 	}
 }
 
+// TestKeysSyncedApart (issue 24, point 7): the CA's key is written
+// outside the certificates directory, and every file and directory
+// written is synced before the call returns.
+func TestKeysSyncedApart(t *testing.T) {
+	var got []string
+	synced = func(p string) { got = append(got, p) }
+	defer func() { synced = nil }()
+	dir := filepath.Join(t.TempDir(), "certs")
+	if _, err := CreateCA(dir, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, CAKeyFile)); err == nil {
+		t.Fatalf("ca.key written into %s", dir)
+	}
+	if same := filepath.Join(t.TempDir(), "x"); func() error { _, err := CreateCAAt(same, same+"/.", time.Hour); return err }() == nil {
+		t.Fatal("a CA key written into its certificates directory")
+	}
+	cf, kf, err := Create(dir, NodeID(1), IssueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{filepath.Join(dir, CACertFile), filepath.Join(CADir(dir), CAKeyFile), CADir(dir), cf, kf, dir} {
+		if !slices.Contains(got, want) {
+			t.Errorf("%s not synced (synced: %v)", want, got)
+		}
+	}
+}
+
 func TestFilesRoundTripAndNoOverwrite(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "certs")
 	if _, err := CreateCA(dir, time.Hour); err != nil {
@@ -85,7 +114,7 @@ func TestFilesRoundTripAndNoOverwrite(t *testing.T) {
 	if filepath.Base(cf) != "node.n3.crt" || filepath.Base(kf) != "node.n3.key" {
 		t.Fatalf("files %s %s", cf, kf)
 	}
-	for _, p := range []string{kf, filepath.Join(dir, CAKeyFile)} {
+	for _, p := range []string{kf, filepath.Join(CADir(dir), CAKeyFile)} {
 		st, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)

@@ -15,8 +15,10 @@
 // puts names a relying party checks (RFC 6125 retired the CommonName for
 // that), Go's x509 parses them into a typed field, and a name constraint
 // on a CA can bound them. The CommonName repeats the identity as
-// "node:n3" or "client:loader" for a human reading `openssl x509 -text`;
-// nothing reads it. Extended key usage bounds the role too: a node's
+// "node:n3" or "client:loader" for a human reading `openssl x509 -text`
+// and for etcd, which under its authentication takes a client
+// certificate's CommonName as its user (docs/DESIGN.md "Who may write
+// etcd"); the nodes never read it. Extended key usage bounds the role too: a node's
 // certificate is good for both ends of a connection (server and client
 // auth), a client's only for the dialling end, so a client certificate
 // cannot serve as a node.
@@ -31,13 +33,16 @@
 //
 // # Files
 //
-// A certificates directory holds ca.crt (every holder needs it), ca.key
-// (only where certificates are issued), node.n<N>.crt and .key, and
-// client.<name>.crt and .key, and for an etcd the cluster runs itself
-// (`rejoin etcd --certs-dir`, the demo's) etcd.crt and .key: a server
-// certificate naming etcd's host, with no rejoin identity, so no node
-// accepts it as a peer. Keys are written 0600, and nothing is
-// overwritten. `rejoin cert` writes them; Load reads them back.
+// A certificates directory holds ca.crt (every holder needs it),
+// node.n<N>.crt and .key, and client.<name>.crt and .key, and for an etcd
+// the cluster runs itself (`rejoin etcd --certs-dir`, the demo's) etcd.crt
+// and .key: a server certificate naming etcd's host, with no rejoin
+// identity, so no node accepts it as a peer. The CA's key, ca.key, is kept
+// apart (CADir: <dir>-ca beside it, or `rejoin cert --ca-dir`): every node
+// is given the certificates directory, and one node holding the CA's key
+// could mint any identity. Keys are written 0600, every file and its
+// directory synced before a call returns, and nothing is overwritten.
+// `rejoin cert` writes them; Load reads them back.
 //
 // A node or client certificate is also an etcd client certificate
 // (EtcdClientConfig): an etcd that requires client certificates from the

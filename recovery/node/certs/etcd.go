@@ -43,10 +43,16 @@ func (ca *CA) IssueEtcd(o IssueOptions) (Issued, error) {
 	return ca.sign(tmpl, o, "etcd's certificate")
 }
 
-// CreateEtcd issues an etcd server certificate with the CA of dir and
-// writes it beside the CA (EtcdFiles); it refuses to overwrite one.
+// CreateEtcd issues an etcd server certificate with the CA of dir (its
+// key in CADir(dir)) and writes it to dir (EtcdFiles); it refuses to
+// overwrite one.
 func CreateEtcd(dir string, o IssueOptions) (cert, key string, err error) {
-	ca, err := LoadCA(dir)
+	return CreateEtcdAt(dir, CADir(dir), o)
+}
+
+// CreateEtcdAt is CreateEtcd with the CA's key in caDir.
+func CreateEtcdAt(dir, caDir string, o IssueOptions) (cert, key string, err error) {
+	ca, err := LoadCAAt(dir, caDir)
 	if err != nil {
 		return "", "", err
 	}

@@ -477,10 +477,22 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	}
 	r.etcd = etcd
 	r.sum.Etcd = etcd.Endpoint()
-	r.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second,
-		TLS: r.tls.EtcdClientConfig(), Logger: zap.NewNop()})
+	// The run writes the cluster and etcd's users as the admin; its
+	// workloads call the nodes as the demo's client.
+	admin, err := demo.AdminCreds(r.certsDir)
 	if err != nil {
 		return err
+	}
+	r.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second,
+		TLS: admin.EtcdClientConfig(), Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = demo.SetupEtcdAccess(actx, r.cli, cfg.Nodes)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("chaos: etcd's roles: %w", err)
 	}
 	names := make([]string, cfg.Nodes)
 	for i := range names {

@@ -289,6 +289,9 @@ type run struct {
 	before, during WindowStats
 }
 
+// etcdAccessTimeout bounds the setup of etcd's users and roles.
+const etcdAccessTimeout = 30 * time.Second
+
 // Run runs the demo and prints its summary on out: human text, or one JSON
 // object with cfg.JSON. It returns ErrCheck (wrapped) when the run ended
 // but digests differ or an acknowledged write was lost. Every process it
@@ -340,6 +343,14 @@ func runWith(ctx context.Context, cfg Config, out io.Writer, name string, print 
 		r.admin, r.adminScheme = r.hc, "http://"
 	}
 
+	// The demo writes the cluster and etcd's users as the admin; its
+	// loader and writer call the nodes as its client.
+	var admin *certs.TLS
+	if r.tls != nil {
+		if admin, err = AdminCreds(r.certsDir); err != nil {
+			return r.sum, err
+		}
+	}
 	var cli *clientv3.Client
 	if cfg.Fault == FaultPauseEtcd {
 		// Its own process, so that pausing it pauses nothing else.
@@ -350,16 +361,16 @@ func runWith(ctx context.Context, cfg Config, out io.Writer, name string, print 
 		defer ep.stop(stopGrace)
 		r.etcd, r.sum.Etcd = ep, ep.endpoint
 		ecfg := clientv3.Config{Endpoints: []string{ep.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-		if r.tls != nil {
-			ecfg.TLS = r.tls.EtcdClientConfig()
+		if admin != nil {
+			ecfg.TLS = admin.EtcdClientConfig()
 		}
 		if cli, err = clientv3.New(ecfg); err != nil {
 			return r.sum, err
 		}
 	} else {
 		opts := claim.EmbeddedOptions{}
-		if r.tls != nil {
-			opts.TLS = EmbeddedEtcdTLS(r.certsDir, r.tls)
+		if admin != nil {
+			opts.TLS = EmbeddedEtcdTLS(r.certsDir, admin)
 		}
 		etcd, err := claim.StartEmbedded(filepath.Join(dir, "etcd"), opts)
 		if err != nil {
@@ -373,6 +384,14 @@ func runWith(ctx context.Context, cfg Config, out io.Writer, name string, print 
 	}
 	r.sum.EtcdTLS = r.tls != nil
 	defer cli.Close()
+	if admin != nil {
+		actx, cancel := context.WithTimeout(ctx, etcdAccessTimeout)
+		err := SetupEtcdAccess(actx, cli, cfg.Nodes)
+		cancel()
+		if err != nil {
+			return r.sum, fmt.Errorf("demo: etcd's roles: %w", err)
+		}
+	}
 	r.cli = cli
 	r.ps = newProcs(cfg.Binary, r.sum.Etcd, dir, r.nodeFlags)
 	defer r.ps.stopAll(stopGrace)

@@ -7,7 +7,10 @@
 // it measured. It runs secure unless Config.Insecure: a CA and
 // certificates in its directory (EnsureCerts), mutual TLS between the
 // nodes, and etcd over TLS requiring a certificate of that CA from every
-// client, the nodes included (EtcdTLSFlags, EmbeddedEtcdTLS).
+// client, the nodes included (EtcdTLSFlags, EmbeddedEtcdTLS), with etcd's
+// authentication and the cluster's roles on (SetupEtcdAccess): the demo
+// writes etcd as the admin (client root) and calls the nodes as its
+// client, which etcd lets read only.
 //
 // Run is the whole demo; the command only binds flags to Config, and the
 // end-to-end tests call Run with the binary they built.

@@ -36,7 +36,7 @@ func WriteText(w io.Writer, s Summary) error {
 	if s.TLS {
 		fmt.Fprintf(w, "security    mutual TLS 1.3 on every node connection, certificates from the demo's own CA (%s)\n", filepath.Join(s.Dir, "certs"))
 		if s.EtcdTLS {
-			fmt.Fprintf(w, "            etcd over TLS, a client certificate from that CA required of every client, nodes included\n")
+			fmt.Fprintf(w, "            etcd over TLS, a client certificate from that CA required of every client, nodes included;\n            etcd's authentication on: each node writes what a node may, the demo's client only reads\n")
 		}
 	} else {
 		fmt.Fprintf(w, "security    INSECURE (--insecure): no TLS, anyone who reaches a node's port may do anything\n")

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/rejoin-db/rejoin/recovery/node/certs"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+)
+
+// TestEtcdRolesEndToEnd (issue 24, point 3): the cluster's own etcd
+// (`rejoin etcd --certs-dir`) runs with etcd's authentication and the
+// roles on, and a cluster of node processes works under them, while a
+// node's certificate may not write another node's incarnation nor the
+// cluster's config, a client's may read but not write, a certificate
+// with no etcd user may do nothing, and a node with no user is told how
+// to get one.
+func TestEtcdRolesEndToEnd(t *testing.T) {
+	bin := rejoinBinary(t)
+	w := &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}, ids: map[string]string{}}
+	defer checkNoNodes(t)
+	defer w.stopAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w.ctx = ctx
+	dir := filepath.Join(w.dir, "certs")
+	for _, c := range [][]string{{"create-ca"}, {"create-etcd"}, {"create-node", "1"}, {"create-node", "2"}, {"create-node", "3"},
+		{"create-client", "root"}, {"create-client", "scraper"}} {
+		w.run(append(append([]string{"cert"}, c...), "--certs-dir", dir)...)
+	}
+	w.startEtcd([]string{"etcd", "--data", filepath.Join(w.dir, "etcd"), "--port", "0", "--certs-dir", dir})
+	e := []string{"--etcd", w.etcd, "--certs-dir", dir}
+	w.run(append([]string{"init", "--partitions", "2", "--replicas", "2", "--nodes", "2"}, e...)...)
+	for _, id := range []string{"1", "2"} {
+		w.startNode("N"+id, append([]string{"node", "--id", id, "--data", filepath.Join(w.dir, "n"+id)}, e...), filepath.Join(w.dir, "n"+id+".log"), false)
+	}
+	if out := w.run(append([]string{"put"}, append(e, "hello", "world")...)...); strings.TrimSpace(out) != "OK" {
+		t.Fatalf("put: %q", out)
+	}
+
+	as := func(id certs.Identity) *clientv3.Client {
+		c, err := certs.Load(dir, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{w.etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: c.EtcdClientConfig()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("%s: %v, want etcd's permission denied", what, err)
+		}
+	}
+	n1 := as(certs.NodeID(1))
+	_, err := n1.Put(ctx, supervise.IncarnationKey("n2"), `{"count":1}`)
+	denied("n1's certificate writes n2's incarnation", err)
+	_, err = n1.Put(ctx, "/rejoin/cluster", "{}")
+	denied("n1's certificate writes the cluster's config", err)
+	scraper := as(certs.ClientID("scraper"))
+	_, err = scraper.Get(ctx, "/rejoin/cluster")
+	denied("a client certificate without an etcd user reads", err)
+
+	w.run(append([]string{"access", "--reader", "scraper"}, e...)...)
+	if _, err := scraper.Get(ctx, "/rejoin/cluster"); err != nil {
+		t.Errorf("a reader reads the config: %v", err)
+	}
+	_, err = scraper.Put(ctx, "/rejoin/cluster", "{}")
+	denied("a reader writes the config", err)
+	_, err = scraper.Delete(ctx, supervise.NodeKey("n1"))
+	denied("a reader deletes n1's registration", err)
+	w.run(append([]string{"status", "--client", "scraper"}, e...)...)
+	// An admin's command with a reader's certificate says whose it is.
+	var errOut strings.Builder
+	c := exec.CommandContext(ctx, bin, append([]string{"replace", "--dead", "n3", "--with", "n4", "--wait", "0", "--client", "scraper"}, e...)...)
+	c.Stderr = &errOut
+	if err := c.Run(); err == nil || !strings.Contains(errOut.String(), "etcd user client:scraper") {
+		t.Errorf("replace as a reader: %v, stderr %q; want a refusal naming the user", err, errOut.String())
+	}
+	if out := w.run(append([]string{"get"}, append(e, "hello")...)...); strings.TrimSpace(out) != "world" {
+		t.Fatalf("get: %q", out)
+	}
+
+	// n3 was never given its etcd user.
+	nctx, ncancel := context.WithTimeout(ctx, 30*time.Second)
+	defer ncancel()
+	c = exec.CommandContext(nctx, bin, append([]string{"node", "--id", "3", "--data", filepath.Join(w.dir, "n3")}, e...)...)
+	out, err := c.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "rejoin access --node 3") {
+		t.Fatalf("n3 without an etcd user: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ca.key")); err == nil {
+		t.Error("the CA's key is in the certificates directory")
+	}
+}
