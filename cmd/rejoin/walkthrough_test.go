@@ -192,6 +192,10 @@ func (w *walk) do(line string) {
 	if f[1] == "status" {
 		w.waitStatus()
 	}
+	if prefix, ok := strings.CutPrefix(strings.TrimSpace(comment), "Ctrl-C once it prints "); ok {
+		w.interrupt(args, strings.Trim(prefix, `"`))
+		return
+	}
 	out := w.run(args...)
 	if f[1] == "drain" {
 		w.phase, w.drained = phaseDrained, "n"+strings.TrimPrefix(args[len(args)-1], "n")
@@ -258,6 +262,67 @@ func (w *walk) run(args ...string) string {
 		w.t.Fatalf("rejoin %q: %v\nstdout %s\nstderr %s", args, err, out.String(), errOut.String())
 	}
 	return out.String()
+}
+
+// interrupt runs a foreground command until it prints a line starting
+// with prefix, then sends it SIGINT, as Ctrl-C in a terminal would, and
+// wants it to end at once saying what to run next.
+func (w *walk) interrupt(args []string, prefix string) {
+	var errOut bytes.Buffer
+	c := exec.Command(w.bin, args...)
+	c.Stderr = &errOut
+	out, err := c.StdoutPipe()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	// The reader keeps stdout until the process closes it; Wait comes
+	// after it is done, as os/exec asks.
+	seen, eof := make(chan struct{}), make(chan struct{})
+	var stdout bytes.Buffer
+	go func() {
+		defer close(eof)
+		sc := bufio.NewScanner(out)
+		found := false
+		for sc.Scan() {
+			stdout.WriteString(sc.Text() + "\n")
+			if !found && strings.HasPrefix(sc.Text(), prefix) {
+				found = true
+				close(seen)
+			}
+		}
+	}()
+	stopped := func(d time.Duration) bool {
+		select {
+		case <-eof:
+			return true
+		case <-time.After(d):
+			_ = c.Process.Kill()
+			<-eof
+			return false
+		}
+	}
+	select {
+	case <-seen:
+	case <-eof:
+	case <-time.After(time.Minute):
+	}
+	select {
+	case <-seen:
+	default:
+		stopped(0)
+		_ = c.Wait()
+		w.t.Fatalf("rejoin %q printed no line starting %q within a minute\nstdout %s\nstderr %s", args, prefix, stdout.String(), errOut.String())
+	}
+	_ = c.Process.Signal(os.Interrupt)
+	if !stopped(15 * time.Second) {
+		_ = c.Wait()
+		w.t.Fatalf("rejoin %q did not end within 15 s of SIGINT\nstdout %s\nstderr %s", args, stdout.String(), errOut.String())
+	}
+	err = c.Wait()
+	w.t.Logf("%s%s(%v)", stdout.String(), errOut.String(), err)
 }
 
 // start starts a background process and waits for its line starting with

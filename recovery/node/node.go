@@ -384,7 +384,7 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 		// A move may have placed it here just before this process
 		// started: its rejoin waits for every view to show it, as a
 		// replica moved in while the node ran does (placedSeen).
-		r.placedAt = placedAt[st.Partition]
+		r.placedAt, r.created = placedAt[st.Partition], placedAt[st.Partition]
 		hosted[st.Partition] = r
 	}
 	n.replicas.Store(&hosted)
@@ -417,8 +417,11 @@ func (n *Node) replicaRejoining(p uint32, epoch uint64) {
 
 // replicaChanged records a replica going live, or needing a rejoin, in
 // the node's record and in etcd (where initiators and the supervisor read
-// it). It does not block the replica's goroutine.
-func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
+// it). It does not block the replica's goroutine. It is written into
+// r's own record only (r.created): the partition placed here again since
+// is another replica.
+func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
+	p, created := r.p, r.created
 	state, sstate := nodestate.NeedsRejoin, supervise.ReplicaNeedsRejoin
 	if live {
 		state, sstate = nodestate.Live, supervise.ReplicaLive
@@ -429,7 +432,7 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 	n.goRun(func() {
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 		defer cancel()
-		if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate}); errors.Is(err, supervise.ErrNotPlaced) {
+		if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: created}); errors.Is(err, supervise.ErrNotPlaced) {
 			n.log.Info("replica state not published: the placement no longer gives this node the partition", "partition", p)
 			n.unpublished(p, false)
 		} else if err != nil {
