@@ -27,6 +27,9 @@ const (
 	exitUncertain = 3
 	// exitNotFound: the key is not there.
 	exitNotFound = 4
+	// exitInterrupted: a command stopped by SIGINT (Ctrl-C) before it
+	// was done, as shells report 128+2.
+	exitInterrupted = 130
 )
 
 // exitError is an error with its own exit status.

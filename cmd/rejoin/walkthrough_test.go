@@ -323,6 +323,9 @@ func (w *walk) interrupt(args []string, prefix string) {
 	}
 	err = c.Wait()
 	w.t.Logf("%s%s(%v)", stdout.String(), errOut.String(), err)
+	if code := c.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(errOut.String(), "interrupted") || !strings.Contains(errOut.String(), "to go on") {
+		w.t.Fatalf("rejoin %q, interrupted, exited %d saying %q: want %d, and what to run next", args, code, errOut.String(), exitInterrupted)
+	}
 }
 
 // start starts a background process and waits for its line starting with
