@@ -169,7 +169,7 @@ func readRetry(ctx context.Context, c *client.Client, table string, key []byte) 
 	for i := range verifyReadAttempts {
 		var row []wire.Value
 		row, err = c.Read(ctx, table, wire.Bytes(key))
-		again := errors.Is(err, client.ErrUncertain) || errors.Is(err, client.ErrNoNode) ||
+		again := errors.Is(err, client.ErrUncertain) || errors.Is(err, client.ErrNoNode) || errors.Is(err, client.ErrRefused) ||
 			(errors.Is(err, client.ErrProcedure) && !errors.Is(err, client.ErrNotFound))
 		if !again || ctx.Err() != nil || i == verifyReadAttempts-1 {
 			return row, err

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -192,21 +191,18 @@ func (s *shell) clusterErr(err error) error {
 	return err
 }
 
-// notBootstrapped is the refusal of a node whose cluster has a node that
-// never started (recovery/node's feed.go): nothing was sequenced, and it
-// passes once the last node's start reaches the node's view of etcd,
-// within moments of the last "ready". The reply says so in text only.
-const notBootstrapped = "the cluster is not bootstrapped yet"
-
-// retry runs call again while the cluster refuses it as not bootstrapped,
+// retry runs call again while the cluster refuses it as not bootstrapped
+// (a node of the placement never started: nothing was sequenced, and it
+// passes once the last node's start reaches the nodes' view of etcd,
+// within moments of the last "ready"), or every node refused it for its
+// own state (not registered, not ready, stopping),
 // within --timeout: a command typed as the nodes come up waits for them
 // rather than fail. A read (readOnly) is also run again when its outcome
 // is uncertain: it changes nothing, so running it twice is safe.
 func (s *shell) retry(readOnly bool, call func() error) error {
 	for {
 		err := call()
-		again := err != nil && (errors.Is(err, client.ErrProcedure) && strings.Contains(err.Error(), notBootstrapped) ||
-			readOnly && errors.Is(err, client.ErrUncertain))
+		again := err != nil && (errors.Is(err, client.ErrRefused) || readOnly && errors.Is(err, client.ErrUncertain))
 		if !again {
 			return err
 		}

@@ -866,18 +866,22 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 			return
 		}
 		over := !time.Now().Before(deadline) || in.n.ctx.Err() != nil
+		var refused *recovery.RefusedError
 		switch {
 		case errors.Is(err, errViewBehind):
 			if over {
-				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v after %v: the txn was sent nowhere", err, feedWait)})
+				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v after %v: the txn was sent nowhere", err, feedWait), Refused: wire.RefusedNotReady})
 				return
 			}
+		case errors.As(err, &refused):
+			send(&wire.Reply{Req: req.Req, Err: err.Error(), Refused: refused.Refused})
+			return
 		case !errors.As(err, &unfed):
 			send(&wire.Reply{Req: req.Req, Err: err.Error()})
 			return
 		case over:
 			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it, after %v: the txn was sent nowhere",
-				unfed.Partition, strings.Join(unfed.Nodes, ", "), feedWait)})
+				unfed.Partition, strings.Join(unfed.Nodes, ", "), feedWait), Refused: wire.RefusedNotReady})
 			return
 		}
 		select {
