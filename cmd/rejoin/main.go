@@ -97,7 +97,21 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'rejoin <command> -h' for the flags of one command.")
+	fmt.Fprint(w, exitStatuses)
 }
+
+// exitStatuses is usage's list of exit statuses (shell.go's constants).
+const exitStatuses = `
+exit status:
+  0    done
+  1    failed, or found wrong what it checks (verify: digests differ)
+  2    usage error
+  3    outcome unknown: a write was sent and no answer came, it may or may
+       not have happened (verify: a partition could not be compared)
+  4    no such key (get, del)
+  5    no node registered (status)
+  130  interrupted by Ctrl-C (drain and rebalance say what to run next)
+`
 
 // newFlagSet returns a flag set that reports errors instead of exiting, so
 // run stays testable.

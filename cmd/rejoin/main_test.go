@@ -15,6 +15,7 @@ func TestRunDispatch(t *testing.T) {
 	}{
 		{args: nil, code: 2, stderrIn: "usage: rejoin"},
 		{args: []string{"--help"}, code: 0, stderrIn: "commands:"},
+		{args: []string{"--help"}, code: 0, stderrIn: "130  interrupted by Ctrl-C"},
 		{args: []string{"nope"}, code: 2, stderrIn: `unknown command "nope"`},
 		{args: []string{"version"}, code: 0, stdout: "rejoin dev\n"},
 		{args: []string{"demo", "--fault", "kill-source", "--replicas", "2"}, code: 2, stderrIn: "needs --replicas >= 3: with 2 replicas the source is the only live copy"},

@@ -26,6 +26,9 @@ const (
 	exitUncertain = 3
 	// exitNotFound: the key is not there.
 	exitNotFound = 4
+	// exitDown: status found no node registered: the cluster serves
+	// nothing.
+	exitDown = 5
 	// exitInterrupted: a command stopped by SIGINT (Ctrl-C) before it
 	// was done, as shells report 128+2.
 	exitInterrupted = 130

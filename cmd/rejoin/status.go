@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -99,7 +100,16 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		err = enc.Encode(v)
+	} else {
+		err = clusterview.Render(stdout, v)
 	}
-	return clusterview.Render(stdout, v)
+	if err == nil && len(v.Nodes) == 0 {
+		ids := make([]string, len(v.Down))
+		for i, d := range v.Down {
+			ids[i] = d.ID
+		}
+		return &exitError{exitDown, fmt.Errorf("no node is registered: the cluster serves nothing (its placement's nodes %s are down, or cannot reach etcd)", strings.Join(ids, ", "))}
+	}
+	return err
 }
