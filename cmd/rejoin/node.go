@@ -33,7 +33,9 @@ certificates of --certs-dir (rejoin cert makes them), and so is etcd's
 when --etcd is https:// (its ca.crt and the node's certificate, unless
 --etcd-cacert, --etcd-cert and --etcd-key name others); --insecure runs
 without, open to anyone who reaches the port. Logs go to stderr. SIGINT or SIGTERM stop it
-cleanly.
+gracefully: it refuses new calls at once (its clients send them to other
+nodes, nothing sequenced), answers those in flight (at most 5 s), then
+stops and says goodbye to etcd.
 
 flags:
 `

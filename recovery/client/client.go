@@ -349,6 +349,9 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 			if sent && elsewhere(err) {
 				// Nothing was sequenced there: the next node may take it.
 				lastErr = err
+				if errors.Is(err, ErrStopping) {
+					n.stopping()
+				}
 				continue
 			}
 			if err == nil || sent {

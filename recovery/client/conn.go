@@ -29,6 +29,16 @@ type node struct {
 	cur      *conn // nil while not connected
 	failures int
 	retryAt  time.Time
+	// stoppingAt is when the node said it is stopping (ErrStopping): the
+	// calls go to the others for backoffMax, connected or not.
+	stoppingAt time.Time
+}
+
+// stopping marks the node as stopping: calls go elsewhere for a while.
+func (n *node) stopping() {
+	n.mu.Lock()
+	n.stoppingAt = time.Now()
+	n.mu.Unlock()
 }
 
 func (n *node) setAddr(a string) {
@@ -41,10 +51,14 @@ func (n *node) setAddr(a string) {
 }
 
 // backoffUntil reports when the node may be dialled again, if it is
-// neither connected nor dialable now.
+// neither connected nor dialable now, or may be called again, if it said
+// it is stopping.
 func (n *node) backoffUntil() (time.Time, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if until := n.stoppingAt.Add(backoffMax); !n.stoppingAt.IsZero() && time.Now().Before(until) {
+		return until, true
+	}
 	if n.cur != nil || n.retryAt.IsZero() || !time.Now().Before(n.retryAt) {
 		return time.Time{}, false
 	}

@@ -845,7 +845,20 @@ const feedWait = 3 * time.Second
 // submit sequences a call and sends it to its partition's replicas. While
 // the core refuses it for a feed not yet open (recovery.Unfed), it waits,
 // up to feedWait, with the view read afresh.
-func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
+func (in *initiator) submit(req *wire.Call, reply func(*wire.Reply)) {
+	n := in.n
+	n.lastCall.Store(time.Now().UnixNano())
+	if n.stopping.Load() {
+		reply(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s is stopping: it takes no new call (nothing was sequenced; another node takes it)", n.id),
+			Refused: wire.RefusedStopping})
+		return
+	}
+	// Counted until answered: a graceful stop waits for it (drainCalls).
+	n.inCalls.Add(1)
+	send := func(r *wire.Reply) {
+		n.inCalls.Add(-1)
+		reply(r)
+	}
 	deadline := time.Now().Add(feedWait)
 	for {
 		v := in.n.members.view()

@@ -30,6 +30,12 @@ import (
 type Node struct {
 	cfg Config
 	id  string
+	// calls is what a graceful stop waits on (stop.go): stopping refuses
+	// new client calls; inCalls counts those sequenced and not answered;
+	// lastCall is when the last one came, in Unix nanoseconds.
+	stopping atomic.Bool
+	inCalls  atomic.Int64
+	lastCall atomic.Int64
 	log *slog.Logger
 	// limited logs the conditions that repeat (see limitedLog).
 	limited *limitedLog
@@ -189,10 +195,18 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	// its id takes its record over. A lost registration does not stop it
 	// (docs/DESIGN.md "Without the coordinator"): only the work that needs
 	// one does, term by term (registration).
-	nctx, ncancel := context.WithCancel(ctx)
+	// Asked to stop, it first stops taking calls and answers those in
+	// flight (drainCalls), so that its clients find none uncertain; a
+	// registration taken over ends it at once.
+	nctx, ncancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer ncancel()
 	stopWatch := context.AfterFunc(reg.Context(), ncancel)
 	defer stopWatch()
+	drainWatch := context.AfterFunc(ctx, func() {
+		n.drainCalls(nctx)
+		ncancel()
+	})
+	defer drainWatch()
 	n.ctx = nctx
 	stop := newStopBound(n.log, cli)
 	defer stop.end()

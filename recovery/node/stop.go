@@ -90,3 +90,46 @@ func (s *stopBound) end() {
 		s.timer.Stop()
 	}
 }
+
+// CallsDrainMax bounds the graceful part of a stop: the wait for the
+// client calls in flight to be answered. Past it the node stops anyway,
+// and a call still unanswered is uncertain to its client.
+const CallsDrainMax = 5 * time.Second
+
+// callsQuiet is how long no call must have come before a stopping node
+// closes its connections: a client that sent a call just before it read
+// the first refusal gets that call refused too, not cut off unanswered.
+const callsQuiet = 200 * time.Millisecond
+
+// drainCalls is a graceful stop's first part (SIGTERM, or the node's
+// context ended): from now on every new client call is refused with
+// wire.RefusedStopping, which sends the client to another node with
+// nothing sequenced; the calls sequenced already are answered, as the
+// node's replicas and feeds run on meanwhile. It returns once none is in
+// flight and none came for callsQuiet, at CallsDrainMax, or when ctx ends
+// (the registration taken over).
+func (n *Node) drainCalls(ctx context.Context) {
+	n.stopping.Store(true)
+	start := time.Now()
+	n.log.Info("node stopping: new calls are refused (their clients go to other nodes); answering the calls in flight",
+		"in_flight", n.inCalls.Load(), "bound", CallsDrainMax)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		inFlight := n.inCalls.Load()
+		quiet := time.Since(time.Unix(0, n.lastCall.Load())) >= callsQuiet
+		switch {
+		case inFlight <= 0 && quiet:
+			n.log.Info("node stopping: no call in flight", "waited", time.Since(start).Round(time.Millisecond))
+			return
+		case time.Since(start) >= CallsDrainMax:
+			n.log.Warn("node stopping: calls still unanswered at the bound; their clients find them uncertain", "in_flight", inFlight, "bound", CallsDrainMax)
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
