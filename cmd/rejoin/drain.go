@@ -24,7 +24,10 @@ it by a rejoin (the same claims, fencing and supervision as a restart;
 the drained node may be its source); once it is live, the drained node's
 replica is removed in one etcd transaction that checks it, and the
 drained node drops it. No partition ever has fewer live replicas than
-before its move. When drain returns, stop the node.
+before its move. When drain returns, stop the node, or give --stop:
+drain then asks it to stop through etcd and waits until it has; it stops
+as on SIGTERM, refusing new calls (its clients send them to other nodes)
+and answering those in flight first.
 
 While a move is under way it prints what the move waits for (the new
 replica's rejoin task, or the partition's other replicas), when that
@@ -114,6 +117,7 @@ func runDrain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, drainUsage)
 		fs.PrintDefaults()
 	}
+	stop := fs.Bool("stop", false, "once the node holds nothing, ask it to stop gracefully (it refuses new calls, answers those in flight, and goes) and wait until it has")
 	id, err := parseOneNode(fs, "drain", args, stderr)
 	if err != nil {
 		return err
@@ -123,15 +127,71 @@ func runDrain(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	lim := mf.limits()
+	doneMsg := fmt.Sprintf("%s holds no replica: stop it (SIGTERM, or drain --stop)", id)
+	var after func(context.Context, *clientv3.Client) error
+	if *stop {
+		doneMsg = fmt.Sprintf("%s holds no replica", id)
+		after = func(ctx context.Context, cli *clientv3.Client) error { return stopNode(ctx, cli, id, *mf.say, stdout) }
+	}
 	return runMoves("drain", mf, stdout, stderr, func(s supervise.MoveState) ([]supervise.Move, bool, error) {
 		return supervise.PlanDrain(s, id, lim)
-	}, fmt.Sprintf("%s holds no replica: stop it", id), "rejoin drain "+id)
+	}, doneMsg, "rejoin drain "+id, after)
+}
+
+// stopNode asks node id's process to stop gracefully and waits until its
+// registration is gone, saying so every say.
+func stopNode(ctx context.Context, cli *clientv3.Client, id string, say time.Duration, stdout io.Writer) error {
+	rec, ok, err := nodeRecord(ctx, cli, id)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		fmt.Fprintf(stdout, "stopped  %s: it is not running\n", id)
+		return nil
+	}
+	if err := supervise.AskStop(ctx, cli, rec); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "stopping %s: asked through etcd; it refuses new calls (its clients go to other nodes), answers those in flight, and goes\n", id)
+	start, said := time.Now(), time.Now()
+	for {
+		cur, ok, err := nodeRecord(ctx, cli, id)
+		if err != nil {
+			return err
+		}
+		if !ok || !cur.Started.Equal(rec.Started) {
+			fmt.Fprintf(stdout, "stopped  %s after %s\n", id, time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if time.Since(said) >= say {
+			said = time.Now()
+			fmt.Fprintf(stdout, "waiting  for %s to stop: it is still registered (%s); a node stops within about 8 s of the request, unless it does not run this version\n", id, time.Since(start).Round(time.Second))
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not stop: still registered when the command's time ran out (%w); stop it with SIGTERM", id, ctx.Err())
+		}
+	}
+}
+
+func nodeRecord(ctx context.Context, cli *clientv3.Client, id string) (supervise.NodeRecord, bool, error) {
+	nodes, err := supervise.Nodes(ctx, cli)
+	if err != nil {
+		return supervise.NodeRecord{}, false, err
+	}
+	for _, n := range nodes {
+		if n.ID == id {
+			return n, true, nil
+		}
+	}
+	return supervise.NodeRecord{}, false, nil
 }
 
 // runMoves runs move passes of plan until it says done, printing each
 // move as it starts and ends, and what a move under way waits for. name
 // and args say how to run the command again.
-func runMoves(name string, mf *moveFlags, stdout, stderr io.Writer, plan supervise.Planner, doneMsg, again string) error {
+func runMoves(name string, mf *moveFlags, stdout, stderr io.Writer, plan supervise.Planner, doneMsg, again string, after func(context.Context, *clientv3.Client) error) error {
 	cli, ctx, done, err := openEtcd(name, mf.etcd, *mf.timeout, stderr)
 	if err != nil {
 		return err
@@ -143,6 +203,11 @@ func runMoves(name string, mf *moveFlags, stdout, stderr io.Writer, plan supervi
 	switch {
 	case err == nil:
 		fmt.Fprintf(stdout, "done: %d moves; %s\n", mp.finished, doneMsg)
+		if after != nil {
+			if err := after(ctx, cli); err != nil {
+				return mf.etcd.explain(err)
+			}
+		}
 		return nil
 	case errors.As(err, &ee):
 		return err
@@ -264,7 +329,7 @@ func (mp *movePasser) run(ctx context.Context) error {
 }
 
 // wait keeps what a move under way waits for, prints it when it changes
-// and every say while it does not, and undoes a move whose new replica
+// (past the move's first second) and every say while it does not, and undoes a move whose new replica
 // has had no rejoin task for stall.
 func (mp *movePasser) wait(ctx context.Context, ev supervise.MoveEvent) error {
 	now := time.Now()
@@ -282,7 +347,9 @@ func (mp *movePasser) wait(ctx context.Context, ev supervise.MoveEvent) error {
 		w.noTask = now
 	}
 	w.ev = ev
-	if changed || now.Sub(w.said) >= mp.say {
+	// A change within a move's first second (its task opened, claimed)
+	// is the normal course, not a wait worth a line.
+	if changed && now.Sub(m.Started) >= time.Second || now.Sub(w.said) >= mp.say {
 		w.said = now
 		fmt.Fprintf(mp.out, "waiting  %s: %s (%s since the move started)\n", m, ev.Waiting, now.Sub(m.Started).Round(time.Second))
 	}

@@ -47,5 +47,5 @@ func runRebalance(args []string, stdout, stderr io.Writer) error {
 	lim := mf.limits()
 	return runMoves("rebalance", mf, stdout, stderr, func(s supervise.MoveState) ([]supervise.Move, bool, error) {
 		return supervise.PlanRebalance(s, lim)
-	}, "the running nodes hold replicas within one of each other", "rejoin rebalance")
+	}, "the running nodes hold replicas within one of each other", "rejoin rebalance", nil)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -94,5 +95,57 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		t.Fatalf("%d writes failed across n4's graceful stop; first: %v", len(failed), failed[0])
+	}
+}
+
+// TestStopAskedThroughEtcd: a stop request for the node's process in etcd
+// (rejoin drain --stop) ends its run cleanly, and the request goes with
+// it; one for another process of the same id is left alone.
+func TestStopAskedThroughEtcd(t *testing.T) {
+	cfg := layout.Config{Partitions: 2, Replicas: 2, Tables: []layout.Table{layout.KV()}}
+	c := newCluster(t, 2, cfg)
+	c.start(3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nodes, err := supervise.Nodes(ctx, c.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec supervise.NodeRecord
+	for _, n := range nodes {
+		if n.ID == NodeName(3) {
+			rec = n
+		}
+	}
+	older := rec
+	older.Started = rec.Started.Add(-time.Hour)
+	if err := supervise.AskStop(ctx, c.admin, older); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	rn := c.nodes[3]
+	c.mu.Unlock()
+	select {
+	case err := <-rn.done:
+		t.Fatalf("n3 stopped on a request for another process of its id: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := supervise.AskStop(ctx, c.admin, rec); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-rn.done:
+		if err != nil {
+			t.Fatalf("n3, asked to stop: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("n3 did not stop when asked through etcd")
+	}
+	c.mu.Lock()
+	delete(c.nodes, 3)
+	c.mu.Unlock()
+	resp, err := c.admin.Get(ctx, supervise.StopKey(NodeName(3)))
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the stop request after the stop: %v, %v", resp.Kvs, err)
 	}
 }

@@ -36,7 +36,9 @@ type Node struct {
 	stopping atomic.Bool
 	inCalls  atomic.Int64
 	lastCall atomic.Int64
-	log *slog.Logger
+	// askStop stops the node as its context ending would (watchStop).
+	askStop context.CancelFunc
+	log     *slog.Logger
 	// limited logs the conditions that repeat (see limitedLog).
 	limited *limitedLog
 	ctx     context.Context
@@ -103,7 +105,10 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
-	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{},
+	// A stop asked for through etcd (watchStop) ends the run as ctx would.
+	ctx, askStop := context.WithCancel(ctx)
+	defer askStop()
+	n := &Node{askStop: askStop, cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{},
 		applySlots: make(chan struct{}, cfg.ApplyMax)}
 	n.log = cfg.Log.With("node", n.id)
 	n.limited = newLimitedLog(n.log, logEveryDefault)
@@ -244,6 +249,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
 	n.goRun(n.registration)
+	n.goRun(n.watchStop)
 	n.goRun(func() { n.timeline.run(n.ctx, TimelineEvery, n.replicaStatuses) })
 	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.hosted()),
 		"first_start", report.First, "unexpected_shutdown", report.Unexpected)

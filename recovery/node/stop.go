@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -132,4 +133,49 @@ func (n *Node) drainCalls(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// watchStop stops the node gracefully when etcd holds a stop request for
+// this process (supervise.AskStop, `rejoin drain --stop`), which it takes
+// away as it goes; a request for another process of its id is left
+// alone. Until the node stops; a watch that ends is made again.
+func (n *Node) watchStop() {
+	key, want := supervise.StopKey(n.id), strconv.FormatInt(n.started.UnixNano(), 10)
+	for n.ctx.Err() == nil {
+		resp, err := n.cli.Get(n.ctx, key)
+		if err == nil {
+			for _, kv := range resp.Kvs {
+				if string(kv.Value) == want {
+					n.stopAsked(key, want)
+					return
+				}
+			}
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(n.ctx))
+			for wr := range n.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypePut && string(ev.Kv.Value) == want {
+						cancel()
+						n.stopAsked(key, want)
+						return
+					}
+				}
+			}
+			cancel()
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-n.ctx.Done():
+		}
+	}
+}
+
+// stopAsked takes the request away and stops the node.
+func (n *Node) stopAsked(key, want string) {
+	n.log.Info("node stopping: asked to through etcd (rejoin drain --stop)")
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+	defer cancel()
+	if _, err := n.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", want)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+		n.log.Warn("could not take the stop request away; a later process of this id ignores it", "err", err)
+	}
+	n.askStop()
 }
