@@ -22,6 +22,21 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
 
+// Environment variables that stand for the flags every command of a
+// cluster repeats; a flag given wins.
+const (
+	envEtcd     = "REJOIN_ETCD"      // --etcd
+	envCertsDir = "REJOIN_CERTS_DIR" // --certs-dir
+	envClient   = "REJOIN_CLIENT"    // --client
+)
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 // etcdFlags are how a command reaches etcd: its endpoints, and for an
 // etcd that serves TLS or has auth, the CA, a client certificate and a
 // user.
@@ -38,7 +53,7 @@ type etcdFlags struct {
 
 func newEtcdFlags(fs *flag.FlagSet) *etcdFlags {
 	f := &etcdFlags{}
-	fs.StringVar(&f.endpoints, "etcd", "", "comma-separated etcd `endpoints` (https:// ones need a CA: --certs-dir's ca.crt or --etcd-cacert)")
+	fs.StringVar(&f.endpoints, "etcd", os.Getenv(envEtcd), "comma-separated etcd `endpoints` ($REJOIN_ETCD if not given; https:// ones need a CA: --certs-dir's ca.crt or --etcd-cacert)")
 	fs.StringVar(&f.cacert, "etcd-cacert", "", "`file`: the CA certificate (PEM) that etcd's server certificate is checked against (default for an https:// --etcd: --certs-dir's ca.crt)")
 	fs.StringVar(&f.cert, "etcd-cert", "", "`file`: a client certificate (PEM) for an etcd that asks for one; with --etcd-key (default for an https:// --etcd: the command's own certificate in --certs-dir)")
 	fs.StringVar(&f.key, "etcd-key", "", "`file`: the key of --etcd-cert (PEM)")

@@ -70,7 +70,7 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.DurationVar(&f.cfg.BeatLead, "beat-lead", 0, "how far ahead of its clock the heartbeats of an initiator that sequenced nothing for 25 ms stand, so a writing node need not wait for this one's heartbeats while they are late by less (0: 100ms, a negative value: never ahead)")
 	fs.IntVar(&f.cfg.ConnsMax, "conns-max", 0, "TCP connections the node serves at once; one more is refused (0: 256)")
 	fs.Int64Var(&f.cfg.RejoinBufferBytesMax, "rejoin-buffer-bytes", 0, "bytes of txns a rejoining replica may buffer; past half, its source holds the partition's writes (0: 512 MiB)")
-	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory`: ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names; for an https:// --etcd they are the etcd client's CA and certificate too")
+	fs.StringVar(&f.certsDir, "certs-dir", os.Getenv(envCertsDir), "certificates `directory` ($REJOIN_CERTS_DIR if not given): ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names; for an https:// --etcd they are the etcd client's CA and certificate too")
 	f.etcd.useCertsDir(&f.certsDir, func() certs.Identity { return certs.NodeID(f.cfg.ID) })
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "run without TLS: anyone who reaches the node's port may call procedures, open feeds and rejoin streams; for trusted networks and tests only")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -81,14 +81,20 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 // config checks the flags and returns the node.Config, logging to stderr.
 func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 	cfg := f.cfg
+	if cfg.ID < 1 {
+		// Before the etcd client's files, which are the node's own: named
+		// from a missing --id, they were a "bad identity" of n0.
+		return cfg, errors.New("--id is required (1..1023)")
+	}
 	ec, err := f.etcd.config()
 	if err != nil {
 		return cfg, err
 	}
 	cfg.Etcd, cfg.EtcdTLS, cfg.EtcdUser, cfg.EtcdPassword = ec.Endpoints, ec.TLS, ec.Username, ec.Password
+	if cfg.Insecure && f.certsDir == os.Getenv(envCertsDir) {
+		f.certsDir = "" // --insecure given wins over $REJOIN_CERTS_DIR
+	}
 	switch {
-	case cfg.ID < 1:
-		return cfg, errors.New("--id is required (1..1023)")
 	case cfg.DataDir == "":
 		return cfg, errors.New("--data is required")
 	case cfg.EtcdTimeout <= 0:
