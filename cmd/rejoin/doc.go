@@ -19,9 +19,11 @@
 //	                 --redis: a fresh Redis replica's full resync of the same rows, to set beside it
 //	rejoin sim       the seeded simulator: --seeds N runs 1..N, --seed S -v replays one
 //	rejoin chaos     random faults over real processes for --duration, then the checks: PASS or FAIL
-//	rejoin version
+//	rejoin etcd      the embedded etcd as a process of its own (the walk-through's, the demo's, chaos's)
+//	rejoin version   the module's version, commit and Go version (also --version)
+//	rejoin help      the usage, or one command's: rejoin help COMMAND
 //
-// `rejoin <command> -h` lists a command's flags.
+// `rejoin help <command>` (or `rejoin <command> -h`) says what a command does and lists its flags.
 //
 // Each subcommand only binds flags; the work lives in the packages
 // (cmd/rejoin/internal/demo, cmd/rejoin/internal/chaos, recovery/node,

@@ -47,8 +47,26 @@ func openEtcd(name string, ef *etcdFlags, timeout time.Duration, stderr io.Write
 	}, nil
 }
 
+const statusUsage = `usage: rejoin status --etcd ENDPOINTS [flags]
+
+Shows a cluster as etcd and its nodes see it: the nodes (registered, and
+those of the placement that are down), every replica (its state in etcd
+and as its node reports it: rows, digest, last txn), the moves under way
+(drain, rebalance), and the rejoin tasks (source, phase, rows, progress).
+--watch redraws a line per replica being rebuilt every --every until
+Ctrl-C: what is under way, not what is done.
+
+Exit status 5 when no node is registered (the cluster serves nothing).
+
+flags:
+`
+
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, statusUsage)
+		fs.PrintDefaults()
+	}
 	etcd := newEtcdFlags(fs)
 	cf := newClientCertsFlags(fs, etcd, "certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`): etcd's client certificate for an https:// --etcd, and the nodes' where their admin HTTP is off loopback (served over TLS)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")

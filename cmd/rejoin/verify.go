@@ -14,8 +14,27 @@ import (
 // errMismatch makes run exit 1 after verify printed its report.
 var errMismatch = errors.New("digests do not match")
 
+const verifyUsage = `usage: rejoin verify --etcd ENDPOINTS [flags]
+
+Compares the replicas of every partition: one read-only transaction per
+partition asks each replica for its digest and row count, so all of a
+partition's replicas answer at the same txn ID, and prints a line per
+replica. A partition matches when as many replicas answered as etcd has
+live and all agree.
+
+Exit status 1 when digests differ; 3 when some partition could not be
+compared at all (no node reached, answers short): nothing read is not a
+mismatch.
+
+flags:
+`
+
 func runVerify(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("verify", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, verifyUsage)
+		fs.PrintDefaults()
+	}
 	etcd := newEtcdFlags(fs)
 	nodeTLS := newClientTLSFlags(fs, etcd)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
