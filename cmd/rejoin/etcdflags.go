@@ -254,7 +254,7 @@ func probeEndpoint(ep string, cfg *tls.Config, certFile string) error {
 		return fmt.Errorf("etcd at %s: %w", ep, err)
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * probeTimeout))
+	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
 	if scheme != "https" || cfg == nil {
 		// A plain client of a TLS server: gRPC sees a closed connection.
 		c := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a probe: nothing is sent

@@ -70,7 +70,7 @@ func TestEtcdCertsDirDefault(t *testing.T) {
 	}
 
 	fs := newFlagSet("get", &bytes.Buffer{})
-	sf := newShellFlags(fs)
+	sf := newShellFlags(fs, "get")
 	if err := fs.Parse([]string{"--etcd", "https://127.0.0.1:2379", "--certs-dir", dir}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestEtcdCertsDirDefault(t *testing.T) {
 	}
 
 	fs = newFlagSet("get", &bytes.Buffer{})
-	sf = newShellFlags(fs)
+	sf = newShellFlags(fs, "get")
 	if err := fs.Parse([]string{"--etcd", "http://127.0.0.1:2379", "--certs-dir", dir}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestEtcdCertsDirOverride(t *testing.T) {
 	}
 	run := func(args ...string) (*tls.Config, error) {
 		fs := newFlagSet("get", &bytes.Buffer{})
-		sf := newShellFlags(fs)
+		sf := newShellFlags(fs, "get")
 		if err := fs.Parse(append([]string{"--etcd", "https://127.0.0.1:2379", "--certs-dir", dir}, args...)); err != nil {
 			t.Fatal(err)
 		}

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,16 +116,47 @@ func TestInitCommand(t *testing.T) {
 	}
 }
 
-// TestInitUnreachableEtcd: with nothing at --etcd, init fails within its
-// --timeout, naming it.
+// TestInitUnreachableEtcd: with nothing at --etcd, init fails at once
+// naming the refused connection; with an etcd that takes the connection
+// and never answers, within its --timeout, naming that.
 func TestInitUnreachableEtcd(t *testing.T) {
 	var out, errOut bytes.Buffer
+	code := run([]string{"init", "--etcd", "http://127.0.0.1:1", "--timeout", "1m"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "connection refused") {
+		t.Fatalf("nothing at --etcd: exit %d, stderr %q", code, errOut.String())
+	}
+	// A listener that takes connections and says nothing: its connections
+	// are held until it closes.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	})
+	out.Reset()
+	errOut.Reset()
 	start := time.Now()
-	code := run([]string{"init", "--etcd", "http://127.0.0.1:1", "--timeout", "1s"}, &out, &errOut)
-	if took := time.Since(start); took > 6*time.Second {
+	code = run([]string{"init", "--etcd", "http://" + ln.Addr().String(), "--timeout", "1s"}, &out, &errOut)
+	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("took %s", took)
 	}
 	if code != 1 || !strings.Contains(errOut.String(), "did not answer within 1s (--timeout)") {
-		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+		t.Fatalf("a silent etcd: exit %d, stderr %q", code, errOut.String())
 	}
 }
