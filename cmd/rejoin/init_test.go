@@ -90,7 +90,8 @@ func TestInitCommand(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := run([]string{"status", "--etcd", ep}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "REPLICAS (2000)") {
+	// No node started yet: status lists them down and exits 5.
+	if code := run([]string{"status", "--etcd", ep}, &out, &errOut); code != exitDown || !strings.Contains(out.String(), "REPLICAS (2000)") {
 		t.Fatalf("status after init: exit %d, stdout %.300q, stderr %q", code, out.String(), errOut.String())
 	}
 	out.Reset()
@@ -104,7 +105,8 @@ func TestInitCommand(t *testing.T) {
 		want string
 	}{
 		{[]string{"init"}, "--etcd is required"},
-		{[]string{"init", "--etcd", ep, "--replicas", "4"}, "4 replicas on 3 nodes"},
+		{[]string{"init", "--etcd", ep, "--replicas", "4"}, "--replicas 4 with 3 nodes: want 1..3"},
+		{[]string{"init", "--etcd", ep, "--replicas", "0"}, "--replicas 0 with 3 nodes: want 1..3"},
 		{[]string{"init", "--etcd", ep, "--partitions", "0"}, "--partitions 0"},
 		{[]string{"init", "--etcd", ep, "--nodes", "n1,x"}, `"x" is not a node id`},
 		{[]string{"init", "--etcd", ep, "--table", "t(k uuid)"}, `unknown column type "uuid"`},
@@ -112,6 +114,13 @@ func TestInitCommand(t *testing.T) {
 		errOut.Reset()
 		if code := run(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("run(%q): exit %d, stderr %q; want 2 and %q", tc.args, code, errOut.String(), tc.want)
+		}
+		// The packages' error classes are no help to whoever typed the
+		// flags: "layout: bad config: supervise: placement: ..." before.
+		for _, internal := range []string{"layout:", "supervise:", "partition:"} {
+			if strings.Contains(errOut.String(), internal) {
+				t.Errorf("run(%q): stderr %q names the package %s", tc.args, errOut.String(), internal)
+			}
 		}
 	}
 }

@@ -29,6 +29,7 @@ func TestRunDispatch(t *testing.T) {
 		{args: []string{"demo", "--fault", "bogus"}, code: 2, stderrIn: `unknown fault "bogus"`},
 		{args: []string{"demo", "--replicas", "4", "--nodes", "3"}, code: 2, stderrIn: "each replica of a partition needs its own node"},
 		{args: []string{"demo", "--partitions", "0"}, code: 2, stderrIn: "--partitions 0"},
+		{args: []string{"demo", "--replicas", "0"}, code: 2, stderrIn: "--replicas 0, want 2 or more"},
 		{args: []string{"node", "--etcd", "x", "--data", "d"}, code: 2, stderrIn: "--id is required"},
 		{args: []string{"node", "--id", "1", "--data", "d"}, code: 2, stderrIn: "--etcd is required"},
 		{args: []string{"node", "--id", "1", "--etcd", "x"}, code: 2, stderrIn: "--data is required"},
