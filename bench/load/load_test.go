@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"math"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 

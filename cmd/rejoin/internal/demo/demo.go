@@ -655,7 +655,9 @@ func (r *run) main(ctx context.Context) error {
 	r.eventf("reading back every acknowledged write")
 	every := r.every()
 	checked, lost, examples, err := w.CheckAcked(ctx, loader, func(n, of int) {
-		every(func() { r.eventf("reading back: %d of %d acknowledged writes (%.0f%%)", n, of, 100*float64(n)/float64(of)) })
+		every(func() {
+			r.eventf("reading back: %d of %d acknowledged writes (%.0f%%)", n, of, 100*float64(n)/float64(of))
+		})
 	})
 	if err != nil {
 		return err
