@@ -76,7 +76,6 @@ func sampleClusterMessages(t testing.TB) []Message {
 		&Repair{Partition: 3, Initiator: 12, After: txnid.ID(0x0123456789abcdef), Incarnation: 1_700_000_000_123_456_789},
 		&RepairEnd{Partition: 3, Initiator: 12, Last: txnid.ID(0x0123456789abd000)},
 		&RepairEnd{Partition: 3, Initiator: math.MaxUint16, Err: "feed from initiator 65535 is still open"},
-		&Reply{Req: 10, Err: "the cluster is not bootstrapped yet", Refused: RefusedNotBootstrapped},
 	}
 }
 
@@ -95,6 +94,7 @@ func lateClusterMessages() []Message {
 		&BeatAsk{ID: txnid.ID(0x0123456789abcdf1)},
 		&FeedAck{ID: txnid.ID(0x0123456789abcdf2)},
 		&Fenced{Partitions: []uint32{1, 9, 65535}},
+		&Reply{Req: 10, Err: "the cluster is not bootstrapped yet", Refused: RefusedNotBootstrapped},
 	}
 }
 
