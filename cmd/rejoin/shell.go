@@ -136,6 +136,8 @@ type shell struct {
 	done  func()
 	key   layout.Column
 	value layout.Column
+	// stderr is where a wait says what it waits for.
+	stderr io.Writer
 }
 
 // openShell connects to the cluster of --etcd, bounded by --timeout, and
@@ -159,7 +161,7 @@ func openShell(name string, f *shellFlags, stderr io.Writer) (*shell, error) {
 		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
 		return nil, errUsage
 	}
-	s := &shell{name: name, flags: f, cli: cli, ctx: ctx, done: done}
+	s := &shell{name: name, flags: f, cli: cli, ctx: ctx, done: done, stderr: stderr}
 	s.c, err = client.Open(ctx, cli, client.Options{Timeout: f.timeout, TLS: creds})
 	if err != nil {
 		done()
@@ -218,11 +220,16 @@ func (s *shell) clusterErr(err error) error {
 // rather than fail. A read (readOnly) is also run again when its outcome
 // is uncertain: it changes nothing, so running it twice is safe.
 func (s *shell) retry(readOnly bool, call func() error) error {
+	said := ""
 	for {
 		err := call()
 		again := err != nil && (errors.Is(err, client.ErrRefused) || readOnly && errors.Is(err, client.ErrUncertain))
 		if !again {
 			return err
+		}
+		if why := waitReason(err); why != said {
+			said = why
+			fmt.Fprintf(s.stderr, "rejoin %s: waiting (up to --timeout %s): %s\n", s.name, s.flags.timeout, why)
 		}
 		select {
 		case <-s.ctx.Done():
@@ -234,6 +241,17 @@ func (s *shell) retry(readOnly bool, call func() error) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// waitReason says in words what a retried call waits for.
+func waitReason(err error) string {
+	switch {
+	case errors.Is(err, client.ErrNotBootstrapped):
+		return "the cluster is not bootstrapped yet: a node of its placement has never started"
+	case errors.Is(err, client.ErrRefused):
+		return "every node refused the call for now (not registered in etcd, not ready, or stopping); nothing was written"
+	}
+	return "no answer to a read yet; it is asked again"
 }
 
 // decode reads a command-line text as a value of column c.

@@ -183,7 +183,8 @@ func TestShellUncertain(t *testing.T) {
 	}
 	dropWrites.Store(false)
 	dropReads.Store(2)
-	if r := runArgs("get", "--etcd", ep, "--insecure", "k"); r.code != 0 || r.stdout != "v\n" {
+	// It says what it waits for, once, rather than wait without a word.
+	if r := runArgs("get", "--etcd", ep, "--insecure", "k"); r.code != 0 || r.stdout != "v\n" || strings.Count(r.stderr, "waiting (up to --timeout 10s): no answer to a read yet") != 1 {
 		t.Fatalf("get after an uncertain put that happened, its first two reads unanswered: %+v", r)
 	}
 	dropReads.Store(1 << 30)
