@@ -290,6 +290,15 @@ func (in *Initiator) Unfed(v *InitiatorView, p uint32) []string {
 	return Unfed(in.replicaFeeds(p, v))
 }
 
+// RefusedError is a refusal of Submit that the node passes on to its
+// client as such (wire.Reply.Refused), with nothing sequenced.
+type RefusedError struct {
+	Refused wire.Refusal
+	Text    string
+}
+
+func (e *RefusedError) Error() string { return e.Text }
+
 // Submit sequences a call and sends its txn to every replica of its
 // partition on a node with an open feed; reply gets the answer once no
 // live replica is waited for. registered says whether the node holds its
@@ -301,7 +310,7 @@ func (in *Initiator) Unfed(v *InitiatorView, p uint32) []string {
 // is not kept once sent.
 func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, reply func(*wire.Reply)) error {
 	if !registered {
-		return fmt.Errorf("node %s is not registered in etcd (coordinator unreachable): it sequences no call until it is", in.cfg.Node)
+		return &RefusedError{wire.RefusedNotRegistered, fmt.Sprintf("node %s is not registered in etcd (coordinator unreachable): it sequences no call until it is", in.cfg.Node)}
 	}
 	if req.Partition >= in.cfg.Partitions {
 		return fmt.Errorf("partition %d out of range (%d partitions)", req.Partition, in.cfg.Partitions)
@@ -309,7 +318,7 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 	if !v.Bootstrapped {
 		// A node of the placement has never started: its replicas will
 		// come up live and empty, so nothing may be written before.
-		return fmt.Errorf("the cluster is not bootstrapped yet: a node of its placement has never started")
+		return &RefusedError{wire.RefusedNotBootstrapped, "the cluster is not bootstrapped yet: a node of its placement has never started"}
 	}
 	feeds := in.replicaFeedsInto(in.feedsScratch[:0], req.Partition, v)
 	in.feedsScratch = feeds

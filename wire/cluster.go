@@ -209,6 +209,51 @@ type Reply struct {
 	// came back, so it may or may not have committed. Err says why. A
 	// client must not take such a reply for a failure.
 	Uncertain bool
+	// Refused, if not RefusedNone, says the node refused the call with
+	// nothing sequenced, and why, so that a client tells a refusal from a
+	// procedure's error without reading Err's text.
+	Refused Refusal
+}
+
+// Refusal is why a node refused a call with nothing sequenced (Reply.Refused).
+type Refusal uint8
+
+// The refusals. A client may send a call refused so to another node: it
+// ran nowhere.
+const (
+	RefusedNone Refusal = iota
+	// RefusedNotRegistered: the node does not hold its registration in
+	// etcd (etcd unreachable, or its lease lapsed); another node may take
+	// the call.
+	RefusedNotRegistered
+	// RefusedNotBootstrapped: a node of the cluster's placement has never
+	// started, so nothing may be written yet; it passes once it has.
+	RefusedNotBootstrapped
+	// RefusedNotReady: the node could not send the txn to every replica
+	// of its partition in time (a feed not open yet, its membership view
+	// behind its registration).
+	RefusedNotReady
+	// RefusedStopping: the node is stopping and takes no new call.
+	RefusedStopping
+	// RefusedMax is the highest refusal this version knows; a higher one
+	// decodes as is, for a client to take as a refusal it cannot name.
+	RefusedMax = RefusedStopping
+)
+
+func (r Refusal) String() string {
+	switch r {
+	case RefusedNone:
+		return "none"
+	case RefusedNotRegistered:
+		return "not registered"
+	case RefusedNotBootstrapped:
+		return "not bootstrapped"
+	case RefusedNotReady:
+		return "not ready"
+	case RefusedStopping:
+		return "stopping"
+	}
+	return fmt.Sprintf("refusal %d", uint8(r))
 }
 
 // ReplicaOut is one replica's result in Reply.Each.
@@ -319,7 +364,7 @@ const (
 	fencedFields     = 1 // [[partition, ...]]
 	doneFields       = 4 // [partition, id, out, err]
 	callFields       = 5 // [req, partition, proc, params, each]
-	replyFields      = 6 // [req, id, out, err, [replicaOut, ...], uncertain]
+	replyFields      = 7 // [req, id, out, err, [replicaOut, ...], uncertain, refused]
 	replicaOutFields = 3 // [node, out, err]
 	repairFields     = 4 // [partition, initiator, after, incarnation]
 	repairEndFields  = 4 // [partition, initiator, last, err]
@@ -394,7 +439,8 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 			dst = appendBin(dst, o.Out)
 			dst = appendStr(dst, truncateText(o.Err, ErrTextBytesMax))
 		}
-		return appendBool(dst, m.Uncertain), true
+		dst = appendBool(dst, m.Uncertain)
+		return appendUint(dst, uint64(m.Refused)), true
 	case *Repair:
 		dst = AppendArrayHeader(dst, repairFields)
 		dst = appendUint(dst, uint64(m.Partition))
@@ -569,6 +615,7 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 			}
 		}
 		p.Uncertain = r.bool()
+		p.Refused = Refusal(r.uint(math.MaxUint8))
 		return &p
 	case MsgRepair:
 		var x Repair

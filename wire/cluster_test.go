@@ -82,7 +82,7 @@ func TestClusterDecodeErrors(t *testing.T) {
 	if !bytes.Equal(repairEnd, []byte{0x94, 3, 1, 5, 0xa1, 'x'}) {
 		t.Fatalf("repair end is %x", repairEnd)
 	}
-	reply := func(each ...byte) []byte { return append([]byte{0x96, 1, 2, 0xc4, 0, 0xa0}, each...) }
+	reply := func(each ...byte) []byte { return append([]byte{0x97, 1, 2, 0xc4, 0, 0xa0}, each...) }
 	long := func(n int) []byte {
 		return append([]byte{0xd9, byte(n)}, strings.Repeat("x", n)...)
 	}
@@ -120,8 +120,11 @@ func TestClusterDecodeErrors(t *testing.T) {
 		{"reply each huge", MsgReply, reply(0xdd, 0xff, 0xff, 0xff, 0xff), ErrTruncated},
 		{"reply each entry of 2 fields", MsgReply, reply(0x91, 0x92, 0xa0, 0xc4, 0), ErrMalformed},
 		{"reply each entry node too long", MsgReply, append(append(reply(0x91, 0x93), long(NodeBytesMax+1)...), 0xc4, 0, 0xa0), ErrTooLarge},
-		{"reply trailing", MsgReply, reply(0x90, 0xc2, 0x90), ErrMalformed},
+		{"reply trailing", MsgReply, reply(0x90, 0xc2, 0, 0x90), ErrMalformed},
 		{"reply uncertain missing", MsgReply, reply(0x90), ErrTruncated},
+		{"reply refused missing", MsgReply, reply(0x90, 0xc2), ErrTruncated},
+		{"reply refused over a byte", MsgReply, reply(0x90, 0xc2, 0xcd, 0x01, 0x00), ErrMalformed},
+		{"reply of the 6 fields before refused", MsgReply, append([]byte{0x96, 1, 2, 0xc4, 0, 0xa0}, 0x90, 0xc2), ErrMalformed},
 		{"reply uncertain int", MsgReply, reply(0x90, 0x01), ErrMalformed},
 		{"reply of 5 fields", MsgReply, append([]byte{0x95, 1, 2, 0xc4, 0, 0xa0}, 0x90), ErrMalformed},
 		{"repair too few fields", MsgRepair, []byte{0x93, 3, 1, 5}, ErrMalformed},

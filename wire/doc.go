@@ -56,13 +56,15 @@
 //	Fenced    [[partition, ...]]   (type 20)
 //	Done      [partition, txnID, out, err]
 //	Call      [req, partition, proc, params, each]
-//	Reply     [req, txnID, out, err, [[node, out, err], ...], uncertain]
+//	Reply     [req, txnID, out, err, [[node, out, err], ...], uncertain, refused]
 //	Repair    [partition, initiator, after, incarnation]
 //	RepairEnd [partition, initiator, last, err]
 //
 // All numbers are msgpack unsigned ints; node, proc and err are str,
-// params and out are bin holding a tuple, each and uncertain are bools. The message type
-// is not in the message; the frame header carries it.
+// params and out are bin holding a tuple, each and uncertain are bools;
+// refused is a Refusal (0: none; a node's refusal of a call with nothing
+// sequenced, told apart from a procedure's error without reading err). The
+// message type is not in the message; the frame header carries it.
 //
 // # Frames
 //

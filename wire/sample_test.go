@@ -94,6 +94,7 @@ func lateClusterMessages() []Message {
 		&BeatAsk{ID: txnid.ID(0x0123456789abcdf1)},
 		&FeedAck{ID: txnid.ID(0x0123456789abcdf2)},
 		&Fenced{Partitions: []uint32{1, 9, 65535}},
+		&Reply{Req: 10, Err: "the cluster is not bootstrapped yet", Refused: RefusedNotBootstrapped},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rejoin-db/rejoin/recovery/client"
@@ -30,6 +31,16 @@ type LoadReport struct {
 // written; loading again is harmless (upserts).
 func Load(ctx context.Context, c *client.Client, table string, rows, keyBytes, valueBytes int) (LoadReport, error) {
 	return LoadBatches(ctx, c, table, rows, keyBytes, valueBytes, loadBatchRows, nil)
+}
+
+// LoadProgress is Load calling done, if not nil, after each batch with
+// the rows loaded so far.
+func LoadProgress(ctx context.Context, c *client.Client, table string, rows, keyBytes, valueBytes int, done func(rows int)) (LoadReport, error) {
+	var each func(int, time.Duration)
+	if done != nil {
+		each = func(n int, _ time.Duration) { done(n) }
+	}
+	return LoadBatches(ctx, c, table, rows, keyBytes, valueBytes, loadBatchRows, each)
 }
 
 // LoadBatches is Load in batches of batchRows rows (at most
@@ -89,6 +100,14 @@ type VerifyResult struct {
 // it held before the writer began, which the report does not know.
 // It fails on a read that fails for another reason than a missing row.
 func Verify(ctx context.Context, c *client.Client, table string, r Report) (VerifyResult, error) {
+	return VerifyProgress(ctx, c, table, r, nil)
+}
+
+// VerifyProgress is Verify calling done, if not nil, with the keys read
+// so far of how many, as each is read: from the reading goroutines, so
+// it must be safe for concurrent use.
+func VerifyProgress(ctx context.Context, c *client.Client, table string, r Report, done func(read, of int)) (VerifyResult, error) {
+	var read atomic.Int64
 	keys := make([]string, 0, len(r.Acked))
 	for k := range r.Acked {
 		keys = append(keys, k)
@@ -118,6 +137,9 @@ func Verify(ctx context.Context, c *client.Client, table string, r Report) (Veri
 		wg.Go(func() {
 			defer func() { <-sem }()
 			row, err := readRetry(ctx, c, table, []byte(k))
+			if done != nil {
+				done(int(read.Add(1)), len(keys))
+			}
 			want, acked := r.Acked[k]
 			switch {
 			case errors.Is(err, client.ErrNotFound):
@@ -169,7 +191,7 @@ func readRetry(ctx context.Context, c *client.Client, table string, key []byte) 
 	for i := range verifyReadAttempts {
 		var row []wire.Value
 		row, err = c.Read(ctx, table, wire.Bytes(key))
-		again := errors.Is(err, client.ErrUncertain) || errors.Is(err, client.ErrNoNode) ||
+		again := errors.Is(err, client.ErrUncertain) || errors.Is(err, client.ErrNoNode) || errors.Is(err, client.ErrRefused) ||
 			(errors.Is(err, client.ErrProcedure) && !errors.Is(err, client.ErrNotFound))
 		if !again || ctx.Err() != nil || i == verifyReadAttempts-1 {
 			return row, err

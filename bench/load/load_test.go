@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,9 +145,10 @@ func TestLoadRunVerify(t *testing.T) {
 	checkLeaks(t)
 	c, cl := newClient(t, 4, nil)
 	ctx := testCtx(t, 30*time.Second)
-	lr, err := Load(ctx, c, "kv", 3000, 16, 100)
-	if err != nil {
-		t.Fatal(err)
+	loaded := 0
+	lr, err := LoadProgress(ctx, c, "kv", 3000, 16, 100, func(rows int) { loaded = rows })
+	if err != nil || loaded != 3000 {
+		t.Fatalf("load said %d rows loaded: %v", loaded, err)
 	}
 	if lr.Rows != 3000 || lr.RowsPerSec <= 0 || countRows(t, cl, 4) != 3000 {
 		t.Fatalf("load %+v, %d rows", lr, countRows(t, cl, 4))
@@ -165,9 +167,23 @@ func TestLoadRunVerify(t *testing.T) {
 	if got, want := countRows(t, cl, 4), int(r.KeySpace); got > want || got < 3000 {
 		t.Fatalf("%d rows, key space %d", got, want)
 	}
-	vr, err := Verify(ctx, c, "kv", r)
+	// The read-back says how far it is, key by key, up to every one
+	// (the demo prints it while it reads).
+	var mu sync.Mutex
+	reads, top := 0, 0
+	vr, err := VerifyProgress(ctx, c, "kv", r, func(read, of int) {
+		mu.Lock()
+		defer mu.Unlock()
+		reads, top = reads+1, max(top, read)
+		if of != len(r.Acked) {
+			t.Errorf("progress of %d keys, %d acknowledged", of, len(r.Acked))
+		}
+	})
 	if err != nil || vr.Lost != 0 || vr.Checked != len(r.Acked) {
 		t.Fatalf("verify %+v: %v", vr, err)
+	}
+	if reads != len(r.Acked) || top != len(r.Acked) {
+		t.Fatalf("progress said %d times, up to %d, of %d keys", reads, top, len(r.Acked))
 	}
 	// A wrong record is caught.
 	for k := range r.Acked {

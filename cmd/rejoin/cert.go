@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -42,7 +43,7 @@ flags:
 
 func runCert(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cert", stderr)
-	dir := fs.String("certs-dir", "", "certificates `directory` (made if missing)")
+	dir := fs.String("certs-dir", os.Getenv(envCertsDir), "certificates `directory` (made if missing; $REJOIN_CERTS_DIR if not given)")
 	caDir := fs.String("ca-dir", "", "`directory` of the CA's key, ca.key (default: the certificates directory's name with -ca, beside it); never the certificates directory, which every node is given")
 	lifetime := fs.Duration("lifetime", 0, "validity from now (0: 87600h for a CA, 17520h for a node or client)")
 	hosts := fs.String("host", "localhost,127.0.0.1,::1", "create-node, create-etcd: comma-separated DNS names and IPs for clients that check a host name (the admin HTTP, etcd's clients); the node protocol checks the identity instead")
@@ -150,8 +151,8 @@ type clientCertsFlags struct {
 // --client, and makes them etcd's defaults.
 func newClientCertsFlags(fs *flag.FlagSet, etcd *etcdFlags, dirUsage string) *clientCertsFlags {
 	f := &clientCertsFlags{}
-	fs.StringVar(&f.certsDir, "certs-dir", "", dirUsage)
-	fs.StringVar(&f.name, "client", "root", "client certificate `name` in --certs-dir")
+	fs.StringVar(&f.certsDir, "certs-dir", os.Getenv(envCertsDir), dirUsage+" ($REJOIN_CERTS_DIR if not given)")
+	fs.StringVar(&f.name, "client", envOr(envClient, "root"), "client certificate `name` in --certs-dir ($REJOIN_CLIENT if not given)")
 	etcd.useCertsDir(&f.certsDir, func() certs.Identity { return certs.ClientID(f.name) })
 	return f
 }
@@ -177,6 +178,9 @@ func newClientTLSFlags(fs *flag.FlagSet, etcd *etcdFlags) *clientTLSFlags {
 
 // load is the client's credentials; nil with --insecure.
 func (f *clientTLSFlags) load() (*certs.TLS, error) {
+	if f.insecure && f.certsDir == os.Getenv(envCertsDir) {
+		return nil, nil // --insecure given wins over $REJOIN_CERTS_DIR
+	}
 	switch {
 	case f.insecure && f.certsDir != "":
 		return nil, errors.New("--certs-dir and --insecure both given: pick one")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -144,11 +145,26 @@ func TestVerifyVerdict(t *testing.T) {
 	if err := verdict(ok); err != nil {
 		t.Fatalf("verdict of a match: %v", err)
 	}
-	bad := clusterview.DigestReport{Partitions: []clusterview.PartitionDigests{{Partition: 0, Match: true}, {Partition: 3}, {Partition: 5}}, Bad: []uint32{3, 5}}
-	if err := verdict(bad); err == nil || !strings.Contains(err.Error(), "partitions [3 5]") {
+	bad := clusterview.DigestReport{Partitions: []clusterview.PartitionDigests{{Partition: 0, Match: true}, {Partition: 3, Differ: true}, {Partition: 5, Differ: true}}, Bad: []uint32{3, 5}}
+	if err := verdict(bad); !errors.Is(err, errMismatch) || !strings.Contains(err.Error(), "partitions [3 5]") {
 		t.Fatalf("verdict of a mismatch: %v", err)
 	}
-	if err := verdict(clusterview.DigestReport{}); err == nil || !strings.Contains(err.Error(), "no partition answered") {
+	var ee *exitError
+	// Nothing read is no mismatch: issue 28 saw every node down reported
+	// as 'digests do not match: partitions [0 … 15]'.
+	down := clusterview.DigestReport{Partitions: []clusterview.PartitionDigests{{Partition: 0, Problem: "client: no reachable node"}, {Partition: 1, Problem: "client: no reachable node"}}, Bad: []uint32{0, 1}}
+	if err := verdict(down); errors.Is(err, errMismatch) || !errors.As(err, &ee) || ee.code != exitUncertain || !strings.Contains(err.Error(), "unreachable (partition 0: client: no reachable node)") {
+		t.Fatalf("verdict with every node down: %v", err)
+	}
+	short := clusterview.DigestReport{Partitions: []clusterview.PartitionDigests{{Partition: 0, Match: true}, {Partition: 1, Problem: "1 answers, 2 live replicas"}}, Bad: []uint32{1}}
+	if err := verdict(short); errors.Is(err, errMismatch) || !errors.As(err, &ee) || ee.code != exitUncertain || !strings.Contains(err.Error(), "partitions [1] could not be compared") {
+		t.Fatalf("verdict of a partition short of answers: %v", err)
+	}
+	both := clusterview.DigestReport{Partitions: []clusterview.PartitionDigests{{Partition: 0, Differ: true}, {Partition: 1}}, Bad: []uint32{0, 1}}
+	if err := verdict(both); !errors.Is(err, errMismatch) || !strings.Contains(err.Error(), "partitions [0] (and partitions [1] could not be compared)") {
+		t.Fatalf("verdict of a mismatch and an unread partition: %v", err)
+	}
+	if err := verdict(clusterview.DigestReport{}); err == nil || errors.Is(err, errMismatch) {
 		t.Fatalf("verdict of nothing: %v", err)
 	}
 }

@@ -80,6 +80,10 @@ func (f *demoFlags) config() (demo.Config, error) {
 	if f.partitions < 1 || f.partitions > 1<<16 {
 		return cfg, fmt.Errorf("--partitions %d, want 1..65536", f.partitions)
 	}
+	if cfg.Replicas < 2 {
+		// The config takes 0 for its default; a flag of 0 is a mistake.
+		return cfg, fmt.Errorf("--replicas %d, want 2 or more: a killed node's replicas rejoin from the live ones", cfg.Replicas)
+	}
 	cfg.Partitions = uint32(f.partitions)
 	cfg.Fault = demo.Fault(f.fault)
 	// Bars redraw in place on a terminal; into a file or a pipe they

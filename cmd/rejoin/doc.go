@@ -19,9 +19,11 @@
 //	                 --redis: a fresh Redis replica's full resync of the same rows, to set beside it
 //	rejoin sim       the seeded simulator: --seeds N runs 1..N, --seed S -v replays one
 //	rejoin chaos     random faults over real processes for --duration, then the checks: PASS or FAIL
-//	rejoin version
+//	rejoin etcd      the embedded etcd as a process of its own (the walk-through's, the demo's, chaos's)
+//	rejoin version   the module's version, commit and Go version (also --version)
+//	rejoin help      the usage, or one command's: rejoin help COMMAND
 //
-// `rejoin <command> -h` lists a command's flags.
+// `rejoin help <command>` (or `rejoin <command> -h`) says what a command does and lists its flags.
 //
 // Each subcommand only binds flags; the work lives in the packages
 // (cmd/rejoin/internal/demo, cmd/rejoin/internal/chaos, recovery/node,
@@ -35,10 +37,13 @@
 // function holds the rule for every command (etcdFlags.useCertsDir), and
 // a file it needs that is missing is named before any dial.
 //
-// Exit status: 0 on success (and for -h); 1 when the command ran and
-// failed, or found what it checks for wrong (digests that differ, a
-// simulator seed that failed, acknowledged writes lost, a chaos FAIL); 2
-// for a usage error. The shell client (put, get, del, load) adds two: 3
-// when a write's outcome is uncertain (it was sent and no answer came: it
-// may or may not have happened), 4 when the key is not there (get, del).
+// Exit status (usage lists them too): 0 on success (and for -h); 1 when
+// the command ran and failed, or found what it checks for wrong (digests
+// that differ, a simulator seed that failed, acknowledged writes lost, a
+// chaos FAIL); 2 for a usage error; 3 when an outcome is unknown (a write
+// sent with no answer: it may or may not have happened; verify: a
+// partition no replica of which could be read); 4 when the key is not
+// there (get, del); 5 when status finds no node registered; 130 when
+// Ctrl-C stopped a command before it was done (drain, rebalance say what
+// is under way and what to run next).
 package main

@@ -118,6 +118,39 @@ func TestMoveCommands(t *testing.T) {
 	if code := run([]string{"undo-move", "--etcd", ep, "1"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no move under way") {
 		t.Fatalf("undo-move with none under way: exit %d, stderr %q", code, errOut.String())
 	}
+	// A move whose new holder never opens its rejoin task (no node
+	// process runs here): the command says what it waits for, a timeout
+	// names the move, not etcd, and past --stall the move is undone.
+	if v, err = supervise.ReadMoves(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	if err := supervise.StartMove(ctx, cli, v, supervise.Move{Partition: 1, From: v.Replicas[1][0].Node, To: "n3"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	code := run([]string{"rebalance", "--etcd", ep, "--poll", "50ms", "--timeout", "1500ms"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "--timeout 1.5s passed") || strings.Contains(errOut.String(), "did not answer") ||
+		!strings.Contains(errOut.String(), "partition 1 n") || !strings.Contains(errOut.String(), "no rejoin task onto it is open yet") {
+		t.Fatalf("rebalance timing out on a move that waits: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	t.Logf("rebalance, timed out:\n%s%s", out.String(), errOut.String())
+	if !strings.Contains(out.String(), "waiting  partition 1 ") {
+		t.Fatalf("rebalance waited without saying for what: stdout %q", out.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code = run([]string{"rebalance", "--etcd", ep, "--poll", "50ms", "--stall", "1s", "--say-every", "200ms", "--timeout", "30s"}, &out, &errOut)
+	if code != 1 || !strings.Contains(out.String(), "undone   partition 1 ") || !strings.Contains(errOut.String(), "never asked for the rejoin") {
+		t.Fatalf("rebalance on a move that stalls: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	t.Logf("rebalance, stalled:\n%s%s", out.String(), errOut.String())
+	if got := strings.Count(out.String(), "waiting  partition 1 "); got < 3 {
+		t.Fatalf("an unchanged wait of 1 s said %d times with --say-every 200ms: %q", got, out.String())
+	}
+	if v, err = supervise.ReadMoves(ctx, cli); err != nil || len(v.Moves) != 0 || len(v.Replicas[1]) != 2 {
+		t.Fatalf("after the stalled move was undone: moves %v, replicas of 1 %v, %v", v.Moves, v.Replicas[1], err)
+	}
 	// n3's stand-in: it marks each replica moved onto it live.
 	fake, stopFake := context.WithCancel(ctx)
 	defer stopFake()

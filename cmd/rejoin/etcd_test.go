@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,4 +108,58 @@ func TestEmbeddedEtcdRequiresClientCertificate(t *testing.T) {
 			t.Errorf("exit %d, stderr %q", code, errOut.String())
 		}
 	})
+}
+
+// TestEtcdRefusalsFailFast: an etcd endpoint that refuses the connection,
+// one whose server is TLS though the endpoint has no scheme, and an etcd
+// that refuses a certificate of another CA are each reported with their
+// cause before any wait, by status, get and init alike: never as "did not
+// answer" after --timeout (they used to wait it out, 5, 10 and 30 s by
+// default, and then name no cause for the first two).
+func TestEtcdRefusalsFailFast(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	creds, err := demo.EnsureCerts(dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other")
+	if _, err := demo.EnsureCerts(other, 1); err != nil {
+		t.Fatal(err)
+	}
+	e, err := claim.StartEmbedded(t.TempDir(), claim.EmbeddedOptions{UnsafeNoFsync: true, TLS: demo.EmbeddedEtcdTLS(dir, creds)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	ep := e.Endpoints()[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	otherCert, otherKey := certs.Files(other, certs.ClientID(demo.ClientName))
+	otherCA := []string{"--etcd-cacert", filepath.Join(dir, certs.CACertFile), "--etcd-cert", otherCert, "--etcd-key", otherKey}
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"closed port", []string{"--etcd", closed}, "connect: connection refused"},
+		{"no scheme", []string{"--etcd", strings.TrimPrefix(ep, "https://")}, "has no scheme, and etcd there serves TLS: write https://"},
+		{"another CA's certificate", append([]string{"--etcd", ep}, otherCA...), "refused this client's certificate (--etcd-cert): remote error: tls: unknown certificate authority"},
+	} {
+		for _, cmd := range [][]string{{"status"}, {"get", "--insecure", "k"}, {"init", "--partitions", "2", "--replicas", "1", "--nodes", "1"}} {
+			t.Run(tc.name+"/"+cmd[0], func(t *testing.T) {
+				args := append([]string{cmd[0], "--timeout", "1m"}, tc.flags...)
+				args = append(args, cmd[1:]...)
+				var out, errOut bytes.Buffer
+				code := run(args, &out, &errOut)
+				t.Logf("exit %d: %s", code, strings.TrimSpace(errOut.String()))
+				if code != 1 || !strings.Contains(errOut.String(), tc.want) || strings.Contains(errOut.String(), "did not answer") {
+					t.Errorf("rejoin %q: exit %d, stderr %q; want exit 1 and %q at once", args, code, errOut.String(), tc.want)
+				}
+			})
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -21,6 +22,21 @@ import (
 
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 )
+
+// Environment variables that stand for the flags every command of a
+// cluster repeats; a flag given wins.
+const (
+	envEtcd     = "REJOIN_ETCD"      // --etcd
+	envCertsDir = "REJOIN_CERTS_DIR" // --certs-dir
+	envClient   = "REJOIN_CLIENT"    // --client
+)
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
 
 // etcdFlags are how a command reaches etcd: its endpoints, and for an
 // etcd that serves TLS or has auth, the CA, a client certificate and a
@@ -38,7 +54,7 @@ type etcdFlags struct {
 
 func newEtcdFlags(fs *flag.FlagSet) *etcdFlags {
 	f := &etcdFlags{}
-	fs.StringVar(&f.endpoints, "etcd", "", "comma-separated etcd `endpoints` (https:// ones need a CA: --certs-dir's ca.crt or --etcd-cacert)")
+	fs.StringVar(&f.endpoints, "etcd", os.Getenv(envEtcd), "comma-separated etcd `endpoints` ($REJOIN_ETCD if not given; https:// ones need a CA: --certs-dir's ca.crt or --etcd-cacert)")
 	fs.StringVar(&f.cacert, "etcd-cacert", "", "`file`: the CA certificate (PEM) that etcd's server certificate is checked against (default for an https:// --etcd: --certs-dir's ca.crt)")
 	fs.StringVar(&f.cert, "etcd-cert", "", "`file`: a client certificate (PEM) for an etcd that asks for one; with --etcd-key (default for an https:// --etcd: the command's own certificate in --certs-dir)")
 	fs.StringVar(&f.key, "etcd-key", "", "`file`: the key of --etcd-cert (PEM)")
@@ -174,13 +190,13 @@ func (f *etcdFlags) credentials() (user, password string, err error) {
 	return f.user, strings.TrimRight(string(b), "\r\n"), nil
 }
 
-// probeTimeout bounds each step of probe: the dial and handshake, and the
-// wait for the server's verdict on the client's certificate.
+// probeTimeout bounds each step of a probe: the dial, the handshake, and
+// the wait for the server's verdict on the client's certificate.
 const probeTimeout = time.Second
 
-// explain adds to err, etcd not answering in time, why when it is TLS:
-// etcd's client retries a refused handshake until its deadline and then
-// says only that, so the cause is found by a handshake of our own.
+// explain adds to err, etcd not answering in time, why when a probe finds
+// it: etcd's client retries a refused connection or handshake until its
+// deadline and then says only that.
 func (f *etcdFlags) explain(err error) error {
 	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserNotFound) {
 		// etcd names neither the user nor what would do.
@@ -199,11 +215,14 @@ func (f *etcdFlags) explain(err error) error {
 	return err
 }
 
-// probe shakes hands with each endpoint as the etcd client would and
-// returns the first TLS refusal: etcd refusing our certificate (in TLS
-// 1.3 its verdict comes after our side of the handshake is done, so it
-// waits for it), our refusing etcd's, or a TLS server dialled as plain
-// http. Nil if nothing was learned.
+// probe checks each endpoint as the etcd client would reach it, at once
+// and within probeTimeout each: nil if one answered (or gave no verdict
+// in time: a paused etcd is waited for as before), else why none can be
+// used: a refused connection, a TLS server dialled as plain, a plain one
+// dialled as TLS, our refusing etcd's certificate, etcd refusing ours.
+// A command calls it before its first etcd call, so such a cause is
+// reported within a second, not after its --timeout under a "did not
+// answer".
 func (f *etcdFlags) probe() error {
 	cfg, err := f.tls()
 	if err != nil {
@@ -215,39 +234,73 @@ func (f *etcdFlags) probe() error {
 	if _, c, _, _ := f.files(); f.cert == "" && c != "" {
 		certFile = c
 	}
-	for _, ep := range splitEndpoints(f.endpoints) {
-		u, err := url.Parse(ep)
-		if err != nil || u.Host == "" {
-			continue
-		}
-		d := &net.Dialer{Timeout: probeTimeout}
-		if u.Scheme != "https" || cfg == nil {
-			// A plain client of a TLS server: gRPC sees a closed connection.
-			c, err := tls.DialWithDialer(d, "tcp", u.Host, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a probe: nothing is sent
-			if err == nil {
-				c.Close()
-				return fmt.Errorf("etcd at %s serves TLS: use https:// and --certs-dir (or --etcd-cacert, and a client certificate, --etcd-cert and --etcd-key, if it asks for one)", ep)
-			}
-			continue
-		}
-		pc := cfg.Clone()
-		pc.ServerName = u.Hostname()
-		pc.NextProtos = []string{"h2"}
-		c, err := tls.DialWithDialer(d, "tcp", u.Host, pc)
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("TLS with etcd at %s: %w", ep, err)
-		}
-		_ = c.SetReadDeadline(time.Now().Add(probeTimeout))
-		_, err = c.Read(make([]byte, 1))
-		c.Close()
-		var alert tls.AlertError
-		if errors.As(err, &alert) || (err != nil && strings.Contains(err.Error(), "remote error")) {
-			return fmt.Errorf("etcd at %s refused this client's certificate (%s): %w", ep, certFile, err)
+	eps := splitEndpoints(f.endpoints)
+	causes := make([]error, len(eps))
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		wg.Go(func() { causes[i] = probeEndpoint(ep, cfg, certFile) })
+	}
+	wg.Wait()
+	for _, c := range causes {
+		if c == nil {
+			return nil
 		}
 	}
+	return errors.Join(causes...)
+}
+
+// probeEndpoint is probe's check of one endpoint.
+func probeEndpoint(ep string, cfg *tls.Config, certFile string) error {
+	host, scheme := ep, ""
+	if u, err := url.Parse(ep); err == nil && u.Host != "" {
+		host, scheme = u.Host, u.Scheme
+	}
+	conn, err := net.DialTimeout("tcp", host, probeTimeout)
+	if err != nil {
+		if timedOut(err) {
+			return nil
+		}
+		return fmt.Errorf("etcd at %s: %w", ep, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
+	if scheme != "https" || cfg == nil {
+		// A plain client of a TLS server: gRPC sees a closed connection.
+		c := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a probe: nothing is sent
+		if c.Handshake() != nil {
+			return nil
+		}
+		if scheme == "" {
+			return fmt.Errorf("etcd endpoint %q has no scheme, and etcd there serves TLS: write https://%s, with --certs-dir (or --etcd-cacert, and a client certificate, --etcd-cert and --etcd-key, if it asks for one)", ep, host)
+		}
+		return fmt.Errorf("etcd at %s serves TLS: use https:// and --certs-dir (or --etcd-cacert, and a client certificate, --etcd-cert and --etcd-key, if it asks for one)", ep)
+	}
+	pc := cfg.Clone()
+	pc.ServerName, _, _ = net.SplitHostPort(host)
+	pc.NextProtos = []string{"h2"}
+	c := tls.Client(conn, pc)
+	if err := c.Handshake(); err != nil {
+		var rh tls.RecordHeaderError
+		switch {
+		case timedOut(err):
+			return nil
+		case errors.As(err, &rh):
+			return fmt.Errorf("etcd at %s does not serve TLS: use http:// (%w)", ep, err)
+		}
+		return fmt.Errorf("TLS with etcd at %s (its certificate is checked against --etcd-cacert, or --certs-dir's ca.crt): %w", ep, err)
+	}
+	// In TLS 1.3 the server's verdict on our certificate comes after our
+	// side of the handshake is done: a read waits for it, or for etcd's
+	// first HTTP/2 frame.
+	_, err = c.Read(make([]byte, 1))
+	var alert tls.AlertError
+	if errors.As(err, &alert) || (err != nil && strings.Contains(err.Error(), "remote error")) {
+		return fmt.Errorf("etcd at %s refused this client's certificate (%s): %w", ep, certFile, err)
+	}
 	return nil
+}
+
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -70,7 +70,7 @@ func TestEtcdCertsDirDefault(t *testing.T) {
 	}
 
 	fs := newFlagSet("get", &bytes.Buffer{})
-	sf := newShellFlags(fs)
+	sf := newShellFlags(fs, "get")
 	if err := fs.Parse([]string{"--etcd", "https://127.0.0.1:2379", "--certs-dir", dir}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestEtcdCertsDirDefault(t *testing.T) {
 	}
 
 	fs = newFlagSet("get", &bytes.Buffer{})
-	sf = newShellFlags(fs)
+	sf = newShellFlags(fs, "get")
 	if err := fs.Parse([]string{"--etcd", "http://127.0.0.1:2379", "--certs-dir", dir}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestEtcdCertsDirOverride(t *testing.T) {
 	}
 	run := func(args ...string) (*tls.Config, error) {
 		fs := newFlagSet("get", &bytes.Buffer{})
-		sf := newShellFlags(fs)
+		sf := newShellFlags(fs, "get")
 		if err := fs.Parse(append([]string{"--etcd", "https://127.0.0.1:2379", "--certs-dir", dir}, args...)); err != nil {
 			t.Fatal(err)
 		}
@@ -193,5 +193,40 @@ func TestEtcdCertsDirMissingFile(t *testing.T) {
 				t.Errorf("rejoin %s %q: %v, stderr %q; want a usage error naming %s", c.name, args, err, errOut.String(), m.file)
 			}
 		}
+	}
+}
+
+// TestEnvDefaults: $REJOIN_ETCD, $REJOIN_CERTS_DIR and $REJOIN_CLIENT
+// stand for --etcd, --certs-dir and --client; a flag given wins, and
+// --insecure given wins over $REJOIN_CERTS_DIR.
+func TestEnvDefaults(t *testing.T) {
+	dir := etcdCertsDir(t)
+	t.Setenv(envEtcd, "https://127.0.0.1:1")
+	t.Setenv(envCertsDir, dir)
+	t.Setenv(envClient, "alice")
+	parse := func(args ...string) (*etcdFlags, *clientTLSFlags) {
+		fs := newFlagSet("verify", &bytes.Buffer{})
+		ef := newEtcdFlags(fs)
+		tf := newClientTLSFlags(fs, ef)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return ef, tf
+	}
+	ef, tf := parse()
+	if ef.endpoints != "https://127.0.0.1:1" || tf.certsDir != dir || tf.name != "alice" {
+		t.Fatalf("from the environment: --etcd %q, --certs-dir %q, --client %q", ef.endpoints, tf.certsDir, tf.name)
+	}
+	ef, tf = parse("--etcd", "https://127.0.0.1:2", "--certs-dir", "/elsewhere", "--client", "bob")
+	if ef.endpoints != "https://127.0.0.1:2" || tf.certsDir != "/elsewhere" || tf.name != "bob" {
+		t.Fatalf("flags given: --etcd %q, --certs-dir %q, --client %q", ef.endpoints, tf.certsDir, tf.name)
+	}
+	_, tf = parse("--insecure")
+	if creds, err := tf.load(); creds != nil || err != nil {
+		t.Fatalf("--insecure with $REJOIN_CERTS_DIR set: %v, %v; want no credentials, no error", creds, err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"node", "--data", t.TempDir()}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--id is required") {
+		t.Fatalf("node without --id, its certificates from $REJOIN_CERTS_DIR: exit %d, stderr %q", code, errOut.String())
 	}
 }

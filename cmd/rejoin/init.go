@@ -53,7 +53,7 @@ func (t *tableFlags) String() string {
 func (t *tableFlags) Set(s string) error {
 	tb, err := parseTableSpec(s)
 	if err != nil {
-		return err
+		return errors.New(configErr(err))
 	}
 	*t = append(*t, tb)
 	return nil
@@ -149,8 +149,12 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	nodes, err := parseNodes(*nodesFlag)
-	if err == nil && (*partitions < 1 || *partitions > 1<<16) {
+	switch {
+	case err != nil:
+	case *partitions < 1 || *partitions > 1<<16:
 		err = fmt.Errorf("--partitions %d, want 1..65536", *partitions)
+	case *replicas < 1 || *replicas > len(nodes) || *replicas > 16:
+		err = fmt.Errorf("--replicas %d with %d nodes: want 1..%d, each replica of a partition on its own node", *replicas, len(nodes), min(len(nodes), 16))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rejoin init: %v\n", err)
@@ -161,7 +165,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := layout.Config{Partitions: uint32(*partitions), Replicas: *replicas, Tables: tables}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "rejoin init: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin init: %s\n", configErr(err))
 		return errUsage
 	}
 	cli, ctx, done, err := openEtcd("init", etcd, *timeout, stderr)
@@ -181,7 +185,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := layout.Init(ctx, cli, cfg, nodes); err != nil {
 		if errors.Is(err, layout.ErrConfig) {
-			fmt.Fprintf(stderr, "rejoin init: %v\n", err)
+			fmt.Fprintf(stderr, "rejoin init: %s\n", configErr(err))
 			return errUsage
 		}
 		if errors.Is(err, layout.ErrExists) {
@@ -198,6 +202,17 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 }
 
 // etcdErr names the bound when err is etcd not answering within it.
+// configErr is a refused config's message without the packages' error
+// classes it is wrapped in ("layout: bad config: supervise: placement:"),
+// which say nothing to whoever typed the flags.
+func configErr(err error) string {
+	msg := err.Error()
+	for _, class := range []error{layout.ErrConfig, supervise.ErrPlacement, supervise.ErrConfig} {
+		msg = strings.ReplaceAll(msg, class.Error()+": ", "")
+	}
+	return msg
+}
+
 func etcdErr(ctx context.Context, endpoints string, timeout time.Duration, err error) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("etcd at %s did not answer within %s (--timeout): %w", endpoints, timeout, err)

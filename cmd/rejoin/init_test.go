@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,7 +90,8 @@ func TestInitCommand(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := run([]string{"status", "--etcd", ep}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "REPLICAS (2000)") {
+	// No node started yet: status lists them down and exits 5.
+	if code := run([]string{"status", "--etcd", ep}, &out, &errOut); code != exitDown || !strings.Contains(out.String(), "REPLICAS (2000)") {
 		t.Fatalf("status after init: exit %d, stdout %.300q, stderr %q", code, out.String(), errOut.String())
 	}
 	out.Reset()
@@ -102,7 +105,8 @@ func TestInitCommand(t *testing.T) {
 		want string
 	}{
 		{[]string{"init"}, "--etcd is required"},
-		{[]string{"init", "--etcd", ep, "--replicas", "4"}, "4 replicas on 3 nodes"},
+		{[]string{"init", "--etcd", ep, "--replicas", "4"}, "--replicas 4 with 3 nodes: want 1..3"},
+		{[]string{"init", "--etcd", ep, "--replicas", "0"}, "--replicas 0 with 3 nodes: want 1..3"},
 		{[]string{"init", "--etcd", ep, "--partitions", "0"}, "--partitions 0"},
 		{[]string{"init", "--etcd", ep, "--nodes", "n1,x"}, `"x" is not a node id`},
 		{[]string{"init", "--etcd", ep, "--table", "t(k uuid)"}, `unknown column type "uuid"`},
@@ -111,19 +115,57 @@ func TestInitCommand(t *testing.T) {
 		if code := run(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("run(%q): exit %d, stderr %q; want 2 and %q", tc.args, code, errOut.String(), tc.want)
 		}
+		// The packages' error classes are no help to whoever typed the
+		// flags: "layout: bad config: supervise: placement: ..." before.
+		for _, internal := range []string{"layout:", "supervise:", "partition:"} {
+			if strings.Contains(errOut.String(), internal) {
+				t.Errorf("run(%q): stderr %q names the package %s", tc.args, errOut.String(), internal)
+			}
+		}
 	}
 }
 
-// TestInitUnreachableEtcd: with nothing at --etcd, init fails within its
-// --timeout, naming it.
+// TestInitUnreachableEtcd: with nothing at --etcd, init fails at once
+// naming the refused connection; with an etcd that takes the connection
+// and never answers, within its --timeout, naming that.
 func TestInitUnreachableEtcd(t *testing.T) {
 	var out, errOut bytes.Buffer
+	code := run([]string{"init", "--etcd", "http://127.0.0.1:1", "--timeout", "1m"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "connection refused") {
+		t.Fatalf("nothing at --etcd: exit %d, stderr %q", code, errOut.String())
+	}
+	// A listener that takes connections and says nothing: its connections
+	// are held until it closes.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	})
+	out.Reset()
+	errOut.Reset()
 	start := time.Now()
-	code := run([]string{"init", "--etcd", "http://127.0.0.1:1", "--timeout", "1s"}, &out, &errOut)
-	if took := time.Since(start); took > 6*time.Second {
+	code = run([]string{"init", "--etcd", "http://" + ln.Addr().String(), "--timeout", "1s"}, &out, &errOut)
+	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("took %s", took)
 	}
 	if code != 1 || !strings.Contains(errOut.String(), "did not answer within 1s (--timeout)") {
-		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+		t.Fatalf("a silent etcd: exit %d, stderr %q", code, errOut.String())
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 )
 
 // command is one subcommand: its name, a one-line summary, and the function
@@ -35,14 +37,13 @@ var commands = []command{
 	{"bench", "measure a rejoin: in-process, or --processes (2 nodes, every row, a fixed write rate); --redis: Redis's full resync beside it", runBench},
 	{"sim", "run the seeded rejoin simulator; replay a failing seed", runSim},
 	{"chaos", "randomized fault self-check of a local cluster: PASS or FAIL", runChaos},
-	{"version", "print the version", runVersion},
+	{"etcd", "run the embedded etcd as a process of its own (the walk-through's, the demo's, chaos's)", runEtcd},
+	{"version", "print the version: module, commit, Go (also --version)", runVersion},
 }
 
-// hiddenCommands run like commands but usage does not list them: they are
-// internals of the demo and the tests.
-var hiddenCommands = []command{
-	{"etcd", "run the embedded etcd as a process of its own (the demo's)", runEtcd},
-}
+// helpSummary is usage's line for help, which run handles itself: it
+// reads commands, which cannot hold it.
+const helpSummary = "print the usage, or a command's: rejoin help COMMAND"
 
 // errUsage marks an error whose message is already a usage text; main exits 2.
 var errUsage = errors.New("usage")
@@ -55,14 +56,23 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
 	}
-	for _, c := range append(commands[:len(commands):len(commands)], hiddenCommands...) {
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
+	if args[0] == "help" {
+		if err := runHelp(args[1:], stdout, stderr); err != nil {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
 		if c.name != args[0] {
 			continue
 		}
@@ -96,9 +106,24 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintf(w, "  %-10s %s\n", "help", helpSummary)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'rejoin <command> -h' for the flags of one command.")
+	fmt.Fprintln(w, "Run 'rejoin help <command>' (or 'rejoin <command> -h') for what one command does and its flags.")
+	fmt.Fprint(w, exitStatuses)
 }
+
+// exitStatuses is usage's list of exit statuses (shell.go's constants).
+const exitStatuses = `
+exit status:
+  0    done
+  1    failed, or found wrong what it checks (verify: digests differ)
+  2    usage error
+  3    outcome unknown: a write was sent and no answer came, it may or may
+       not have happened (verify: a partition could not be compared)
+  4    no such key (get, del)
+  5    no node registered (status)
+  130  interrupted by Ctrl-C (drain and rebalance say what to run next)
+`
 
 // newFlagSet returns a flag set that reports errors instead of exiting, so
 // run stays testable.
@@ -108,16 +133,83 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// version is set at link time (-ldflags "-X main.version=...").
-var version = "dev"
+// version, if set at link time (-ldflags "-X main.version=..."), names
+// the build; else the module's version as go records it.
+var version = ""
 
 func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("version", stderr)
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: rejoin version (or rejoin --version)")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Prints the module's version, the commit the binary was built from (+modified: with")
+		fmt.Fprintln(stderr, "changes not committed), its time, and the Go version and platform it was built with.")
 	}
-	fmt.Fprintf(stdout, "rejoin %s\n", version)
+	if err := parseFlags(fs, "version", args, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, versionLine())
 	return nil
+}
+
+// versionLine is the module's version, the commit it was built from (as
+// go build records it from git: with "modified" for uncommitted changes)
+// and the Go version: "rejoin (devel) commit 749cfa0c1b2a (2026-11-28T01:00:00Z) go1.26.0 linux/amd64".
+func versionLine() string {
+	v, commit, when, modified, goVersion := version, "", "", false, runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		goVersion = bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.time":
+				when = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if v == "" {
+		v = "(unknown)"
+	}
+	line := "rejoin " + v
+	switch {
+	case commit == "":
+		line += " commit unknown (built without VCS information: go run, or -buildvcs=false)"
+	default:
+		line += " commit " + commit[:min(12, len(commit))]
+		if modified {
+			line += "+modified"
+		}
+		if when != "" {
+			line += " (" + when + ")"
+		}
+	}
+	return line + " " + goVersion + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// runHelp prints the usage, or a command's own (its -h).
+func runHelp(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		usage(stderr)
+		return nil
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			err := c.run([]string{"-h"}, stdout, stderr)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+	}
+	fmt.Fprintf(stderr, "rejoin help: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return errUsage
 }
 
 // parseFlags parses a command's flags and refuses positional arguments.

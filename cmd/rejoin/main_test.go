@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -15,12 +16,20 @@ func TestRunDispatch(t *testing.T) {
 	}{
 		{args: nil, code: 2, stderrIn: "usage: rejoin"},
 		{args: []string{"--help"}, code: 0, stderrIn: "commands:"},
+		{args: []string{"--help"}, code: 0, stderrIn: "130  interrupted by Ctrl-C"},
 		{args: []string{"nope"}, code: 2, stderrIn: `unknown command "nope"`},
-		{args: []string{"version"}, code: 0, stdout: "rejoin dev\n"},
+		{args: []string{"version"}, code: 0, stdout: "rejoin "},
+		{args: []string{"--version"}, code: 0, stdout: " commit "},
+		{args: []string{"version"}, code: 0, stdout: runtime.Version()},
+		{args: []string{"help", "put"}, code: 0, stderrIn: "usage: rejoin put"},
+		{args: []string{"help", "status"}, code: 0, stderrIn: "usage: rejoin status"},
+		{args: []string{"help", "nope"}, code: 2, stderrIn: `unknown command "nope"`},
+		{args: []string{"help"}, code: 0, stderrIn: "etcd       run the embedded etcd"},
 		{args: []string{"demo", "--fault", "kill-source", "--replicas", "2"}, code: 2, stderrIn: "needs --replicas >= 3: with 2 replicas the source is the only live copy"},
 		{args: []string{"demo", "--fault", "bogus"}, code: 2, stderrIn: `unknown fault "bogus"`},
 		{args: []string{"demo", "--replicas", "4", "--nodes", "3"}, code: 2, stderrIn: "each replica of a partition needs its own node"},
 		{args: []string{"demo", "--partitions", "0"}, code: 2, stderrIn: "--partitions 0"},
+		{args: []string{"demo", "--replicas", "0"}, code: 2, stderrIn: "--replicas 0, want 2 or more"},
 		{args: []string{"node", "--etcd", "x", "--data", "d"}, code: 2, stderrIn: "--id is required"},
 		{args: []string{"node", "--id", "1", "--data", "d"}, code: 2, stderrIn: "--etcd is required"},
 		{args: []string{"node", "--id", "1", "--etcd", "x"}, code: 2, stderrIn: "--data is required"},
@@ -53,6 +62,18 @@ func TestRunDispatch(t *testing.T) {
 		}
 		if tt.stderrIn != "" && !strings.Contains(errOut.String(), tt.stderrIn) {
 			t.Errorf("run(%q) stderr %q, want it to contain %q", tt.args, errOut.String(), tt.stderrIn)
+		}
+	}
+}
+
+// TestEveryCommandDescribed: each command listed says what it does under
+// -h (and rejoin help NAME), not only its flags: status and verify said
+// only their flags.
+func TestEveryCommandDescribed(t *testing.T) {
+	for _, c := range commands {
+		var out, errOut bytes.Buffer
+		if code := run([]string{"help", c.name}, &out, &errOut); code != 0 || !strings.HasPrefix(errOut.String(), "usage: rejoin "+c.name) {
+			t.Errorf("rejoin help %s: exit %d, stderr begins %q", c.name, code, errOut.String()[:min(80, errOut.Len())])
 		}
 	}
 }

@@ -36,7 +36,9 @@ when --etcd is https:// (its ca.crt and the node's certificate, unless
 without, open to anyone who reaches the port. A node refuses to start
 while a live process of its id is registered (another data directory, a
 typo of --id), unless given --replace-running. Logs go to stderr. SIGINT
-or SIGTERM stop it cleanly.
+or SIGTERM stop it gracefully: it refuses new calls at once (its clients
+send them to other nodes, nothing sequenced), answers those in flight (at
+most 5 s), then stops and says goodbye to etcd.
 
 flags:
 `
@@ -75,7 +77,7 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.IntVar(&f.cfg.HandshakesPerSourceMax, "handshakes-per-source", 0, "of --handshakes-max, those from one IP address (0: 32)")
 	fs.DurationVar(&f.cfg.ClientIdleTimeout, "client-idle-timeout", node.ClientIdleTimeoutDefault, "a client connection with no call for this long, and none in flight, is closed (a negative value: never)")
 	fs.Int64Var(&f.cfg.RejoinBufferBytesMax, "rejoin-buffer-bytes", 0, "bytes of txns a rejoining replica may buffer; past half, its source holds the partition's writes (0: 512 MiB)")
-	fs.StringVar(&f.certsDir, "certs-dir", "", "certificates `directory`: ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names; for an https:// --etcd they are the etcd client's CA and certificate too")
+	fs.StringVar(&f.certsDir, "certs-dir", os.Getenv(envCertsDir), "certificates `directory` ($REJOIN_CERTS_DIR if not given): ca.crt, node.n<N>.crt and node.n<N>.key (`rejoin cert`); every connection is then mutual TLS and a peer may do only what its certificate names; for an https:// --etcd they are the etcd client's CA and certificate too")
 	f.etcd.useCertsDir(&f.certsDir, func() certs.Identity { return certs.NodeID(f.cfg.ID) })
 	fs.BoolVar(&f.cfg.Insecure, "insecure", false, "run without TLS: anyone who reaches the node's port may call procedures, open feeds and rejoin streams; for trusted networks and tests only")
 	fs.BoolVar(&f.cfg.ReplaceRunning, "replace-running", false, "start even if a live process of this node id is registered in etcd; that process then stops, superseded (without it the node refuses to start)")
@@ -87,14 +89,20 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 // config checks the flags and returns the node.Config, logging to stderr.
 func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 	cfg := f.cfg
+	if cfg.ID < 1 {
+		// Before the etcd client's files, which are the node's own: named
+		// from a missing --id, they were a "bad identity" of n0.
+		return cfg, errors.New("--id is required (1..1023)")
+	}
 	ec, err := f.etcd.config()
 	if err != nil {
 		return cfg, err
 	}
 	cfg.Etcd, cfg.EtcdTLS, cfg.EtcdUser, cfg.EtcdPassword = ec.Endpoints, ec.TLS, ec.Username, ec.Password
+	if cfg.Insecure && f.certsDir == os.Getenv(envCertsDir) {
+		f.certsDir = "" // --insecure given wins over $REJOIN_CERTS_DIR
+	}
 	switch {
-	case cfg.ID < 1:
-		return cfg, errors.New("--id is required (1..1023)")
 	case cfg.DataDir == "":
 		return cfg, errors.New("--data is required")
 	case cfg.EtcdTimeout <= 0:

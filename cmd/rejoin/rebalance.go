@@ -19,7 +19,13 @@ removed in one etcd transaction that checks it, and that node drops it.
 No partition ever has fewer live replicas than before its move. Only
 running nodes count: a dead node's replicas are 'rejoin replace''s.
 
-An interrupted rebalance goes on where it stopped when run again.
+It finishes the moves under way first, a drain's too. While a move is
+under way it prints what the move waits for, when that changes and every
+--say-every; a move whose new holder opens no rejoin task within --stall
+is undone, and rebalance fails naming it.
+
+An interrupted rebalance (Ctrl-C: exit status 130) says which moves are
+under way and goes on where it stopped when run again.
 
 flags:
 `
@@ -41,5 +47,5 @@ func runRebalance(args []string, stdout, stderr io.Writer) error {
 	lim := mf.limits()
 	return runMoves("rebalance", mf, stdout, stderr, func(s supervise.MoveState) ([]supervise.Move, bool, error) {
 		return supervise.PlanRebalance(s, lim)
-	}, "the running nodes hold replicas within one of each other")
+	}, "the running nodes hold replicas within one of each other", "rejoin rebalance", nil)
 }

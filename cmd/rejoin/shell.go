@@ -8,9 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,6 +29,12 @@ const (
 	exitUncertain = 3
 	// exitNotFound: the key is not there.
 	exitNotFound = 4
+	// exitDown: status found no node registered: the cluster serves
+	// nothing.
+	exitDown = 5
+	// exitInterrupted: a command stopped by SIGINT (Ctrl-C) before it
+	// was done, as shells report 128+2.
+	exitInterrupted = 130
 )
 
 // exitError is an error with its own exit status.
@@ -43,7 +51,9 @@ const shellUsage = `usage: rejoin %s --etcd ENDPOINTS [flags] %s
 %s
 
 Keys and values are text by default; --hex and --base64 read and print
-them in those encodings. --table names another table of two columns, the
+them in those encodings. A value that is not text (not UTF-8, or with
+control characters) is printed in hex unless asked otherwise (--raw: its
+bytes as they are). --table names another table of two columns, the
 first its key; int64, float64 and string columns are read and printed as
 text. Each call is bounded by --timeout: an etcd or cluster that does not
 answer within it is an error.
@@ -63,10 +73,20 @@ type shellFlags struct {
 	hex     bool
 	base64  bool
 	timeout time.Duration
+	// valueFile (put): the value is this file's bytes ("-": stdin).
+	// raw (get): the value's bytes to stdout as they are.
+	valueFile string
+	raw       bool
 }
 
-func newShellFlags(fs *flag.FlagSet) *shellFlags {
+func newShellFlags(fs *flag.FlagSet, name string) *shellFlags {
 	f := &shellFlags{}
+	switch name {
+	case "put":
+		fs.StringVar(&f.valueFile, "value-file", "", "read the value from `file` ('-': stdin), its bytes as they are, instead of the VALUE argument (up to 4 MiB; a command line holds some 128 KiB)")
+	case "get":
+		fs.BoolVar(&f.raw, "raw", false, "write the value's bytes to stdout as they are, with no newline, text or not")
+	}
 	f.etcd = newEtcdFlags(fs)
 	f.nodeTLS = newClientTLSFlags(fs, f.etcd)
 	fs.StringVar(&f.table, "table", "kv", "the `table`: two columns, the first its key")
@@ -77,8 +97,8 @@ func newShellFlags(fs *flag.FlagSet) *shellFlags {
 }
 
 // parseInterspersed parses fs's flags wherever they stand among args and
-// returns the other arguments, which must be want many. "--" ends the
-// flags.
+// returns the other arguments, which must be want many (any number if
+// want is negative). "--" ends the flags.
 func parseInterspersed(fs *flag.FlagSet, name, wantText string, args []string, want int, stderr io.Writer) ([]string, error) {
 	var pos []string
 	for {
@@ -99,7 +119,7 @@ func parseInterspersed(fs *flag.FlagSet, name, wantText string, args []string, w
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
-	if len(pos) != want {
+	if want >= 0 && len(pos) != want {
 		fmt.Fprintf(stderr, "rejoin %s: want %s, got %d arguments\n", name, wantText, len(pos))
 		return nil, errUsage
 	}
@@ -116,6 +136,8 @@ type shell struct {
 	done  func()
 	key   layout.Column
 	value layout.Column
+	// stderr is where a wait says what it waits for.
+	stderr io.Writer
 }
 
 // openShell connects to the cluster of --etcd, bounded by --timeout, and
@@ -139,7 +161,7 @@ func openShell(name string, f *shellFlags, stderr io.Writer) (*shell, error) {
 		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
 		return nil, errUsage
 	}
-	s := &shell{name: name, flags: f, cli: cli, ctx: ctx, done: done}
+	s := &shell{name: name, flags: f, cli: cli, ctx: ctx, done: done, stderr: stderr}
 	s.c, err = client.Open(ctx, cli, client.Options{Timeout: f.timeout, TLS: creds})
 	if err != nil {
 		done()
@@ -189,23 +211,25 @@ func (s *shell) clusterErr(err error) error {
 	return err
 }
 
-// notBootstrapped is the refusal of a node whose cluster has a node that
-// never started (recovery/node's feed.go): nothing was sequenced, and it
-// passes once the last node's start reaches the node's view of etcd,
-// within moments of the last "ready". The reply says so in text only.
-const notBootstrapped = "the cluster is not bootstrapped yet"
-
-// retry runs call again while the cluster refuses it as not bootstrapped,
+// retry runs call again while the cluster refuses it as not bootstrapped
+// (a node of the placement never started: nothing was sequenced, and it
+// passes once the last node's start reaches the nodes' view of etcd,
+// within moments of the last "ready"), or every node refused it for its
+// own state (not registered, not ready, stopping),
 // within --timeout: a command typed as the nodes come up waits for them
 // rather than fail. A read (readOnly) is also run again when its outcome
 // is uncertain: it changes nothing, so running it twice is safe.
 func (s *shell) retry(readOnly bool, call func() error) error {
+	said := ""
 	for {
 		err := call()
-		again := err != nil && (errors.Is(err, client.ErrProcedure) && strings.Contains(err.Error(), notBootstrapped) ||
-			readOnly && errors.Is(err, client.ErrUncertain))
+		again := err != nil && (errors.Is(err, client.ErrRefused) || readOnly && errors.Is(err, client.ErrUncertain))
 		if !again {
 			return err
+		}
+		if why := waitReason(err); why != said {
+			said = why
+			fmt.Fprintf(s.stderr, "rejoin %s: waiting (up to --timeout %s): %s\n", s.name, s.flags.timeout, why)
 		}
 		select {
 		case <-s.ctx.Done():
@@ -217,6 +241,17 @@ func (s *shell) retry(readOnly bool, call func() error) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// waitReason says in words what a retried call waits for.
+func waitReason(err error) string {
+	switch {
+	case errors.Is(err, client.ErrNotBootstrapped):
+		return "the cluster is not bootstrapped yet: a node of its placement has never started"
+	case errors.Is(err, client.ErrRefused):
+		return "every node refused the call for now (not registered in etcd, not ready, or stopping); nothing was written"
+	}
+	return "no answer to a read yet; it is asked again"
 }
 
 // decode reads a command-line text as a value of column c.
@@ -255,41 +290,65 @@ func (s *shell) decode(what string, c layout.Column, text string) (wire.Value, e
 	return wire.Value{}, fmt.Errorf("column %s: type %s", c.Name, c.Type)
 }
 
-// encode prints a value as decode reads it.
-func (s *shell) encode(v wire.Value) string {
+// encode prints a value as decode reads it, and says whether it is bytes
+// that are not text, printed in hex though no flag asked.
+func (s *shell) encode(v wire.Value) (string, bool) {
 	switch v.Type {
 	case wire.TypeBytes:
 		switch {
 		case s.flags.hex:
-			return hex.EncodeToString(v.Bytes)
+			return hex.EncodeToString(v.Bytes), false
 		case s.flags.base64:
-			return base64.StdEncoding.EncodeToString(v.Bytes)
-		case !utf8.Valid(v.Bytes):
-			return strconv.Quote(string(v.Bytes)) // not text: quoted, so a terminal shows it as it is
+			return base64.StdEncoding.EncodeToString(v.Bytes), false
+		case !isText(v.Bytes):
+			// Not text: raw, it could garble the terminal, and quoted
+			// Go-style, no tool reads it back.
+			return hex.EncodeToString(v.Bytes), true
 		}
-		return string(v.Bytes)
+		return string(v.Bytes), false
 	case wire.TypeString:
-		return v.Str
+		return v.Str, false
 	case wire.TypeInt64:
-		return strconv.FormatInt(v.Int, 10)
+		return strconv.FormatInt(v.Int, 10), false
 	case wire.TypeFloat64:
-		return strconv.FormatFloat(v.Float, 'g', -1, 64)
+		return strconv.FormatFloat(v.Float, 'g', -1, 64), false
 	}
-	return fmt.Sprint(v)
+	return fmt.Sprint(v), false
+}
+
+// isText reports whether b is UTF-8 with no control character but tab
+// and newline.
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' {
+			return false
+		}
+	}
+	return true
 }
 
 // runShell parses a shell command's flags and arguments, opens the
 // cluster and runs do.
 func runShell(name, args1, what string, nargs int, args []string, stdout, stderr io.Writer, do func(s *shell, pos []string) error) error {
 	fs := newFlagSet(name, stderr)
-	f := newShellFlags(fs)
+	f := newShellFlags(fs, name)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, shellUsage, name, args1, what)
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterspersed(fs, name, args1, args, nargs, stderr)
+	pos, err := parseInterspersed(fs, name, args1, args, -1, stderr)
 	if err != nil {
 		return err
+	}
+	if f.valueFile != "" {
+		nargs, args1 = nargs-1, "KEY (the value from --value-file)"
+	}
+	if len(pos) != nargs {
+		fmt.Fprintf(stderr, "rejoin %s: want %s, got %d arguments\n", name, args1, len(pos))
+		return errUsage
 	}
 	s, err := openShell(name, f, stderr)
 	if err != nil {
@@ -306,12 +365,54 @@ func runShell(name, args1, what string, nargs int, args []string, stdout, stderr
 	return nil
 }
 
+// stdin is what put --value-file - reads; a variable so that tests give
+// their own.
+var stdin io.Reader = os.Stdin
+
+// valueFromFile reads put's value from --value-file: a bytes column takes
+// the bytes as they are (--hex and --base64 are for the key then); any
+// other column its text, one trailing newline dropped. More than the
+// node's limit is refused before anything is sent.
+func (s *shell) valueFromFile(in io.Reader) (wire.Value, error) {
+	name := s.flags.valueFile
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return wire.Value{}, fmt.Errorf("--value-file: %w", err)
+		}
+		defer f.Close()
+		in = f
+	} else {
+		name = "stdin"
+	}
+	b, err := io.ReadAll(io.LimitReader(in, wire.ProcTupleBytesMax+1))
+	if err != nil {
+		return wire.Value{}, fmt.Errorf("--value-file %s: %w", name, err)
+	}
+	if len(b) > wire.ProcTupleBytesMax {
+		return wire.Value{}, fmt.Errorf("--value-file %s: more than %d bytes, the most a row holds", name, wire.ProcTupleBytesMax)
+	}
+	if s.value.Type == wire.TypeBytes.String() {
+		return wire.Bytes(b), nil
+	}
+	text := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	saveHex, saveB64 := s.flags.hex, s.flags.base64
+	s.flags.hex, s.flags.base64 = false, false
+	defer func() { s.flags.hex, s.flags.base64 = saveHex, saveB64 }()
+	return s.decode("value", s.value, text)
+}
+
 func runPut(args []string, stdout, stderr io.Writer) error {
 	return runShell("put", "KEY VALUE", "Writes VALUE under KEY (an upsert: inserted, or replacing what the key held), one\ntransaction, and prints OK once every live replica has it.", 2, args, stdout, stderr, func(s *shell, pos []string) error {
 		k, err := s.decode("key", s.key, pos[0])
 		if err == nil {
 			var v wire.Value
-			if v, err = s.decode("value", s.value, pos[1]); err == nil {
+			if s.flags.valueFile != "" {
+				v, err = s.valueFromFile(stdin)
+			} else {
+				v, err = s.decode("value", s.value, pos[1])
+			}
+			if err == nil {
 				err = s.retry(false, func() error {
 					_, err := s.c.Upsert(s.ctx, s.flags.table, k, v)
 					return err
@@ -348,7 +449,15 @@ func runGet(args []string, stdout, stderr io.Writer) error {
 		if len(row) != 2 {
 			return fmt.Errorf("the cluster answered a row of %d values", len(row))
 		}
-		fmt.Fprintln(stdout, s.encode(row[1]))
+		if s.flags.raw && row[1].Type == wire.TypeBytes {
+			_, err := stdout.Write(row[1].Bytes)
+			return err
+		}
+		text, binary := s.encode(row[1])
+		if binary {
+			fmt.Fprintln(stderr, "rejoin get: the value is not text: printed in hex (--raw writes its bytes as they are)")
+		}
+		fmt.Fprintln(stdout, text)
 		return nil
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,6 +32,12 @@ func openEtcd(name string, ef *etcdFlags, timeout time.Duration, stderr io.Write
 		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
 		return nil, nil, nil, errUsage
 	}
+	// A refused connection, handshake or certificate is named now, not
+	// after --timeout as a "did not answer".
+	if err := ef.probe(); err != nil {
+		cli.Close()
+		return nil, nil, nil, fmt.Errorf("etcd cannot be used: %w", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	return cli, ctx, func() {
@@ -40,8 +47,26 @@ func openEtcd(name string, ef *etcdFlags, timeout time.Duration, stderr io.Write
 	}, nil
 }
 
+const statusUsage = `usage: rejoin status --etcd ENDPOINTS [flags]
+
+Shows a cluster as etcd and its nodes see it: the nodes (registered, and
+those of the placement that are down), every replica (its state in etcd
+and as its node reports it: rows, digest, last txn), the moves under way
+(drain, rebalance), and the rejoin tasks (source, phase, rows, progress).
+--watch redraws a line per replica being rebuilt every --every until
+Ctrl-C: what is under way, not what is done.
+
+Exit status 5 when no node is registered (the cluster serves nothing).
+
+flags:
+`
+
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, statusUsage)
+		fs.PrintDefaults()
+	}
 	etcd := newEtcdFlags(fs)
 	cf := newClientCertsFlags(fs, etcd, "certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`): etcd's client certificate for an https:// --etcd, and the nodes' where their admin HTTP is off loopback (served over TLS)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
@@ -99,7 +124,16 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		err = enc.Encode(v)
+	} else {
+		err = clusterview.Render(stdout, v)
 	}
-	return clusterview.Render(stdout, v)
+	if err == nil && len(v.Nodes) == 0 {
+		ids := make([]string, len(v.Down))
+		for i, d := range v.Down {
+			ids[i] = d.ID
+		}
+		return &exitError{exitDown, fmt.Errorf("no node is registered: the cluster serves nothing (its placement's nodes %s are down, or cannot reach etcd)", strings.Join(ids, ", "))}
+	}
+	return err
 }

@@ -65,7 +65,10 @@ func rejoinRows(statuses map[string]node.Status, prev map[attemptKey]sample, now
 	for dest, st := range statuses {
 		for _, rs := range st.Replicas {
 			d := rs.Rejoin
-			if d == nil || !d.Ended.IsZero() {
+			// A live replica's attempt is done, though a node reports it
+			// not ended while its connection lasts: counted, a cluster with
+			// every replica live showed '21 rejoining'.
+			if d == nil || !d.Ended.IsZero() || rs.State == node.StateLive {
 				continue
 			}
 			r := rejoinRow{Partition: rs.Partition, Source: d.Peer, Dest: dest, Epoch: d.Epoch, Phase: d.Phase, Rows: d.Rows, Bytes: d.Bytes, Held: d.Held}

@@ -56,6 +56,9 @@ func TestStatusWatch(t *testing.T) {
 		return node.Status{Node: "n2", Replicas: []node.ReplicaStatus{
 			{Partition: 3, State: node.StateRejoining, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 7, Phase: "streaming", Rows: 1000 * i, Bytes: 1_000_000 * i, Started: started}},
 			{Partition: 1, State: node.StateLive, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 2, Phase: "live", Started: started, Ended: started.Add(time.Second)}},
+			// Live, its attempt not ended yet as the node reports it: done,
+			// not under way.
+			{Partition: 2, State: node.StateLive, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 3, Phase: "live", Started: started}},
 		}}
 	})
 	for id, srv := range map[string]*httptest.Server{"n1": n1, "n2": n2} {

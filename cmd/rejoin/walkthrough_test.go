@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,7 +35,7 @@ import (
 func TestWalkthrough(t *testing.T) {
 	bin := rejoinBinary(t)
 	lines := walkthroughLines(t)
-	w := &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}, ids: map[string]string{}}
+	w := &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}, loads: map[string]*bgLoad{}, ids: map[string]string{}}
 	defer checkNoNodes(t)
 	defer w.stopAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -114,6 +115,7 @@ type walk struct {
 	certs string
 	vars  map[string]string    // shell variables: N1=$! and the like
 	procs map[string]*exec.Cmd // background processes by variable
+	loads map[string]*bgLoad   // background loads by variable
 	logs  []string
 	phase int
 	// ids are the node ids of the background nodes, by variable; killed
@@ -163,13 +165,8 @@ func (w *walk) do(line string) {
 	case len(f) == 3 && f[0] == "kill" && f[1] == "-9":
 		w.kill(f[2])
 		return
-	case len(f) == 2 && f[0] == "kill":
-		// A clean stop, of the node drain emptied.
-		v := strings.TrimPrefix(f[1], "$")
-		if w.phase != phaseDrained || w.ids[v] != w.drained {
-			t.Fatalf("%q: the walk-through stops cleanly only the node it drained (%q)", cmd, w.drained)
-		}
-		w.stop(v)
+	case len(f) == 2 && f[0] == "wait":
+		w.waitLoad(strings.TrimPrefix(f[1], "$"))
 		return
 	case len(f) < 2 || f[0] != "./rejoin":
 		t.Fatalf("the test does not know how to run %q", cmd)
@@ -186,15 +183,26 @@ func (w *walk) do(line string) {
 		w.startNode(bgVar, args, stderrFile, appendErr)
 		return
 	}
+	if f[1] == "load" && bgVar != "" {
+		w.startLoad(bgVar, args)
+		return
+	}
 	if bgVar != "" || stderrFile != "" {
-		t.Fatalf("%q: only etcd and nodes run in the background", cmd)
+		t.Fatalf("%q: only etcd, nodes and load run in the background", cmd)
 	}
 	if f[1] == "status" {
 		w.waitStatus()
 	}
+	if prefix, ok := strings.CutPrefix(strings.TrimSpace(comment), "Ctrl-C once it prints "); ok {
+		w.interrupt(args, strings.Trim(prefix, `"`))
+		return
+	}
 	out := w.run(args...)
 	if f[1] == "drain" {
 		w.phase, w.drained = phaseDrained, "n"+strings.TrimPrefix(args[len(args)-1], "n")
+		if slices.Contains(args, "--stop") {
+			w.stoppedByItself(w.drained)
+		}
 	}
 	if hasWant && strings.TrimSpace(out) != want {
 		t.Fatalf("%q printed %q, the README says %q", cmd, out, want)
@@ -258,6 +266,150 @@ func (w *walk) run(args ...string) string {
 		w.t.Fatalf("rejoin %q: %v\nstdout %s\nstderr %s", args, err, out.String(), errOut.String())
 	}
 	return out.String()
+}
+
+// interrupt runs a foreground command until it prints a line starting
+// with prefix, then sends it SIGINT, as Ctrl-C in a terminal would, and
+// wants it to end at once saying what to run next.
+func (w *walk) interrupt(args []string, prefix string) {
+	var errOut bytes.Buffer
+	c := exec.Command(w.bin, args...)
+	c.Stderr = &errOut
+	out, err := c.StdoutPipe()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	// The reader keeps stdout until the process closes it; Wait comes
+	// after it is done, as os/exec asks.
+	seen, eof := make(chan struct{}), make(chan struct{})
+	var stdout bytes.Buffer
+	go func() {
+		defer close(eof)
+		sc := bufio.NewScanner(out)
+		found := false
+		for sc.Scan() {
+			stdout.WriteString(sc.Text() + "\n")
+			if !found && strings.HasPrefix(sc.Text(), prefix) {
+				found = true
+				close(seen)
+			}
+		}
+	}()
+	stopped := func(d time.Duration) bool {
+		select {
+		case <-eof:
+			return true
+		case <-time.After(d):
+			_ = c.Process.Kill()
+			<-eof
+			return false
+		}
+	}
+	select {
+	case <-seen:
+	case <-eof:
+	case <-time.After(time.Minute):
+	}
+	select {
+	case <-seen:
+	default:
+		stopped(0)
+		_ = c.Wait()
+		w.t.Fatalf("rejoin %q printed no line starting %q within a minute\nstdout %s\nstderr %s", args, prefix, stdout.String(), errOut.String())
+	}
+	_ = c.Process.Signal(os.Interrupt)
+	if !stopped(15 * time.Second) {
+		_ = c.Wait()
+		w.t.Fatalf("rejoin %q did not end within 15 s of SIGINT\nstdout %s\nstderr %s", args, stdout.String(), errOut.String())
+	}
+	err = c.Wait()
+	w.t.Logf("%s%s(%v)", stdout.String(), errOut.String(), err)
+	if code := c.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(errOut.String(), "interrupted") || !strings.Contains(errOut.String(), "to go on") {
+		w.t.Fatalf("rejoin %q, interrupted, exited %d saying %q: want %d, and what to run next", args, code, errOut.String(), exitInterrupted)
+	}
+}
+
+// startLoad starts a background load; waitLoad wants it to end with exit
+// status 0 (no write uncertain).
+func (w *walk) startLoad(v string, args []string) {
+	var out, errOut bytes.Buffer
+	c := exec.Command(w.bin, args...)
+	c.Stdout, c.Stderr = &out, &errOut
+	if err := c.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	w.loads[v] = &bgLoad{c: c, out: &out, errOut: &errOut, done: done}
+}
+
+type bgLoad struct {
+	c           *exec.Cmd
+	out, errOut *bytes.Buffer
+	done        chan error
+	// overlapped: the load was still running when the node it was to
+	// outlive stopped.
+	overlapped bool
+}
+
+func (w *walk) waitLoad(v string) {
+	l := w.loads[v]
+	if l == nil {
+		w.t.Fatalf("wait $%s: no such load", v)
+	}
+	delete(w.loads, v)
+	var err error
+	select {
+	case err = <-l.done:
+	case <-time.After(2 * time.Minute):
+		_ = l.c.Process.Kill()
+		<-l.done
+		w.t.Fatalf("the load did not end within 2 minutes\nstdout %s\nstderr %s", l.out.String(), l.errOut.String())
+	}
+	w.t.Logf("load: %s%s(%v)", l.out.String(), l.errOut.String(), err)
+	if err != nil {
+		w.t.Fatalf("the load across %s's stop: %v (exit 3: writes uncertain)\nstdout %s\nstderr %s", w.drained, err, l.out.String(), l.errOut.String())
+	}
+	if !l.overlapped {
+		w.t.Fatalf("the load ended before %s stopped: it tested no stop", w.drained)
+	}
+}
+
+// stoppedByItself wants node id's process, asked to stop by drain --stop,
+// to have ended with exit status 0, and notes the loads that ran across
+// it.
+func (w *walk) stoppedByItself(id string) {
+	for v, c := range w.procs {
+		if w.ids[v] != id {
+			continue
+		}
+		for _, l := range w.loads {
+			select {
+			case <-l.done:
+				w.t.Fatalf("the load ended before %s stopped\nstdout %s\nstderr %s", id, l.out.String(), l.errOut.String())
+			default:
+				l.overlapped = true
+			}
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				w.t.Fatalf("%s, asked to stop by drain --stop, exited with %v", id, err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = c.Process.Kill()
+			<-done
+			w.t.Fatalf("%s did not exit within 15 s of drain --stop's return", id)
+		}
+		delete(w.procs, v)
+		return
+	}
+	w.t.Fatalf("drain --stop %s: no such node process", id)
 }
 
 // start starts a background process and waits for its line starting with
@@ -458,6 +610,10 @@ func (w *walk) statusShows() (bool, string) {
 // says: the nodes first (SIGTERM, all at once), then etcd, each waited
 // for within a bound, then SIGKILLed.
 func (w *walk) stopAll() {
+	for _, l := range w.loads {
+		_ = l.c.Process.Kill()
+		<-l.done
+	}
 	var nodes []string
 	for name := range w.procs {
 		if name != "etcd" {

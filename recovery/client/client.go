@@ -40,6 +40,26 @@ var (
 	ErrCluster = errors.New("client: bad cluster configuration")
 	// ErrProtocol: a node sent something the protocol does not allow.
 	ErrProtocol = errors.New("client: protocol error")
+	// ErrInvalid: the call cannot be sent as it is (its params over
+	// wire.ProcTupleBytesMax, a procedure name over wire.ProcBytesMax);
+	// nothing was sent.
+	ErrInvalid = errors.New("client: invalid call")
+	// ErrRefused: a node refused the call with nothing sequenced
+	// (wire.Reply.Refused); always with one of the errors below. A call
+	// refused by one node for its own state (not registered, not ready,
+	// stopping) is sent to the next; the error comes back, with ErrNoNode,
+	// only once every node refused it.
+	ErrRefused = errors.New("client: refused")
+	// ErrNotRegistered: the node does not hold its registration in etcd.
+	ErrNotRegistered = errors.New("the node is not registered in etcd")
+	// ErrNotBootstrapped: a node of the cluster's placement has never
+	// started; nothing may be written until it has.
+	ErrNotBootstrapped = errors.New("the cluster is not bootstrapped yet")
+	// ErrNotReady: the node could not send the txn to every replica of
+	// its partition in time.
+	ErrNotReady = errors.New("the node is not ready for the partition")
+	// ErrStopping: the node is stopping.
+	ErrStopping = errors.New("the node is stopping")
 )
 
 // Defaults of Options.
@@ -287,7 +307,15 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 	}
 	enc, err := (&wire.TupleEncoder{}).AppendTuple(nil, params)
 	if err != nil {
-		return Result{}, fmt.Errorf("client: %s params: %w", proc, err)
+		return Result{}, fmt.Errorf("%w: %s params: %w", ErrInvalid, proc, err)
+	}
+	// The node's limits, checked here: a frame the encoder refuses would
+	// break the connection and make every call on it uncertain.
+	switch {
+	case len(enc) > wire.ProcTupleBytesMax:
+		return Result{}, fmt.Errorf("%w: %s params of %d bytes, over the limit of %d (a row's values together): nothing was sent", ErrInvalid, proc, len(enc), wire.ProcTupleBytesMax)
+	case len(proc) > wire.ProcBytesMax:
+		return Result{}, fmt.Errorf("%w: procedure name of %d bytes, over the limit of %d: nothing was sent", ErrInvalid, len(proc), wire.ProcBytesMax)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 	defer cancel()
@@ -318,6 +346,14 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 			}
 			tried = true
 			res, sent, err := n.do(ctx, call)
+			if sent && elsewhere(err) {
+				// Nothing was sequenced there: the next node may take it.
+				lastErr = err
+				if errors.Is(err, ErrStopping) {
+					n.stopping()
+				}
+				continue
+			}
 			if err == nil || sent {
 				return res, err
 			}
@@ -352,6 +388,12 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 		lastErr = errors.New("no live allowed node")
 	}
 	return Result{}, fmt.Errorf("%w: %s on partition %d: %w", ErrNoNode, proc, p, lastErr)
+}
+
+// elsewhere reports whether err is a refusal of the node's own (not of
+// the cluster's), which another node may not share.
+func elsewhere(err error) bool {
+	return errors.Is(err, ErrRefused) && !errors.Is(err, ErrNotBootstrapped)
 }
 
 // tableKey returns the key positions of table; the first column when the

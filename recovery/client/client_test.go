@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -466,4 +468,58 @@ func TestPipelineMax(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
+}
+
+// TestTooLargeFailsBeforeSending: a value over the node's limit for a
+// call's params fails at once with ErrInvalid, never ErrUncertain: it was
+// never sent. It used to go to the encoder, whose refusal broke the
+// connection and made the call uncertain ("connection broken: wire: too
+// large"). The connection stays whole for the next call.
+func TestTooLargeFailsBeforeSending(t *testing.T) {
+	checkLeaks(t)
+	v := newEnv(t, 2, 1, nil)
+	c := v.open(t, Options{})
+	ctx := testCtx(t, 20*time.Second)
+	if _, err := c.Upsert(ctx, "kv", kv("before", "1")...); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("v", 4<<20)
+	_, err := c.Upsert(ctx, "kv", kv("big", big)...)
+	if !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUncertain) || !strings.Contains(err.Error(), "nothing was sent") {
+		t.Fatalf("upsert of a 4 MiB value: %v; want ErrInvalid, nothing sent", err)
+	}
+	if n := v.nodes[0].Calls(); n != 1 {
+		t.Fatalf("the node got %d calls, want only the first", n)
+	}
+	if _, err := c.Upsert(ctx, "kv", kv("after", "1")...); err != nil {
+		t.Fatalf("the call after: %v", err)
+	}
+}
+
+// TestRefusalCodes: a node's refusal comes with its code and maps to the
+// client's own error, not ErrProcedure by its text; a refusal of the
+// node's own (not registered) sends the call to the next node, and comes
+// back with ErrNoNode only once every node refused it.
+func TestRefusalCodes(t *testing.T) {
+	checkLeaks(t)
+	var refuseAll atomic.Bool
+	hook := func(node string, call *wire.Call) (clienttest.Action, time.Duration) {
+		if node == "n1" || refuseAll.Load() {
+			return clienttest.Refuse, 0
+		}
+		return clienttest.Answer, 0
+	}
+	v := newEnv(t, 2, 2, hook)
+	c := v.open(t, Options{})
+	ctx := testCtx(t, 20*time.Second)
+	for i := range 4 {
+		if _, err := c.Upsert(ctx, "kv", kv(fmt.Sprint("k", i), "v")...); err != nil {
+			t.Fatalf("upsert %d with n1 refusing, n2 not: %v", i, err)
+		}
+	}
+	refuseAll.Store(true)
+	_, err := c.Upsert(ctx, "kv", kv("k", "v")...)
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, ErrNotRegistered) || !errors.Is(err, ErrNoNode) || errors.Is(err, ErrProcedure) || errors.Is(err, ErrUncertain) {
+		t.Fatalf("every node refusing: %v; want ErrRefused, ErrNotRegistered and ErrNoNode", err)
+	}
 }

@@ -29,6 +29,16 @@ type node struct {
 	cur      *conn // nil while not connected
 	failures int
 	retryAt  time.Time
+	// stoppingAt is when the node said it is stopping (ErrStopping): the
+	// calls go to the others for backoffMax, connected or not.
+	stoppingAt time.Time
+}
+
+// stopping marks the node as stopping: calls go elsewhere for a while.
+func (n *node) stopping() {
+	n.mu.Lock()
+	n.stoppingAt = time.Now()
+	n.mu.Unlock()
 }
 
 func (n *node) setAddr(a string) {
@@ -41,10 +51,14 @@ func (n *node) setAddr(a string) {
 }
 
 // backoffUntil reports when the node may be dialled again, if it is
-// neither connected nor dialable now.
+// neither connected nor dialable now, or may be called again, if it said
+// it is stopping.
 func (n *node) backoffUntil() (time.Time, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if until := n.stoppingAt.Add(backoffMax); !n.stoppingAt.IsZero() && time.Now().Before(until) {
+		return until, true
+	}
 	if n.cur != nil || n.retryAt.IsZero() || !time.Now().Before(n.retryAt) {
 		return time.Time{}, false
 	}
@@ -231,6 +245,14 @@ func (cn *conn) do(ctx context.Context, call *wire.Call) (Result, bool, error) {
 	m := *call
 	m.Req = req
 	if err := cn.send(&m); err != nil {
+		var enc *encodeError
+		if errors.As(err, &enc) {
+			// Refused by the encoder: nothing of it was queued.
+			cn.mu.Lock()
+			delete(cn.pending, req)
+			cn.mu.Unlock()
+			return Result{}, true, fmt.Errorf("%w: %s on partition %d: %w: nothing was sent", ErrInvalid, call.Proc, call.Partition, enc.err)
+		}
 		// Part of the frame may have gone out: uncertain. The reader
 		// fails the other calls in flight.
 		cn.fail(err)
@@ -252,6 +274,12 @@ func (cn *conn) do(ctx context.Context, call *wire.Call) (Result, bool, error) {
 	}
 }
 
+// encodeError is a call's frame refused by the encoder (a field over its
+// limit): the call was not queued, and the connection is whole.
+type encodeError struct{ err error }
+
+func (e *encodeError) Error() string { return e.err.Error() }
+
 // outBytesMax bounds the frames waiting in a connection's out (one frame
 // larger than it passes alone): that much unwritten means the node stopped
 // reading.
@@ -269,7 +297,11 @@ func (cn *conn) send(m *wire.Call) error {
 	cn.outMu.Lock()
 	at := len(cn.out)
 	out, err := cn.enc.AppendFrame(cn.out, m, cn.codec)
-	if err == nil && at > 0 && len(out) > outBytesMax {
+	if err != nil {
+		cn.outMu.Unlock()
+		return &encodeError{err}
+	}
+	if at > 0 && len(out) > outBytesMax {
 		err = fmt.Errorf("%d bytes of calls wait for the connection, limit %d: the node does not read", at, outBytesMax)
 	}
 	if err != nil {
@@ -386,10 +418,29 @@ func (cn *conn) read() {
 	}
 }
 
+// refusalErr is the client's error for a node's refusal.
+func refusalErr(r wire.Refusal) error {
+	switch r {
+	case wire.RefusedNotRegistered:
+		return ErrNotRegistered
+	case wire.RefusedNotBootstrapped:
+		return ErrNotBootstrapped
+	case wire.RefusedNotReady:
+		return ErrNotReady
+	case wire.RefusedStopping:
+		return ErrStopping
+	}
+	// A refusal of a newer node: nothing was sequenced all the same.
+	return fmt.Errorf("refusal %d", uint8(r))
+}
+
 // decodeReply copies everything out of r, which is valid only until the
 // next Recv.
 func decodeReply(nodeID, proc string, r *wire.Reply) answer {
 	res := Result{ID: r.ID, Node: nodeID}
+	if r.Refused != wire.RefusedNone {
+		return answer{res: res, err: fmt.Errorf("%w: %s via node %s: %w: %s", ErrRefused, proc, nodeID, refusalErr(r.Refused), r.Err)}
+	}
 	if r.Uncertain {
 		return answer{res: res, err: fmt.Errorf("%w: %s via node %s: %s", ErrUncertain, proc, nodeID, r.Err)}
 	}

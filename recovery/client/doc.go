@@ -28,6 +28,14 @@
 //     answered that the txn went out but every replica it waited for was
 //     lost before answering (Reply.Uncertain): the write may or may not
 //     have happened. The client never resends such a call.
+//   - ErrRefused: a node refused the call with nothing sequenced, with a
+//     code on the wire (wire.Reply.Refused), never told by text:
+//     ErrNotBootstrapped (a node of the placement never started; no node
+//     takes a write yet), or a refusal of the node's own, ErrNotRegistered,
+//     ErrNotReady or ErrStopping, after which the call goes to the next
+//     node; it comes back, with ErrNoNode, once every node refused it.
+//   - ErrInvalid: the call cannot be sent as it is (params over
+//     wire.ProcTupleBytesMax, 4 MiB): it fails before anything is sent.
 //   - ErrNoNode: no allowed node could be reached; nothing was sent.
 //
 // Close ends every goroutine of the client.

@@ -119,7 +119,7 @@ func (r *replica) destLive(att *dstAttempt) {
 	r.n.metrics.observeRejoin(r.p, st)
 	r.n.log.Info("replica live", "partition", r.p, "epoch", att.epoch, "source", att.peer,
 		"rows", st.Rows, "seconds", st.Ended.Sub(att.started).Seconds())
-	r.n.replicaChanged(r.p, true, att.epoch)
+	r.n.replicaChanged(r, true, att.epoch)
 	r.n.goRun(func() {
 		// The HandoffAck goes out first: the source is done only
 		// with it. The source closes the connection once it is done;

@@ -982,7 +982,20 @@ const feedWait = 3 * time.Second
 // submit sequences a call and sends it to its partition's replicas. While
 // the core refuses it for a feed not yet open (recovery.Unfed), it waits,
 // up to feedWait, with the view read afresh.
-func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
+func (in *initiator) submit(req *wire.Call, reply func(*wire.Reply)) {
+	n := in.n
+	n.lastCall.Store(time.Now().UnixNano())
+	if n.stopping.Load() {
+		reply(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s is stopping: it takes no new call (nothing was sequenced; another node takes it)", n.id),
+			Refused: wire.RefusedStopping})
+		return
+	}
+	// Counted until answered: a graceful stop waits for it (drainCalls).
+	n.inCalls.Add(1)
+	send := func(r *wire.Reply) {
+		n.inCalls.Add(-1)
+		reply(r)
+	}
 	deadline := time.Now().Add(feedWait)
 	for {
 		v := in.n.members.view()
@@ -1003,18 +1016,22 @@ func (in *initiator) submit(req *wire.Call, send func(*wire.Reply)) {
 			return
 		}
 		over := !time.Now().Before(deadline) || in.n.ctx.Err() != nil
+		var refused *recovery.RefusedError
 		switch {
 		case errors.Is(err, errViewBehind):
 			if over {
-				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v after %v: the txn was sent nowhere", err, feedWait)})
+				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v after %v: the txn was sent nowhere", err, feedWait), Refused: wire.RefusedNotReady})
 				return
 			}
+		case errors.As(err, &refused):
+			send(&wire.Reply{Req: req.Req, Err: err.Error(), Refused: refused.Refused})
+			return
 		case !errors.As(err, &unfed):
 			send(&wire.Reply{Req: req.Req, Err: err.Error()})
 			return
 		case over:
 			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it, after %v: the txn was sent nowhere",
-				unfed.Partition, strings.Join(unfed.Nodes, ", "), feedWait)})
+				unfed.Partition, strings.Join(unfed.Nodes, ", "), feedWait), Refused: wire.RefusedNotReady})
 			return
 		}
 		select {

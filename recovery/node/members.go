@@ -59,6 +59,10 @@ type view struct {
 type replicaPlace struct {
 	node string
 	live bool
+	// created is the record's creation revision: a record removed and
+	// placed again (a move off the node, then one back onto it) is
+	// another replica, though a view may never have seen the gap.
+	created int64
 }
 
 func (m *members) view() *view {
@@ -261,7 +265,7 @@ func placementOf(reps map[string]supervise.Replica, alive map[string]supervise.N
 	for _, k := range keys {
 		r := reps[k]
 		_, ok := alive[r.Node]
-		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == supervise.ReplicaLive})
+		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == supervise.ReplicaLive, created: r.Created})
 	}
 	return out
 }

@@ -52,6 +52,9 @@ func runMoves(t *testing.T, c *cluster, what string, plan supervise.Planner, d t
 			t.Fatalf("%s: %v", what, err)
 		}
 		for _, ev := range evs {
+			if ev.Waiting != "" {
+				continue // a move under way, neither started nor ended here
+			}
 			if ev.Cancelled {
 				t.Fatalf("%s: move cancelled: %+v", what, ev)
 			}
@@ -297,5 +300,51 @@ func TestViewBehindRegistration(t *testing.T) {
 	}
 	if n.viewBehindTerm(&view{rev: created}) {
 		t.Fatalf("a view at the registration's revision %d is behind", created)
+	}
+}
+
+// TestReconcileReplacesPlacedAgain: a replica whose record was removed
+// and placed on the node again (a move off it, then one back, between two
+// views) is dropped and created anew, needs-rejoin, with the new record's
+// revision. A view that never showed the gap kept the old replica, live,
+// and the new record waited forever for a rejoin (issue 28); a record
+// unchanged keeps its replica.
+func TestReconcileReplacesPlacedAgain(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	old, err := newReplica(n, 3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.created = 10
+	kept, err := newReplica(n, 4, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept.created = 11
+	n.replicas.Store(&map[uint32]*replica{3: old, 4: kept})
+	n.goRun(old.loop)
+	n.goRun(kept.loop)
+	n.reconcile(&view{bootstrapped: true, rev: 30, placement: map[uint32][]replicaPlace{
+		3: {{node: "n1", live: true}, {node: n.id, created: 25}},
+		4: {{node: "n1", live: true}, {node: n.id, live: true, created: 11}},
+	}})
+	h := n.hosted()
+	if h[4] != kept {
+		t.Fatal("partition 4, its record unchanged, was replaced")
+	}
+	r := h[3]
+	if r == nil || r == old {
+		t.Fatalf("partition 3, placed again at 25 after the record of 10, kept its old replica (%p, old %p)", r, old)
+	}
+	if r.created != 25 || r.placedAt != 30 {
+		t.Fatalf("the new replica of partition 3: created %d, placed at %d; want 25, 30", r.created, r.placedAt)
+	}
+	select {
+	case <-old.gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old replica's loop did not end")
+	}
+	if live, ok := ask(r, func(r *replica) bool { return r.core.State().String() == StateLive }); !ok || live {
+		t.Fatalf("the new replica of partition 3 is live (%v, answered %v): it must rejoin", live, ok)
 	}
 }

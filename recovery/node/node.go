@@ -30,7 +30,15 @@ import (
 type Node struct {
 	cfg Config
 	id  string
-	log *slog.Logger
+	// calls is what a graceful stop waits on (stop.go): stopping refuses
+	// new client calls; inCalls counts those sequenced and not answered;
+	// lastCall is when the last one came, in Unix nanoseconds.
+	stopping atomic.Bool
+	inCalls  atomic.Int64
+	lastCall atomic.Int64
+	// askStop stops the node as its context ending would (watchStop).
+	askStop context.CancelFunc
+	log     *slog.Logger
 	// limited logs the conditions that repeat (see limitedLog).
 	limited *limitedLog
 	ctx     context.Context
@@ -99,7 +107,10 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
-	n := &Node{cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{},
+	// A stop asked for through etcd (watchStop) ends the run as ctx would.
+	ctx, askStop := context.WithCancel(ctx)
+	defer askStop()
+	n := &Node{askStop: askStop, cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{},
 		applySlots: make(chan struct{}, cfg.ApplyMax), slots: slots{max: cfg.ConnsMax, clientsMax: cfg.ConnsMax - cfg.NodeConnsReserved}}
 	n.log = cfg.Log.With("node", n.id)
 	n.limited = newLimitedLog(n.log, logEveryDefault)
@@ -208,10 +219,18 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	// its id takes its record over. A lost registration does not stop it
 	// (docs/DESIGN.md "Without the coordinator"): only the work that needs
 	// one does, term by term (registration).
-	nctx, ncancel := context.WithCancel(ctx)
+	// Asked to stop, it first stops taking calls and answers those in
+	// flight (drainCalls), so that its clients find none uncertain; a
+	// registration taken over ends it at once.
+	nctx, ncancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer ncancel()
 	stopWatch := context.AfterFunc(reg.Context(), ncancel)
 	defer stopWatch()
+	drainWatch := context.AfterFunc(ctx, func() {
+		n.drainCalls(nctx)
+		ncancel()
+	})
+	defer drainWatch()
 	n.ctx = nctx
 	stop := newStopBound(n.log, cli)
 	defer stop.end()
@@ -249,6 +268,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
 	n.goRun(n.registration)
+	n.goRun(n.watchStop)
 	n.goRun(func() { n.timeline.run(n.ctx, TimelineEvery, n.replicaStatuses) })
 	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.hosted()),
 		"first_start", report.First, "unexpected_shutdown", report.Unexpected)
@@ -408,7 +428,7 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 		// A move may have placed it here just before this process
 		// started: its rejoin waits for every view to show it, as a
 		// replica moved in while the node ran does (placedSeen).
-		r.placedAt = placedAt[st.Partition]
+		r.placedAt, r.created = placedAt[st.Partition], placedAt[st.Partition]
 		hosted[st.Partition] = r
 	}
 	n.replicas.Store(&hosted)
@@ -441,8 +461,11 @@ func (n *Node) replicaRejoining(p uint32, epoch uint64) {
 
 // replicaChanged records a replica going live, or needing a rejoin, in
 // the node's record and in etcd (where initiators and the supervisor read
-// it). It does not block the replica's goroutine.
-func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
+// it). It does not block the replica's goroutine. It is written into
+// r's own record only (r.created): the partition placed here again since
+// is another replica.
+func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
+	p, created := r.p, r.created
 	state, sstate := nodestate.NeedsRejoin, supervise.ReplicaNeedsRejoin
 	if live {
 		state, sstate = nodestate.Live, supervise.ReplicaLive
@@ -453,7 +476,7 @@ func (n *Node) replicaChanged(p uint32, live bool, epoch uint64) {
 	n.goRun(func() {
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 		defer cancel()
-		if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate}); errors.Is(err, supervise.ErrNotPlaced) {
+		if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: created}); errors.Is(err, supervise.ErrNotPlaced) {
 			n.log.Info("replica state not published: the placement no longer gives this node the partition", "partition", p)
 			n.unpublished(p, false)
 		} else if err != nil {

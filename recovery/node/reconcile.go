@@ -27,27 +27,42 @@ func (n *Node) hosted() map[uint32]*replica {
 // does not host, and drops those it hosts that v places elsewhere. The
 // members loop calls it when the placement changed. Before the cluster is
 // bootstrapped the placement is what the start read, and nothing moves.
+//
+// A replica whose record was removed and placed again (a move took it off
+// this node and the next one put it back) is replaced: dropped, and
+// created anew, needs-rejoin. The view is rebuilt from the records at
+// most every membershipEvery, so it may never show the gap between the
+// remove and the new record; judged by presence alone, the old replica,
+// live, stayed, and the new record waited forever for a rejoin it never
+// opened (issue 28: a rebalance right after an interrupted drain). The
+// old one is not the new one's content either: the initiators that saw
+// the gap sent the partition's txns elsewhere meanwhile.
 func (n *Node) reconcile(v *view) {
 	if v == nil || !v.bootstrapped {
 		return
 	}
 	cur := n.hosted()
-	want := map[uint32]bool{}
+	want := map[uint32]int64{} // the record's creation revision, by partition
 	for p, rps := range v.placement {
 		for _, rp := range rps {
 			if rp.node == n.id {
-				want[p] = true
+				want[p] = rp.created
 			}
 		}
 	}
 	var add, drop []uint32
-	for p := range want {
-		if cur[p] == nil {
+	for p, created := range want {
+		switch r := cur[p]; {
+		case r == nil:
 			add = append(add, p)
+		case r.created != 0 && created != 0 && r.created != created:
+			n.log.Info("replica placed here again since it moved off: replaced", "partition", p,
+				"record_was", r.created, "record_now", created)
+			add, drop = append(add, p), append(drop, p)
 		}
 	}
 	for p := range cur {
-		if !want[p] {
+		if _, ok := want[p]; !ok {
 			drop = append(drop, p)
 		}
 	}
@@ -59,6 +74,11 @@ func (n *Node) reconcile(v *view) {
 	next := maps.Clone(cur)
 	if next == nil {
 		next = map[uint32]*replica{}
+	}
+	var dropped []*replica
+	for _, p := range drop {
+		dropped = append(dropped, next[p])
+		delete(next, p)
 	}
 	var added []*replica
 	for _, p := range add {
@@ -73,27 +93,25 @@ func (n *Node) reconcile(v *view) {
 			n.log.Error("create a replica moved here", "partition", p, "err", err)
 			continue
 		}
-		r.placedAt = v.rev
+		r.placedAt, r.created = v.rev, want[p]
 		next[p] = r
 		added = append(added, r)
-	}
-	var dropped []*replica
-	for _, p := range drop {
-		dropped = append(dropped, next[p])
-		delete(next, p)
 	}
 	// Published before the open feeds are read: a feed that opens
 	// meanwhile either is read below or finds the new replica in the map
 	// (serveFeed adds its initiator to every hosted replica after it is
 	// in feeds.by), so every replica tracks every feed's initiator.
 	n.replicas.Store(&next)
+	// The old replicas go before the new ones run: a replaced one's drop
+	// clears its partition's opened task and unpublished mark, which must
+	// not be the new one's.
+	for _, r := range dropped {
+		n.dropReplica(r)
+	}
 	for _, r := range added {
 		n.trackFeeds(r)
 		n.goRun(r.loop)
 		n.log.Info("replica moved here: it rejoins", "partition", r.p, "view_rev", r.placedAt)
-	}
-	for _, r := range dropped {
-		n.dropReplica(r)
 	}
 }
 

@@ -336,7 +336,7 @@ func (n *Node) republish(ctx context.Context) {
 			sstate = supervise.ReplicaLive
 		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := supervise.UpdateReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate})
+		err := supervise.UpdateReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: r.created})
 		cancel()
 		if errors.Is(err, supervise.ErrNotPlaced) {
 			n.unpublished(p, false)

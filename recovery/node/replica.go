@@ -77,6 +77,12 @@ type replica struct {
 	holdRows int64
 
 	status atomic.Pointer[ReplicaStatus]
+	// created is the creation revision of the placement record this
+	// replica was made for (0: not known). Its state is published into
+	// that record only: a record placed again after a move off the node
+	// is a new replica's, which a late publication of this one's "live"
+	// would make look rebuilt (reconcile.go).
+	created int64
 	// placedAt is the revision at which the placement gave the node this
 	// replica (its record's creation, or the view a move showed it in),
 	// which every node's view must reach before its rejoin opens
@@ -457,7 +463,7 @@ func (r *replica) output(o recovery.Output) {
 	case recovery.OutFailed:
 		r.n.log.Error("replica failed, needs a rejoin", "partition", r.p, "why", o.Why)
 		r.dst = nil
-		r.n.replicaChanged(r.p, false, 0)
+		r.n.replicaChanged(r, false, 0)
 		r.publish()
 	}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -89,4 +90,92 @@ func (s *stopBound) end() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+}
+
+// CallsDrainMax bounds the graceful part of a stop: the wait for the
+// client calls in flight to be answered. Past it the node stops anyway,
+// and a call still unanswered is uncertain to its client.
+const CallsDrainMax = 5 * time.Second
+
+// callsQuiet is how long no call must have come before a stopping node
+// closes its connections: a client that sent a call just before it read
+// the first refusal gets that call refused too, not cut off unanswered.
+const callsQuiet = 200 * time.Millisecond
+
+// drainCalls is a graceful stop's first part (SIGTERM, or the node's
+// context ended): from now on every new client call is refused with
+// wire.RefusedStopping, which sends the client to another node with
+// nothing sequenced; the calls sequenced already are answered, as the
+// node's replicas and feeds run on meanwhile. It returns once none is in
+// flight and none came for callsQuiet, at CallsDrainMax, or when ctx ends
+// (the registration taken over).
+func (n *Node) drainCalls(ctx context.Context) {
+	n.stopping.Store(true)
+	start := time.Now()
+	n.log.Info("node stopping: new calls are refused (their clients go to other nodes); answering the calls in flight",
+		"in_flight", n.inCalls.Load(), "bound", CallsDrainMax)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		inFlight := n.inCalls.Load()
+		quiet := time.Since(time.Unix(0, n.lastCall.Load())) >= callsQuiet
+		switch {
+		case inFlight <= 0 && quiet:
+			n.log.Info("node stopping: no call in flight", "waited", time.Since(start).Round(time.Millisecond))
+			return
+		case time.Since(start) >= CallsDrainMax:
+			n.log.Warn("node stopping: calls still unanswered at the bound; their clients find them uncertain", "in_flight", inFlight, "bound", CallsDrainMax)
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchStop stops the node gracefully when etcd holds a stop request for
+// this process (supervise.AskStop, `rejoin drain --stop`), which it takes
+// away as it goes; a request for another process of its id is left
+// alone. Until the node stops; a watch that ends is made again.
+func (n *Node) watchStop() {
+	key, want := supervise.StopKey(n.id), strconv.FormatInt(n.started.UnixNano(), 10)
+	for n.ctx.Err() == nil {
+		resp, err := n.cli.Get(n.ctx, key)
+		if err == nil {
+			for _, kv := range resp.Kvs {
+				if string(kv.Value) == want {
+					n.stopAsked(key, want)
+					return
+				}
+			}
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(n.ctx))
+			for wr := range n.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypePut && string(ev.Kv.Value) == want {
+						cancel()
+						n.stopAsked(key, want)
+						return
+					}
+				}
+			}
+			cancel()
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-n.ctx.Done():
+		}
+	}
+}
+
+// stopAsked takes the request away and stops the node.
+func (n *Node) stopAsked(key, want string) {
+	n.log.Info("node stopping: asked to through etcd (rejoin drain --stop)")
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+	defer cancel()
+	if _, err := n.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", want)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+		n.log.Warn("could not take the stop request away; a later process of this id ignores it", "err", err)
+	}
+	n.askStop()
 }

@@ -264,17 +264,66 @@ func UndoMove(ctx context.Context, cli *clientv3.Client, v *MoveView, p uint32) 
 type Planner func(MoveState) ([]Move, bool, error)
 
 // MoveEvent is what one MovePass did: a move started, finished, or
-// cancelled (its new replica's record gone: CancelMove).
+// cancelled (its new replica's record gone: CancelMove), or, with Waiting
+// set, a move under way that may not finish yet and what it waits for.
 type MoveEvent struct {
 	Move      Move
 	Finished  bool
 	Cancelled bool
+	// Waiting says what the move under way waits for, in words.
+	Waiting string
+	// NoTask: the new replica is not live and no rejoin task onto it is
+	// open: its node has not asked for a rejoin yet. A move that stays so
+	// makes no progress on its own (the caller bounds it).
+	NoTask bool
+}
+
+// moveWait is what move m, not ready by err, waits for: the new
+// replica's rejoin (its task, if opened) or the other replicas.
+func moveWait(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move, err error) (MoveEvent, error) {
+	ev := MoveEvent{Move: m, Waiting: err.Error()}
+	if _, up := v.Nodes[m.To]; !up {
+		ev.Waiting = fmt.Sprintf("%s is not running; the move goes on when it is back (rejoin undo-move %d takes it back)", m.To, m.Partition)
+		return ev, nil
+	}
+	var state ReplicaState
+	others := 0
+	for _, r := range v.Replicas[m.Partition] {
+		if r.Node == m.To {
+			state = r.State
+		}
+		if _, up := v.Nodes[r.Node]; up && r.State == ReplicaLive && r.Node != m.From {
+			others++
+		}
+	}
+	if state == ReplicaLive {
+		ev.Waiting = fmt.Sprintf("the replica on %s is live, but without %s's the partition would have %d live replicas, fewer than the %d before the move: waiting for the others to be live", m.To, m.From, others, m.LiveBefore)
+		return ev, nil
+	}
+	rec, err := claim.GetTask(ctx, cli, claim.Task{Partition: m.Partition, Dest: m.To})
+	switch {
+	case errors.Is(err, claim.ErrNoTask):
+		ev.NoTask = true
+		ev.Waiting = fmt.Sprintf("the replica on %s is %s and no rejoin task onto it is open yet (%s opens one once every running node's view shows the replica)", m.To, state, m.To)
+	case err != nil:
+		return ev, err
+	default:
+		ev.Waiting = fmt.Sprintf("the replica on %s is %s; its rejoin task is %s", m.To, state, rec.Status)
+		if rec.Executor != "" {
+			ev.Waiting += fmt.Sprintf(" (attempt %d, %s)", rec.Attempts, rec.Executor)
+		}
+		if rec.Note != "" {
+			ev.Waiting += ": " + rec.Note
+		}
+	}
+	return ev, nil
 }
 
 // MovePass is one pass of a drain or rebalance: it reads the moves, ends
-// those whose new replica is live (FinishMove) and cancels those whose new
-// replica's record is gone (CancelMove), reads again if any ended,
-// and starts what plan says. done: plan says there is nothing left.
+// those whose new replica is live (FinishMove), says what the others
+// wait for (an event with Waiting), cancels those whose new replica's
+// record is gone (CancelMove), reads again if any ended, and starts what
+// plan says. done: plan says there is nothing left.
 // A move that is not ready, or whose records changed, waits for the next
 // pass; any other error ends the pass.
 func MovePass(ctx context.Context, cli *clientv3.Client, plan Planner, now time.Time) (events []MoveEvent, done bool, err error) {
@@ -298,6 +347,11 @@ func MovePass(ctx context.Context, cli *clientv3.Client, plan Planner, now time.
 		case err == nil:
 			events, finished = append(events, MoveEvent{Move: m, Finished: true}), true
 		case errors.Is(err, ErrMoveNotReady):
+			ev, err := moveWait(ctx, cli, v, m, err)
+			if err != nil {
+				return events, false, err
+			}
+			events = append(events, ev)
 		default:
 			return events, false, err
 		}

@@ -356,4 +356,32 @@ func TestMovesInEtcd(t *testing.T) {
 	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: ReplicaLive}); !errors.Is(err, ErrNotPlaced) {
 		t.Fatalf("late publish: %v", err)
 	}
+	// Nor does it land on a record placed on its node again since: that
+	// is another replica's, to be rebuilt.
+	var was int64
+	for _, r := range v.Replicas[0] {
+		if r.Node == "n3" {
+			was = r.Created
+		}
+	}
+	if err := SetReplicas(ctx, cli, []Replica{{Partition: 0, Node: "n3", State: ReplicaNeedsRejoin}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: ReplicaLive, Created: was}); was == 0 || !errors.Is(err, ErrNotPlaced) {
+		t.Fatalf("late publish of the record of %d onto the one placed again: %v", was, err)
+	}
+	reps, err := Replicas(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reps {
+		if r.Partition == 0 && r.Node == "n3" {
+			if r.State != ReplicaNeedsRejoin {
+				t.Fatalf("the record placed again says %s", r.State)
+			}
+			if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: ReplicaLive, Created: r.Created}); err != nil {
+				t.Fatalf("publish onto the replica's own record: %v", err)
+			}
+		}
+	}
 }

@@ -68,13 +68,18 @@ var ErrNotPlaced = errors.New("supervise: replica not placed")
 // what a node writes when its replica changes state. A replica that a
 // move took off its node must not come back to the placement by a late
 // state change of the node that drops it (docs/DESIGN.md "Membership
-// moves").
+// moves"). With r.Created set, only the record created at that revision
+// is: one removed and placed on the node again since is another replica's.
 func UpdateReplica(ctx context.Context, cli *clientv3.Client, r Replica) error {
 	key, val, err := encodeReplica(r)
 	if err != nil {
 		return err
 	}
-	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).Then(clientv3.OpPut(key, val)).Commit()
+	exists := clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
+	if r.Created != 0 {
+		exists = clientv3.Compare(clientv3.CreateRevision(key), "=", r.Created)
+	}
+	resp, err := cli.Txn(ctx).If(exists).Then(clientv3.OpPut(key, val)).Commit()
 	if err != nil {
 		return fmt.Errorf("supervise: update replica %d on %s: %w", r.Partition, r.Node, err)
 	}

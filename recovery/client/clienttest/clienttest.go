@@ -302,7 +302,7 @@ func (n *Node) serve(sc *stream.Conn) {
 			return
 		}
 		if act == Refuse {
-			if send(&wire.Reply{Req: call.Req, Err: "fake node " + n.ID + " is not registered in etcd (coordinator unreachable)"}) != nil {
+			if send(&wire.Reply{Req: call.Req, Err: "fake node " + n.ID + " is not registered in etcd (coordinator unreachable)", Refused: wire.RefusedNotRegistered}) != nil {
 				return
 			}
 			continue

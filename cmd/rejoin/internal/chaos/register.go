@@ -179,7 +179,8 @@ func classify(err error) (Outcome, string) {
 		return OK, ""
 	case errors.Is(err, client.ErrUncertain):
 		return Uncertain, err.Error()
-	case errors.Is(err, client.ErrProcedure), errors.Is(err, client.ErrNoNode), errors.Is(err, client.ErrClosed):
+	case errors.Is(err, client.ErrProcedure), errors.Is(err, client.ErrNoNode), errors.Is(err, client.ErrClosed),
+		errors.Is(err, client.ErrRefused), errors.Is(err, client.ErrInvalid):
 		return Failed, err.Error()
 	case strings.Contains(err.Error(), " not sent: "):
 		return Failed, err.Error()

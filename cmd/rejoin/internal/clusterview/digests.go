@@ -46,6 +46,20 @@ func (r DigestReport) Differ() bool {
 // OK reports whether every partition matched.
 func (r DigestReport) OK() bool { return len(r.Bad) == 0 && len(r.Partitions) > 0 }
 
+// Unread lists the partitions that are bad without a difference: no
+// digest to compare came back (no node reached, a replica's error, fewer
+// answers than live replicas). Nothing is known of them; they are not a
+// mismatch.
+func (r DigestReport) Unread() []uint32 {
+	var out []uint32
+	for _, p := range r.Partitions {
+		if !p.Match && !p.Differ {
+			out = append(out, p.Partition)
+		}
+	}
+	return out
+}
+
 // PartitionDigests is one partition's answers.
 type PartitionDigests struct {
 	Partition uint32 `json:"partition"`
@@ -224,8 +238,11 @@ func RenderDigests(w io.Writer, r DigestReport) error {
 	fmt.Fprintln(tw, "PARTITION\tTXN\tNODE\tDIGEST\tROWS\tRESULT")
 	for _, p := range r.Partitions {
 		result := "match"
-		if !p.Match {
+		switch {
+		case p.Differ:
 			result = "MISMATCH: " + p.Problem
+		case !p.Match:
+			result = "NOT COMPARED: " + p.Problem
 		}
 		if len(p.Replicas) == 0 {
 			fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\t%s\n", p.Partition, p.TxnID, result)

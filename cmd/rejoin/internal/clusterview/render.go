@@ -13,7 +13,11 @@ import (
 // rejoin tasks.
 func Render(w io.Writer, v View) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "NODES (%d registered)\n", len(v.Nodes))
+	if len(v.Down) > 0 {
+		fmt.Fprintf(tw, "NODES (%d registered, %d down)\n", len(v.Nodes), len(v.Down))
+	} else {
+		fmt.Fprintf(tw, "NODES (%d registered)\n", len(v.Nodes))
+	}
 	fmt.Fprintln(tw, "ID\tTCP\tHTTP\tSTATUS\tSTARTED\tLAST ACTIVE")
 	for _, n := range v.Nodes {
 		status := n.Status
@@ -22,6 +26,9 @@ func Render(w io.Writer, v View) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Addr, dash(n.HTTP), status,
 			stamp(n.Started), age(v.Read, n.LastActive))
+	}
+	for _, d := range v.Down {
+		fmt.Fprintf(tw, "%s\t-\t-\tDOWN (not registered; holds %d replicas)\t-\t-\n", d.ID, d.Replicas)
 	}
 	fmt.Fprintln(tw)
 

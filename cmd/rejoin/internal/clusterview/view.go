@@ -27,8 +27,11 @@ const statusBytesMax = 16 << 20
 // View is one reading of the cluster. Nodes, Replicas and Tasks come from
 // etcd (one snapshot); Status from the nodes, read right after.
 type View struct {
-	Read     time.Time    `json:"read"`
-	Nodes    []NodeRow    `json:"nodes"`
+	Read  time.Time `json:"read"`
+	Nodes []NodeRow `json:"nodes"`
+	// Down are the nodes the placement gives replicas that are not
+	// registered: dead, stopped, or cut off from etcd.
+	Down     []DownRow    `json:"down,omitempty"`
 	Replicas []ReplicaRow `json:"replicas"`
 	Tasks    []TaskRow    `json:"tasks"`
 	// Moves are the membership moves under way (rejoin drain, rebalance).
@@ -48,6 +51,13 @@ type NodeRow struct {
 	LastActive time.Time `json:"last_active"`
 	// StatusErr: why its /status could not be read, if so.
 	StatusErr string `json:"status_err,omitempty"`
+}
+
+// DownRow is a node of the placement that is not registered.
+type DownRow struct {
+	ID string `json:"id"`
+	// Replicas counts the replicas the placement gives it.
+	Replicas int `json:"replicas"`
 }
 
 // ReplicaRow is one replica of one partition: its placement state in etcd
@@ -234,6 +244,16 @@ func Build(snap supervise.Snapshot, statuses map[string]node.Status, errs map[st
 	slices.SortFunc(v.Replicas, func(a, b ReplicaRow) int {
 		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmpNodeID(a.Node, b.Node))
 	})
+	down := map[string]int{}
+	for _, r := range v.Replicas {
+		if !r.Alive {
+			down[r.Node]++
+		}
+	}
+	for id, n := range down {
+		v.Down = append(v.Down, DownRow{ID: id, Replicas: n})
+	}
+	slices.SortFunc(v.Down, func(a, b DownRow) int { return cmpNodeID(a.ID, b.ID) })
 
 	for _, t := range snap.Tasks {
 		row := TaskRow{Partition: t.Task.Partition, Dest: t.Task.Dest, Status: t.Status.String(),

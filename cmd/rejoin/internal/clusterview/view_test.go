@@ -61,6 +61,9 @@ func TestBuild(t *testing.T) {
 	if dead.Node != "n4" || dead.Alive || dead.Reported {
 		t.Fatalf("n4's replica %+v", dead)
 	}
+	if len(v.Down) != 1 || v.Down[0] != (DownRow{ID: "n4", Replicas: 1}) {
+		t.Fatalf("down nodes %+v, want n4 with its one replica", v.Down)
+	}
 	if r := v.Replicas[0]; !r.Reported || r.Rows != 500 || r.State != "live" {
 		t.Fatalf("n1's replica %+v", r)
 	}
@@ -84,7 +87,8 @@ func TestRender(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"NODES (4 registered)",
+		"NODES (4 registered, 1 down)",
+		"n4   -              -              DOWN (not registered; holds 1 replicas)",
 		"n10  127.0.0.1:110",
 		"ready (no /status: connection refused)",
 		"1s ago",

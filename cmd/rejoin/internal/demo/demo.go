@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -496,6 +497,25 @@ func (r *run) nodeFlags(id int) []string {
 	return f
 }
 
+// progressEvery is how often a long phase of the demo (the load, the
+// read-back) says how far it is.
+const progressEvery = 2 * time.Second
+
+// every returns a function that runs say if progressEvery has passed
+// since it last did (or since every), from any goroutine, one at a time.
+func (r *run) every() func(say func()) {
+	var mu sync.Mutex
+	last := time.Now()
+	return func(say func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(last) >= progressEvery {
+			last = time.Now()
+			say()
+		}
+	}
+}
+
 func (r *run) eventf(format string, args ...any) {
 	fmt.Fprintf(r.events, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 }
@@ -530,7 +550,12 @@ func (r *run) main(ctx context.Context) error {
 	}
 	if cfg.Rows > 0 {
 		r.eventf("loading %d rows of %d-byte values", cfg.Rows, cfg.ValueBytes)
-		rate, err := bulkLoad(ctx, loader, cfg.Rows, cfg.ValueBytes)
+		start, every := time.Now(), r.every()
+		rate, err := bulkLoad(ctx, loader, cfg.Rows, cfg.ValueBytes, func(n int) {
+			every(func() {
+				r.eventf("loading: %d of %d rows (%.0f%%), %.0f rows/s", n, cfg.Rows, 100*float64(n)/float64(cfg.Rows), float64(n)/time.Since(start).Seconds())
+			})
+		})
 		if err != nil {
 			return err
 		}
@@ -659,7 +684,13 @@ func (r *run) main(ctx context.Context) error {
 	}
 	r.sum.ReplicasChecked, r.sum.DigestsMatch, r.sum.Digests = rep.ReplicasChecked, rep.OK(), rep.Partitions
 	r.eventf("digests: %d replicas checked, match=%v", rep.ReplicasChecked, rep.OK())
-	checked, lost, examples, err := w.CheckAcked(ctx, loader)
+	r.eventf("reading back every acknowledged write")
+	every := r.every()
+	checked, lost, examples, err := w.CheckAcked(ctx, loader, func(n, of int) {
+		every(func() {
+			r.eventf("reading back: %d of %d acknowledged writes (%.0f%%)", n, of, 100*float64(n)/float64(of))
+		})
+	})
 	if err != nil {
 		return err
 	}

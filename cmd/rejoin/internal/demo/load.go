@@ -18,8 +18,8 @@ const (
 )
 
 // bulkLoad loads rows 0..rows-1 through c (bench/load's bulk loader).
-func bulkLoad(ctx context.Context, c *client.Client, rows, valueBytes int) (float64, error) {
-	rep, err := load.Load(ctx, c, table, rows, keyBytes, valueBytes)
+func bulkLoad(ctx context.Context, c *client.Client, rows, valueBytes int, progress func(rows int)) (float64, error) {
+	rep, err := load.LoadProgress(ctx, c, table, rows, keyBytes, valueBytes, progress)
 	if err != nil {
 		return 0, err
 	}
@@ -84,10 +84,10 @@ func (w *writer) LastError() string {
 
 // CheckAcked reads every recorded write back through c (load.Verify).
 // Call after Stop.
-func (w *writer) CheckAcked(ctx context.Context, c *client.Client) (checked, lost int, examples []string, err error) {
+func (w *writer) CheckAcked(ctx context.Context, c *client.Client, progress func(read, of int)) (checked, lost int, examples []string, err error) {
 	if w.report == nil {
 		return 0, 0, nil, fmt.Errorf("demo: writer not stopped")
 	}
-	res, err := load.Verify(ctx, c, table, *w.report)
+	res, err := load.VerifyProgress(ctx, c, table, *w.report, progress)
 	return res.Checked, res.Lost, res.Examples, err
 }
