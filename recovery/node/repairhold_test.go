@@ -68,16 +68,8 @@ func TestTailRepairHoldsForLivePeers(t *testing.T) {
 				return ws[0].count() >= 50 && ws[1].count() >= 50
 			})
 
-			cut := tc.cut(c, etcdPx)
-			thaw := func() {
-				for _, px := range cut {
-					px.Thaw()
-				}
-			}
+			thaw := freezeAll(tc.cut(c, etcdPx))
 			defer thaw()
-			for _, px := range cut {
-				px.Freeze()
-			}
 			cutAt := time.Now()
 			if tc.stopN2 {
 				c.stop(2)

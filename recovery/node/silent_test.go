@@ -67,17 +67,10 @@ func TestSilentNodeFencedOthersRunOn(t *testing.T) {
 			cut = append(cut, px)
 		}
 	}
-	thaw := func() {
-		for _, px := range cut {
-			px.Thaw()
-		}
-	}
 	// A test that fails mid-silence thaws before the nodes stop, which
 	// n2 would otherwise do without its etcd.
+	thaw := freezeAll(cut)
 	defer thaw()
-	for _, px := range cut {
-		px.Freeze()
-	}
 	frozen := time.Now()
 	lapsed := false
 	for time.Since(frozen) < 3*ttl {
@@ -215,6 +208,18 @@ func serviceBack(at []time.Time, from, to time.Time, steady time.Duration) time.
 		back = to
 	}
 	return back.Sub(from)
+}
+
+// freezeAll freezes every proxy of pxs and returns what thaws them all.
+func freezeAll(pxs []*faultnet.Proxy) (thaw func()) {
+	for _, px := range pxs {
+		px.Freeze()
+	}
+	return func() {
+		for _, px := range pxs {
+			px.Thaw()
+		}
+	}
 }
 
 // logCatch keeps, by a test's own keys, the records of the nodes' logs
