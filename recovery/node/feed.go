@@ -221,6 +221,11 @@ type feedIn struct {
 	born uint64
 	// fencedAns: the feed was answered wire.Fenced.
 	fencedAns bool
+	// silentSince (Unix nanoseconds) is when the feed, ended, last
+	// brought a frame (its end, or a stall window before a stall), 0
+	// before it ended: the node reports a process silent here for
+	// suspectAfter (fence.go).
+	silentSince atomic.Int64
 }
 
 // read records id as read on the feed. The feed's IDs only grow, and
@@ -420,8 +425,16 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		return
 	}
 	n.log.Info("feed ended", "initiator", in, "node", h.Node, "err", err)
+	silent := time.Now()
+	if errors.Is(err, stream.ErrStalled) {
+		silent = silent.Add(-n.feedStall())
+	}
+	fi.silentSince.Store(silent.UnixNano())
 	n.feedLost(fi)
 }
+
+// feedStall is a peer's feed's stall window here.
+func (n *Node) feedStall() time.Duration { return max(feedStallWindow, 100*n.cfg.BeatEvery) }
 
 // readFeed reads fi's feed: each txn goes into its replica's inbox, in
 // feed order; a heartbeat only raises the feed's slot and wakes the
@@ -432,7 +445,7 @@ func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
 	if fi.node != n.id {
 		// The feed of this node's own initiator is a pipe in the
 		// process: its silence says only that the process was slow.
-		conn.SetStallWindow(max(feedStallWindow, 100*n.cfg.BeatEvery))
+		conn.SetStallWindow(n.feedStall())
 	}
 	for {
 		m, err := conn.Recv()
@@ -612,7 +625,7 @@ func (n *Node) takenForDead(fi *feedIn) bool {
 // node without its registration sees a view frozen at its last read.
 func (n *Node) deadFor(node string) bool {
 	d, gone := n.members.goneFor(node)
-	return gone && d >= n.deadGrace() && n.registeredSettled()
+	return gone && (d >= n.deadGrace() || n.members.fenced(node)) && n.registeredSettled()
 }
 
 // deadGrace is how long a node must stay gone from the membership before
@@ -870,6 +883,10 @@ type initiator struct {
 	iv           *recovery.InitiatorView
 	// dials are the goroutines of the feeds out.
 	dials sync.WaitGroup
+	// opened is when each node's feed last opened or resumed: a fenced
+	// process registers again only with a feed opened since it saw its
+	// fence to every live node (mayRegister).
+	opened map[string]time.Time
 }
 
 type feedOut struct {
@@ -1247,6 +1264,10 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	f := &feedOut{node: node, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()
 	in.outs[node] = f
+	if in.opened == nil {
+		in.opened = map[string]time.Time{}
+	}
+	in.opened[node] = time.Now()
 	if resumed {
 		in.core.FeedResumed(node, floor)
 	} else {

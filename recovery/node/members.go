@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -54,6 +55,13 @@ type view struct {
 	peers uint64
 	// rev is the etcd revision of the records the view was built from.
 	rev int64
+	// fences are the fences standing, by node; reported are the
+	// processes this node reports, by node; due are the nodes a
+	// majority reports, to fence (docs/DESIGN.md "Fencing by the peers'
+	// word").
+	fences   map[string]supervise.Fence
+	reported map[string]int64
+	due      []supervise.Due
 }
 
 type replicaPlace struct {
@@ -207,6 +215,14 @@ func (m *members) maybeRebuild(ctx context.Context) error {
 			v.peers = old.peers + 1
 		}
 	}
+	v.fences = maps.Clone(m.recs.Fences)
+	v.reported = map[string]int64{}
+	for _, r := range m.recs.Reports {
+		if r.Reporter == m.n.id {
+			v.reported[r.Suspect] = r.Inc
+		}
+	}
+	v.due = supervise.FencesDue(m.recs)
 	m.noteGoneLocked(old, v, time.Now())
 	m.v, m.nodesChanged, m.placementChanged = v, false, false
 	return nil

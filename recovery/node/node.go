@@ -75,6 +75,9 @@ type Node struct {
 	// the node was not registered (registration.go). No replica serves as
 	// a rejoin source in a term that is not settled.
 	settledTerm atomic.Int64
+	// fencedSeen (Unix nanoseconds) is when mayRegister first found this
+	// process fenced, 0 when it is not.
+	fencedSeen atomic.Int64
 	// retry hands the executor loop the tasks whose attempt failed.
 	retry chan claim.Task
 	wg    sync.WaitGroup
@@ -208,7 +211,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
 		reg, err = supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
 			Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Started: n.started, Log: n.log,
-			ViewRev: n.members.viewRev,
+			ViewRev: n.members.viewRev, MayRegister: n.mayRegister,
 		})
 		return err
 	}); err != nil {
@@ -268,6 +271,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.retry = make(chan claim.Task, 64)
 	n.goRun(n.executor)
 	n.goRun(n.registration)
+	n.goRun(n.fences)
 	n.goRun(n.watchStop)
 	n.goRun(func() { n.timeline.run(n.ctx, TimelineEvery, n.replicaStatuses) })
 	n.log.Info("node ready", "tcp", n.addrs.TCP, "http", n.addrs.HTTP, "replicas", len(n.hosted()),

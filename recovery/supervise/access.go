@@ -56,6 +56,7 @@ var nodeGrants = []grant{
 	{keyRoot, true, clientv3.PermRead},
 	{nodesPrefix, true, clientv3.PermReadWrite},
 	{replicasPrefix, true, clientv3.PermReadWrite},
+	{outPrefix, true, clientv3.PermReadWrite},
 	{assignPrefix, true, clientv3.PermReadWrite},
 	{claimsPrefix, true, clientv3.PermReadWrite},
 	{tasksPrefix, true, clientv3.PermReadWrite},

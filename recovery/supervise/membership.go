@@ -27,6 +27,9 @@ type Membership struct {
 	Nodes map[string]NodeRecord
 	// Replicas are keyed by ReplicaKey.
 	Replicas map[string]Replica
+	// Reports are keyed by ReportKey, Fences by node (fence.go).
+	Reports map[string]Report
+	Fences  map[string]Fence
 }
 
 // ListMembership reads the node and replica records at one revision.
@@ -54,12 +57,16 @@ func ListMembership(ctx context.Context, cli *clientv3.Client) (*Membership, err
 		}
 		m.Replicas[string(kv.Key)] = r
 	}
+	if err := m.listOut(ctx, cli); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
-// WatchMembership watches the node and replica records from the revision
-// after rev, in one stream (the two prefixes are one key range, nothing
-// else lies between them), so events come in revision order. The watch
+// WatchMembership watches the node and replica records, and the reports
+// and fences between them, from the revision after rev, in one stream
+// (the prefixes are one key range, nothing else lies between them), so
+// events come in revision order. The watch
 // ends when ctx does, and with an error when etcd compacted past rev
 // (list again). ctx should carry clientv3.WithRequireLeader, so that a
 // member cut off from its cluster ends the watch instead of going silent.
@@ -108,6 +115,15 @@ func (m *Membership) Apply(ev *clientv3.Event) (nodes, replicas bool, err error)
 		}
 		replicas = m.Replicas[key] != r
 		m.Replicas[key] = r
+	case strings.HasPrefix(key, outPrefix):
+		if m.Reports == nil {
+			m.Reports, m.Fences = map[string]Report{}, map[string]Fence{}
+		}
+		changed, err := m.applyOut(ev)
+		if err != nil {
+			return false, false, err
+		}
+		nodes = changed
 	}
 	m.Rev = kv.ModRevision
 	return nodes, replicas, nil

@@ -64,7 +64,12 @@ type NodeOptions struct {
 	// incarnation the process shows everywhere (its feeds' hellos too).
 	// Zero: the time of Register.
 	Started time.Time
-	Log     *slog.Logger
+	// MayRegister, if set, is asked before each try to register again
+	// after a term ended; an error is that try's failure (a fenced
+	// process registers again only once it reaches every live node:
+	// docs/DESIGN.md "Fencing by the peers' word").
+	MayRegister func(ctx context.Context) error
+	Log         *slog.Logger
 }
 
 // Node is this process's registration in the cluster, from Register to
@@ -477,7 +482,15 @@ func (n *Node) reregister(prev *Term, cause error) bool {
 		}
 		wait = interval
 		ctx, cancel := context.WithTimeout(n.life, n.window)
-		t, rec, err := n.reattach(ctx, prev)
+		var t *Term
+		var rec NodeRecord
+		err := error(nil)
+		if n.opts.MayRegister != nil {
+			err = n.opts.MayRegister(ctx)
+		}
+		if err == nil {
+			t, rec, err = n.reattach(ctx, prev)
+		}
 		cancel()
 		switch {
 		case err == nil:

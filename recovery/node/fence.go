@@ -1,0 +1,242 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/txnid"
+)
+
+// Fencing by the peers' word (docs/DESIGN.md): a process whose feed here
+// stays lost is reported in etcd; a majority of the other nodes reporting
+// it fences it in one transaction (supervise.FenceNode), and every node
+// then takes it for dead at once, as a peer's repair answer does
+// (answerRepair), instead of waiting a lease and a grace for it. A node
+// paused or cut off from its peers stalled every partition for as long
+// as the fault lasted.
+
+// suspectAfter is how long a process's feed here brings nothing, ended
+// and not taken up by a redial, before this node reports the process: a
+// stall window and half a second. A feed reset while the process
+// lives and reaches this node is redialled within milliseconds; a reset
+// that lasts a second (TestFeedResetsLoseNothing) must not fence every
+// node.
+const suspectAfter = feedStallWindow + 500*time.Millisecond
+
+// fenceEvery is the period of the fence loop: reports, fences due,
+// fences to apply.
+const fenceEvery = 100 * time.Millisecond
+
+// fenceTryEvery bounds how often the node tries to fence one process.
+const fenceTryEvery = 500 * time.Millisecond
+
+// fenceCallTimeout bounds each etcd call of the loop.
+const fenceCallTimeout = time.Second
+
+type reportMine struct {
+	inc   int64
+	lease clientv3.LeaseID
+}
+
+// fences runs the fence loop until the node stops.
+func (n *Node) fences() {
+	applied := map[string]int64{} // node → the fence revision applied here
+	mine := map[string]reportMine{}
+	tried := map[string]time.Time{}
+	t := time.NewTicker(fenceEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		v := n.members.view()
+		if v == nil {
+			continue
+		}
+		n.applyFences(v, applied)
+		if n.reg == nil || !n.registeredSettled() {
+			continue
+		}
+		suspects := n.suspects(time.Now())
+		n.reportSuspects(v, suspects, mine)
+		for _, d := range v.due {
+			rec, ok := v.nodes[d.Node]
+			if !ok || d.Node == n.id || suspects[d.Node] != incarnation(rec) || !slices.Contains(d.Reporters, n.id) || time.Since(tried[d.Node]) < fenceTryEvery {
+				continue
+			}
+			var reporters []supervise.NodeRecord
+			for _, id := range d.Reporters {
+				reporters = append(reporters, v.nodes[id])
+			}
+			tried[d.Node] = time.Now()
+			ctx, cancel := context.WithTimeout(n.ctx, fenceCallTimeout)
+			ok, err := supervise.FenceNode(ctx, n.cli, n.id, rec, reporters)
+			cancel()
+			if err != nil {
+				n.limited.Log(slog.LevelWarn, "fence/"+d.Node, "fencing a node a majority reports failed; retrying", "node", d.Node, "err", err)
+				continue
+			}
+			if ok {
+				n.log.Warn("node fenced: a majority of the cluster hears nothing from it", "node", d.Node, "inc", incarnation(rec), "reporters", d.Reporters)
+				// The next fence waits for a view with this one in:
+				// its reporters may have been fenced by another.
+				break
+			}
+		}
+	}
+}
+
+// suspects lists the processes this node would report: each one whose
+// latest feed here ended, brought nothing for suspectAfter, was not
+// taken up by a redial, and is still alive in the membership as that
+// process.
+func (n *Node) suspects(now time.Time) map[string]int64 {
+	out := map[string]int64{}
+	n.feeds.mu.Lock()
+	var lost []*feedIn
+	for _, fi := range n.feeds.last {
+		if at := fi.silentSince.Load(); at != 0 && fi.node != n.id && now.Sub(time.Unix(0, at)) >= suspectAfter {
+			lost = append(lost, fi)
+		}
+	}
+	n.feeds.mu.Unlock()
+	for _, fi := range lost {
+		select {
+		case <-fi.resolved:
+			continue // taken up by a redial, or taken for dead here
+		default:
+		}
+		if n.members.aliveAs(fi.node, fi.inc) {
+			out[fi.node] = int64(fi.inc)
+		}
+	}
+	return out
+}
+
+// reportSuspects brings this node's reports in etcd to suspects: each
+// under the current term's lease, withdrawn once the process is heard
+// from again or gone.
+func (n *Node) reportSuspects(v *view, suspects map[string]int64, mine map[string]reportMine) {
+	lease := n.reg.Lease()
+	call := func(f func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(n.ctx, fenceCallTimeout)
+		defer cancel()
+		return f(ctx)
+	}
+	for node, inc := range suspects {
+		if m, ok := mine[node]; ok && m.inc == inc && m.lease == lease {
+			continue
+		}
+		if err := call(func(ctx context.Context) error { return supervise.PutReport(ctx, n.cli, lease, n.id, node, inc) }); err != nil {
+			n.limited.Log(slog.LevelWarn, "report/"+node, "reporting a silent node failed; retrying", "node", node, "err", err)
+			continue
+		}
+		mine[node] = reportMine{inc, lease}
+		n.log.Warn("node reported: its feed here stays lost", "node", node, "inc", inc)
+	}
+	withdraw := map[string]bool{}
+	for node := range mine {
+		if _, ok := suspects[node]; !ok {
+			withdraw[node] = true
+		}
+	}
+	for node := range v.reported {
+		if _, ok := suspects[node]; !ok {
+			withdraw[node] = true
+		}
+	}
+	for node := range withdraw {
+		if err := call(func(ctx context.Context) error { return supervise.DeleteReport(ctx, n.cli, n.id, node) }); err != nil {
+			n.limited.Log(slog.LevelWarn, "report/"+node, "withdrawing a report failed; retrying", "node", node, "err", err)
+			continue
+		}
+		if _, ok := mine[node]; ok {
+			n.log.Info("report withdrawn", "node", node)
+		}
+		delete(mine, node)
+	}
+}
+
+// applyFences takes each process fenced in v, and not yet here, for
+// dead: its feeds here are shut and closed, and their loss repairs its
+// tail from the peers at once (answerRepair, feedLost).
+func (n *Node) applyFences(v *view, applied map[string]int64) {
+	for node, f := range v.fences {
+		if node == n.id || applied[node] == f.Rev {
+			continue
+		}
+		applied[node] = f.Rev
+		n.feeds.mu.Lock()
+		var ins []txnid.Initiator
+		for in, fi := range n.feeds.last {
+			if fi.node == node && fi.inc <= uint64(f.Inc) {
+				ins = append(ins, in)
+			}
+		}
+		n.feeds.mu.Unlock()
+		for _, in := range ins {
+			n.log.Warn("process fenced by its peers' reports: taken for dead here", "node", node, "initiator", in, "by", f.By)
+			n.answerRepair(in, uint64(f.Inc))
+		}
+	}
+}
+
+// fenced reports whether node, gone from the view, was fenced: its
+// process is dead without a grace.
+func (m *members) fenced(node string) bool {
+	v := m.view()
+	if v == nil {
+		return false
+	}
+	_, alive := v.nodes[node]
+	_, f := v.fences[node]
+	return f && !alive
+}
+
+// mayRegister is the registration's gate (supervise.NodeOptions): a
+// process fenced registers again only once its initiator has a feed,
+// opened since, to every node alive, each of which has then answered it
+// wire.Fenced or taken it up. Registered sooner, it would have the
+// others wait for its replicas again while it cannot reach them. It
+// clears its fence as it passes.
+func (n *Node) mayRegister(ctx context.Context) error {
+	f, ok, err := supervise.ReadFence(ctx, n.cli, n.id)
+	if err != nil {
+		return err
+	}
+	if !ok || uint64(f.Inc) < n.incarnation() {
+		return nil
+	}
+	n.fencedSeen.CompareAndSwap(0, time.Now().UnixNano())
+	since := time.Unix(0, n.fencedSeen.Load())
+	v := n.members.view()
+	var unfed []string
+	if n.init == nil || v == nil {
+		return fmt.Errorf("node %s fenced by its peers: its feeds are not up yet", n.id)
+	}
+	n.init.mu.Lock()
+	for node := range v.nodes {
+		if node != n.id && (!n.init.core.Fed(node) || n.init.opened[node].Before(since)) {
+			unfed = append(unfed, node)
+		}
+	}
+	n.init.mu.Unlock()
+	if len(unfed) > 0 {
+		slices.Sort(unfed)
+		return fmt.Errorf("node %s fenced by its peers (%s's transaction): no feed opened since to %v", n.id, f.By, unfed)
+	}
+	if err := supervise.ClearFence(ctx, n.cli, f); err != nil {
+		return err
+	}
+	n.fencedSeen.Store(0)
+	n.log.Warn("fence cleared: feeds open to every live node; registering again", "fenced_by", f.By)
+	return nil
+}

@@ -1,0 +1,192 @@
+package supervise
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestFencesDue: a process is due for a fence when a majority of the
+// other registered nodes report it, as that process; a report from a node
+// not registered, or on an older process, or on oneself, counts for
+// nothing, and a node cut off from all the others fences no one.
+func TestFencesDue(t *testing.T) {
+	at := func(s int64) time.Time { return time.Unix(s, 0).UTC() }
+	nodes := func(ids ...string) map[string]NodeRecord {
+		m := map[string]NodeRecord{}
+		for i, id := range ids {
+			m[id] = NodeRecord{ID: id, Started: at(int64(100 + i))}
+		}
+		return m
+	}
+	rep := func(suspect, reporter string, inc int64) (string, Report) {
+		return ReportKey(suspect, reporter), Report{Suspect: suspect, Reporter: reporter, Inc: inc}
+	}
+	five := nodes("n1", "n2", "n3", "n4", "n5")
+	for _, tc := range []struct {
+		name    string
+		nodes   map[string]NodeRecord
+		reports [][2]string // suspect, reporter
+		inc     map[[2]string]int64
+		placed  []string
+		want    []string
+	}{
+		{name: "none", nodes: five},
+		{name: "two of four", nodes: five, reports: [][2]string{{"n2", "n1"}, {"n2", "n3"}}},
+		{name: "three of four", nodes: five, reports: [][2]string{{"n2", "n1"}, {"n2", "n3"}, {"n2", "n4"}}, want: []string{"n2"}},
+		// n2 cut off reports every other node; they report it.
+		{name: "one cut off", nodes: five, reports: [][2]string{
+			{"n1", "n2"}, {"n3", "n2"}, {"n4", "n2"}, {"n5", "n2"},
+			{"n2", "n1"}, {"n2", "n3"}, {"n2", "n4"}, {"n2", "n5"}}, want: []string{"n2"}},
+		// A 2|3 split: the three fence the two, not the other way.
+		{name: "minority", nodes: five, reports: [][2]string{
+			{"n3", "n1"}, {"n4", "n1"}, {"n5", "n1"}, {"n3", "n2"}, {"n4", "n2"}, {"n5", "n2"},
+			{"n1", "n3"}, {"n1", "n4"}, {"n1", "n5"}, {"n2", "n3"}, {"n2", "n4"}, {"n2", "n5"}}, want: []string{"n1", "n2"}},
+		{name: "unregistered reporter", nodes: nodes("n1", "n2", "n3"), reports: [][2]string{{"n2", "n1"}, {"n2", "n9"}}},
+		{name: "self report", nodes: nodes("n1", "n2", "n3"), reports: [][2]string{{"n2", "n1"}, {"n2", "n2"}}},
+		{name: "older process", nodes: five, reports: [][2]string{{"n2", "n1"}, {"n2", "n3"}, {"n2", "n4"}},
+			inc: map[[2]string]int64{{"n2", "n4"}: 7}},
+		// Two nodes: each alone is a majority of the other's peers; the
+		// transaction's guard keeps them from fencing each other
+		// (TestFenceNode).
+		{name: "two nodes", nodes: nodes("n1", "n2"), reports: [][2]string{{"n2", "n1"}}, want: []string{"n2"}},
+		// n2 holds replicas but is not registered (dead, or fenced):
+		// it still counts among n3's peers, so n1 alone is no majority.
+		{name: "one gone", nodes: nodes("n1", "n3"), placed: []string{"n1", "n2", "n3"}, reports: [][2]string{{"n3", "n1"}}},
+		{name: "one gone, both", nodes: nodes("n1", "n3", "n4"), placed: []string{"n1", "n2", "n3", "n4"}, reports: [][2]string{{"n3", "n1"}, {"n3", "n4"}}, want: []string{"n3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Membership{Nodes: tc.nodes, Reports: map[string]Report{}, Replicas: map[string]Replica{}}
+			for _, id := range tc.placed {
+				m.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: ReplicaLive}
+			}
+			for _, r := range tc.reports {
+				i, ok := tc.inc[r]
+				if !ok {
+					i = tc.nodes[r[0]].Started.UnixNano()
+				}
+				k, v := rep(r[0], r[1], i)
+				m.Reports[k] = v
+			}
+			var got []string
+			for _, d := range FencesDue(m) {
+				got = append(got, d.Node)
+				for _, r := range d.Reporters {
+					if _, ok := m.Nodes[r]; !ok || r == d.Node {
+						t.Errorf("%s reported by %s, not another registered node", d.Node, r)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("FencesDue = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFenceNode: a fence removes the suspect's record and writes its
+// fence in one transaction, which the membership follows; a fence whose
+// reporter's record is gone (the fencer's own included) writes nothing,
+// so two nodes that lost each other do not fence each other; a fence on a record another registration
+// replaced writes nothing; the fenced process clears its fence only as
+// it stands.
+func TestFenceNode(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	cli := newClient(t, e)
+	ctx := testCtx(t, 30*time.Second)
+	n1, err := Register(ctx, cli, "n1", NodeOptions{Address: "a:1", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n1.Close(ctx)
+	// n2 may not register again while fenced: its gate says so.
+	gate := errors.New("fenced: no feed yet")
+	n2, err := Register(ctx, cli, "n2", NodeOptions{Address: "a:2", Log: testLog(t), MayRegister: func(ctx context.Context) error {
+		if _, ok, err := ReadFence(ctx, cli, "n2"); err != nil || ok {
+			return gate
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close(ctx)
+	m, err := ListMembership(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := WatchMembership(wctx, cli, m.Rev)
+	rec2 := m.Nodes["n2"]
+	if err := PutReport(ctx, cli, n1.Lease(), "n1", "n2", m.Nodes["n2"].Started.UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	if err := PutReport(ctx, cli, n2.Lease(), "n2", "n1", m.Nodes["n1"].Started.UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	rec1 := m.Nodes["n1"]
+	ok, err := FenceNode(ctx, cli, "n1", m.Nodes["n2"], []NodeRecord{rec1})
+	if err != nil || !ok {
+		t.Fatalf("n1 fencing n2: %v, %v", ok, err)
+	}
+	// n2 lost its record: its fence of n1 must not pass.
+	if ok, err := FenceNode(ctx, cli, "n2", rec1, []NodeRecord{rec2}); err != nil || ok {
+		t.Fatalf("n2, fenced, fencing n1: %v, %v (want refused)", ok, err)
+	}
+	// The watch brings the record's removal and the fence.
+	for _, alive := m.Nodes["n2"]; !m.Fenced("n2", rec2.Started.UnixNano()) || alive; _, alive = m.Nodes["n2"] {
+		select {
+		case resp := <-wch:
+			for _, ev := range resp.Events {
+				if _, _, err := m.Apply(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case <-ctx.Done():
+			t.Fatalf("the watch did not bring the fence: %+v", m)
+		}
+	}
+	if _, err := FenceNode(ctx, cli, "n1", NodeRecord{}, []NodeRecord{rec1}); err == nil {
+		t.Fatal("a fence of no record passed")
+	}
+	if _, err := FenceNode(ctx, cli, "n2", rec1, []NodeRecord{rec1}); err == nil {
+		t.Fatal("a fence whose fencer is not among the reporters passed")
+	}
+	f := m.Fences["n2"]
+	if f.By != "n1" || m.Fenced("n2", f.Inc+1) {
+		t.Fatalf("fence %+v: a newer process of n2 would be fenced too, or the fencer is not named", f)
+	}
+	// Its term ended; the gate holds its registration off.
+	fencedTerm := n2.Term()
+	<-fencedTerm.Done()
+	time.Sleep(time.Second)
+	if n2.Registered() {
+		t.Fatal("n2 registered again while fenced")
+	}
+	// A fence of the same registration again writes nothing.
+	if ok, err := FenceNode(ctx, cli, "n1", rec2, []NodeRecord{rec1}); err != nil || ok {
+		t.Fatalf("fencing a record already removed: %v, %v", ok, err)
+	}
+	stale := f
+	stale.Rev--
+	if err := ClearFence(ctx, cli, stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := ReadFence(ctx, cli, "n2"); err != nil || !ok {
+		t.Fatalf("a clear of another fence removed it: %v, %v", ok, err)
+	}
+	if err := ClearFence(ctx, cli, f); err != nil {
+		t.Fatal(err)
+	}
+	nctx, ncancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ncancel()
+	if _, err := n2.NextTerm(nctx, fencedTerm); err != nil {
+		t.Fatalf("n2 did not register again once its fence was cleared: %v", err)
+	}
+}
