@@ -109,6 +109,7 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "  %-10s %s\n", "help", helpSummary)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'rejoin help <command>' (or 'rejoin <command> -h') for what one command does and its flags.")
+	fmt.Fprintln(w, "Shell completion: source <(rejoin completion bash), or zsh.")
 	fmt.Fprint(w, exitStatuses)
 }
 
@@ -130,6 +131,9 @@ exit status:
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("rejoin "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if c, ok := stderr.(*flagSets); ok {
+		c.sets = append(c.sets, fs)
+	}
 	return fs
 }
 
