@@ -26,8 +26,10 @@ partition replicas the placement gives it, runs an initiator for client
 calls, and rejoins its replicas after a restart. Once registered it prints
 one line on stdout:
   ready node=n<N> tcp=<addr> http=<addr>
-Each wait on etcd before that is bounded by --etcd-timeout; past it the
-node exits 1 with the step that waited. Once ready, a node that loses etcd
+An etcd that refuses the connection, the TLS handshake or the node's
+certificate makes it exit 1 at once, naming the cause; each other wait on
+etcd before that line is bounded by --etcd-timeout, past which the node
+exits 1 with the step that waited. Once ready, a node that loses etcd
 keeps running (its replicas stay, its rejoin work stops) and registers
 again when etcd answers. Every connection is mutual TLS with the
 certificates of --certs-dir (rejoin cert makes them), and so is etcd's
@@ -180,6 +182,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		fmt.Fprintf(stderr, "rejoin node: %v\n", err)
 		return errUsage
+	}
+	if err := f.etcd.check(); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
