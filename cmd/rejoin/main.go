@@ -87,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, errSilent):
 			return 1
 		}
-		fmt.Fprintf(stderr, "rejoin %s: %v\n", c.name, err)
+		fmt.Fprintf(stderr, "rejoin %s: %s\n", c.name, userMessage(c.name, err, nil))
 		var ee *exitError
 		if errors.As(err, &ee) {
 			return ee.code
