@@ -72,7 +72,7 @@ func runAccess(args []string, stdout, stderr io.Writer) error {
 		err = errors.New("nothing to give: --node, --reader or --admin")
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin access: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin access: %s\n", userMessage("access", err, nil))
 		return errUsage
 	}
 	cli, ctx, done, err := openEtcd("access", etcd, *timeout, stderr)

@@ -168,7 +168,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
-		fmt.Fprintf(stderr, "rejoin bench: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin bench: %s\n", userMessage("bench", err, flagFields(fs, &cfg)))
 		return errUsage
 	}
 
@@ -203,7 +203,7 @@ func runBenchProcesses(cfg demo.Config, stdout, stderr io.Writer) error {
 		cfg, err = demo.BenchConfig(cfg)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin bench: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin bench: %s\n", userMessage("demo", err, nil)) // demo's messages begin "demo: "
 		return errUsage
 	}
 	cfg.Stderr = stderr
@@ -220,7 +220,7 @@ func runBenchRedis(cfg demo.RedisConfig, stdout, stderr io.Writer) error {
 	defer stop()
 	cfg, err := cfg.Check()
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin bench: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin bench: %s\n", userMessage("demo", err, nil)) // demo's messages begin "demo: "
 		return errUsage
 	}
 	_, err = demo.BenchRedis(ctx, cfg, stdout)

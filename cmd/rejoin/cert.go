@@ -129,7 +129,7 @@ func runCert(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	if err := id.Check(); err != nil {
-		fmt.Fprintf(stderr, "rejoin cert: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin cert: %s\n", userMessage("cert", err, nil))
 		return errUsage
 	}
 	cf, kf, err := certs.CreateAt(*dir, *caDir, id, o)

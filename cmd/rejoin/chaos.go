@@ -105,7 +105,7 @@ func runChaos(args []string, stdout, stderr io.Writer) error {
 		err = cfg.Check()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin chaos: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin chaos: %s\n", userMessage("chaos", err, nil))
 		return errUsage
 	}
 	cfg.Stderr = stderr

@@ -110,7 +110,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		err = cfg.Check()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin demo: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin demo: %s\n", userMessage("demo", err, nil))
 		return errUsage
 	}
 	cfg.Stderr = stderr

@@ -21,6 +21,7 @@
 //	rejoin chaos     random faults over real processes for --duration, then the checks: PASS or FAIL
 //	rejoin etcd      the embedded etcd as a process of its own (the walk-through's, the demo's, chaos's)
 //	rejoin version   the module's version, commit and Go version (also --version)
+//	rejoin completion a bash or zsh completion script, made from the commands' own flags
 //	rejoin help      the usage, or one command's: rejoin help COMMAND
 //
 // `rejoin help <command>` (or `rejoin <command> -h`) says what a command does and lists its flags.

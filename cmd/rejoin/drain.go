@@ -90,19 +90,14 @@ func (f *moveFlags) limits() supervise.MoveLimits {
 	return supervise.MoveLimits{InFlightMax: *f.inFlight, IncomingMax: *f.incoming}
 }
 
-// parseOneNode parses the flags and the one NODE argument after them.
+// parseOneNode parses the flags and the one NODE argument among them:
+// `drain n5 --etcd ...` is as good as `drain --etcd ... n5`.
 func parseOneNode(fs *flag.FlagSet, name string, args []string, stderr io.Writer) (string, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return "", err
-		}
-		return "", errUsage
+	pos, err := parseInterspersed(fs, name, "one NODE argument", args, 1, stderr)
+	if err != nil {
+		return "", err
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "rejoin %s: want one NODE argument after the flags, got %d\n", name, fs.NArg())
-		return "", errUsage
-	}
-	id, err := parseNodeID("node", fs.Arg(0))
+	id, err := parseNodeID("node", pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
 		return "", errUsage
@@ -123,7 +118,7 @@ func runDrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := mf.check(); err != nil {
-		fmt.Fprintf(stderr, "rejoin drain: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin drain: %s\n", userMessage("drain", err, nil))
 		return errUsage
 	}
 	lim := mf.limits()

@@ -20,8 +20,10 @@ func TestMoveCommandFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"drain", "--etcd", "x"}, "want one NODE argument after the flags, got 0"},
-		{[]string{"drain", "--etcd", "x", "n1", "n2"}, "want one NODE argument after the flags, got 2"},
+		{[]string{"drain", "--etcd", "x"}, "want one NODE argument, got 0 arguments"},
+		{[]string{"drain", "--etcd", "x", "n1", "n2"}, "want one NODE argument, got 2 arguments"},
+		// Flags after the node are flags: they were taken for arguments.
+		{[]string{"drain", "n1", "--etcd", "x", "--moves-max", "0"}, "--moves-max 0: want 1 or more"},
 		{[]string{"drain", "--etcd", "x", "nope"}, `"nope" is not a node id`},
 		{[]string{"drain", "--etcd", "x", "--moves-max", "0", "n1"}, "--moves-max 0: want 1 or more"},
 		{[]string{"drain", "--etcd", "x", "--incoming-max", "-1", "n1"}, "--incoming-max -1: want 1 or more"},
@@ -31,7 +33,8 @@ func TestMoveCommandFlags(t *testing.T) {
 		{[]string{"rebalance", "--etcd", "x", "n1"}, `unexpected argument "n1"`},
 		{[]string{"rebalance", "--etcd", "x", "--poll", "0s"}, "--poll 0s: want more than 0"},
 		{[]string{"rebalance"}, "--etcd is required"},
-		{[]string{"undo-move", "--etcd", "x"}, "want one PARTITION argument after the flags, got 0"},
+		{[]string{"undo-move", "--etcd", "x"}, "want one PARTITION argument, got 0 arguments"},
+		{[]string{"undo-move", "1", "--etcd", "x", "--timeout", "0s"}, "--timeout 0s: want more than 0"},
 		{[]string{"undo-move", "--etcd", "x", "p1"}, `"p1" is not a partition number`},
 		{[]string{"undo-move", "--etcd", "x", "--timeout", "0s", "1"}, "--timeout 0s: want more than 0"},
 		{[]string{"undo-move", "1"}, "--etcd is required"},
@@ -88,7 +91,7 @@ func TestMoveCommands(t *testing.T) {
 	register("n2")
 
 	var out, errOut bytes.Buffer
-	if code := run([]string{"drain", "--etcd", ep, "n2"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no running node can take partition 0 off n2") {
+	if code := run([]string{"drain", "--etcd", ep, "n2"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "rejoin drain: no running node can take partition 0 off n2") {
 		t.Fatalf("drain with no room: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}
 	out.Reset()
@@ -115,7 +118,7 @@ func TestMoveCommands(t *testing.T) {
 		t.Fatalf("after undo-move: moves %v, replicas of 1 %v, %v", v.Moves, v.Replicas[1], err)
 	}
 	errOut.Reset()
-	if code := run([]string{"undo-move", "--etcd", ep, "1"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no move under way") {
+	if code := run([]string{"undo-move", "--etcd", ep, "1"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "rejoin undo-move: partition 1: no move under way") {
 		t.Fatalf("undo-move with none under way: exit %d, stderr %q", code, errOut.String())
 	}
 	// A move whose new holder never opens its rejoin task (no node

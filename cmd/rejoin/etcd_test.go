@@ -113,9 +113,10 @@ func TestEmbeddedEtcdRequiresClientCertificate(t *testing.T) {
 // TestEtcdRefusalsFailFast: an etcd endpoint that refuses the connection,
 // one whose server is TLS though the endpoint has no scheme, and an etcd
 // that refuses a certificate of another CA are each reported with their
-// cause before any wait, by status, get and init alike: never as "did not
-// answer" after --timeout (they used to wait it out, 5, 10 and 30 s by
-// default, and then name no cause for the first two).
+// cause before any wait, by status, get, init and node alike: never as
+// "did not answer" after --timeout (they used to wait it out, 5, 10 and
+// 30 s by default, and then name no cause for the first two; a node its
+// --etcd-timeout, 1m here).
 func TestEtcdRefusalsFailFast(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "certs")
 	creds, err := demo.EnsureCerts(dir, 1)
@@ -149,9 +150,14 @@ func TestEtcdRefusalsFailFast(t *testing.T) {
 		{"no scheme", []string{"--etcd", strings.TrimPrefix(ep, "https://")}, "has no scheme, and etcd there serves TLS: write https://"},
 		{"another CA's certificate", append([]string{"--etcd", ep}, otherCA...), "refused this client's certificate (--etcd-cert): remote error: tls: unknown certificate authority"},
 	} {
-		for _, cmd := range [][]string{{"status"}, {"get", "--insecure", "k"}, {"init", "--partitions", "2", "--replicas", "1", "--nodes", "1"}} {
+		for _, cmd := range [][]string{
+			{"status", "--timeout", "1m"},
+			{"get", "--timeout", "1m", "--insecure", "k"},
+			{"init", "--timeout", "1m", "--partitions", "2", "--replicas", "1", "--nodes", "1"},
+			{"node", "--etcd-timeout", "1m", "--id", "1", "--data", t.TempDir(), "--insecure"},
+		} {
 			t.Run(tc.name+"/"+cmd[0], func(t *testing.T) {
-				args := append([]string{cmd[0], "--timeout", "1m"}, tc.flags...)
+				args := append([]string{cmd[0]}, tc.flags...)
 				args = append(args, cmd[1:]...)
 				var out, errOut bytes.Buffer
 				code := run(args, &out, &errOut)

@@ -215,14 +215,24 @@ func (f *etcdFlags) explain(err error) error {
 	return err
 }
 
+// check is what a command runs before its first etcd call, a node's too:
+// a refused connection, handshake or certificate is named now, not after
+// the command's bound as a "did not answer".
+func (f *etcdFlags) check() error {
+	if err := f.probe(); err != nil {
+		return fmt.Errorf("etcd cannot be used: %w", err)
+	}
+	return nil
+}
+
 // probe checks each endpoint as the etcd client would reach it, at once
 // and within probeTimeout each: nil if one answered (or gave no verdict
 // in time: a paused etcd is waited for as before), else why none can be
 // used: a refused connection, a TLS server dialled as plain, a plain one
 // dialled as TLS, our refusing etcd's certificate, etcd refusing ours.
-// A command calls it before its first etcd call, so such a cause is
-// reported within a second, not after its --timeout under a "did not
-// answer".
+// Every command calls it, through check, before its first etcd call, so
+// such a cause is reported within a second, not after its --timeout (a
+// node's --etcd-timeout) under a "did not answer".
 func (f *etcdFlags) probe() error {
 	cfg, err := f.tls()
 	if err != nil {

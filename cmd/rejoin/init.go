@@ -53,7 +53,7 @@ func (t *tableFlags) String() string {
 func (t *tableFlags) Set(s string) error {
 	tb, err := parseTableSpec(s)
 	if err != nil {
-		return errors.New(configErr(err))
+		return errors.New(userMessage("init", err, nil))
 	}
 	*t = append(*t, tb)
 	return nil
@@ -165,7 +165,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := layout.Config{Partitions: uint32(*partitions), Replicas: *replicas, Tables: tables}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "rejoin init: %s\n", configErr(err))
+		fmt.Fprintf(stderr, "rejoin init: %s\n", userMessage("init", err, nil))
 		return errUsage
 	}
 	cli, ctx, done, err := openEtcd("init", etcd, *timeout, stderr)
@@ -185,7 +185,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := layout.Init(ctx, cli, cfg, nodes); err != nil {
 		if errors.Is(err, layout.ErrConfig) {
-			fmt.Fprintf(stderr, "rejoin init: %s\n", configErr(err))
+			fmt.Fprintf(stderr, "rejoin init: %s\n", userMessage("init", err, nil))
 			return errUsage
 		}
 		if errors.Is(err, layout.ErrExists) {
@@ -202,17 +202,6 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 }
 
 // etcdErr names the bound when err is etcd not answering within it.
-// configErr is a refused config's message without the packages' error
-// classes it is wrapped in ("layout: bad config: supervise: placement:"),
-// which say nothing to whoever typed the flags.
-func configErr(err error) string {
-	msg := err.Error()
-	for _, class := range []error{layout.ErrConfig, supervise.ErrPlacement, supervise.ErrConfig} {
-		msg = strings.ReplaceAll(msg, class.Error()+": ", "")
-	}
-	return msg
-}
-
 func etcdErr(ctx context.Context, endpoints string, timeout time.Duration, err error) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("etcd at %s did not answer within %s (--timeout): %w", endpoints, timeout, err)

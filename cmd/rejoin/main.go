@@ -87,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, errSilent):
 			return 1
 		}
-		fmt.Fprintf(stderr, "rejoin %s: %v\n", c.name, err)
+		fmt.Fprintf(stderr, "rejoin %s: %s\n", c.name, userMessage(c.name, err, nil))
 		var ee *exitError
 		if errors.As(err, &ee) {
 			return ee.code
@@ -109,6 +109,7 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "  %-10s %s\n", "help", helpSummary)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'rejoin help <command>' (or 'rejoin <command> -h') for what one command does and its flags.")
+	fmt.Fprintln(w, "Shell completion: source <(rejoin completion bash), or zsh.")
 	fmt.Fprint(w, exitStatuses)
 }
 
@@ -130,12 +131,21 @@ exit status:
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("rejoin "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if c, ok := stderr.(*flagSets); ok {
+		c.sets = append(c.sets, fs)
+	}
 	return fs
 }
 
 // version, if set at link time (-ldflags "-X main.version=..."), names
 // the build; else the module's version as go records it.
 var version = ""
+
+// commit, if set at link time (-ldflags "-X main.commit=$(git rev-parse
+// HEAD)"), is the commit when go build records none: go (1.26 too) reads
+// a git checkout's .git only as a directory, so a build in a git worktree,
+// where .git is a file, has no VCS information even with -buildvcs=true.
+var commit = ""
 
 func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("version", stderr)
@@ -144,6 +154,9 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Prints the module's version, the commit the binary was built from (+modified: with")
 		fmt.Fprintln(stderr, "changes not committed), its time, and the Go version and platform it was built with.")
+		fmt.Fprintln(stderr, "go build records the commit from a git checkout; not under go run or -buildvcs=false,")
+		fmt.Fprintln(stderr, "nor in a git worktree (go reads .git only as a directory): there, build with")
+		fmt.Fprintln(stderr, "  go build -ldflags \"-X main.commit=$(git rev-parse HEAD)\" ./cmd/rejoin")
 	}
 	if err := parseFlags(fs, "version", args, stderr); err != nil {
 		return err
@@ -156,8 +169,16 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 // go build records it from git: with "modified" for uncommitted changes)
 // and the Go version: "rejoin (devel) commit 749cfa0c1b2a (2026-11-28T01:00:00Z) go1.26.0 linux/amd64".
 func versionLine() string {
-	v, commit, when, modified, goVersion := version, "", "", false, runtime.Version()
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(version, commit, bi)
+}
+
+// versionOf is versionLine's text for a link-time version v and commit
+// linked (either may be empty) and the build information go recorded
+// (nil if none).
+func versionOf(v, linked string, bi *debug.BuildInfo) string {
+	commit, when, modified, goVersion := "", "", false, runtime.Version()
+	if bi != nil {
 		if v == "" {
 			v = bi.Main.Version
 		}
@@ -176,10 +197,13 @@ func versionLine() string {
 	if v == "" {
 		v = "(unknown)"
 	}
+	if commit == "" {
+		commit = linked
+	}
 	line := "rejoin " + v
 	switch {
 	case commit == "":
-		line += " commit unknown (built without VCS information: go run, or -buildvcs=false)"
+		line += " commit unknown (built without VCS information: go run, -buildvcs=false, or in a git worktree; -ldflags \"-X main.commit=$(git rev-parse HEAD)\" names it)"
 	default:
 		line += " commit " + commit[:min(12, len(commit))]
 		if modified {

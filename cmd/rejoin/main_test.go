@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -76,4 +77,60 @@ func TestEveryCommandDescribed(t *testing.T) {
 			t.Errorf("rejoin help %s: exit %d, stderr begins %q", c.name, code, errOut.String()[:min(80, errOut.Len())])
 		}
 	}
+}
+
+// TestVersionCommit: the commit go build records from git (vcs.revision,
+// which -buildvcs=false or go run leave out) is printed, shortened, with
+// +modified for uncommitted changes and its time; without it the line
+// says why there is none.
+func TestVersionCommit(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/rejoin-db/rejoin", Version: "v0.3.0"},
+		Settings: []debug.BuildSetting{
+			{Key: "-buildmode", Value: "exe"},
+			{Key: "vcs", Value: "git"},
+			{Key: "vcs.revision", Value: "749cfa0c1b2a3d4e5f60718293a4b5c6d7e8f901"},
+			{Key: "vcs.time", Value: "2026-11-28T01:00:00Z"},
+			{Key: "vcs.modified", Value: "false"},
+		}}
+	platform := " " + runtime.GOOS + "/" + runtime.GOARCH
+	for _, tc := range []struct {
+		v    string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"", bi, "rejoin v0.3.0 commit 749cfa0c1b2a (2026-11-28T01:00:00Z) go1.26.0" + platform},
+		{"v9-linked", bi, "rejoin v9-linked commit 749cfa0c1b2a (2026-11-28T01:00:00Z) go1.26.0" + platform},
+		{"", modifiedBuild(bi), "rejoin v0.3.0 commit 749cfa0c1b2a+modified (2026-11-28T01:00:00Z) go1.26.0" + platform},
+		{"", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "rejoin (devel) commit unknown (built without VCS information: go run, -buildvcs=false, or in a git worktree; -ldflags \"-X main.commit=$(git rev-parse HEAD)\" names it) go1.26.0" + platform},
+		{"", nil, "rejoin (unknown) commit unknown (built without VCS information: go run, -buildvcs=false, or in a git worktree; -ldflags \"-X main.commit=$(git rev-parse HEAD)\" names it) " + runtime.Version() + platform},
+	} {
+		if got := versionOf(tc.v, "", tc.bi); got != tc.want {
+			t.Errorf("versionOf(%q, ...) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}
+
+// TestVersionLinkedCommit: a commit given at link time is printed where
+// go recorded none (a build in a git worktree); go's own wins over it.
+func TestVersionLinkedCommit(t *testing.T) {
+	noVCS := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}
+	if got := versionOf("", "e81a155c6ae5f00d", noVCS); !strings.HasPrefix(got, "rejoin (devel) commit e81a155c6ae5 go1.26.0") {
+		t.Errorf("linked commit, no VCS information: %q", got)
+	}
+	withVCS := &debug.BuildInfo{GoVersion: "go1.26.0", Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "749cfa0c1b2a3d4e"}}}
+	if got := versionOf("", "e81a155c6ae5f00d", withVCS); !strings.Contains(got, "commit 749cfa0c1b2a ") {
+		t.Errorf("linked commit and go's: %q, want go's", got)
+	}
+}
+
+// modifiedBuild is bi with uncommitted changes.
+func modifiedBuild(bi *debug.BuildInfo) *debug.BuildInfo {
+	m := *bi
+	m.Settings = append([]debug.BuildSetting(nil), bi.Settings...)
+	for i := range m.Settings {
+		if m.Settings[i].Key == "vcs.modified" {
+			m.Settings[i].Value = "true"
+		}
+	}
+	return &m
 }

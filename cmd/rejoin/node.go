@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/chaos"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
+	"github.com/rejoin-db/rejoin/txnid"
 )
 
 const nodeUsage = `usage: rejoin node --id N --etcd ENDPOINTS --data DIR (--certs-dir DIR | --insecure) [flags]
@@ -26,8 +29,10 @@ partition replicas the placement gives it, runs an initiator for client
 calls, and rejoins its replicas after a restart. Once registered it prints
 one line on stdout:
   ready node=n<N> tcp=<addr> http=<addr>
-Each wait on etcd before that is bounded by --etcd-timeout; past it the
-node exits 1 with the step that waited. Once ready, a node that loses etcd
+An etcd that refuses the connection, the TLS handshake or the node's
+certificate makes it exit 1 at once, naming the cause; each other wait on
+etcd before that line is bounded by --etcd-timeout, past which the node
+exits 1 with the step that waited. Once ready, a node that loses etcd
 keeps running (its replicas stay, its rejoin work stops) and registers
 again when etcd answers. Every connection is mutual TLS with the
 certificates of --certs-dir (rejoin cert makes them), and so is etcd's
@@ -89,10 +94,18 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 // config checks the flags and returns the node.Config, logging to stderr.
 func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 	cfg := f.cfg
-	if cfg.ID < 1 {
+	switch {
+	case cfg.ID == 0:
 		// Before the etcd client's files, which are the node's own: named
 		// from a missing --id, they were a "bad identity" of n0.
-		return cfg, errors.New("--id is required (1..1023)")
+		return cfg, fmt.Errorf("--id is required (1..%d)", txnid.InitiatorsMax-1)
+	case cfg.ID < 0 || cfg.ID >= int(txnid.InitiatorsMax):
+		return cfg, fmt.Errorf("--id %d: want 1..%d, the N of node n<N>", cfg.ID, txnid.InitiatorsMax-1)
+	}
+	for _, a := range []struct{ flag, addr string }{{"--listen", cfg.Listen}, {"--http", cfg.HTTP}} {
+		if err := checkListenAddr(a.addr); err != nil {
+			return cfg, fmt.Errorf("%s %q: %v; want HOST:PORT, such as 127.0.0.1:7001 (port 0: any free one)", a.flag, a.addr, err)
+		}
 	}
 	ec, err := f.etcd.config()
 	if err != nil {
@@ -137,7 +150,7 @@ func (f *nodeFlags) config(stderr io.Writer) (node.Config, error) {
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
@@ -147,6 +160,19 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// checkListenAddr is nil if addr is one a node can listen on: HOST:PORT
+// with a port of 0..65535 (the host is the listener's to refuse).
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("no port")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number 0..65535", port)
+	}
+	return nil
 }
 
 // splitEndpoints splits a comma-separated list, dropping empty items.
@@ -176,10 +202,19 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, "node", args, stderr); err != nil {
 		return err
 	}
+	fields := flagFields(fs, &f.cfg)
 	cfg, err := f.config(stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin node: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin node: %s\n", userMessage("node", err, fields))
 		return errUsage
+	}
+	if err := f.etcd.check(); err != nil {
+		return err
+	}
+	// Made here, so that a path the node cannot use is said with its
+	// flag, not as the error of the store that opens it.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("--data %s: cannot make the data directory: %w", cfg.DataDir, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -190,5 +225,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil // stopped by a signal
 	}
-	return f.etcd.explain(err)
+	if err = f.etcd.explain(err); err != nil && errors.Is(err, node.ErrConfig) {
+		fmt.Fprintf(stderr, "rejoin node: %s\n", userMessage("node", err, fields))
+		return errUsage
+	}
+	return err
 }

@@ -41,7 +41,7 @@ func runRebalance(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := mf.check(); err != nil {
-		fmt.Fprintf(stderr, "rejoin rebalance: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin rebalance: %s\n", userMessage("rebalance", err, nil))
 		return errUsage
 	}
 	lim := mf.limits()

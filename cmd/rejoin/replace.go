@@ -72,7 +72,7 @@ func runReplace(args []string, stdout, stderr io.Writer) error {
 		err = fmt.Errorf("--wait %s: want 0 or more", *wait)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin replace: %v\n", err)
+		fmt.Fprintf(stderr, "rejoin replace: %s\n", userMessage("replace", err, nil))
 		return errUsage
 	}
 	cli, ctx, done, err := openEtcd("replace", etcd, *wait+*timeout, stderr)

@@ -277,13 +277,13 @@ func (s *shell) decode(what string, c layout.Column, text string) (wire.Value, e
 	case wire.TypeInt64.String():
 		n, err := strconv.ParseInt(text, 10, 64)
 		if err != nil {
-			return wire.Value{}, fmt.Errorf("%s %q: column %s is int64: %w", what, text, c.Name, err)
+			return wire.Value{}, fmt.Errorf("%s %q: column %s is int64: want a 64-bit integer, such as -12 or 40000", what, text, c.Name)
 		}
 		return wire.Int64(n), nil
 	case wire.TypeFloat64.String():
 		x, err := strconv.ParseFloat(text, 64)
 		if err != nil {
-			return wire.Value{}, fmt.Errorf("%s %q: column %s is float64: %w", what, text, c.Name, err)
+			return wire.Value{}, fmt.Errorf("%s %q: column %s is float64: want a number, such as -1.5 or 2e9", what, text, c.Name)
 		}
 		return wire.Float64(x), nil
 	}

@@ -32,11 +32,9 @@ func openEtcd(name string, ef *etcdFlags, timeout time.Duration, stderr io.Write
 		fmt.Fprintf(stderr, "rejoin %s: %v\n", name, err)
 		return nil, nil, nil, errUsage
 	}
-	// A refused connection, handshake or certificate is named now, not
-	// after --timeout as a "did not answer".
-	if err := ef.probe(); err != nil {
+	if err := ef.check(); err != nil {
 		cli.Close()
-		return nil, nil, nil, fmt.Errorf("etcd cannot be used: %w", err)
+		return nil, nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	ctx, cancel := context.WithTimeout(ctx, timeout)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -34,19 +33,13 @@ func runUndoMove(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, undoMoveUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "rejoin undo-move: want one PARTITION argument after the flags, got %d\n", fs.NArg())
-		return errUsage
-	}
-	p, err := strconv.ParseUint(fs.Arg(0), 10, 32)
+	pos, err := parseInterspersed(fs, "undo-move", "one PARTITION argument", args, 1, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "rejoin undo-move: %q is not a partition number\n", fs.Arg(0))
+		return err
+	}
+	p, err := strconv.ParseUint(pos[0], 10, 32)
+	if err != nil {
+		fmt.Fprintf(stderr, "rejoin undo-move: %q is not a partition number\n", pos[0])
 		return errUsage
 	}
 	if *timeout <= 0 {

@@ -130,10 +130,18 @@ func (c *Config) Check() error {
 		return fmt.Errorf("chaos: --replicas %d, want 2..--nodes (%d): a fault never takes the last live replica, so a partition needs two", c.Replicas, c.Nodes)
 	case c.Partitions > 1<<16:
 		return fmt.Errorf("chaos: --partitions %d, want 1..65536", c.Partitions)
-	case c.Rows < 0 || c.ValueBytes < 0 || c.Registers < 1 || c.Registers > 1000 || c.Callers < 1 || c.Callers > 256:
-		return errors.New("chaos: --rows and --value-bytes must not be negative, --registers 1..1000, --callers 1..256")
-	case c.WriteRate < 0 || c.Writers < 1 || c.Writers > 1024:
-		return errors.New("chaos: --write-rate must not be negative, --writers 1..1024")
+	case c.Rows < 0:
+		return fmt.Errorf("chaos: --rows %d: want 0 or more", c.Rows)
+	case c.ValueBytes < 0:
+		return fmt.Errorf("chaos: --value-bytes %d: want 0 or more", c.ValueBytes)
+	case c.Registers < 1 || c.Registers > 1000:
+		return fmt.Errorf("chaos: --registers %d: want 1..1000", c.Registers)
+	case c.Callers < 1 || c.Callers > 256:
+		return fmt.Errorf("chaos: --callers %d: want 1..256", c.Callers)
+	case c.WriteRate < 0:
+		return fmt.Errorf("chaos: --write-rate %d: want 0 or more", c.WriteRate)
+	case c.Writers < 1 || c.Writers > 1024:
+		return fmt.Errorf("chaos: --writers %d: want 1..1024", c.Writers)
 	case c.NetFaults != "" && c.NetFaults != "auto" && c.NetFaults != "on" && c.NetFaults != "off":
 		return fmt.Errorf("chaos: --net-faults %q, want auto, on or off", c.NetFaults)
 	}

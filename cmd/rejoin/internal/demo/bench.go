@@ -59,7 +59,7 @@ func BenchConfig(cfg Config) (Config, error) {
 	case cfg.WriteAll:
 		return cfg, errors.New("demo: bench: the writer goes through n1 only, the node not killed")
 	case cfg.WriteRate <= 0:
-		return cfg, fmt.Errorf("demo: bench: write rate %d: the bench offers a fixed rate, so > 0", cfg.WriteRate)
+		return cfg, fmt.Errorf("demo: --write-rate %d: the bench offers a fixed rate, so 1 or more", cfg.WriteRate)
 	}
 	cfg.Nodes, cfg.Replicas, cfg.Fault = BenchNodes, BenchReplicas, FaultNone
 	return cfg, cfg.Check()

@@ -175,8 +175,14 @@ func (c *Config) Check() error {
 		return errors.New("demo: --fault kill-source needs --nodes >= 3: the gateway n1 is never killed")
 	case c.IncomingMax < 0 || c.OutgoingMax < 0:
 		return fmt.Errorf("demo: --incoming-max %d, --outgoing-max %d: want >= 0 (0: the default)", c.IncomingMax, c.OutgoingMax)
-	case c.Rows < 0 || c.ValueBytes < 0 || c.WriteRate < 0 || c.Writers < 0 || c.Writers > 4096:
-		return errors.New("demo: --rows, --value-bytes and --write-rate must not be negative, --writers 1..4096")
+	case c.Rows < 0:
+		return fmt.Errorf("demo: --rows %d: want 0 or more", c.Rows)
+	case c.ValueBytes < 0:
+		return fmt.Errorf("demo: --value-bytes %d: want 0 or more", c.ValueBytes)
+	case c.WriteRate < 0:
+		return fmt.Errorf("demo: --write-rate %d: want 0 or more (0: as fast as the writers go)", c.WriteRate)
+	case c.Writers < 0 || c.Writers > 4096:
+		return fmt.Errorf("demo: --writers %d: want 1..4096", c.Writers)
 	}
 	if c.Plot != "" {
 		return CheckPlotPath(c.Plot)

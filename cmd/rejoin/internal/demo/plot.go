@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -29,6 +31,13 @@ const (
 	// plotBinsMax bounds the bins drawn: a run longer than plotBinsMax x
 	// plotBin is drawn with wider bins.
 	plotBinsMax = 20_000
+	// plotGapMax is the longest time between two samples of a series that
+	// a line joins: ten of the nodes' and the writer's 100 ms intervals.
+	// Past it nothing was recorded (a node paused or killed, a writer
+	// stalled), and a line across would draw a ramp that never happened.
+	plotGapMax = 1.0
+	// plotTicksMin and plotTicksMax bound the time axis's labelled ticks.
+	plotTicksMin, plotTicksMax = 6, 16
 )
 
 // CheckPlotPath checks a --plot path: a PNG file, its CSV beside it.
@@ -94,6 +103,19 @@ func writeFile(path string, write func(io.Writer) error) (err error) {
 // with the run's events and the destinations' phases (the stream, the
 // catch-up, the handoff, live) as vertical lines across all four.
 func DrawPlot(w io.Writer, d PlotData) error {
+	c := vgimg.NewWith(vgimg.UseWH(PlotWidth, PlotHeight), vgimg.UseDPI(plotDPI))
+	if err := drawPlot(c, d); err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(w); err != nil {
+		return fmt.Errorf("demo: plot: %w", err)
+	}
+	return nil
+}
+
+// drawPlot draws d on c, a canvas of PlotWidth x PlotHeight: the PNG's,
+// or in tests an SVG one, whose paths and texts can be read back.
+func drawPlot(c vg.CanvasSizer, d PlotData) error {
 	// The axis runs from a second before the first event (the kill),
 	// so the rejoin is not squeezed at the end of a long run.
 	end, begin := 0.0, math.Inf(1)
@@ -119,7 +141,7 @@ func DrawPlot(w io.Writer, d PlotData) error {
 	rates := rejoinRates(d.Rejoin, bin, bins)
 	logMB, throttled := changeLog(d.Rejoin, bin, bins)
 
-	panels := []*plot.Plot{newPanel(d.Title, "rejoin k rows/s"), newPanel("", "change log MB (peak)"),
+	panels := []*plot.Plot{newPanel("", "rejoin k rows/s"), newPanel("", "change log MB (peak)"),
 		newPanel("", "writes/s"), newPanel("", "write p99 ms")}
 	for _, v := range rates {
 		for i := range v {
@@ -140,44 +162,99 @@ func DrawPlot(w io.Writer, d PlotData) error {
 		panels[1].Legend.Add("throttled", sc)
 	}
 	var wps, p99 plotter.XYs
-	for _, p := range d.Writer {
-		wps = append(wps, plotter.XY{X: p.T, Y: p.WritesPerSec})
-		if p.Writes > 0 {
-			p99 = append(p99, plotter.XY{X: p.T, Y: p.P99Ms})
+	for i, p := range d.Writer {
+		if i > 0 && p.T-d.Writer[i-1].T > plotGapMax {
+			wps = append(wps, gapXY)
+			p99 = append(p99, gapXY)
 		}
+		wps = append(wps, plotter.XY{X: p.T, Y: p.WritesPerSec})
+		// An interval without an answered write has no p99: a gap, not
+		// a line from the one before to the one after.
+		y := math.NaN()
+		if p.Writes > 0 {
+			y = p.P99Ms
+		}
+		p99 = append(p99, plotter.XY{X: p.T, Y: y})
 	}
 	addLine(panels[2], wps, "writer", color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff})
 	addLine(panels[3], p99, "writer p99", color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff})
 
 	marks := append(append([]PlotMark(nil), d.Marks...), phaseMarks(d.Rejoin)...)
-	for i, p := range panels {
+	ticks := timeTicks{}
+	for _, p := range panels {
 		p.X.Min, p.X.Max = begin, end
+		p.X.Tick.Marker = ticks
 		if p.Y.Max <= p.Y.Min {
 			p.Y.Min, p.Y.Max = 0, 1
 		}
 		p.Y.Min = min(p.Y.Min, 0)
-		if err := addMarks(p, marks, i == 0); err != nil {
+		// Headroom, so that a line at its peak runs below the legend.
+		p.Y.Max += (p.Y.Max - p.Y.Min) / 5
+		if err := addMarks(p, marks); err != nil {
 			return err
 		}
 	}
 	panels[len(panels)-1].X.Label.Text = "seconds since the writer started"
 
-	img := vgimg.NewWith(vgimg.UseWH(PlotWidth, PlotHeight), vgimg.UseDPI(plotDPI))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4),
-		PadRight: vg.Points(12), PadY: vg.Points(6)}
+	dc := draw.New(c)
+	pad := draw.Tiles{Rows: 1, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(12)}
+	// The events' names go in a strip of their own above the panels, so
+	// that no legend, which stands in a panel's top right corner, can
+	// cover one. It takes a tenth of the height, the panels the rest.
+	area := pad.At(dc, 0, 0)
+	stripH := (area.Max.Y - area.Min.Y) / 10
+	top, rest := area, area
+	top.Min.Y = area.Max.Y - stripH
+	rest.Max.Y = top.Min.Y
 	grid := make([][]*plot.Plot, len(panels))
 	for i, p := range panels {
 		grid[i] = []*plot.Plot{p}
 	}
-	cs := plot.Align(grid, tiles, dc)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Points(6)}
+	cs := plot.Align(grid, tiles, rest)
 	for i, p := range panels {
 		p.Draw(cs[i][0])
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
-		return fmt.Errorf("demo: plot: %w", err)
-	}
+	data := panels[0].DataCanvas(cs[0][0])
+	toX, _ := panels[0].Transforms(&data)
+	drawEvents(top, d.Title, marks, toX)
 	return nil
+}
+
+// gapXY, between two points of a series, breaks its line there.
+var gapXY = plotter.XY{X: math.NaN(), Y: math.NaN()}
+
+// timeTicks labels the time axis every 1, 2 or 5 x 10^k seconds (or 10,
+// 15, 30 s and whole minutes past a minute), the step that gives
+// plotTicksMin..plotTicksMax labels over the axis, with an unlabelled
+// tick between two labelled ones.
+type timeTicks struct{}
+
+// timeSteps are the steps timeTicks chooses from, smallest first.
+var timeSteps = []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600}
+
+func (timeTicks) Ticks(lo, hi float64) []plot.Tick {
+	span := hi - lo
+	if !(span > 0) || math.IsInf(span, 0) {
+		return nil
+	}
+	step := timeSteps[len(timeSteps)-1]
+	for _, s := range timeSteps {
+		if span/s+1 <= plotTicksMax {
+			step = s
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for k := math.Ceil(lo/step*2) / 2; k*step <= hi+step*1e-9; k += 0.5 {
+		// Rounded to the steps' precision: 14 x 0.1 is 1.4000000000000001.
+		t := plot.Tick{Value: math.Round(k*step*1e6) / 1e6}
+		if k == math.Trunc(k) {
+			t.Label = strconv.FormatFloat(t.Value, 'f', -1, 64)
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
 }
 
 func newPanel(title, ylabel string) *plot.Plot {
@@ -190,58 +267,96 @@ func newPanel(title, ylabel string) *plot.Plot {
 	return p
 }
 
+// addLine draws xys as a line, broken where a point's Y is NaN (no data:
+// gapXY, or a bin plotGaps left out), and names it once in p's legend.
 func addLine(p *plot.Plot, xys plotter.XYs, name string, c color.Color) {
-	if len(xys) == 0 {
-		return
+	named := false
+	for _, seg := range lineSegments(xys) {
+		l, err := plotter.NewLine(seg)
+		if err != nil {
+			continue // no finite point: nothing to draw
+		}
+		l.Color = c
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		if !named {
+			p.Legend.Add(name, l)
+			named = true
+		}
 	}
-	l, err := plotter.NewLine(xys)
-	if err != nil {
-		return // no finite point: nothing to draw
-	}
-	l.Color = c
-	l.Width = vg.Points(1.2)
-	p.Add(l)
-	p.Legend.Add(name, l)
 }
 
-// addMarks draws a dashed vertical line per mark across p's range, named
-// at its top if named.
-func addMarks(p *plot.Plot, marks []PlotMark, named bool) error {
-	lo, hi := p.Y.Min, p.Y.Max
-	var labels plotter.XYLabels
+// lineSegments splits xys at its points without a finite X or Y.
+func lineSegments(xys plotter.XYs) []plotter.XYs {
+	var out []plotter.XYs
+	var cur plotter.XYs
+	for _, p := range xys {
+		if math.IsNaN(p.X) || math.IsNaN(p.Y) || math.IsInf(p.X, 0) || math.IsInf(p.Y, 0) {
+			if len(cur) > 0 {
+				out = append(out, cur)
+			}
+			cur = nil
+			continue
+		}
+		cur = append(cur, p)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// addMarks draws a dashed vertical line per mark across p's range.
+func addMarks(p *plot.Plot, marks []PlotMark) error {
 	for _, m := range marks {
-		l, err := plotter.NewLine(plotter.XYs{{X: m.T, Y: lo}, {X: m.T, Y: hi}})
+		l, err := plotter.NewLine(plotter.XYs{{X: m.T, Y: p.Y.Min}, {X: m.T, Y: p.Y.Max}})
 		if err != nil {
 			return err
 		}
-		l.Color = color.Gray{Y: 0x60}
-		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		l.Color = markColor
+		l.Dashes = markDashes
 		p.Add(l)
-		labels.XYs = append(labels.XYs, plotter.XY{X: m.T, Y: hi})
-		labels.Labels = append(labels.Labels, " "+m.Name)
 	}
-	if !named || len(marks) == 0 {
-		return nil
+	return nil
+}
+
+var (
+	markColor  = color.Gray{Y: 0x60}
+	markDashes = []vg.Length{vg.Points(4), vg.Points(3)}
+)
+
+// markLevels is how many rows the events' names are stepped over in the
+// strip, so that names of events close in time do not print over each
+// other.
+const markLevels = 4
+
+// drawEvents draws the strip above the panels: the title, and each mark's
+// dashed line with its name beside it, at x = toX(mark's time), the
+// panels' own transform, so a mark continues its panels' line.
+func drawEvents(c draw.Canvas, title string, marks []PlotMark, toX func(float64) vg.Length) {
+	titleStyle := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, vg.Points(12)), Handler: plot.DefaultTextHandler,
+		XAlign: draw.XCenter, YAlign: draw.YTop}
+	c.FillText(titleStyle, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: c.Max.Y}, title)
+	top := c.Max.Y
+	if title != "" {
+		top -= titleStyle.Height(title) + vg.Points(2)
 	}
-	// Marks close in time would print over each other: step them down.
-	order := make([]int, len(labels.XYs))
+	order := make([]int, len(marks))
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(a, b int) bool { return labels.XYs[order[a]].X < labels.XYs[order[b]].X })
+	sort.SliceStable(order, func(a, b int) bool { return marks[order[a]].T < marks[order[b]].T })
+	label := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, vg.Points(8)), Handler: plot.DefaultTextHandler, YAlign: draw.YTop}
+	row := (top - c.Min.Y) / markLevels
+	line := draw.LineStyle{Color: markColor, Width: vg.Points(1), Dashes: markDashes}
 	for k, i := range order {
-		labels.XYs[i].Y = hi - float64(k%4)*(hi-lo)/10
+		x := toX(marks[i].T)
+		if x < c.Min.X || x > c.Max.X {
+			continue
+		}
+		c.StrokeLine2(line, x, c.Min.Y, x, top)
+		c.FillText(label, vg.Point{X: x, Y: top - vg.Length(k%markLevels)*row}, " "+marks[i].Name)
 	}
-	ls, err := plotter.NewLabels(labels)
-	if err != nil {
-		return err
-	}
-	for i := range ls.TextStyle {
-		ls.TextStyle[i].Font.Size = vg.Points(8)
-		ls.TextStyle[i].YAlign = draw.YTop
-	}
-	p.Add(ls)
-	return nil
 }
 
 func binXYs(v []float64, bin float64) plotter.XYs {
@@ -276,9 +391,13 @@ func attempts(ps []RejoinPoint) map[attemptKey][]RejoinPoint {
 // rejoinRates sums each role's rows per second in bins: the rows between
 // two samples are spread evenly over the time between them (from the
 // attempt's start for the first), so samples a little early or late do
-// not make spikes.
+// not make spikes. Two samples more than plotGapMax apart are a gap: when
+// their rows went is not known, so they are not drawn, and the bins
+// between, where no other attempt of the role did anything, are NaN (no
+// line) rather than a ramp; the CSV keeps every sample.
 func rejoinRates(ps []RejoinPoint, bin float64, bins int) map[string][]float64 {
 	out := map[string][]float64{"destination": make([]float64, bins), "source": make([]float64, bins)}
+	gaps := map[string][]bool{"destination": make([]bool, bins), "source": make([]bool, bins)}
 	for k, s := range attempts(ps) {
 		v := out[k.role]
 		if v == nil {
@@ -286,13 +405,22 @@ func rejoinRates(ps []RejoinPoint, bin float64, bins int) map[string][]float64 {
 		}
 		t, rows := s[0].StartT, int64(0)
 		for _, p := range s {
-			spread(v, bin, t, p.T, float64(p.Rows-rows))
+			if p.T-t > plotGapMax {
+				for i := max(0, int(t/bin)+1); i < min(bins, int(math.Ceil(p.T/bin))); i++ {
+					gaps[k.role][i] = true
+				}
+			} else {
+				spread(v, bin, t, p.T, float64(p.Rows-rows))
+			}
 			t, rows = p.T, p.Rows
 		}
 	}
-	for _, v := range out {
+	for role, v := range out {
 		for i := range v {
 			v[i] /= bin
+			if gaps[role][i] && v[i] == 0 {
+				v[i] = math.NaN()
+			}
 		}
 	}
 	return out

@@ -125,15 +125,17 @@ func FindRedisServer(server string) (string, error) {
 func (cfg RedisConfig) Check() (RedisConfig, error) {
 	switch {
 	case cfg.Rows < 1:
-		return cfg, fmt.Errorf("demo: redis bench: %d rows, want > 0", cfg.Rows)
+		return cfg, fmt.Errorf("demo: --rows %d: want 1 or more", cfg.Rows)
 	case cfg.ValueBytes < 1:
-		return cfg, fmt.Errorf("demo: redis bench: values of %d bytes, want > 0", cfg.ValueBytes)
+		return cfg, fmt.Errorf("demo: --value-bytes %d: want 1 or more", cfg.ValueBytes)
 	case cfg.WriteRate <= 0:
-		return cfg, fmt.Errorf("demo: redis bench: write rate %d: the bench offers a fixed rate, so > 0", cfg.WriteRate)
+		return cfg, fmt.Errorf("demo: --write-rate %d: the bench offers a fixed rate, so 1 or more", cfg.WriteRate)
 	case cfg.Writers < 1:
-		return cfg, fmt.Errorf("demo: redis bench: %d writers, want > 0", cfg.Writers)
-	case cfg.Before <= 0 || cfg.Timeout <= 0:
-		return cfg, fmt.Errorf("demo: redis bench: before %v and timeout %v, want both > 0", cfg.Before, cfg.Timeout)
+		return cfg, fmt.Errorf("demo: --writers %d: want 1 or more", cfg.Writers)
+	case cfg.Before <= 0:
+		return cfg, fmt.Errorf("demo: --before %v: want more than 0", cfg.Before)
+	case cfg.Timeout <= 0:
+		return cfg, fmt.Errorf("demo: --timeout %v: want more than 0", cfg.Timeout)
 	}
 	var err error
 	cfg.Server, err = FindRedisServer(cfg.Server)
