@@ -65,9 +65,10 @@
 //
 // PartitionStore adapts partition.Executor, its partition and cow to
 // them; NewSource and NewDestination wrap their executor in one, and
-// NewSourceOn and NewDestinationOn take any store. mapstore_test.go
-// rejoins a map-backed store through the same processors, over an
-// in-memory Conn and over stream.Conn.
+// NewSourceOn and NewDestinationOn take any store. Example_embedding
+// (example_store_test.go) is the shortest such store and driver;
+// mapstore_test.go rejoins a fuller map-backed store through the same
+// processors, over an in-memory Conn and over stream.Conn.
 //
 // # The protocol in brief
 //
