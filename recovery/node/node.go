@@ -75,9 +75,6 @@ type Node struct {
 	// the node was not registered (registration.go). No replica serves as
 	// a rejoin source in a term that is not settled.
 	settledTerm atomic.Int64
-	// fencedSeen (Unix nanoseconds) is when mayRegister first found this
-	// process fenced, 0 when it is not.
-	fencedSeen atomic.Int64
 	// retry hands the executor loop the tasks whose attempt failed.
 	retry chan claim.Task
 	wg    sync.WaitGroup

@@ -106,7 +106,7 @@ func TestFenceNode(t *testing.T) {
 	defer n1.Close(ctx)
 	// n2 may not register again while fenced: its gate says so.
 	gate := errors.New("fenced: no feed yet")
-	n2, err := Register(ctx, cli, "n2", NodeOptions{Address: "a:2", Log: testLog(t), MayRegister: func(ctx context.Context) error {
+	n2, err := Register(ctx, cli, "n2", NodeOptions{Address: "a:2", Log: testLog(t), MayRegister: func(ctx context.Context, _ *Term) error {
 		if _, ok, err := ReadFence(ctx, cli, "n2"); err != nil || ok {
 			return gate
 		}

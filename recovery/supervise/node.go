@@ -65,10 +65,10 @@ type NodeOptions struct {
 	// Zero: the time of Register.
 	Started time.Time
 	// MayRegister, if set, is asked before each try to register again
-	// after a term ended; an error is that try's failure (a fenced
-	// process registers again only once it reaches every live node:
-	// docs/DESIGN.md "Fencing by the peers' word").
-	MayRegister func(ctx context.Context) error
+	// after the term prev ended; an error is that try's failure (a
+	// fenced process registers again only once it reaches a majority of
+	// the live nodes: docs/DESIGN.md "Fencing by the peers' word").
+	MayRegister func(ctx context.Context, prev *Term) error
 	Log         *slog.Logger
 }
 
@@ -139,6 +139,16 @@ type Term struct {
 	// since is the send time of the write or read that showed the record
 	// standing at the term's start.
 	since time.Time
+	// ended (Unix nanoseconds) is when the term was ended, 0 before.
+	ended atomic.Int64
+}
+
+// Ended is when the term ended; zero while it runs.
+func (t *Term) Ended() time.Time {
+	if at := t.ended.Load(); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
 }
 
 // Context is cancelled when the term ends.
@@ -445,6 +455,7 @@ func (n *Node) run() {
 
 // endTerm ends t for cause and gives its work up.
 func (n *Node) endTerm(t *Term, cause error) {
+	t.ended.Store(time.Now().UnixNano())
 	t.cancel(cause)
 	t.stopKA()
 	n.mu.Lock()
@@ -486,7 +497,7 @@ func (n *Node) reregister(prev *Term, cause error) bool {
 		var rec NodeRecord
 		err := error(nil)
 		if n.opts.MayRegister != nil {
-			err = n.opts.MayRegister(ctx)
+			err = n.opts.MayRegister(ctx, prev)
 		}
 		if err == nil {
 			t, rec, err = n.reattach(ctx, prev)
