@@ -848,6 +848,42 @@ func TestInitiatorFencedNoLog(t *testing.T) {
 	}
 }
 
+// TestInitiatorAbandon: a process that learns it was fenced answers
+// every call in flight as of unknown outcome at once, one a replica had
+// answered too, instead of leaving its callers to their timeouts; and it
+// sequences no call from then on with a feed broken (Fenced).
+func TestInitiatorAbandon(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.openAll(t)
+	var first txnid.ID
+	for i := range 2 {
+		if err := ti.submit(t, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = lastTxn(t, ti.io, "n1").ID
+		}
+	}
+	ti.OnDone("n1", &wire.Done{ID: first, Out: []byte("a")})
+	if len(ti.reply) != 0 || ti.Pending() != 2 {
+		t.Fatalf("before the abandon: %d replies, %d pending", len(ti.reply), ti.Pending())
+	}
+	ti.Abandon("fenced")
+	if len(ti.reply) != 2 || ti.Pending() != 0 {
+		t.Fatalf("after the abandon: %d replies, %d pending; want 2, 0", len(ti.reply), ti.Pending())
+	}
+	for _, r := range ti.reply {
+		if !r.Uncertain || r.Err != "fenced" || r.Out != nil {
+			t.Fatalf("reply %+v, want uncertain, fenced, no output", r)
+		}
+	}
+	ti.FeedLost("n2")
+	var unfed *UnfedError
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) {
+		t.Fatalf("a call after the abandon with n2's feed broken: %v, want unfed", err)
+	}
+}
+
 // TestInitiatorFeedLogBound: past FeedLogBytesMax the oldest txns of a
 // broken feed's log go, the txns' partition is missed there, and the
 // dial to resume asks above the last one dropped, so the receiver, which

@@ -218,13 +218,27 @@ func (n *Node) reportSuspects(v *view, suspects map[string]int64, mine map[strin
 
 // applyFences takes each process fenced in v, and not yet here, for
 // dead: its feeds here are shut and closed, and their loss repairs its
-// tail from the peers at once (answerRepair, feedLost).
+// tail from the peers at once (answerRepair, feedLost). A fence of this
+// process answers its calls in flight (recovery.Initiator.Abandon).
 func (n *Node) applyFences(v *view, applied map[string]int64) {
 	for node, f := range v.fences {
-		if node == n.id || applied[node] == f.Rev {
+		if applied[node] == f.Rev {
 			continue
 		}
 		applied[node] = f.Rev
+		if node == n.id {
+			if uint64(f.Inc) >= n.incarnation() {
+				// Its peers took it for dead and will not answer the
+				// calls in flight: their callers are told at once, and
+				// try another node.
+				n.init.mu.Lock()
+				pending := n.init.core.Pending()
+				n.init.core.Abandon("this node was fenced: its peers hear nothing from it, and the txn's outcome is unknown")
+				n.init.mu.Unlock()
+				n.log.Warn("this process was fenced by its peers: calls in flight answered as of unknown outcome", "by", f.By, "calls", pending)
+			}
+			continue
+		}
 		n.feeds.mu.Lock()
 		var ins []txnid.Initiator
 		for in, fi := range n.feeds.last {

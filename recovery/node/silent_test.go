@@ -65,6 +65,15 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 	// writers short of feedWriterMax through the test.
 	ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)
 	defer stopWriters()
+	// A writer through n2, which reaches etcd, learns its fence there:
+	// its call in flight is answered as of unknown outcome during the
+	// cut, not left to the caller's timeout.
+	var wn2 []*feedWriter
+	stopN2 := func() {}
+	if !cutEtcd {
+		wn2, stopN2 = startFeedWriters(t, c, parts, []int{2}, 2*time.Millisecond)
+		defer stopN2()
+	}
 	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool {
 		return ws[0].count() >= 50 && ws[1].count() >= 50
 	})
@@ -106,6 +115,15 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 			lapsed = ok && !reg
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	for _, w := range wn2 {
+		w.mu.Lock()
+		first, acked := w.firstErr, len(w.acked)
+		w.mu.Unlock()
+		t.Logf("writer through n2: %d acknowledged, first error before the heal: %q", acked, first)
+		if !strings.Contains(first, "fenced") {
+			t.Errorf("the call through n2 in flight at the cut was not answered as fenced before the heal (first error %q)", first)
+		}
 	}
 	thaw()
 	thawed := time.Now()
@@ -155,7 +173,8 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 		}
 	}
 	stopWriters()
-	for _, w := range ws {
+	stopN2()
+	for _, w := range append(ws, wn2...) {
 		t.Logf("writer through n%d: %d acknowledged, %d failed (first: %s)", w.node, len(w.acked), w.failed, w.firstErr)
 	}
 
@@ -175,7 +194,7 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 		}
 	}
 	checkDigests(t, cl, parts, 3)
-	checkAcked(t, cl, parts, ws)
+	checkAcked(t, cl, parts, append(ws, wn2...))
 	select {
 	case err := <-c.nodes[2].done:
 		t.Fatalf("n2 exited: %v", err)
