@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
@@ -221,6 +222,28 @@ func (n *Node) repairFrom(run *tailRun, r *replica, in txnid.Initiator, inc uint
 	}
 	ctx, cancel := context.WithTimeout(run.ctx, repairTimeout)
 	defer cancel()
+	// A dial to a peer cut off waits out its timeout; the peer fenced
+	// meanwhile is no longer waited for (recovery.TailRepair), so the
+	// dial ends then. (A repair stuck in such a dial held every
+	// partition 4 s past the fence of the peer it dialled: rejoin chaos
+	// --net-faults on --seed 5511.) Not once the request went out: a
+	// peer that began its answer has it read to its end or its break.
+	var sent atomic.Bool
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if !sent.Load() && n.deadFor(peer) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
 	cfg := n.dialConfig(peer)
 	cfg.StallWindow = repairTimeout
 	conn, err := stream.Dial(ctx, addr, cfg)
@@ -236,6 +259,7 @@ func (n *Node) repairFrom(run *tailRun, r *replica, in txnid.Initiator, inc uint
 	if !run.commit() {
 		return 0, run.ctx.Err()
 	}
+	sent.Store(true)
 	if err := conn.Send(ctx, &wire.Repair{Partition: r.p, Initiator: uint16(in), After: st.after, Incarnation: inc}); err != nil {
 		return 0, err
 	}
