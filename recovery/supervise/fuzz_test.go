@@ -21,10 +21,10 @@ const (
 // the fuzzed kind. The key is the prefix and the fuzzed suffix: every
 // record is read by a range over its prefix (rangeAll) or by a key built
 // on it (GetAssignment), so a key without it never reaches a decoder.
-var recordPrefixes = [...]string{nodesPrefix, replicasPrefix, assignPrefix, incarnationsPrefix, claimsPrefix}
+var recordPrefixes = [...]string{nodesPrefix, replicasPrefix, assignPrefix, incarnationsPrefix, claimsPrefix, reportPrefix, fencePrefix}
 
-// FuzzDecodeRecord feeds decodeNode, decodeReplica, decodeAssignment or
-// decodeIncarnation (by kind) a record of any suffix and value. Each must
+// FuzzDecodeRecord feeds decodeNode, decodeReplica, decodeAssignment,
+// decodeIncarnation, decodeReport or decodeFence (by kind) a record of any suffix and value. Each must
 // refuse it with an error or decode it into a record that re-encodes
 // (encode, as the writers store it) to a value that decodes to the same
 // record again, under the same key. decodeHolder reads a claim key,
@@ -92,6 +92,26 @@ func FuzzDecodeRecord(f *testing.F) {
 				t.Fatalf("incarnation %+v from key %q", i, kv(value).Key)
 			}
 			checkReencodes(t, i, func(v []byte) (Incarnation, error) { return decodeIncarnation(kv(v)) }, i.Started)
+		case reportPrefix:
+			r, err := decodeReport(kv(value))
+			if err != nil {
+				checkCorrupt(t, err)
+				return
+			}
+			if ReportKey(r.Suspect, r.Reporter) != string(kv(value).Key) {
+				t.Fatalf("report %+v from key %q", r, kv(value).Key)
+			}
+			checkReencodes(t, r, func(v []byte) (Report, error) { return decodeReport(kv(v)) })
+		case fencePrefix:
+			f, err := decodeFence(kv(value))
+			if err != nil {
+				checkCorrupt(t, err)
+				return
+			}
+			if FenceKey(f.Node) != string(kv(value).Key) || f.Rev != fuzzModified {
+				t.Fatalf("fence %+v from key %q", f, kv(value).Key)
+			}
+			checkReencodes(t, f, func(v []byte) (Fence, error) { return decodeFence(kv(v)) })
 		case claimsPrefix:
 			h, err := decodeHolder(kv(value))
 			if err != nil {
@@ -158,6 +178,17 @@ var fuzzSeeds = []struct {
 	{4, "0000000007/n3", ""},
 	{4, "7/n3", "n1/host:42:00"},
 	{4, "0000000007/n3/x", "n1/host:42:00"},
+	{5, "n2/n1", `{"inc":1795841035887789351}`},
+	{5, "n2/n1/x", `{"inc":1}`},
+	{5, "n2", `{"inc":1}`},
+	{5, "/n1", `{"inc":1}`},
+	{5, "n2/n1", `{"inc":"1"}`},
+	{5, "n2/n1", `null`},
+	{6, "n2", `{"inc":1795841035887789351,"by":"n1"}`},
+	{6, "n2/x", `{"inc":1,"by":"n1"}`},
+	{6, "", `{"inc":1,"by":"n1"}`},
+	{6, "n2", `{"inc":1.5}`},
+	{6, "n2", `[]`},
 }
 
 // checkCorrupt checks that a refusal is ErrCorrupt.
