@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -243,8 +244,8 @@ func (c *Config) defaults() error {
 		}
 	}
 	if c.Advertise != "" {
-		if _, _, err := net.SplitHostPort(c.Advertise); err != nil && strings.Contains(c.Advertise, ":") && net.ParseIP(c.Advertise) == nil {
-			return fmt.Errorf("%w: --advertise %q: want HOST or HOST:PORT", ErrConfig, c.Advertise)
+		if !advertiseOK(c.Advertise) {
+			return fmt.Errorf("%w: --advertise %q: want HOST or HOST:PORT, a host name or IP address that peers and clients dial", ErrConfig, c.Advertise)
 		}
 		if isWildcard(c.Advertise) {
 			return fmt.Errorf("%w: --advertise %s is a wildcard address: give one peers can dial", ErrConfig, c.Advertise)
@@ -334,6 +335,37 @@ func (c *Config) advertised(cfgAddr, bound string, isListen bool) string {
 		_, port, _ = net.SplitHostPort(bound)
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// advertiseOK reports whether a is HOST or HOST:PORT with an IP address
+// or a DNS name (letters, digits, hyphens and dots) and a port 1..65535:
+// the node registers it for every peer to dial, and one with a space
+// started a node no peer could reach.
+func advertiseOK(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		if strings.Contains(a, ":") && net.ParseIP(a) == nil {
+			return false
+		}
+		host, port = a, ""
+	}
+	if err == nil || port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return false
+		}
+	}
+	if net.ParseIP(host) != nil {
+		return true
+	}
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for _, r := range host {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // Addrs are where a running node listens, known once Run has bound them.

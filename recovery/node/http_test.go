@@ -113,6 +113,13 @@ func TestAdvertiseConfig(t *testing.T) {
 		{"0.0.0.0:0", "", "0.0.0.0", "--advertise 0.0.0.0 is a wildcard"},
 		{"0.0.0.0:0", "", "10.1.2.3", ""},
 		{"0.0.0.0:0", "", "node1.example:7000", ""},
+		{"0.0.0.0:0", "", "[::1]:7000", ""},
+		{"0.0.0.0:0", "", "fd00::1", ""},
+		{"0.0.0.0:0", "", "a b", `--advertise "a b": want HOST or HOST:PORT`},
+		{"0.0.0.0:0", "", "node1:http", `--advertise "node1:http"`},
+		{"0.0.0.0:0", "", "node1:70000", `--advertise "node1:70000"`},
+		{"0.0.0.0:0", "", "node1:", `--advertise "node1:"`},
+		{"0.0.0.0:0", "", "node_1", `--advertise "node_1"`},
 	} {
 		cfg := base
 		cfg.Listen, cfg.HTTP, cfg.Advertise = tc.listen, tc.http, tc.advertise
