@@ -149,6 +149,7 @@ func TestEtcdRefusalsFailFast(t *testing.T) {
 		{"closed port", []string{"--etcd", closed}, "connect: connection refused"},
 		{"no scheme", []string{"--etcd", strings.TrimPrefix(ep, "https://")}, "has no scheme, and etcd there serves TLS: write https://"},
 		{"another CA's certificate", append([]string{"--etcd", ep}, otherCA...), "refused this client's certificate (--etcd-cert): remote error: tls: unknown certificate authority"},
+		{"no port", []string{"--etcd", "127.0.0.1"}, `etcd endpoint "127.0.0.1" names no port: write it as https://HOST:PORT`},
 	} {
 		for _, cmd := range [][]string{
 			{"status", "--timeout", "1m"},

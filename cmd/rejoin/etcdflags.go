@@ -265,6 +265,9 @@ func probeEndpoint(ep string, cfg *tls.Config, certFile string) error {
 	if u, err := url.Parse(ep); err == nil && u.Host != "" {
 		host, scheme = u.Host, u.Scheme
 	}
+	if _, port, err := net.SplitHostPort(host); err != nil || port == "" {
+		return fmt.Errorf("etcd endpoint %q names no port: write it as https://HOST:PORT (etcd's client port is 2379 unless set otherwise)", ep)
+	}
 	conn, err := net.DialTimeout("tcp", host, probeTimeout)
 	if err != nil {
 		if timedOut(err) {
