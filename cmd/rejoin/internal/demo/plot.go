@@ -451,6 +451,7 @@ func spread(v []float64, bin, t0, t1, amount float64) {
 func changeLog(ps []RejoinPoint, bin float64, bins int) ([]float64, plotter.XYs) {
 	sum := make([]float64, bins)
 	thr := make([]bool, bins)
+	gap, held := make([]bool, bins), make([]bool, bins)
 	for k, s := range attempts(ps) {
 		if k.role != "source" {
 			continue
@@ -459,14 +460,29 @@ func changeLog(ps []RejoinPoint, bin float64, bins int) ([]float64, plotter.XYs)
 			from := int(p.T / bin)
 			to := from + 1
 			if j+1 < len(s) {
-				to = int(s[j+1].T / bin)
+				// A sample holds until the next only if that came within
+				// plotGapMax: past it, what the log held meanwhile is not
+				// known, and the bins between are a gap, as rejoinRates'.
+				if next := s[j+1].T; next-p.T <= plotGapMax {
+					to = int(next / bin)
+				} else {
+					for i := max(from+1, 0); i < min(int(next/bin), bins); i++ {
+						gap[i] = true
+					}
+				}
 			}
 			for i := max(from, 0); i < min(to, bins); i++ {
 				sum[i] += float64(p.LogBytesPeak) / 1e6
+				held[i] = true
 			}
 			if p.Throttled && from >= 0 && from < bins {
 				thr[from] = true
 			}
+		}
+	}
+	for i := range sum {
+		if gap[i] && !held[i] {
+			sum[i] = math.NaN()
 		}
 	}
 	var xys plotter.XYs

@@ -29,6 +29,7 @@ func plotSVG(t *testing.T, d PlotData) string {
 // Series' colours as the SVG writes them (addLine's colours).
 const (
 	svgDestination = "stroke:#1F77B4;"
+	svgChangeLog   = "stroke:#2CA02C;"
 	svgWriter      = "stroke:#9467BD;"
 	svgP99         = "stroke:#8C564B;"
 )
@@ -106,6 +107,15 @@ func TestPlotGapsBreakLines(t *testing.T) {
 	}
 	if v := rates["destination"][30]; math.IsNaN(v) || v <= 0 {
 		t.Errorf("destination rate at 3.1 s, before the gap: %v", v)
+	}
+	// The sources' change log is not carried over the gap either: a
+	// sample held to the next one drew a flat line through 2 s unseen.
+	logMB, _ := changeLog(r, plotBin, 80)
+	if v := logMB[45]; !math.IsNaN(v) {
+		t.Errorf("change log at 4.6 s, inside the gap: %v, want NaN (no line)", v)
+	}
+	if got := plotSVG(t, d); paths(got, svgChangeLog) != 3 {
+		t.Errorf("rejoin samples stopped for 2 s: %d change log paths; want 2 segments and the legend's", paths(got, svgChangeLog))
 	}
 }
 
