@@ -148,7 +148,7 @@ func TestBenchRedisFlags(t *testing.T) {
 		{[]string{"bench", "--processes", "--redis-server", "x"}, "--redis-server is a flag of --redis only"},
 		{[]string{"bench", "--writers", "3"}, "--writers is a flag of --processes and --redis only"},
 		{[]string{"bench", "--redis", "--write-rate", "0"}, "the bench offers a fixed rate"},
-		{[]string{"bench", "--redis", "--rows", "0"}, "0 rows, want > 0"},
+		{[]string{"bench", "--redis", "--rows", "0"}, "--rows 0: want 1 or more"},
 		{[]string{"bench", "--redis", "--redis-server", filepath.Join(t.TempDir(), "none")}, "no such file"},
 	} {
 		var out, errOut bytes.Buffer
