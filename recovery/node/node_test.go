@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -195,12 +197,7 @@ func (c *cluster) startProxies(nodes int) {
 	c.t.Helper()
 	c.proxies, c.listen = map[int]*faultnet.Proxy{}, map[int]string{}
 	for id := 1; id <= nodes; id++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := reservedLoopbackAddr(c.t)
 		px, err := faultnet.Start(addr)
 		if err != nil {
 			c.t.Fatal(err)
@@ -225,6 +222,43 @@ func (c *cluster) startProxies(nodes int) {
 			c.pairs[[2]int{from, to}] = px
 		}
 	}
+}
+
+// reservedLoopbackAddr returns a loopback address with a port free now,
+// below the kernel's ephemeral range when it can: the node binds the port
+// later (and again after each restart), and a port of the ephemeral range
+// released meanwhile may become any connection's local port. A .ci/run
+// failed so ("bind: address already in use", TestTailRepairHoldsForLivePeers
+// while other packages' tests ran beside it).
+func reservedLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	if low > 11000 {
+		for range 100 {
+			port := 10000 + rand.IntN(low-10000)
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				continue
+			}
+			addr := ln.Addr().String()
+			ln.Close()
+			return addr
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }
 
 // direct is the address a client dials to reach node id without its
