@@ -163,6 +163,11 @@ type Due struct {
 // all the others, which hears nothing from any, fences no one while they
 // fence it.
 func FencesDue(m *Membership) []Due {
+	if len(m.Reports) == 0 {
+		// The common case, at every rebuild of a node's view: no walk of
+		// the replica records (12,288 at 4096 partitions x 3).
+		return nil
+	}
 	cluster := map[string]bool{}
 	for id := range m.Nodes {
 		cluster[id] = true
