@@ -296,19 +296,7 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	if n.init == nil || v == nil {
 		return fmt.Errorf("node %s fenced by its peers: its feeds are not up yet", n.id)
 	}
-	var unfed []string
-	others := 0
-	n.init.mu.Lock()
-	for node := range v.nodes {
-		if node == n.id {
-			continue
-		}
-		others++
-		if !n.init.core.Fed(node) || n.init.opened[node].Before(since) {
-			unfed = append(unfed, node)
-		}
-	}
-	n.init.mu.Unlock()
+	unfed, others := n.init.unfed(v, since)
 	if fed := others - len(unfed); others > 0 && 2*fed <= others {
 		slices.Sort(unfed)
 		return fmt.Errorf("node %s fenced by its peers (%s's transaction): feeds opened since to %d of %d live nodes, not a majority (none to %v)", n.id, f.By, fed, others, unfed)
@@ -318,4 +306,22 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	}
 	n.log.Warn("fence cleared: feeds open to a majority of the live nodes; registering again", "fenced_by", f.By)
 	return nil
+}
+
+// unfed lists the nodes alive in v, this one aside, that the initiator
+// has no feed open to, or none opened since since (zero: any); others
+// counts the nodes alive in v, this one aside.
+func (in *initiator) unfed(v *view, since time.Time) (unfed []string, others int) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for node := range v.nodes {
+		if node == in.n.id {
+			continue
+		}
+		others++
+		if !in.core.Fed(node) || in.opened[node].Before(since) {
+			unfed = append(unfed, node)
+		}
+	}
+	return unfed, others
 }

@@ -198,14 +198,7 @@ func (n *Node) settleFeedsOut(ctx context.Context) bool {
 	deadline := time.Now().Add(missedWait)
 	for {
 		v := n.members.view()
-		var unfed []string
-		n.init.mu.Lock()
-		for node := range v.nodes {
-			if node != n.id && !n.init.core.Fed(node) {
-				unfed = append(unfed, node)
-			}
-		}
-		n.init.mu.Unlock()
+		unfed, _ := n.init.unfed(v, time.Time{})
 		if len(unfed) == 0 {
 			return true
 		}
