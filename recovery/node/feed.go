@@ -398,7 +398,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		for _, r := range n.hosted() {
 			if f, ok := ask(r, func(r *replica) txnid.ID {
 				r.addInitiator(in, fi.inc, fi.beat)
-				return r.joinFloor()
+				return r.joinFloor(in)
 			}); ok {
 				floor = max(floor, f)
 			}

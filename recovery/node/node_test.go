@@ -346,8 +346,14 @@ func dialClient(t *testing.T, addr string) *rawClient {
 	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloClient, Node: "test"}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// A call never answered fails its test, not the package's timeout.
+	conn.SetStallWindow(rawCallMax)
 	return &rawClient{conn: conn}
 }
+
+// rawCallMax bounds the wait for a rawClient's answer: every node bound
+// on a call is far below it.
+const rawCallMax = 60 * time.Second
 
 func (c *rawClient) call(p uint32, proc string, each bool, vals ...wire.Value) (*wire.Reply, error) {
 	params, err := wire.NewTupleEncoder().AppendTuple(nil, vals)

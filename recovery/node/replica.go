@@ -365,9 +365,18 @@ func (r *replica) addInitiator(in txnid.Initiator, inc uint64, slot *beatSlot) {
 	r.drain()
 }
 
-// joinFloor is the replica's part of a feed's floor (feed.go): see
-// recovery.Replica.JoinFloor.
-func (r *replica) joinFloor() txnid.ID { return r.core.JoinFloor() }
+// joinFloor is the replica's part of the floor of a feed from in
+// (feed.go): recovery.Replica.JoinFloor, and at least the last ID taken
+// from an earlier process of in. A txn at or below that is dropped here
+// as one taken already (onTxn), and a repair asks its peers for what
+// lies past it, so a new process's IDs must start above it. A quiet
+// process's heartbeats lead its clock (Config.BeatLead), past the safe
+// point the other initiators hold: its restart's first txns came below
+// its last heartbeat, were dropped, and held its feed's heartbeats
+// behind them for good (TestRestartBelowItsLastBeat).
+func (r *replica) joinFloor(in txnid.Initiator) txnid.ID {
+	return max(r.core.JoinFloor(), r.lastFrom[in])
+}
 
 // removeInitiator: in's node is dead; nothing more comes from it.
 func (r *replica) removeInitiator(in txnid.Initiator) {
