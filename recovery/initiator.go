@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -84,6 +85,13 @@ type InitiatorConfig struct {
 	// oldest go, and a feed that broke before they reached the node can
 	// no longer resume: its replicas there rejoin.
 	FeedLogBytesMax int
+	// Joins: the initiator joins a partition on a feed (wire.Join) and
+	// sends its txns there only once the receiver answered (Joined), so
+	// a replica tracks only the initiators that joined its partition,
+	// not every initiator with a feed to its node (docs/DESIGN.md
+	// "Sequencers per partition"). Off: every feed's receiver tracks the
+	// initiator in every replica it hosts from the feed's floor on.
+	Joins bool
 	// Knobs are testing hooks, off when nil.
 	Knobs InitiatorKnobs
 }
@@ -121,9 +129,15 @@ type ReplicaPlace struct {
 type UnfedError struct {
 	Partition uint32
 	Nodes     []string
+	// Joining: the feeds there are open, and the partition's join on
+	// them not answered yet (InitiatorConfig.Joins).
+	Joining bool
 }
 
 func (e *UnfedError) Error() string {
+	if e.Joining {
+		return fmt.Sprintf("partition %d: %s, which holds a replica of it, has not answered this initiator's join yet: the txn was sent nowhere", e.Partition, strings.Join(e.Nodes, ", "))
+	}
 	return fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it: the txn was sent nowhere", e.Partition, strings.Join(e.Nodes, ", "))
 }
 
@@ -167,6 +181,11 @@ type feedOut struct {
 	log      []*wire.Txn
 	logBytes int
 	kept     txnid.ID
+	// joined are the partitions the receiver answered this process's
+	// join of, joining those asked and not answered (Joins). A new feed
+	// starts with none; a resumed one keeps joined, as its receiver
+	// does, and asks again what was joining.
+	joined, joining map[uint32]bool
 }
 
 // txnLogBytes is what one txn counts in a feed's log.
@@ -256,6 +275,13 @@ type Initiator struct {
 	sent  bool
 	// fenced: a node took this process for dead (Fenced).
 	fenced bool
+	// active are the partitions this process joined to sequence them
+	// (Joins): it joins them on every feed to a node holding one of
+	// their replicas, so a replica placed later or a node restarted
+	// tracks it too. Left untracked there, it would never hear this
+	// initiator, and a rejoin's handoff, which names every initiator its
+	// source tracks, would find it uncovered at each attempt.
+	active map[uint32]bool
 }
 
 // BeatPastAheadMillisMax bounds how far ahead of an initiator's clock an
@@ -278,7 +304,7 @@ func NewInitiator(cfg InitiatorConfig, io InitiatorIO) (*Initiator, error) {
 		cfg.FeedLogBytesMax = FeedLogBytesMax
 	}
 	return &Initiator{cfg: cfg, io: io, gen: gen, feeds: map[string]*feedOut{},
-		missed: map[string]map[uint32]bool{}, pending: map[txnid.ID]*pendingCall{}}, nil
+		missed: map[string]map[uint32]bool{}, pending: map[txnid.ID]*pendingCall{}, active: map[uint32]bool{}}, nil
 }
 
 // Pending is the number of calls in flight.
@@ -327,6 +353,11 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 		// this initiator, would run past it (docs/DESIGN.md "Feeds that
 		// open late").
 		return &UnfedError{Partition: req.Partition, Nodes: unfed}
+	}
+	if in.cfg.Joins {
+		if unjoined := in.join(req.Partition, v); len(unjoined) > 0 {
+			return &UnfedError{Partition: req.Partition, Nodes: unjoined, Joining: true}
+		}
 	}
 	targets, live := in.targetsScratch[:0], 0
 	for _, rp := range v.Placement[req.Partition] {
@@ -439,6 +470,48 @@ func (in *Initiator) replicaFeedsInto(rs []ReplicaFeed, p uint32, v *InitiatorVi
 		rs = append(rs, ReplicaFeed{Node: rp.Node, Alive: alive, Fed: fed, Dialing: !fed && f != nil && f.state == feedDialing})
 	}
 	return rs
+}
+
+// join makes p one this process sequences and asks each node holding a
+// replica of p, whose feed takes p's txns now, to track it for p
+// (wire.Join), once per feed; it returns the nodes whose answer is not
+// in yet. A feed that broke asks when it resumes.
+func (in *Initiator) join(p uint32, v *InitiatorView) []string {
+	in.active[p] = true
+	var unjoined []string
+	for _, rp := range v.Placement[p] {
+		if !in.logs(rp.Node, v) {
+			continue // not fed: Unfed's to refuse, or a dead node's
+		}
+		f := in.feeds[rp.Node]
+		if f.joined[p] {
+			continue
+		}
+		if f.state == feedOpen && !f.joining[p] && in.send(rp.Node, &wire.Join{Partition: p}) {
+			if f.joining == nil {
+				f.joining = map[uint32]bool{}
+			}
+			f.joining[p] = true
+		}
+		unjoined = append(unjoined, rp.Node)
+	}
+	return unjoined
+}
+
+// Joined: the receiver on node answered this process's join of p on the
+// open feed there: its replica of p tracks this initiator and executed
+// nothing above floor, so the IDs issued from now on go above it.
+func (in *Initiator) Joined(node string, p uint32, floor txnid.ID) {
+	f := in.feeds[node]
+	if f == nil || f.state != feedOpen || !f.joining[p] {
+		return // an answer to an earlier feed's join, asked again since
+	}
+	delete(f.joining, p)
+	if f.joined == nil {
+		f.joined = map[uint32]bool{}
+	}
+	f.joined[p] = true
+	in.gen.Advance(floor)
 }
 
 // noteMissed records that node's replica of p lacks a txn this process
@@ -677,6 +750,11 @@ func (in *Initiator) SetView(v *InitiatorView) {
 		}
 	}
 	in.dropNotLive(v)
+	if in.cfg.Joins {
+		for _, p := range slices.Sorted(maps.Keys(in.active)) {
+			in.join(p, v)
+		}
+	}
 	for _, node := range sortedKeys(v.Nodes) {
 		f := in.feeds[node]
 		switch {
@@ -733,7 +811,8 @@ func (in *Initiator) FeedOpened(node string, floor txnid.ID) {
 	}
 	f.state, f.fresh, f.resume, f.beatTop = feedOpen, true, false, txnid.Zero
 	f.log, f.logBytes, f.kept = nil, 0, txnid.Zero
-	delete(in.missed, node) // the node has the list now
+	f.joined, f.joining = nil, nil // a new feed: its receiver tracks nothing of it
+	delete(in.missed, node)        // the node has the list now
 	in.gen.Advance(floor)
 }
 
@@ -755,6 +834,9 @@ func (in *Initiator) FeedResumed(node string, at txnid.ID) {
 		panic(fmt.Sprintf("recovery: feed to %s resumed without a dial to resume", node))
 	}
 	f.state, f.fresh, f.resume, f.beatTop = feedOpen, true, false, txnid.Zero
+	// A join asked on the broken connection may have been answered
+	// there: it is asked again, and the receiver answers it again.
+	f.joining = nil
 	if f.kept > at {
 		in.io.Close(node)
 		return

@@ -978,3 +978,104 @@ func TestInitiatorResumeAfterLogDropped(t *testing.T) {
 		t.Fatalf("dials %v; want the last to name partition 0 missed and ask above more than %v", ti.io.dials, at)
 	}
 }
+
+// TestInitiatorJoinsBeforeItSends: with Joins, a partition's first call
+// asks each node holding one of its replicas to track the initiator
+// (wire.Join) and is refused, sent nowhere, until every one answered;
+// its txn then goes out above the highest floor answered. A new feed to
+// a node asks again; a resumed one keeps what was joined and asks again
+// what was not answered; a node placed later is asked at the next view,
+// whether or not a call comes.
+func TestInitiatorJoinsBeforeItSends(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.cfg.Joins = true
+	ti.openAll(t)
+	var unfed *UnfedError
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !unfed.Joining || !slices.Equal(unfed.Nodes, []string{"n1", "n2", "n3"}) {
+		t.Fatalf("first call: %v, want refused while n1, n2, n3 join", err)
+	}
+	joins := func(node string) []uint32 {
+		var ps []uint32
+		for _, m := range ti.io.take(node) {
+			switch m := m.(type) {
+			case *wire.Join:
+				ps = append(ps, m.Partition)
+			case *wire.Txn:
+				t.Fatalf("txn %v sent to %s before its join was answered", m.ID, node)
+			}
+		}
+		return ps
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if ps := joins(n); !slices.Equal(ps, []uint32{0}) {
+			t.Fatalf("joins sent to %s: %v, want [0]", n, ps)
+		}
+	}
+	// Asked once per feed: a second call asks nothing more.
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !unfed.Joining {
+		t.Fatalf("second call: %v, want refused while joining", err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if ps := joins(n); len(ps) != 0 {
+			t.Fatalf("%s asked again: %v", n, ps)
+		}
+	}
+	floor := txnid.Make(ti.now-txnid.EpochUnixMillis+5000, 3, 1)
+	ti.Joined("n1", 0, txnid.Zero)
+	ti.Joined("n2", 0, floor)
+	ti.Joined("n2", 1, floor) // never asked: ignored
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n3"}) {
+		t.Fatalf("call with n3 not joined: %v", err)
+	}
+	ti.Joined("n3", 0, txnid.Zero)
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if id := lastTxn(t, ti.io, "n3").ID; id <= floor {
+		t.Fatalf("txn %v at or below the floor %v n2 answered", id, floor)
+	}
+	// Partition 1 (on n1 alone) is joined on its own.
+	if err := ti.submit(t, 1, false); !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n1"}) {
+		t.Fatalf("partition 1: %v, want its own join", err)
+	}
+	ti.io.take("n1")
+	ti.Joined("n1", 1, txnid.Zero)
+
+	// n2's feed breaks and resumes: still joined.
+	ti.FeedLost("n2")
+	ti.SetView(ti.view)
+	ti.FeedResumed("n2", lastTxn(t, ti.io, "n2").ID)
+	ti.io.take("n2")
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatalf("after n2 resumed: %v", err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		ti.io.take(n)
+	}
+	// n3 restarts: the new process's feed joins afresh, at the next view.
+	ti.view.Nodes["n3"] = 2
+	ti.SetView(ti.view)
+	ti.FeedLost("n3")
+	ti.SetView(ti.view)
+	ti.FeedOpened("n3", txnid.Zero)
+	ti.io.take("n3")
+	ti.SetView(ti.view)
+	if ps := joins("n3"); !slices.Equal(ps, []uint32{0}) {
+		t.Fatalf("joins to n3's new process: %v, want [0]", ps)
+	}
+	// A node placed later for partition 1 is asked at the next view.
+	ti.view.Placement[1] = append(ti.view.Placement[1], ReplicaPlace{Node: "n2"})
+	ti.SetView(ti.view)
+	if ps := joins("n2"); !slices.Equal(ps, []uint32{1}) {
+		t.Fatalf("joins to n2 once placed for partition 1: %v, want [1]", ps)
+	}
+	// Without Joins, nothing of it.
+	plain := newTestInitiator(t, 1)
+	plain.openAll(t)
+	if err := plain.submit(t, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if m := plain.io.sent["n1"]; len(m) != 1 || m[0].Type() != wire.MsgTxn {
+		t.Fatalf("without Joins, sent %v", m)
+	}
+}

@@ -178,6 +178,29 @@ type BeatAsk struct {
 	ID txnid.ID
 }
 
+// Join asks the node at the other end of a feed to have its replica of
+// Partition track the feed's initiator: its safe point waits for that
+// initiator from the answer on. An initiator sends a partition's txns
+// only on feeds where it joined the partition, and joins only the
+// partitions its own node holds a replica of, so a node's silence stalls
+// only the partitions it holds (docs/DESIGN.md "Sequencers per
+// partition"). It travels in the feed's order: the txns of Partition
+// that follow it find the initiator tracked.
+type Join struct {
+	Partition uint32
+}
+
+// Joined answers a Join on the feed: the replica of Partition here tracks
+// the initiator, and Floor is the highest txn ID it executed or read as
+// safe, or took from an earlier process of the initiator; the initiator's
+// IDs go above it (docs/DESIGN.md "An initiator that joins"). Zero if the
+// node hosts no replica of Partition yet: one created later tracks the
+// initiator from its start.
+type Joined struct {
+	Partition uint32
+	Floor     txnid.ID
+}
+
 // Done is a replica's result of one executed Txn: Out, or Err if it failed.
 type Done struct {
 	Partition uint32
@@ -235,9 +258,12 @@ const (
 	RefusedNotReady
 	// RefusedStopping: the node is stopping and takes no new call.
 	RefusedStopping
+	// RefusedNotHolder: the node holds no replica of the call's partition
+	// and sequences none of its txns; a node that holds one takes it.
+	RefusedNotHolder
 	// RefusedMax is the highest refusal this version knows; a higher one
 	// decodes as is, for a client to take as a refusal it cannot name.
-	RefusedMax = RefusedStopping
+	RefusedMax = RefusedNotHolder
 )
 
 func (r Refusal) String() string {
@@ -252,6 +278,8 @@ func (r Refusal) String() string {
 		return "not ready"
 	case RefusedStopping:
 		return "stopping"
+	case RefusedNotHolder:
+		return "not a holder"
 	}
 	return fmt.Sprintf("refusal %d", uint8(r))
 }
@@ -306,6 +334,12 @@ func (*FeedAck) Type() MsgType { return MsgFeedAck }
 func (*Fenced) Type() MsgType { return MsgFenced }
 
 // Type implements Message.
+func (*Join) Type() MsgType { return MsgJoin }
+
+// Type implements Message.
+func (*Joined) Type() MsgType { return MsgJoined }
+
+// Type implements Message.
 func (*Done) Type() MsgType { return MsgDone }
 
 // Type implements Message.
@@ -340,6 +374,12 @@ func (*FeedAck) Header() MsgHeader { return MsgHeader{} }
 func (*Fenced) Header() MsgHeader { return MsgHeader{} }
 
 // Header implements Message: the zero MsgHeader.
+func (*Join) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
+func (*Joined) Header() MsgHeader { return MsgHeader{} }
+
+// Header implements Message: the zero MsgHeader.
 func (*Done) Header() MsgHeader { return MsgHeader{} }
 
 // Header implements Message: the zero MsgHeader.
@@ -362,6 +402,8 @@ const (
 	beatAskFields    = 1 // [id]
 	feedAckFields    = 1 // [id]
 	fencedFields     = 1 // [[partition, ...]]
+	joinFields       = 1 // [partition]
+	joinedFields     = 2 // [partition, floor]
 	doneFields       = 4 // [partition, id, out, err]
 	callFields       = 5 // [req, partition, proc, params, each]
 	replyFields      = 7 // [req, id, out, err, [replicaOut, ...], uncertain, refused]
@@ -412,6 +454,13 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 			dst = appendUint(dst, uint64(p))
 		}
 		return dst, true
+	case *Join:
+		dst = AppendArrayHeader(dst, joinFields)
+		return appendUint(dst, uint64(m.Partition)), true
+	case *Joined:
+		dst = AppendArrayHeader(dst, joinedFields)
+		dst = appendUint(dst, uint64(m.Partition))
+		return appendUint(dst, uint64(m.Floor)), true
 	case *Done:
 		dst = AppendArrayHeader(dst, doneFields)
 		dst = appendUint(dst, uint64(m.Partition))
@@ -580,6 +629,17 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 		r.fields(fencedFields)
 		f.Partitions = r.partitions(MissedMax)
 		return &f
+	case MsgJoin:
+		var j Join
+		r.fields(joinFields)
+		j.Partition = uint32(r.uint(math.MaxUint32))
+		return &j
+	case MsgJoined:
+		var j Joined
+		r.fields(joinedFields)
+		j.Partition = uint32(r.uint(math.MaxUint32))
+		j.Floor = r.txnID()
+		return &j
 	case MsgDone:
 		var d Done
 		r.fields(doneFields)

@@ -54,6 +54,8 @@
 //	BeatAsk   [txnID]   (type 18: added after HandoffAck)
 //	FeedAck   [txnID]   (type 19)
 //	Fenced    [[partition, ...]]   (type 20)
+//	Join      [partition]   (type 21)
+//	Joined    [partition, txnID]   (type 22)
 //	Done      [partition, txnID, out, err]
 //	Call      [req, partition, proc, params, each]
 //	Reply     [req, txnID, out, err, [[node, out, err], ...], uncertain, refused]

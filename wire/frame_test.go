@@ -276,7 +276,7 @@ func TestFrameErrors(t *testing.T) {
 		{"payload length 4 GiB", put32(ack, framePayloadLenAt, 0xffffffff), ErrTooLarge},
 		{"raw over limit", put32(s2f, frameRawLenAt, FramePayloadRawBytesMax+1), ErrTooLarge},
 		{"type 0", patch(ack, frameTypeAt, 0), ErrUnknownType},
-		{"type 21", patch(ack, frameTypeAt, 21), ErrUnknownType},
+		{"type 23", patch(ack, frameTypeAt, 23), ErrUnknownType},
 		{"codec 3", patch(ack, frameCodecAt, 3), ErrUnknownCodec},
 		{"codec 255", patch(ack, frameCodecAt, 255), ErrUnknownCodec},
 		{"uncompressed with other raw length", put32(ack, frameRawLenAt, 99), ErrMalformed},

@@ -119,7 +119,7 @@ func FuzzDecodeBlock(f *testing.F) {
 // controlTypes are the message types other than Block: the rejoin control
 // messages and the cluster messages.
 var controlTypes = []MsgType{MsgPropose, MsgAnswer, MsgAck, MsgHandoff, MsgAbort, MsgHeartbeat,
-	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply, MsgRepair, MsgRepairEnd, MsgHold, MsgHandoffAck, MsgBeatAsk, MsgFeedAck, MsgFenced}
+	MsgHello, MsgTxn, MsgBeat, MsgDone, MsgCall, MsgReply, MsgRepair, MsgRepairEnd, MsgHold, MsgHandoffAck, MsgBeatAsk, MsgFeedAck, MsgFenced, MsgJoin, MsgJoined}
 
 func FuzzDecodeControl(f *testing.F) {
 	for _, m := range allSampleMessages(f) {

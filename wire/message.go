@@ -50,6 +50,8 @@ const (
 	MsgBeatAsk MsgType = 18 // initiator -> initiator's node: beat above ID on every feed
 	MsgFeedAck MsgType = 19 // replica node -> initiator: the feed's messages up to ID are here
 	MsgFenced  MsgType = 20 // replica node -> initiator: your process was taken for dead here
+	MsgJoin    MsgType = 21 // initiator -> replica node: track me for this partition
+	MsgJoined  MsgType = 22 // replica node -> initiator: tracked, with the partition's floor
 )
 
 func (t MsgType) String() string {
@@ -94,12 +96,16 @@ func (t MsgType) String() string {
 		return "FeedAck"
 	case MsgFenced:
 		return "Fenced"
+	case MsgJoin:
+		return "Join"
+	case MsgJoined:
+		return "Joined"
 	}
 	return "MsgType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // Valid reports whether t is a known message type.
-func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgFenced }
+func (t MsgType) Valid() bool { return t >= MsgPropose && t <= MsgJoined }
 
 // Rejoin reports whether t is a message of the rejoin protocol (Propose to
 // Heartbeat, Hold and HandoffAck), which has a MsgHeader, as opposed to a

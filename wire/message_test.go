@@ -126,7 +126,7 @@ func TestDecodeMessageErrors(t *testing.T) {
 		{"handoff initiator twice", MsgHandoff, handoff(0x92, 2, 2), ErrMalformed},
 		{"handoff initiator past the range", MsgHandoff, handoff(0x91, 0xcd, 0x04, 0x00), ErrMalformed},
 		{"handoff initiators past end", MsgHandoff, handoff(0x93, 1, 2), ErrTruncated},
-		{"unknown type 21", 21, ack, ErrUnknownType},
+		{"unknown type 23", 23, ack, ErrUnknownType},
 		{"unknown type 255", 255, ack, ErrUnknownType},
 		{"empty", MsgAck, nil, ErrTruncated},
 		{"not an array", MsgAck, []byte{0x05}, ErrMalformed},
@@ -239,7 +239,7 @@ func TestAbortTextCut(t *testing.T) {
 
 func TestEnumStrings(t *testing.T) {
 	for _, s := range []string{
-		MsgType(0).String(), MsgBlock.String(), MsgType(200).String(), MsgReply.String(), MsgRepairEnd.String(), MsgHandoffAck.String(), MsgBeatAsk.String(), MsgFeedAck.String(), MsgFenced.String(),
+		MsgType(0).String(), MsgBlock.String(), MsgType(200).String(), MsgReply.String(), MsgRepairEnd.String(), MsgHandoffAck.String(), MsgBeatAsk.String(), MsgFeedAck.String(), MsgFenced.String(), MsgJoin.String(), MsgJoined.String(),
 		HelloKind(0).String(), HelloFeed.String(), HelloRepair.String(),
 		BlockKind(0).String(), BlockUpserts.String(),
 		CodecS2.String(), Codec(9).String(),
@@ -249,7 +249,7 @@ func TestEnumStrings(t *testing.T) {
 			t.Fatal("empty enum name")
 		}
 	}
-	if AbortReason(200).Valid() || !AbortInternal.Valid() || MsgType(21).Valid() || !MsgFenced.Valid() || MsgFenced.Rejoin() || !MsgFeedAck.Valid() || MsgFeedAck.Rejoin() || !MsgBeatAsk.Valid() || MsgBeatAsk.Rejoin() || !MsgHold.Valid() || !MsgHold.Rejoin() || !MsgHandoffAck.Valid() || !MsgHandoffAck.Rejoin() || MsgHello.Rejoin() || !MsgHeartbeat.Rejoin() || Codec(3).Valid() {
+	if AbortReason(200).Valid() || !AbortInternal.Valid() || MsgType(23).Valid() || !MsgJoined.Valid() || MsgJoined.Rejoin() || !MsgFenced.Valid() || MsgFenced.Rejoin() || !MsgFeedAck.Valid() || MsgFeedAck.Rejoin() || !MsgBeatAsk.Valid() || MsgBeatAsk.Rejoin() || !MsgHold.Valid() || !MsgHold.Rejoin() || !MsgHandoffAck.Valid() || !MsgHandoffAck.Rejoin() || MsgHello.Rejoin() || !MsgHeartbeat.Rejoin() || Codec(3).Valid() {
 		t.Fatal("Valid disagrees with the enums")
 	}
 }

@@ -94,6 +94,8 @@ func lateClusterMessages() []Message {
 		&BeatAsk{ID: txnid.ID(0x0123456789abcdf1)},
 		&FeedAck{ID: txnid.ID(0x0123456789abcdf2)},
 		&Fenced{Partitions: []uint32{1, 9, 65535}},
+		&Join{Partition: 4095},
+		&Joined{Partition: 7, Floor: txnid.ID(0x0123456789abcdf2)},
 		&Reply{Req: 10, Err: "the cluster is not bootstrapped yet", Refused: RefusedNotBootstrapped},
 	}
 }
