@@ -275,12 +275,15 @@ type Initiator struct {
 	sent  bool
 	// fenced: a node took this process for dead (Fenced).
 	fenced bool
-	// active are the partitions this process joined to sequence them
-	// (Joins): it joins them on every feed to a node holding one of
-	// their replicas, so a replica placed later or a node restarted
-	// tracks it too. Left untracked there, it would never hear this
-	// initiator, and a rejoin's handoff, which names every initiator its
-	// source tracks, would find it uncovered at each attempt.
+	// active are the partitions this process joins (Joins): those its
+	// node holds a replica of in a view, and those it sequenced. It
+	// joins them on every feed to a node holding one of their replicas,
+	// so a replica placed later or a node restarted tracks it too. Left
+	// untracked there, it would never hear this initiator, and a
+	// rejoin's handoff, which names every initiator its source tracks,
+	// would find it uncovered at each attempt. A partition stays active
+	// once it was: the replicas that track the process do so until it
+	// ends.
 	active map[uint32]bool
 }
 
@@ -751,6 +754,15 @@ func (in *Initiator) SetView(v *InitiatorView) {
 	}
 	in.dropNotLive(v)
 	if in.cfg.Joins {
+		// A holder joins its partitions before any call: a replica that
+		// tracks no initiator cannot rejoin (its proposal waits for one),
+		// and one whose partition no node wrote to since a restart would
+		// never hear any.
+		for p, rps := range v.Placement {
+			if slices.ContainsFunc(rps, func(rp ReplicaPlace) bool { return rp.Node == in.cfg.Node }) {
+				in.active[p] = true
+			}
+		}
 		for _, p := range slices.Sorted(maps.Keys(in.active)) {
 			in.join(p, v)
 		}

@@ -1079,3 +1079,27 @@ func TestInitiatorJoinsBeforeItSends(t *testing.T) {
 		t.Fatalf("without Joins, sent %v", m)
 	}
 }
+
+// TestInitiatorHolderJoinsAtView: with Joins, an initiator joins each
+// partition its own node holds a replica of at the next view, on every
+// feed to a node holding one, before any call: a replica that tracks no
+// initiator cannot rejoin, and one nobody wrote to since it restarted
+// would never hear any.
+func TestInitiatorHolderJoinsAtView(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.cfg.Node, ti.cfg.Joins = "n1", true
+	ti.openAll(t)
+	ti.SetView(ti.view)
+	want := map[string][]uint32{"n1": {0, 1}, "n2": {0}, "n3": {0}}
+	for node, ps := range want {
+		var got []uint32
+		for _, m := range ti.io.take(node) {
+			if j, ok := m.(*wire.Join); ok {
+				got = append(got, j.Partition)
+			}
+		}
+		if !slices.Equal(got, ps) {
+			t.Errorf("joins sent to %s at the view: %v, want %v", node, got, ps)
+		}
+	}
+}

@@ -60,6 +60,10 @@ var (
 	ErrNotReady = errors.New("the node is not ready for the partition")
 	// ErrStopping: the node is stopping.
 	ErrStopping = errors.New("the node is stopping")
+	// ErrNotHolder: the node holds no replica of the call's partition, and
+	// only a node that holds one sequences its txns. The client tries the
+	// holders first; this comes back when its placement is stale.
+	ErrNotHolder = errors.New("the node holds no replica of the partition")
 )
 
 // Defaults of Options.
@@ -141,6 +145,9 @@ type Client struct {
 	closed      bool
 	nodes       []*node // allowed nodes, id order
 	refreshedAt time.Time
+	// holders are the nodes holding a replica of each partition, as the
+	// placement said at the last refresh: a call goes to them first.
+	holders map[uint32][]string
 }
 
 // Open reads the cluster configuration and the live nodes from etcd. It
@@ -196,16 +203,25 @@ func (c *Client) allowed(id string) bool {
 	return len(c.opts.Nodes) == 0 || slices.Contains(c.opts.Nodes, id)
 }
 
-// refresh re-reads the node records: addresses change when a node
-// restarts, nodes come and go.
+// refresh re-reads the node records and the placement: addresses change
+// when a node restarts, nodes come and go, replicas move.
 func (c *Client) refresh(ctx context.Context) error {
 	recs, err := supervise.Nodes(ctx, c.etcd)
 	if err != nil {
 		return fmt.Errorf("client: read node records: %w", err)
 	}
+	rs, err := supervise.Replicas(ctx, c.etcd)
+	if err != nil {
+		return fmt.Errorf("client: read the placement: %w", err)
+	}
+	holders := map[uint32][]string{}
+	for _, r := range rs {
+		holders[r.Partition] = append(holders[r.Partition], r.Node)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.refreshedAt = time.Now()
+	c.holders = holders
 	seen := make(map[string]bool, len(recs))
 	for _, r := range recs {
 		if !c.allowed(r.ID) || r.Address == "" {
@@ -323,18 +339,16 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 	var lastErr error
 	for range pickRoundsMax {
 		c.mu.Lock()
-		closed, nodes := c.closed, slices.Clone(c.nodes)
+		closed, nodes := c.closed, holdersFirst(c.nodes, c.holders[p], c.rr.Add(1))
 		c.mu.Unlock()
 		if closed {
 			return Result{}, ErrClosed
 		}
-		// Round-robin from the next node over the live ones; a node in
-		// backoff is skipped unless nothing else is left.
-		start := c.rr.Add(1)
+		// Round-robin over the live ones, the partition's holders first; a
+		// node in backoff is skipped unless nothing else is left.
 		var waitUntil time.Time
 		tried := false
-		for i := range nodes {
-			n := nodes[(start+uint64(i))%uint64(len(nodes))]
+		for _, n := range nodes {
 			if !n.live.Load() {
 				continue
 			}
@@ -388,6 +402,27 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 		lastErr = errors.New("no live allowed node")
 	}
 	return Result{}, fmt.Errorf("%w: %s on partition %d: %w", ErrNoNode, proc, p, lastErr)
+}
+
+// holdersFirst returns nodes in the order a call tries them: the
+// partition's holders, then the others, each group rotated by start so
+// that calls spread over them.
+func holdersFirst(nodes []*node, holders []string, start uint64) []*node {
+	var in, out []*node
+	for _, n := range nodes {
+		if slices.Contains(holders, n.id) {
+			in = append(in, n)
+		} else {
+			out = append(out, n)
+		}
+	}
+	order := make([]*node, 0, len(nodes))
+	for _, g := range [][]*node{in, out} {
+		for i := range g {
+			order = append(order, g[(start+uint64(i))%uint64(len(g))])
+		}
+	}
+	return order
 }
 
 // elsewhere reports whether err is a refusal of the node's own (not of

@@ -429,6 +429,8 @@ func refusalErr(r wire.Refusal) error {
 		return ErrNotReady
 	case wire.RefusedStopping:
 		return ErrStopping
+	case wire.RefusedNotHolder:
+		return ErrNotHolder
 	}
 	// A refusal of a newer node: nothing was sequenced all the same.
 	return fmt.Errorf("refusal %d", uint8(r))

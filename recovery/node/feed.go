@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -221,6 +222,12 @@ type feedIn struct {
 	born uint64
 	// fencedAns: the feed was answered wire.Fenced.
 	fencedAns bool
+	// joined are the partitions the initiator joined on this feed, or on
+	// the feeds it resumes (wire.Join): their replicas here track it, and
+	// so does one created later (trackFeeds). joinMu guards it: the
+	// reader writes it, reconcile reads it.
+	joinMu sync.Mutex
+	joined map[uint32]bool
 	// silentSince (Unix nanoseconds) is when the feed, ended, last
 	// brought a frame (its end, or a stall window before a stall), 0
 	// before it ended: the node reports a process silent here for
@@ -346,6 +353,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 				resumed = true
 				fi.beat = prev.beat
 				fi.recv.Store(uint64(at))
+				fi.joined = prev.joinedSet()
 			}
 			if !resumed && !fenced && !afresh {
 				for _, r := range n.hosted() {
@@ -374,10 +382,13 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		}
 		// A replica created while the feed was broken (trackFeeds saw no
 		// open feed of the initiator) tracks it from here, before any
-		// txn of the new feed reaches it; the others track it already,
-		// at the same slot, and this changes nothing for them.
-		for _, r := range n.hosted() {
-			r.do(func(r *replica) { r.addInitiator(in, fi.inc, fi.beat) })
+		// txn of the new feed reaches it, if the initiator joined its
+		// partition; the others track it already, at the same slot, and
+		// this changes nothing for them.
+		for p, r := range n.hosted() {
+			if fi.joined[p] {
+				r.do(func(r *replica) { r.addInitiator(in, fi.inc, fi.beat) })
+			}
 		}
 		n.log.Info("feed resumed", "initiator", in, "node", h.Node, "at", txnid.ID(fi.recv.Load()))
 		fi.floored.Store(true)
@@ -389,17 +400,14 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 			n.log.Warn("feed of a process taken for dead here: its replicas of the partitions live here must rejoin", "initiator", in, "node", h.Node, "partitions", len(ps))
 			fi.q <- &wire.Fenced{Partitions: ps}
 		}
-		// The floor: once every replica tracks the initiator, none
-		// executes past what it has until the initiator speaks, so the
-		// highest ID they executed or read as safe bounds all they ever
-		// will without it. The initiator's IDs then start above it
-		// (docs/DESIGN.md "An initiator that joins").
+		// The floor: the highest ID the replicas here executed or read
+		// as safe. No replica tracks the initiator yet: it joins each
+		// partition it sequences (joinFeed), and each join answers the
+		// partition's own floor (docs/DESIGN.md "Sequencers per
+		// partition"). This one only starts its IDs above what ran here.
 		floor := txnid.Zero
 		for _, r := range n.hosted() {
-			if f, ok := ask(r, func(r *replica) txnid.ID {
-				r.addInitiator(in, fi.inc, fi.beat)
-				return r.joinFloor(in)
-			}); ok {
+			if f, ok := ask(r, func(r *replica) txnid.ID { return r.joinFloor(in) }); ok {
 				floor = max(floor, f)
 			}
 		}
@@ -452,10 +460,91 @@ func (n *Node) readFeed(conn *stream.Conn, fi *feedIn) error {
 		if err != nil {
 			return err
 		}
-		if err := n.takeFeedMsg(fi, m); err != nil {
+		switch m := m.(type) {
+		case *wire.Join:
+			err = n.joinFeed(fi, m.Partition)
+		case *wire.Call:
+			n.serveForward(fi, m)
+		default:
+			err = n.takeFeedMsg(fi, m)
+		}
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// joinFeed takes the initiator's join of p on fi: the replica of p here
+// tracks it from now on (none did before), and the answer carries the
+// partition's floor (docs/DESIGN.md "Sequencers per partition"). The
+// reader waits for the replica, so the txns of p that follow on the feed
+// find the initiator tracked. A join asked again (a resumed feed's)
+// changes nothing and is answered again. Outside the gate: a join adds
+// no txn, and if the process is taken for dead meanwhile, its feed's end
+// removes it from every replica after this returns (feedLost).
+func (n *Node) joinFeed(fi *feedIn, p uint32) error {
+	if p >= n.cluster.Partitions {
+		return fmt.Errorf("feed: initiator %d joined partition %d of %d", fi.in, p, n.cluster.Partitions)
+	}
+	if n.gaveTail(fi) {
+		return fmt.Errorf("feed: initiator %d's process (%s) is taken for dead here: a peer's repair got its tail from here", fi.in, fi.node)
+	}
+	fi.joinMu.Lock()
+	if fi.joined == nil {
+		fi.joined = map[uint32]bool{}
+	}
+	fi.joined[p] = true
+	fi.joinMu.Unlock()
+	floor := txnid.Zero
+	if r := n.hosted()[p]; r != nil {
+		floor, _ = ask(r, func(r *replica) txnid.ID {
+			r.addInitiator(fi.in, fi.inc, fi.beat)
+			return r.joinFloor(fi.in)
+		})
+	}
+	select {
+	case fi.q <- &wire.Joined{Partition: p, Floor: floor}:
+		return nil
+	default:
+		return fmt.Errorf("feed: initiator %d's answer queue is full", fi.in)
+	}
+}
+
+// serveForward sequences a call that fi's node forwarded here, as it
+// holds no replica of the call's partition, and sends the answer back on
+// the feed. The call may wait for feeds here (submit), so it is not
+// taken on the feed's reader, whose txns would wait with it.
+func (n *Node) serveForward(fi *feedIn, m *wire.Call) {
+	call := *m
+	call.Params = slices.Clone(m.Params)
+	answer := func(r *wire.Reply) {
+		a := *r
+		a.Req = call.Req
+		select {
+		case fi.q <- &a:
+		default:
+			fi.conn.Close() // its forwards end as of unknown outcome there
+		}
+	}
+	n.fwds.Add(1)
+	go func() {
+		defer n.fwds.Done()
+		n.init.submitCall(&call, answer, true)
+	}()
+}
+
+// joinedSet returns a copy of the partitions joined on fi.
+func (fi *feedIn) joinedSet() map[uint32]bool {
+	fi.joinMu.Lock()
+	defer fi.joinMu.Unlock()
+	return maps.Clone(fi.joined)
+}
+
+// hasJoined reports whether the initiator joined p on fi.
+func (fi *feedIn) hasJoined(p uint32) bool {
+	fi.joinMu.Lock()
+	defer fi.joinMu.Unlock()
+	return fi.joined[p]
 }
 
 // takeFeedMsg passes one message of fi's feed on, through the
@@ -887,6 +976,21 @@ type initiator struct {
 	// process registers again only with a feed opened since it saw its
 	// fence to every live node (mayRegister).
 	opened map[string]time.Time
+	// fwd are the calls this node forwarded to a holder of their
+	// partition and not yet answered, by the number they went out with
+	// on the feed there; fwdSeq numbers them, fwdNext spreads them over
+	// the holders.
+	fwd     map[uint64]*forward
+	fwdSeq  uint64
+	fwdNext uint64
+}
+
+// forward is a client's call forwarded to node, a holder of its
+// partition: the answer comes back on the feed there (wire.Reply).
+type forward struct {
+	node string
+	req  uint64
+	send func(*wire.Reply)
 }
 
 type feedOut struct {
@@ -931,11 +1035,11 @@ func newInitiator(n *Node) (*initiator, error) {
 	if n.cfg.knobs.clock != nil {
 		clock = n.cfg.knobs.clock
 	}
-	in := &initiator{n: n, outs: map[string]*feedOut{}}
+	in := &initiator{n: n, outs: map[string]*feedOut{}, fwd: map[uint64]*forward{}}
 	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
 		Node: n.id, ID: txnid.Initiator(n.cfg.ID), Clock: clock, Partitions: n.cluster.Partitions, BeatTicks: beatTicks,
 		BeatLeadMillis: n.cfg.BeatLead.Milliseconds(), BeatLeadQuietTicks: max(1, int(beatLeadQuiet/n.cfg.BeatEvery)),
-		Knobs: recovery.InitiatorKnobs{SkipSend: n.cfg.knobs.skip, Plant: n.maybePlant},
+		Joins: true, Knobs: recovery.InitiatorKnobs{SkipSend: n.cfg.knobs.skip, Plant: n.maybePlant},
 	}, (*initiatorIO)(in))
 	if err != nil {
 		return nil, err
@@ -998,8 +1102,15 @@ const feedWait = 3 * time.Second
 
 // submit sequences a call and sends it to its partition's replicas. While
 // the core refuses it for a feed not yet open (recovery.Unfed), it waits,
-// up to feedWait, with the view read afresh.
+// up to feedWait, with the view read afresh. A call of a partition this
+// node holds no replica of goes to a node that holds one (forward).
 func (in *initiator) submit(req *wire.Call, reply func(*wire.Reply)) {
+	in.submitCall(req, reply, false)
+}
+
+// submitCall is submit; forwarded says the call came forwarded from
+// another node, and is not forwarded again.
+func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forwarded bool) {
 	n := in.n
 	n.lastCall.Store(time.Now().UnixNano())
 	if n.stopping.Load() {
@@ -1016,6 +1127,28 @@ func (in *initiator) submit(req *wire.Call, reply func(*wire.Reply)) {
 	deadline := time.Now().Add(feedWait)
 	for {
 		v := in.n.members.view()
+		if hs := v.holders(req.Partition); len(hs) > 0 && !slices.Contains(hs, n.id) {
+			// Only the nodes holding a replica of a partition sequence
+			// its txns, so its replicas wait for no other node's
+			// initiator (docs/DESIGN.md "Sequencers per partition").
+			switch {
+			case forwarded:
+				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s holds no replica of partition %d and sequences none of its txns; %s do: nothing was sequenced",
+					n.id, req.Partition, strings.Join(hs, ", ")), Refused: wire.RefusedNotHolder})
+				return
+			case in.forward(hs, req, send):
+				return
+			case !time.Now().Before(deadline) || in.n.ctx.Err() != nil:
+				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: node %s holds no replica of it and has no feed open to %s, which do, after %v: the txn was sent nowhere",
+					req.Partition, n.id, strings.Join(hs, ", "), feedWait), Refused: wire.RefusedNotReady})
+				return
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-in.n.ctx.Done():
+			}
+			continue
+		}
 		registered := in.n.reg.Registered()
 		var err error
 		if registered && in.n.viewBehindTerm(v) {
@@ -1047,14 +1180,89 @@ func (in *initiator) submit(req *wire.Call, reply func(*wire.Reply)) {
 			send(&wire.Reply{Req: req.Req, Err: err.Error()})
 			return
 		case over:
-			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: no feed open to %s, which holds a replica of it, after %v: the txn was sent nowhere",
-				unfed.Partition, strings.Join(unfed.Nodes, ", "), feedWait), Refused: wire.RefusedNotReady})
+			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v (after %v)", unfed, feedWait), Refused: wire.RefusedNotReady})
 			return
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):
 		case <-in.n.ctx.Done():
 		}
+	}
+}
+
+// forward sends req to one of hs, the holders of its partition, over
+// this node's open feed there, and reports whether it did. Its answer
+// comes back on that feed (forwarded), and goes to send with the
+// client's number; if the feed ends first, the call's outcome is unknown
+// (forwardsLost). The holders are taken in turn.
+func (in *initiator) forward(hs []string, req *wire.Call, send func(*wire.Reply)) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.fwdNext++
+	for i := range hs {
+		h := hs[(in.fwdNext+uint64(i))%uint64(len(hs))]
+		f := in.outs[h]
+		if f == nil || h == in.n.id {
+			continue
+		}
+		if in.polled == nil {
+			continue
+		}
+		if _, alive := in.polled.nodes[h]; !alive {
+			continue // taken for dead: its feed lingers until it breaks
+		}
+		in.fwdSeq++
+		call := *req
+		call.Req = in.fwdSeq
+		in.fwd[call.Req] = &forward{node: h, req: req.Req, send: send}
+		if f.send(&call) {
+			return true
+		}
+		delete(in.fwd, call.Req)
+	}
+	return false
+}
+
+// forwarded passes on the answer to a call forwarded to node.
+func (in *initiator) forwarded(node string, r *wire.Reply) {
+	in.mu.Lock()
+	fw := in.fwd[r.Req]
+	if fw != nil && fw.node == node {
+		delete(in.fwd, r.Req)
+	} else {
+		fw = nil
+	}
+	in.mu.Unlock()
+	if fw == nil {
+		return // a number this node never sent there: ignored
+	}
+	// The message is the stream's until its next Recv.
+	out := wire.Reply{Req: fw.req, ID: r.ID, Out: slices.Clone(r.Out), Err: r.Err, Uncertain: r.Uncertain, Refused: r.Refused}
+	if out.Refused == wire.RefusedStopping {
+		// The holder stops, not this node: the client should not take
+		// this one for stopping.
+		out.Refused = wire.RefusedNotReady
+	}
+	for _, e := range r.Each {
+		out.Each = append(out.Each, wire.ReplicaOut{Node: e.Node, Out: slices.Clone(e.Out), Err: e.Err})
+	}
+	fw.send(&out)
+}
+
+// forwardsLost answers the calls forwarded to node whose feed there
+// ended: each may have been sequenced there, or not.
+func (in *initiator) forwardsLost(node string) {
+	in.mu.Lock()
+	var lost []*forward
+	for seq, fw := range in.fwd {
+		if fw.node == node {
+			lost = append(lost, fw)
+			delete(in.fwd, seq)
+		}
+	}
+	in.mu.Unlock()
+	for _, fw := range lost {
+		fw.send(&wire.Reply{Req: fw.req, Err: fmt.Sprintf("the call was forwarded to %s, which holds a replica of its partition, and the feed there ended before its answer: the txn's outcome is unknown", node), Uncertain: true})
 	}
 }
 
@@ -1158,7 +1366,19 @@ func (in *initiator) run() {
 			in.mu.Lock()
 			in.polled = v
 			in.core.SetView(in.viewLocked(v))
+			var gone []string
+			for _, fw := range in.fwd {
+				if _, ok := v.nodes[fw.node]; !ok && !slices.Contains(gone, fw.node) {
+					gone = append(gone, fw.node)
+				}
+			}
 			in.mu.Unlock()
+			// A holder taken for dead keeps its feed here until the
+			// connection breaks, and will not answer what was forwarded
+			// to it: its callers try another node.
+			for _, node := range gone {
+				in.forwardsLost(node)
+			}
 		}
 	}
 }
@@ -1298,6 +1518,12 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 			in.mu.Lock()
 			in.core.FeedAcked(node, m.ID)
 			in.mu.Unlock()
+		case *wire.Joined:
+			in.mu.Lock()
+			in.core.Joined(node, m.Partition, m.Floor)
+			in.mu.Unlock()
+		case *wire.Reply:
+			in.forwarded(node, m)
 		}
 	}
 	f.close()
@@ -1306,5 +1532,6 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	delete(in.outs, node)
 	in.core.FeedLost(node)
 	in.mu.Unlock()
+	in.forwardsLost(node)
 	in.n.log.Info("feed closed", "to", node)
 }

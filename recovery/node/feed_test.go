@@ -192,16 +192,17 @@ func TestNoWriteWithoutFeedToLiveReplica(t *testing.T) {
 	checkDigests(t, cl2, 1, 3)
 }
 
-// TestRejoinWaitsForLateFeed (issue 10 item 5b): a node starts while n3
-// rejoins, and its feed to n3 does not open while its feed to the source
-// does. The source may run its txns past E, which n3 never got, so n3
-// must not go live: its attempts abort at the handoff (uncovered) until
-// the feed opens, and then it goes live, equal to the others. Before, the
-// attempt's coverage was the feeds open at its start; n3 went live
-// without the newcomer's feed.
+// TestRejoinWaitsForLateFeed (issue 10 item 5b): a process of a node
+// holding a replica of the partition starts while n3 rejoins, and its
+// feed to n3 does not open while its feed to the source does. It joins
+// the partition at the source, which may run its txns past E, which n3
+// never got, so n3 must not go live: its attempts abort at the handoff
+// (uncovered) until the feed opens, and then it goes live, equal to the
+// others. Before, the attempt's coverage was the feeds open at its
+// start; n3 went live without the newcomer's feed.
 func TestRejoinWaitsForLateFeed(t *testing.T) {
 	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
-	c := newClusterStarting(t, 4, 3, cfg) // n4 holds no replica
+	c := newCluster(t, 3, cfg)
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, 1)
 	rows := make([]wire.Value, 0, 2+2*400)
@@ -230,36 +231,35 @@ func TestRejoinWaitsForLateFeed(t *testing.T) {
 		}
 		return false
 	})
+	// The other holder comes back as a new process whose feed to n3
+	// does not open.
+	late := 3 - src
+	c.stop(late)
 	var blocked atomic.Bool
 	blocked.Store(true)
-	a4 := c.startCfg(4, func(cfg *Config) {
+	aLate := c.startCfg(late, func(cfg *Config) {
 		cfg.knobs.noFeedTo = func(node string) bool { return node == NodeName(3) && blocked.Load() }
 	})
-	if n := len(nodeStatus(t, a4).Replicas); n != 0 {
-		t.Fatalf("n4 holds %d replicas, want none", n)
-	}
-	// n4 refuses a write with no feed to n3, and names n3 alone: its
-	// feeds to n1 and n2, the source's among them, are open.
-	cl4 := dialClient(t, a4.TCP)
-	key := wire.Bytes([]byte("from-n4"))
-	if _, err := cl4.call(0, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes([]byte("v"))); err == nil ||
+	// It refuses a write with no feed to n3, and names n3 alone: its
+	// feeds to the source and itself are open.
+	clLate := dialClient(t, aLate.TCP)
+	key := wire.Bytes([]byte("from-late"))
+	if _, err := clLate.call(0, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes([]byte("v"))); err == nil ||
 		!strings.Contains(err.Error(), "no feed open to "+NodeName(3)+",") {
-		t.Fatalf("n4's write with no feed to n3: %v", err)
+		t.Fatalf("n%d's write with no feed to n3: %v", late, err)
 	}
 	fault(t, c.nodes[src].addrs, "/fault/release?partition=0")
 	waitUntil(t, 30*time.Second, "an attempt of n3 aborted as uncovered", func() bool {
 		r := nodeStatus(t, a3).Replicas[0]
 		if r.State == StateLive {
-			t.Fatalf("n3's replica went live with no feed from n4: %+v", r.Rejoin)
+			t.Fatalf("n3's replica went live with no feed from n%d: %+v", late, r.Rejoin)
 		}
 		return r.Rejoin != nil && strings.Contains(r.Rejoin.Err, "uncovered")
 	})
 	blocked.Store(false)
-	waitUntil(t, 30*time.Second, "n3's replica live once n4's feed opened", func() bool {
-		return nodeStatus(t, a3).Replicas[0].State == StateLive
-	})
+	waitUntil(t, 30*time.Second, "every replica live once the late feed opened", func() bool { return allLive(t, c) })
 	for i := range 20 {
-		upsert(t, cl4, 1, i)
+		upsert(t, clLate, 1, i)
 		upsert(t, cl, 1, 100+i)
 	}
 	checkDigests(t, cl, 1, 3)

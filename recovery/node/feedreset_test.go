@@ -242,6 +242,9 @@ type feedWriter struct {
 	// pause, if set, is the wait after each acknowledged write: a writer
 	// that lasts a long test without reaching feedWriterMax.
 	pause time.Duration
+	// only, if set, keeps the writer to the partitions it accepts: the
+	// keys of the others are passed over.
+	only func(p uint32) bool
 
 	mu    sync.Mutex
 	acked []int
@@ -280,6 +283,9 @@ func (w *feedWriter) run(parts uint32) {
 		}
 		key, val := w.kv(i)
 		p, err := partition.RouteValues([]wire.Value{key}, parts)
+		if err == nil && w.only != nil && !w.only(p) {
+			continue
+		}
 		if err == nil {
 			_, err = w.cl.call(p, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes(val))
 		}

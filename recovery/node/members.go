@@ -64,6 +64,17 @@ type view struct {
 	due      []supervise.Due
 }
 
+// holders lists the nodes holding a replica of p, in the placement's
+// order.
+func (v *view) holders(p uint32) []string {
+	rps := v.placement[p]
+	hs := make([]string, 0, len(rps))
+	for _, rp := range rps {
+		hs = append(hs, rp.node)
+	}
+	return hs
+}
+
 type replicaPlace struct {
 	node string
 	live bool

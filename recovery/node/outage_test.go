@@ -156,8 +156,14 @@ func newClusterN2ViaProxy(t *testing.T, cfg layout.Config, ttl time.Duration) (*
 // the cluster's other options (c.proxied, c.onLog) before any node starts.
 func newClusterN2ViaProxyWith(t *testing.T, cfg layout.Config, ttl time.Duration, opts func(*cluster)) (*cluster, *faultnet.Proxy) {
 	t.Helper()
+	return newClusterNViaProxy(t, 3, cfg, ttl, opts)
+}
+
+// newClusterNViaProxy is newClusterN2ViaProxyWith with nodes n1..n<nodes>.
+func newClusterNViaProxy(t *testing.T, nodes int, cfg layout.Config, ttl time.Duration, opts func(*cluster)) (*cluster, *faultnet.Proxy) {
+	t.Helper()
 	var px *faultnet.Proxy
-	c := newClusterWith(t, 3, 3, cfg, func(c *cluster) {
+	c := newClusterWith(t, nodes, nodes, cfg, func(c *cluster) {
 		if opts != nil {
 			opts(c)
 		}
@@ -257,41 +263,48 @@ func testLapsedMissed(t *testing.T, stopNew bool) {
 }
 
 // TestLapseFailsOnlyMissedPartitions: a node cut off from etcd past its
-// lease, meanwhile a new process writes without a feed to it. Only the
-// replicas of the partitions that process wrote missed anything; it says
-// which when its feed opens (wire.Hello.Missed). Before, every replica of
-// the node failed, and in rejoin chaos, after an etcd pause lapsed every
-// node at once, every live copy of several partitions failed together.
+// lease, meanwhile a new process of a node holding replicas with it
+// writes without a feed to it. Only the replicas of the partitions that
+// process wrote missed anything; it says which when its feed opens
+// (wire.Hello.Missed). Before, every replica of the node failed, and in
+// rejoin chaos, after an etcd pause lapsed every node at once, every live
+// copy of several partitions failed together. (The writer holds a replica
+// of what it writes: a node that holds none forwards its calls to one
+// that does, docs/DESIGN.md "Sequencers per partition".)
 func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 	const ttl = 2 * time.Second
-	const parts = 3
-	cfg := layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}
-	c, px := newClusterN2ViaProxy(t, cfg, ttl)
+	const parts = 6
+	const replicas = 3
+	cfg := layout.Config{Partitions: parts, Replicas: replicas, Tables: []layout.Table{layout.KV()}}
+	c, px := newClusterNViaProxy(t, 4, cfg, ttl, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	reps, err := supervise.Replicas(ctx, c.admin)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	onN2 := map[uint32]bool{}
+	onN2, onN4 := map[uint32]bool{}, map[uint32]bool{}
 	for _, r := range reps {
-		if r.Node == "n2" {
+		switch r.Node {
+		case "n2":
 			onN2[r.Partition] = true
+		case "n4":
+			onN4[r.Partition] = true
 		}
 	}
 	var missP, keepP, otherP = -1, -1, -1
 	for p := range parts {
 		switch {
-		case onN2[uint32(p)] && missP < 0:
+		case onN2[uint32(p)] && onN4[uint32(p)] && missP < 0:
 			missP = p
-		case onN2[uint32(p)]:
+		case onN2[uint32(p)] && keepP < 0:
 			keepP = p
-		default:
+		case !onN2[uint32(p)] && onN4[uint32(p)] && otherP < 0:
 			otherP = p
 		}
 	}
 	if missP < 0 || keepP < 0 || otherP < 0 {
-		t.Fatalf("placement %v: want n2 on two of three partitions", onN2)
+		t.Fatalf("placement n2 %v, n4 %v: want a partition on both, another on n2, another on n4 and not n2", onN2, onN4)
 	}
 	keysOf := func(p, n int) []int {
 		var out []int
@@ -308,6 +321,7 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 	for i := range 300 {
 		upsert(t, cl, parts, i)
 	}
+	c.stop(4)
 	px.Freeze()
 	waitRegistered(t, c, "n2", false, 3*ttl+5*time.Second, "n2's lease to expire")
 	// Cut off, n2 may miss txns: /status says its replicas are settling.
@@ -366,13 +380,13 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 	waitUntil(t, 5*time.Second, "every replica answering n1's calls", func() bool {
 		for p := range uint32(parts) {
 			r, err := cl.call(p, partition.ProcDigest, true)
-			if err != nil || len(r.Each) != 2 {
+			if err != nil || len(r.Each) != replicas {
 				return false
 			}
 		}
 		return true
 	})
-	checkDigests(t, cl, parts, 2)
+	checkDigests(t, cl, parts, replicas)
 }
 
 // TestNoSourceBeforeLapseSettled: a node back from a lapse holds, until

@@ -116,8 +116,9 @@ func (n *Node) reconcile(v *view) {
 }
 
 // trackFeeds makes a replica created while the node runs track the
-// initiator of every feed open here, as serveFeed does for the replicas
-// it finds: a destination attempt on it then buffers their txns.
+// initiator of every feed open here that joined its partition, as the
+// join did for the replicas it found: a destination attempt on it then
+// buffers their txns.
 func (n *Node) trackFeeds(r *replica) {
 	n.feeds.mu.Lock()
 	var fs []*feedIn
@@ -126,7 +127,9 @@ func (n *Node) trackFeeds(r *replica) {
 	}
 	n.feeds.mu.Unlock()
 	for _, fi := range fs {
-		r.do(func(r *replica) { r.addInitiator(fi.in, fi.inc, fi.beat) })
+		if fi.hasJoined(r.p) {
+			r.do(func(r *replica) { r.addInitiator(fi.in, fi.inc, fi.beat) })
+		}
 	}
 }
 
