@@ -124,8 +124,15 @@
 // that holds a replica of the partition, live or not (recovery.Unfed; a
 // feed that broke to a process that lives counts, since its replicas then
 // fail); it waits up to 3 s for them (feedWait), then fails the call,
-// which was sent nowhere (docs/DESIGN.md "Feeds that open late"). It
-// answers the client once every replica that was live when the call was
+// which was sent nowhere (docs/DESIGN.md "Feeds that open late"). Only
+// the nodes holding a replica of a partition sequence it: a call of
+// another partition goes over this node's feed to one of its holders,
+// which sequences it and sends the reply back among the feed's answers
+// (forward, serveForward). And before a partition's first txn on a feed
+// the initiator joins it there (wire.Join, answered with the partition's
+// floor; joinFeed), so a replica tracks only its partition's holders and
+// one silent node stalls only the partitions it holds (docs/DESIGN.md
+// "Sequencers per partition"). It answers the client once every replica that was live when the call was
 // sequenced has executed it, so an acknowledged write is on every live
 // copy and survives the loss of any one node. A rejoining replica gets
 // the feed too (its destination buffers it) but is not waited for. When
@@ -285,8 +292,9 @@
 // pointer, copied and replaced whole on a change, so the feed's lookup
 // per txn stays one load and no lock. A new replica starts needs-rejoin,
 // as a restarted node's would: it tracks the initiator of every feed open
-// (serveFeed adds its initiator to every replica in the map; the new one
-// is published before the open feeds are read, so no feed is missed), and
+// that joined its partition (joinFeed adds the initiator to the replica
+// in the map; the new one is published before the open feeds are read,
+// so no join is missed), and
 // its feed is dropped until a destination attempt buffers it. Its rejoin
 // task opens only once every running node's record says its view holds
 // the new replica (NodeRecord.ViewRev at or past the revision the replica
