@@ -339,7 +339,7 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 	var lastErr error
 	for range pickRoundsMax {
 		c.mu.Lock()
-		closed, nodes := c.closed, holdersFirst(c.nodes, c.holders[p], c.rr.Add(1))
+		closed, nodes := c.closed, holdersFirst(c.nodes, p, c.holders[p], c.rr.Add(1))
 		c.mu.Unlock()
 		if closed {
 			return Result{}, ErrClosed
@@ -404,23 +404,26 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 	return Result{}, fmt.Errorf("%w: %s on partition %d: %w", ErrNoNode, proc, p, lastErr)
 }
 
-// holdersFirst returns nodes in the order a call tries them: the
-// partition's holders, then the others, each group rotated by start so
-// that calls spread over them.
-func holdersFirst(nodes []*node, holders []string, start uint64) []*node {
-	var in, out []*node
-	for _, n := range nodes {
-		if slices.Contains(holders, n.id) {
-			in = append(in, n)
-		} else {
-			out = append(out, n)
+// holdersFirst returns nodes in the order a call of partition p tries
+// them: its holders in layout.SequencerOrder (the node that sequences it
+// takes the call without a forward, and without a second initiator whose
+// heartbeats its replicas would wait for), then the others, rotated by
+// start so that calls spread over them.
+func holdersFirst(nodes []*node, p uint32, holders []string, start uint64) []*node {
+	order := make([]*node, 0, len(nodes))
+	for _, h := range layout.SequencerOrder(p, holders) {
+		if i := slices.IndexFunc(nodes, func(n *node) bool { return n.id == h }); i >= 0 {
+			order = append(order, nodes[i])
 		}
 	}
-	order := make([]*node, 0, len(nodes))
-	for _, g := range [][]*node{in, out} {
-		for i := range g {
-			order = append(order, g[(start+uint64(i))%uint64(len(g))])
+	var rest []*node
+	for _, n := range nodes {
+		if !slices.Contains(holders, n.id) {
+			rest = append(rest, n)
 		}
+	}
+	for i := range rest {
+		order = append(order, rest[(start+uint64(i))%uint64(len(rest))])
 	}
 	return order
 }

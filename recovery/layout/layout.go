@@ -264,3 +264,21 @@ func TableOf(s partition.Schema) Table {
 	}
 	return t
 }
+
+// SequencerOrder returns the holders of partition p (the nodes holding
+// one of its replicas, in the placement's order) in the order its calls
+// should go to them: the preferred sequencer first, holders[p mod n], then
+// the others after it. Every node and client takes the same one, so in a
+// steady cluster one initiator sequences each partition, and its replicas
+// run its txns without waiting for another initiator's heartbeat; the
+// preference spreads the partitions over their holders. Any holder may
+// sequence a partition all the same (docs/DESIGN.md "Sequencers per
+// partition"): the order only says whom to try first.
+func SequencerOrder(p uint32, holders []string) []string {
+	n := len(holders)
+	out := make([]string, 0, n)
+	for i := range n {
+		out = append(out, holders[(int(p%uint32(max(n, 1)))+i)%n])
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package layout
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/rejoin-db/rejoin/partition"
@@ -46,5 +47,17 @@ func TestValidate(t *testing.T) {
 		if err := c.Validate(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
 		}
+	}
+}
+
+func TestSequencerOrder(t *testing.T) {
+	hs := []string{"n1", "n2", "n3"}
+	for p, want := range map[uint32][]string{0: {"n1", "n2", "n3"}, 1: {"n2", "n3", "n1"}, 5: {"n3", "n1", "n2"}} {
+		if got := SequencerOrder(p, hs); !slices.Equal(got, want) {
+			t.Errorf("SequencerOrder(%d) = %v, want %v", p, got, want)
+		}
+	}
+	if got := SequencerOrder(3, nil); len(got) != 0 {
+		t.Errorf("no holders: %v", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
@@ -512,8 +513,9 @@ func (n *Node) joinFeed(fi *feedIn, p uint32) error {
 
 // serveForward sequences a call that fi's node forwarded here, as it
 // holds no replica of the call's partition, and sends the answer back on
-// the feed. The call may wait for feeds here (submit), so it is not
-// taken on the feed's reader, whose txns would wait with it.
+// the feed. A call that must wait for feeds here (submit) waits on a
+// goroutine of its own, not on the feed's reader, whose txns would wait
+// with it; the others, nearly all, are sequenced at once.
 func (n *Node) serveForward(fi *feedIn, m *wire.Call) {
 	call := *m
 	call.Params = slices.Clone(m.Params)
@@ -526,10 +528,13 @@ func (n *Node) serveForward(fi *feedIn, m *wire.Call) {
 			fi.conn.Close() // its forwards end as of unknown outcome there
 		}
 	}
+	if n.init.submitCall(&call, answer, true, false) {
+		return
+	}
 	n.fwds.Add(1)
 	go func() {
 		defer n.fwds.Done()
-		n.init.submitCall(&call, answer, true)
+		n.init.submitCall(&call, answer, true, true)
 	}()
 }
 
@@ -978,11 +983,9 @@ type initiator struct {
 	opened map[string]time.Time
 	// fwd are the calls this node forwarded to a holder of their
 	// partition and not yet answered, by the number they went out with
-	// on the feed there; fwdSeq numbers them, fwdNext spreads them over
-	// the holders.
-	fwd     map[uint64]*forward
-	fwdSeq  uint64
-	fwdNext uint64
+	// on the feed there, which fwdSeq gives.
+	fwd    map[uint64]*forward
+	fwdSeq uint64
 }
 
 // forward is a client's call forwarded to node, a holder of its
@@ -1105,18 +1108,20 @@ const feedWait = 3 * time.Second
 // up to feedWait, with the view read afresh. A call of a partition this
 // node holds no replica of goes to a node that holds one (forward).
 func (in *initiator) submit(req *wire.Call, reply func(*wire.Reply)) {
-	in.submitCall(req, reply, false)
+	in.submitCall(req, reply, false, true)
 }
 
 // submitCall is submit; forwarded says the call came forwarded from
-// another node, and is not forwarded again.
-func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forwarded bool) {
+// another node, and is not forwarded again. With wait false, a call that
+// would wait for a feed returns false at once, not counted, not
+// answered, nothing sent: the caller tries again with wait.
+func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forwarded, wait bool) bool {
 	n := in.n
 	n.lastCall.Store(time.Now().UnixNano())
 	if n.stopping.Load() {
 		reply(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s is stopping: it takes no new call (nothing was sequenced; another node takes it)", n.id),
 			Refused: wire.RefusedStopping})
-		return
+		return true
 	}
 	// Counted until answered: a graceful stop waits for it (drainCalls).
 	n.inCalls.Add(1)
@@ -1127,7 +1132,8 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 	deadline := time.Now().Add(feedWait)
 	for {
 		v := in.n.members.view()
-		if hs := v.holders(req.Partition); len(hs) > 0 && !slices.Contains(hs, n.id) {
+		hs := layout.SequencerOrder(req.Partition, v.holders(req.Partition))
+		if len(hs) > 0 && !slices.Contains(hs, n.id) {
 			// Only the nodes holding a replica of a partition sequence
 			// its txns, so its replicas wait for no other node's
 			// initiator (docs/DESIGN.md "Sequencers per partition").
@@ -1135,13 +1141,17 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 			case forwarded:
 				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s holds no replica of partition %d and sequences none of its txns; %s do: nothing was sequenced",
 					n.id, req.Partition, strings.Join(hs, ", ")), Refused: wire.RefusedNotHolder})
-				return
+				return true
 			case in.forward(hs, req, send):
-				return
+				return true
 			case !time.Now().Before(deadline) || in.n.ctx.Err() != nil:
 				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: node %s holds no replica of it and has no feed open to %s, which do, after %v: the txn was sent nowhere",
 					req.Partition, n.id, strings.Join(hs, ", "), feedWait), Refused: wire.RefusedNotReady})
-				return
+				return true
+			}
+			if !wait {
+				n.inCalls.Add(-1)
+				return false
 			}
 			select {
 			case <-time.After(10 * time.Millisecond):
@@ -1163,7 +1173,7 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 		}
 		var unfed *recovery.UnfedError
 		if err == nil {
-			return
+			return true
 		}
 		over := !time.Now().Before(deadline) || in.n.ctx.Err() != nil
 		var refused *recovery.RefusedError
@@ -1171,17 +1181,21 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 		case errors.Is(err, errViewBehind):
 			if over {
 				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v after %v: the txn was sent nowhere", err, feedWait), Refused: wire.RefusedNotReady})
-				return
+				return true
 			}
 		case errors.As(err, &refused):
 			send(&wire.Reply{Req: req.Req, Err: err.Error(), Refused: refused.Refused})
-			return
+			return true
 		case !errors.As(err, &unfed):
 			send(&wire.Reply{Req: req.Req, Err: err.Error()})
-			return
+			return true
 		case over:
 			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v (after %v)", unfed, feedWait), Refused: wire.RefusedNotReady})
-			return
+			return true
+		}
+		if !wait {
+			n.inCalls.Add(-1)
+			return false
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):
@@ -1190,17 +1204,16 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 	}
 }
 
-// forward sends req to one of hs, the holders of its partition, over
-// this node's open feed there, and reports whether it did. Its answer
-// comes back on that feed (forwarded), and goes to send with the
-// client's number; if the feed ends first, the call's outcome is unknown
-// (forwardsLost). The holders are taken in turn.
+// forward sends req to the first of hs, holders of its partition in
+// layout.SequencerOrder, that this node has an open feed to and takes for
+// alive, and reports whether it did. Its answer comes back on that feed
+// (forwarded), and goes to send with the client's number; if the feed
+// ends first, or the holder is taken for dead, the call's outcome is
+// unknown (forwardsLost).
 func (in *initiator) forward(hs []string, req *wire.Call, send func(*wire.Reply)) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.fwdNext++
-	for i := range hs {
-		h := hs[(in.fwdNext+uint64(i))%uint64(len(hs))]
+	for _, h := range hs {
 		f := in.outs[h]
 		if f == nil || h == in.n.id {
 			continue

@@ -450,3 +450,51 @@ func TestNoSourceBeforeLapseSettled(t *testing.T) {
 		}
 	}
 }
+
+// TestEtcdCutNodeStallsBriefly: n2, holding a replica of every partition,
+// is cut from etcd alone for 10 s with the default lease TTL (4 s), and
+// keeps its feeds to its peers. Its term ends after half the TTL and it
+// holds its replicas' answers, so the calls through n1 and n3, which
+// wait for every live replica, stop; they go on once n2's lease ends and
+// its record leaves their view, not at the end of the cut: the gap is
+// the TTL's second half and a view poll (docs/DESIGN.md "The way to a
+// bounded fault", step 3). The bound fails a stall for the whole cut.
+func TestEtcdCutNodeStallsBriefly(t *testing.T) {
+	const ttl = 4 * time.Second
+	const parts = 4
+	c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, nil)
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, parts)
+	var ws []*feedWriter
+	for _, id := range []int{1, 3} {
+		w := &feedWriter{node: id, cl: dialClient(t, c.nodes[id].addrs.TCP), stop: make(chan struct{}), done: make(chan struct{}), pause: 2 * time.Millisecond}
+		go w.run(parts)
+		ws = append(ws, w)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopFeedWriters(t, ws)
+		}
+	}()
+	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
+	etcdPx.Freeze()
+	frozen := time.Now()
+	time.Sleep(10 * time.Second)
+	etcdPx.Thaw()
+	thawed := time.Now()
+	for _, w := range ws {
+		w.mu.Lock()
+		gap := longestGap(w.ackedAt, frozen, thawed)
+		w.mu.Unlock()
+		t.Logf("writes through n%d in the %v of n2's cut from etcd: longest gap %v", w.node, thawed.Sub(frozen).Round(time.Millisecond), gap.Round(time.Millisecond))
+		if gap > ttl {
+			t.Errorf("writes through n%d stopped for %v while n2 was cut from etcd, want at most a TTL (%v)", w.node, gap.Round(time.Millisecond), ttl)
+		}
+	}
+	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
+	stopFeedWriters(t, ws)
+	stopped = true
+	checkAcked(t, cl, parts, ws)
+	checkDigests(t, cl, parts, 3)
+}
