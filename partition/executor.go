@@ -182,6 +182,11 @@ func (e *Executor) safe() (txnid.ID, bool) {
 	return s, ok
 }
 
+// LastFrom returns the highest ID tracked from initiator in, a txn, a
+// heartbeat or the floor it was added above; ok is false if in is not
+// tracked.
+func (e *Executor) LastFrom(in txnid.Initiator) (txnid.ID, bool) { return e.tracker.Last(in) }
+
 // SafeUpTo returns the highest txn ID the executor executed or read as
 // safe: a floor for an initiator that joins (its IDs must start above
 // it). It never goes down, though Safe() does when an initiator is

@@ -300,6 +300,16 @@ func (r *Replica) OnHeartbeat(id txnid.ID) bool {
 		r.collectDest()
 		return true
 	case r.exec != nil:
+		if last, ok := r.exec.LastFrom(id.Initiator()); ok && id <= last {
+			// A heartbeat at or below the floor the initiator was tracked
+			// from says nothing new. With joins it comes on a feed
+			// already open: one the initiator sent before it read its
+			// join's floor (docs/DESIGN.md "Sequencers per partition").
+			// Refused, it failed a live replica (.ci/run,
+			// TestCutNodeFencedByPeers: "initiator 2 sent ...c20.i2 after
+			// ...c20.i3"). A txn below it is still refused.
+			return false
+		}
 		if err := r.exec.Heartbeat(id); err != nil {
 			r.Fail(fmt.Sprintf("heartbeat %v refused: %v", id, err))
 			return false

@@ -463,3 +463,33 @@ func TestReplicaJoinerStartsAtFloor(t *testing.T) {
 		t.Fatal("the joiner's txn below its floor, above the last txn executed, was taken")
 	}
 }
+
+// TestReplicaHeartbeatBelowJoinFloor: a live replica that starts tracking
+// an initiator at its safe point (a join) may then read that initiator's
+// heartbeat sent before it learned the floor, below it. The heartbeat
+// says nothing new and is passed over; the replica stays live. Refused,
+// it failed the replica.
+func TestReplicaHeartbeatBelowJoinFloor(t *testing.T) {
+	now := txnid.EpochUnixMillis + 5000
+	g1 := testGenerator(t, 1, &now)
+	r := newTestReplica(t, true, 0)
+	r.AddInitiator(3)
+	early := g1.Next() // initiator 1's clock, before the floor below
+	g3 := testGenerator(t, 3, &now)
+	now += 10
+	if !r.OnHeartbeat(g3.Next()) {
+		t.Fatal("heartbeat of the tracked initiator refused")
+	}
+	r.Executor().Safe() // a read of the safe point, as a step with txns queued does
+	r.AddInitiator(1)   // tracked from the safe point, above early
+	if r.OnHeartbeat(early) {
+		t.Fatal("a heartbeat below the join floor was taken in")
+	}
+	if r.State() != ReplicaLive {
+		t.Fatalf("replica %v after a heartbeat below the join floor, want live", r.State())
+	}
+	now += 10
+	if !r.OnHeartbeat(g1.Next()) || r.State() != ReplicaLive {
+		t.Fatalf("a later heartbeat: state %v", r.State())
+	}
+}
