@@ -488,7 +488,7 @@ func (n *Node) joinFeed(fi *feedIn, p uint32) error {
 		return fmt.Errorf("feed: initiator %d joined partition %d of %d", fi.in, p, n.cluster.Partitions)
 	}
 	if n.gaveTail(fi) {
-		return fmt.Errorf("feed: initiator %d's process (%s) is taken for dead here: a peer's repair got its tail from here", fi.in, fi.node)
+		return fi.shutErr()
 	}
 	fi.joinMu.Lock()
 	if fi.joined == nil {
@@ -538,6 +538,11 @@ func (n *Node) serveForward(fi *feedIn, m *wire.Call) {
 	}()
 }
 
+// shutErr is what ends fi's feed once its gate shut it.
+func (fi *feedIn) shutErr() error {
+	return fmt.Errorf("feed: initiator %d's process (%s) is taken for dead here: a peer's repair got its tail from here", fi.in, fi.node)
+}
+
 // joinedSet returns a copy of the partitions joined on fi.
 func (fi *feedIn) joinedSet() map[uint32]bool {
 	fi.joinMu.Lock()
@@ -558,7 +563,7 @@ func (n *Node) takeFeedMsg(fi *feedIn, m wire.Message) error {
 	fi.gate.mu.Lock()
 	defer fi.gate.mu.Unlock()
 	if fi.gate.shut(fi) {
-		return fmt.Errorf("feed: initiator %d's process (%s) is taken for dead here: a peer's repair got its tail from here", fi.in, fi.node)
+		return fi.shutErr()
 	}
 	switch m := m.(type) {
 	case *wire.Txn:
@@ -1132,11 +1137,11 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 	deadline := time.Now().Add(feedWait)
 	for {
 		v := in.n.members.view()
-		hs := layout.SequencerOrder(req.Partition, v.holders(req.Partition))
-		if len(hs) > 0 && !slices.Contains(hs, n.id) {
+		if rps := v.placement[req.Partition]; len(rps) > 0 && !slices.ContainsFunc(rps, func(rp replicaPlace) bool { return rp.node == n.id }) {
 			// Only the nodes holding a replica of a partition sequence
 			// its txns, so its replicas wait for no other node's
 			// initiator (docs/DESIGN.md "Sequencers per partition").
+			hs := layout.SequencerOrder(req.Partition, v.holders(req.Partition))
 			switch {
 			case forwarded:
 				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s holds no replica of partition %d and sequences none of its txns; %s do: nothing was sequenced",
@@ -1149,13 +1154,8 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 					req.Partition, n.id, strings.Join(hs, ", "), feedWait), Refused: wire.RefusedNotReady})
 				return true
 			}
-			if !wait {
-				n.inCalls.Add(-1)
+			if !in.retryWait(wait) {
 				return false
-			}
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-in.n.ctx.Done():
 			}
 			continue
 		}
@@ -1193,15 +1193,25 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v (after %v)", unfed, feedWait), Refused: wire.RefusedNotReady})
 			return true
 		}
-		if !wait {
-			n.inCalls.Add(-1)
+		if !in.retryWait(wait) {
 			return false
 		}
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-in.n.ctx.Done():
-		}
 	}
+}
+
+// retryWait is submitCall's pause before it tries a call again. Without
+// wait it does not pause: it uncounts the call, which is neither sent nor
+// answered, and reports false for submitCall to return.
+func (in *initiator) retryWait(wait bool) bool {
+	if !wait {
+		in.n.inCalls.Add(-1)
+		return false
+	}
+	select {
+	case <-time.After(10 * time.Millisecond):
+	case <-in.n.ctx.Done():
+	}
+	return true
 }
 
 // forward sends req to the first of hs, holders of its partition in
@@ -1213,12 +1223,12 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 func (in *initiator) forward(hs []string, req *wire.Call, send func(*wire.Reply)) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.polled == nil {
+		return false // no view yet, so no feed either
+	}
 	for _, h := range hs {
 		f := in.outs[h]
 		if f == nil || h == in.n.id {
-			continue
-		}
-		if in.polled == nil {
 			continue
 		}
 		if _, alive := in.polled.nodes[h]; !alive {

@@ -163,9 +163,16 @@ func testFeedResets(t *testing.T, reset []int, rounds int) {
 // them once, however often it is called.
 func startFeedWriters(t *testing.T, c *cluster, parts uint32, nodes []int, pause time.Duration) ([]*feedWriter, func()) {
 	t.Helper()
+	return startFeedWritersOnly(t, c, parts, nodes, pause, nil)
+}
+
+// startFeedWritersOnly is startFeedWriters with writers kept to the
+// partitions only accepts (feedWriter.only; nil: all).
+func startFeedWritersOnly(t *testing.T, c *cluster, parts uint32, nodes []int, pause time.Duration, only func(p uint32) bool) ([]*feedWriter, func()) {
+	t.Helper()
 	ws := make([]*feedWriter, 0, len(nodes))
 	for _, id := range nodes {
-		w := &feedWriter{node: id, cl: dialClient(t, c.direct(id)), stop: make(chan struct{}), done: make(chan struct{}), pause: pause}
+		w := &feedWriter{node: id, cl: dialClient(t, c.direct(id)), stop: make(chan struct{}), done: make(chan struct{}), pause: pause, only: only}
 		go w.run(parts)
 		ws = append(ws, w)
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
-	"github.com/rejoin-db/rejoin/stream/faultnet"
 )
 
 // TestSilentNodeStallsOnlyItsPartitions: three nodes, two replicas of each
@@ -60,28 +59,11 @@ func TestSilentNodeStallsOnlyItsPartitions(t *testing.T) {
 		}
 	}
 
-	var ws []*feedWriter
-	for _, id := range []int{1, 3} {
-		w := &feedWriter{node: id, cl: dialClient(t, c.direct(id)), stop: make(chan struct{}), done: make(chan struct{}), pause: 2 * time.Millisecond,
-			only: func(p uint32) bool { return !onN2[p] }}
-		go w.run(parts)
-		ws = append(ws, w)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			stopFeedWriters(t, ws)
-		}
-	}()
+	ws, stopWriters := startFeedWritersOnly(t, c, parts, []int{1, 3}, 2*time.Millisecond, func(p uint32) bool { return !onN2[p] })
+	defer stopWriters()
 	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
 
-	cut := []*faultnet.Proxy{c.proxies[2], etcdPx}
-	for pair, px := range c.pairs {
-		if pair[0] == 2 || pair[1] == 2 {
-			cut = append(cut, px)
-		}
-	}
-	thaw := freezeAll(cut)
+	thaw := freezeAll(append(c.pathsOf(2), etcdPx))
 	defer thaw()
 	frozen := time.Now()
 	time.Sleep(3 * ttl)
@@ -98,8 +80,7 @@ func TestSilentNodeStallsOnlyItsPartitions(t *testing.T) {
 		}
 	}
 	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
-	stopFeedWriters(t, ws)
-	stopped = true
+	stopWriters()
 	checkAcked(t, cl, parts, ws)
 	checkDigests(t, cl, parts, 2)
 }

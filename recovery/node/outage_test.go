@@ -465,18 +465,8 @@ func TestEtcdCutNodeStallsBriefly(t *testing.T) {
 	c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, nil)
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, parts)
-	var ws []*feedWriter
-	for _, id := range []int{1, 3} {
-		w := &feedWriter{node: id, cl: dialClient(t, c.nodes[id].addrs.TCP), stop: make(chan struct{}), done: make(chan struct{}), pause: 2 * time.Millisecond}
-		go w.run(parts)
-		ws = append(ws, w)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			stopFeedWriters(t, ws)
-		}
-	}()
+	ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)
+	defer stopWriters()
 	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
 	etcdPx.Freeze()
 	frozen := time.Now()
@@ -493,8 +483,7 @@ func TestEtcdCutNodeStallsBriefly(t *testing.T) {
 		}
 	}
 	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
-	stopFeedWriters(t, ws)
-	stopped = true
+	stopWriters()
 	checkAcked(t, cl, parts, ws)
 	checkDigests(t, cl, parts, 3)
 }

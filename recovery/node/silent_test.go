@@ -81,14 +81,9 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 	// Every path of n2's: to etcd (if cutEtcd), what it dials, what
 	// dials it (the pairs), and its advertised proxy, which nothing
 	// should dial. n1 and n3 reach each other and etcd untouched.
-	cut := []*faultnet.Proxy{c.proxies[2]}
+	cut := c.pathsOf(2)
 	if cutEtcd {
 		cut = append(cut, etcdPx)
-	}
-	for pair, px := range c.pairs {
-		if pair[0] == 2 || pair[1] == 2 {
-			cut = append(cut, px)
-		}
 	}
 	// A test that fails mid-silence thaws before the nodes stop, which
 	// n2 would otherwise do without its etcd.
@@ -260,6 +255,19 @@ func serviceBack(at []time.Time, from, to time.Time, steady time.Duration) time.
 }
 
 // freezeAll freezes every proxy of pxs and returns what thaws them all.
+// pathsOf returns the proxies of every path of node id's to and from its
+// peers: its advertised proxy, and each pair's that it is one end of
+// (cluster.proxied and pairProxied).
+func (c *cluster) pathsOf(id int) []*faultnet.Proxy {
+	pxs := []*faultnet.Proxy{c.proxies[id]}
+	for pair, px := range c.pairs {
+		if pair[0] == id || pair[1] == id {
+			pxs = append(pxs, px)
+		}
+	}
+	return pxs
+}
+
 func freezeAll(pxs []*faultnet.Proxy) (thaw func()) {
 	for _, px := range pxs {
 		px.Freeze()
