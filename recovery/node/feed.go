@@ -982,15 +982,23 @@ type initiator struct {
 	iv           *recovery.InitiatorView
 	// dials are the goroutines of the feeds out.
 	dials sync.WaitGroup
-	// opened is when each node's feed last opened or resumed: a fenced
-	// process registers again only with a feed opened since it saw its
-	// fence to every live node (mayRegister).
-	opened map[string]time.Time
+	// opened is when each node's feed last opened or resumed, and
+	// whether that open was answered wire.Fenced: a fenced process
+	// registers again only with feeds that opened after their nodes took
+	// it for dead (mayRegister).
+	opened map[string]feedOpened
 	// fwd are the calls this node forwarded to a holder of their
 	// partition and not yet answered, by the number they went out with
 	// on the feed there, which fwdSeq gives.
 	fwd    map[uint64]*forward
 	fwdSeq uint64
+}
+
+// feedOpened is when a feed out opened, and whether its node answered
+// the open wire.Fenced: it had taken this process for dead by then.
+type feedOpened struct {
+	at     time.Time
+	fenced bool
 }
 
 // forward is a client's call forwarded to node, a holder of its
@@ -1508,9 +1516,9 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	in.mu.Lock()
 	in.outs[node] = f
 	if in.opened == nil {
-		in.opened = map[string]time.Time{}
+		in.opened = map[string]feedOpened{}
 	}
-	in.opened[node] = time.Now()
+	in.opened[node] = feedOpened{at: time.Now(), fenced: fenced != nil}
 	if resumed {
 		in.core.FeedResumed(node, floor)
 	} else {

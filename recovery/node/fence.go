@@ -268,10 +268,18 @@ func (m *members) fenced(node string) bool {
 }
 
 // mayRegister is the registration's gate (supervise.NodeOptions): a
-// process fenced registers again only once its initiator has a feed,
-// opened since its last term ended, to a majority of the other nodes
-// alive, each of which then answered it wire.Fenced or took it up. Registered sooner, the
-// others would wait for its replicas again while it cannot reach them.
+// process fenced registers again only once its initiator has a feed to a
+// majority of the other nodes alive that opened after the node took it
+// for dead: one that node answered wire.Fenced during the last term or
+// since, or one opened since the last term ended (a node that saw the
+// fence before the feed closed takes the process in without Fenced).
+// Registered sooner, the others would wait for its replicas again while
+// it cannot reach them. Counting only the feeds opened since the term
+// ended, a process cut from its peers and etcd that came back to its
+// peers, answered Fenced by each, before its own lease window ran out
+// never counted them, as nothing reopened them again, and never
+// registered (rejoin chaos --net-faults on --seed 175139113;
+// TestFencedBeforeItsTermEnded).
 // A majority and not all: a node fenced and then cut from one peer that
 // is cut from the rest as well waited for it, and its reports, which
 // count only once it is registered, were the ones missing to fence that
@@ -291,12 +299,11 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	// or will be closed when it does. (Counted from when the fence was
 	// first seen, the feeds a paused process redialled as it woke were
 	// not, and it waited 9 s for feeds to open again: chaos seed 5511.)
-	since := prev.Ended()
 	v := n.members.view()
 	if n.init == nil || v == nil {
 		return fmt.Errorf("node %s fenced by its peers: its feeds are not up yet", n.id)
 	}
-	unfed, others := n.init.unfed(v, since)
+	unfed, others := n.init.unfed(v, prev.Ended(), prev.Began())
 	if fed := others - len(unfed); others > 0 && 2*fed <= others {
 		slices.Sort(unfed)
 		return fmt.Errorf("node %s fenced by its peers (%s's transaction): feeds opened since to %d of %d live nodes, not a majority (none to %v)", n.id, f.By, fed, others, unfed)
@@ -309,9 +316,10 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 }
 
 // unfed lists the nodes alive in v, this one aside, that the initiator
-// has no feed open to, or none opened since since (zero: any); others
-// counts the nodes alive in v, this one aside.
-func (in *initiator) unfed(v *view, since time.Time) (unfed []string, others int) {
+// has no feed open to, or none opened since since or answered
+// wire.Fenced at an open since fencedSince (zero times: any feed open
+// counts); others counts the nodes alive in v, this one aside.
+func (in *initiator) unfed(v *view, since, fencedSince time.Time) (unfed []string, others int) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for node := range v.nodes {
@@ -319,7 +327,8 @@ func (in *initiator) unfed(v *view, since time.Time) (unfed []string, others int
 			continue
 		}
 		others++
-		if !in.core.Fed(node) || in.opened[node].Before(since) {
+		o := in.opened[node]
+		if !in.core.Fed(node) || o.at.Before(since) && !(o.fenced && !o.at.Before(fencedSince)) {
 			unfed = append(unfed, node)
 		}
 	}

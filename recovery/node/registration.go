@@ -198,7 +198,7 @@ func (n *Node) settleFeedsOut(ctx context.Context) bool {
 	deadline := time.Now().Add(missedWait)
 	for {
 		v := n.members.view()
-		unfed, _ := n.init.unfed(v, time.Time{})
+		unfed, _ := n.init.unfed(v, time.Time{}, time.Time{})
 		if len(unfed) == 0 {
 			return true
 		}

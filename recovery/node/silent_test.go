@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream/faultnet"
 )
 
@@ -211,6 +213,75 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 		t.Fatalf("n2 exited: %v", err)
 	default:
 	}
+}
+
+// TestFencedBeforeItsTermEnded: n2 is cut from its peers and etcd; its
+// peers fence it, and the cut between them heals while n2 still cannot
+// reach etcd, so its feeds open again, each answered wire.Fenced, before
+// its own lease window runs out and ends its term. Once etcd answers, n2
+// must register again: its peers took it for dead before those feeds
+// opened. Its gate counted only the feeds opened after its term ended,
+// and nothing opened these again, so n2 never registered (rejoin chaos
+// --net-faults on --seed 175139113: 2 minutes unregistered after the
+// heal, five replicas left needing a rejoin).
+func TestFencedBeforeItsTermEnded(t *testing.T) {
+	// A window (TTL/2) of 6 s leaves the fence (1.5 s of silence, a
+	// report, the transaction) and the feeds' redial seconds to happen
+	// in before n2's term ends.
+	const ttl = 12 * time.Second
+	const parts = 2
+	var logs logCatch
+	c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+		c.onLog = func(id int, r slog.Record) {
+			switch {
+			case id != 2:
+			case r.Message == "fenced by a node that took this process for dead":
+				logs.add("fences", id, r)
+			case strings.HasPrefix(r.Message, "supervise: node lost its registration"):
+				logs.add("lost", id, r)
+			}
+		}
+	})
+	cl := dialClient(t, c.direct(1))
+	waitWritable(t, cl, parts)
+	for i := range 200 {
+		upsert(t, cl, parts, i)
+	}
+
+	thawEtcd := freezeAll([]*faultnet.Proxy{etcdPx})
+	defer thawEtcd()
+	thawPeers := freezeAll(c.pathsOf(2))
+	defer thawPeers()
+	waitUntil(t, 15*time.Second, "n2's fence in etcd", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, ok, err := supervise.ReadFence(ctx, c.admin, "n2")
+		return err == nil && ok
+	})
+	thawPeers()
+	waitUntil(t, 15*time.Second, "n2's feeds to n1 and n3 answered Fenced", func() bool {
+		got := map[string]bool{}
+		for _, f := range logs.seen("fences") {
+			for _, peer := range []string{"n1", "n3"} {
+				if strings.Contains(f, fmt.Sprintf("node=%q", peer)) {
+					got[peer] = true
+				}
+			}
+		}
+		return len(got) == 2
+	})
+	if lost := logs.seen("lost"); len(lost) > 0 {
+		t.Fatalf("n2's term ended before its feeds were answered Fenced, which this test is not about: %v", lost)
+	}
+	waitUntil(t, 2*ttl, "n2's term to end, etcd unreachable for a window", func() bool { return len(logs.seen("lost")) > 0 })
+	thawEtcd()
+	waitRegistered(t, c, "n2", true, 20*time.Second, "n2 registered again")
+	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
+	for i := 200; i < 400; i++ {
+		upsert(t, cl, parts, i)
+	}
+	checkDigests(t, cl, parts, 3)
 }
 
 // longestGap is the longest time in [from, to] without an entry of at

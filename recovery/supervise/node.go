@@ -151,6 +151,10 @@ func (t *Term) Ended() time.Time {
 	return time.Time{}
 }
 
+// Began is the send time of the write or read that showed the term's
+// record standing at its start.
+func (t *Term) Began() time.Time { return t.since }
+
 // Context is cancelled when the term ends.
 func (t *Term) Context() context.Context { return t.ctx }
 
