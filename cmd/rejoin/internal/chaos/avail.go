@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -15,19 +17,51 @@ import (
 // between two of its replicas' nodes or between one and etcd, or it
 // killed or stopped one; else "unfaulted", and the partition should not
 // have noticed.
+//
+// An etcd pause is no node's fault: every node loses its coordinator at
+// once, and one longer than half a TTL ends every node's registration,
+// so none sequences a call until etcd is back (docs/DESIGN.md "The way to
+// a bounded fault"). Its span, and EtcdResumeAllowance after it, counts
+// apart (MaxGapEtcd); the rest of a gap over it counts as any other gap,
+// so service slow to come back after etcd does still counts.
 type Availability struct {
 	// MaxGapFaulted and MaxGapUnfaulted are the longest gaps of each kind
 	// over the partitions, in seconds (0: none of that kind).
 	MaxGapFaulted   float64 `json:"max_gap_faulted_s"`
 	MaxGapUnfaulted float64 `json:"max_gap_unfaulted_s"`
+	// MaxGapEtcd is the longest gap, whole, that overlapped an etcd pause
+	// or the allowance after it.
+	MaxGapEtcd float64 `json:"max_gap_etcd_pause_s"`
 	// Worst names the partition and the span of each longest gap.
 	WorstFaulted   *Gap `json:"worst_faulted,omitempty"`
 	WorstUnfaulted *Gap `json:"worst_unfaulted,omitempty"`
+	WorstEtcd      *Gap `json:"worst_etcd_pause,omitempty"`
+	// Over lists the gaps past the bound of their kind (GapBoundFaulted,
+	// GapBoundUnfaulted), longest first, at most overMax, each with the
+	// faults over it: what a run's bounds would fail on, and why.
+	Over []GapOver `json:"over,omitempty"`
 	// Partitions has every partition's figures.
 	Partitions []PartitionAvailability `json:"partitions,omitempty"`
 	// Windows is how many fault windows were measured against.
 	Windows int `json:"windows"`
 }
+
+// GapOver is a gap past its bound and the faults over it, each as
+// "action +start..+end" (seconds from the workloads' start), marked
+// "(hit)" when it hit the partition.
+type GapOver struct {
+	Gap
+	Faulted bool     `json:"faulted"`
+	Faults  []string `json:"faults"`
+}
+
+// overMax bounds Availability.Over.
+const overMax = 20
+
+// EtcdResumeAllowance is how long after an etcd pause a gap still counts
+// as the pause's: a node tries to register again every quarter window
+// (half a second at the default TTL) and then settles its lapse.
+const EtcdResumeAllowance = time.Second
 
 // PartitionAvailability is one partition's successful ops and its
 // longest gaps, in seconds.
@@ -36,6 +70,7 @@ type PartitionAvailability struct {
 	OKOps           int     `json:"ok_ops"`
 	MaxGapFaulted   float64 `json:"max_gap_faulted_s"`
 	MaxGapUnfaulted float64 `json:"max_gap_unfaulted_s"`
+	MaxGapEtcd      float64 `json:"max_gap_etcd_pause_s"`
 }
 
 // Gap is a span without a successful op of Partition, in seconds from
@@ -70,37 +105,99 @@ func (w Window) measured() bool {
 // partition that never answered again counts to the end.
 func availability(done map[uint32][]time.Duration, partitions uint32, windows []Window, end time.Duration) Availability {
 	a := Availability{Windows: len(windows)}
+	var etcd []span
+	for _, w := range windows {
+		if w.Action == ActPauseEtcd {
+			etcd = append(etcd, span{w.Start, w.End + EtcdResumeAllowance})
+		}
+	}
 	for p := range partitions {
 		ts := slices.Clone(done[p])
 		slices.Sort(ts)
 		pa := PartitionAvailability{Partition: p, OKOps: len(ts)}
 		ts = append(append([]time.Duration{0}, ts...), end)
 		for i := 1; i < len(ts); i++ {
-			from, to := ts[i-1], ts[i]
-			counted, faulted := false, false
-			for _, w := range windows {
-				if from >= w.End || to <= w.Start {
-					continue
+			gap := span{ts[i-1], ts[i]}
+			pieces := gap.minus(etcd)
+			if len(pieces) != 1 || pieces[0] != gap {
+				g := Gap{Partition: p, From: gap.from.Seconds(), To: gap.to.Seconds()}
+				pa.MaxGapEtcd = maxf(pa.MaxGapEtcd, g.seconds())
+				if g.seconds() > a.MaxGapEtcd {
+					a.MaxGapEtcd, a.WorstEtcd = g.seconds(), &g
 				}
-				counted = counted || w.measured()
-				faulted = faulted || slices.Contains(w.Hit, p)
 			}
-			if !counted {
-				continue
-			}
-			g := Gap{Partition: p, From: from.Seconds(), To: to.Seconds()}
-			max, worst, pmax := &a.MaxGapUnfaulted, &a.WorstUnfaulted, &pa.MaxGapUnfaulted
-			if faulted {
-				max, worst, pmax = &a.MaxGapFaulted, &a.WorstFaulted, &pa.MaxGapFaulted
-			}
-			*pmax = maxf(*pmax, g.seconds())
-			if g.seconds() > *max {
-				*max, *worst = g.seconds(), &g
+			for _, piece := range pieces {
+				a.measure(&pa, p, piece, windows)
 			}
 		}
 		a.Partitions = append(a.Partitions, pa)
 	}
+	slices.SortStableFunc(a.Over, func(x, y GapOver) int { return cmp.Compare(y.seconds(), x.seconds()) })
+	if len(a.Over) > overMax {
+		a.Over = a.Over[:overMax]
+	}
 	return a
+}
+
+// measure counts the gap g of partition p (pa's) if a measured window
+// overlaps it.
+func (a *Availability) measure(pa *PartitionAvailability, p uint32, g span, windows []Window) {
+	counted, faulted := false, false
+	var faults []string
+	for _, w := range windows {
+		if g.from >= w.End || g.to <= w.Start {
+			continue
+		}
+		counted = counted || w.measured()
+		hit := slices.Contains(w.Hit, p)
+		faulted = faulted || hit
+		f := fmt.Sprintf("%s +%.2fs..+%.2fs", w.Action, w.Start.Seconds(), w.End.Seconds())
+		if hit {
+			f += " (hit)"
+		}
+		faults = append(faults, f)
+	}
+	if !counted {
+		return
+	}
+	gap := Gap{Partition: p, From: g.from.Seconds(), To: g.to.Seconds()}
+	max, worst, pmax, bound := &a.MaxGapUnfaulted, &a.WorstUnfaulted, &pa.MaxGapUnfaulted, GapBoundUnfaulted
+	if faulted {
+		max, worst, pmax, bound = &a.MaxGapFaulted, &a.WorstFaulted, &pa.MaxGapFaulted, GapBoundFaulted
+	}
+	*pmax = maxf(*pmax, gap.seconds())
+	if gap.seconds() > *max {
+		*max, *worst = gap.seconds(), &gap
+	}
+	if g.to-g.from > bound {
+		a.Over = append(a.Over, GapOver{Gap: gap, Faulted: faulted, Faults: faults})
+	}
+}
+
+// span is [from, to) from the workloads' start.
+type span struct{ from, to time.Duration }
+
+// minus is s without the spans cut (in any order, overlapping or not):
+// the pieces left, in order; s itself when cut misses it.
+func (s span) minus(cut []span) []span {
+	out := []span{s}
+	for _, c := range cut {
+		var next []span
+		for _, o := range out {
+			if c.to <= o.from || c.from >= o.to {
+				next = append(next, o)
+				continue
+			}
+			if o.from < c.from {
+				next = append(next, span{o.from, c.from})
+			}
+			if c.to < o.to {
+				next = append(next, span{c.to, o.to})
+			}
+		}
+		out = next
+	}
+	return out
 }
 
 func maxf(a, b float64) float64 {

@@ -1,7 +1,10 @@
 package chaos
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,20 +21,25 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 
 // TestAvailability: gaps count only over network and pause windows; a
 // gap is faulted if a window over it (a kill's too) hit the partition;
-// the workload's end closes the last gap.
+// the workload's end closes the last gap; a gap over an etcd pause or
+// the allowance after it counts apart, and only its pieces outside them
+// count as faulted or unfaulted.
 func TestAvailability(t *testing.T) {
 	done := map[uint32][]time.Duration{
 		// Partition 0: a stall of 4.8 s over a net fault that hit it, ops
-		// every 0.3 s at most through the etcd pause.
+		// every 0.3 s at most through the etcd pause but one 0.7 s gap.
 		0: secs(0.1, 0.2, 5.0, 5.1, 7.9, 8.1, 8.3, 8.6, 8.9, 9.2, 9.9),
 		// Partition 1: a 1.4 s gap over the same fault, which did not hit
 		// it, and a 2.9 s gap outside every window (not counted).
 		1: secs(0.1, 1.5, 2.3, 3.1, 6.0, 8.0, 8.4, 8.8, 9.1),
 		// Partition 2: 1 s gaps during the net fault that hit it; nothing
 		// after 7 s, over an etcd pause from 8 s (hit none) and a kill
-		// hitting it from 8.5 s: faulted, to the end.
+		// hitting it from 8.5 s: the etcd pause's to the end, and its
+		// piece before the pause is over no measured window.
 		2: secs(0.05, 1, 2, 3, 4, 5, 6, 7),
-		// Partition 3: no op at all, no window hit it: the whole run.
+		// Partition 3: no op at all, no window hit it: the whole run is
+		// the etcd pause's, and its 8 s before it over the net fault
+		// count unfaulted.
 	}
 	windows := []Window{
 		{Action: ActNetPeers, Start: 1 * time.Second, End: 3 * time.Second, Hit: []uint32{0, 2}},
@@ -40,25 +48,45 @@ func TestAvailability(t *testing.T) {
 	}
 	a := availability(done, 4, windows, 10*time.Second)
 	want := []PartitionAvailability{
-		{Partition: 0, OKOps: 11, MaxGapFaulted: 4.8, MaxGapUnfaulted: 0.3},
-		{Partition: 1, OKOps: 9, MaxGapUnfaulted: 1.4},
-		{Partition: 2, OKOps: 8, MaxGapFaulted: 3},
-		{Partition: 3, OKOps: 0, MaxGapUnfaulted: 10},
+		{Partition: 0, OKOps: 11, MaxGapFaulted: 4.8, MaxGapUnfaulted: 0, MaxGapEtcd: 0.7},
+		{Partition: 1, OKOps: 9, MaxGapUnfaulted: 1.4, MaxGapEtcd: 0.9},
+		{Partition: 2, OKOps: 8, MaxGapFaulted: 1, MaxGapEtcd: 3},
+		{Partition: 3, OKOps: 0, MaxGapUnfaulted: 8, MaxGapEtcd: 10},
 	}
 	if len(a.Partitions) != len(want) {
 		t.Fatalf("partitions %+v", a.Partitions)
 	}
 	for i, w := range want {
 		g := a.Partitions[i]
-		if g.Partition != w.Partition || g.OKOps != w.OKOps || !near(g.MaxGapFaulted, w.MaxGapFaulted) || !near(g.MaxGapUnfaulted, w.MaxGapUnfaulted) {
+		if g.Partition != w.Partition || g.OKOps != w.OKOps || !near(g.MaxGapFaulted, w.MaxGapFaulted) || !near(g.MaxGapUnfaulted, w.MaxGapUnfaulted) || !near(g.MaxGapEtcd, w.MaxGapEtcd) {
 			t.Errorf("partition %d: %+v, want %+v", i, g, w)
 		}
 	}
 	if !near(a.MaxGapFaulted, 4.8) || a.WorstFaulted == nil || a.WorstFaulted.Partition != 0 || !near(a.WorstFaulted.From, 0.2) || !near(a.WorstFaulted.To, 5) {
 		t.Errorf("faulted: %v %+v", a.MaxGapFaulted, a.WorstFaulted)
 	}
-	if !near(a.MaxGapUnfaulted, 10) || a.WorstUnfaulted == nil || a.WorstUnfaulted.Partition != 3 {
+	if !near(a.MaxGapUnfaulted, 8) || a.WorstUnfaulted == nil || a.WorstUnfaulted.Partition != 3 || !near(a.WorstUnfaulted.To, 8) {
 		t.Errorf("unfaulted: %v %+v", a.MaxGapUnfaulted, a.WorstUnfaulted)
+	}
+	if !near(a.MaxGapEtcd, 10) || a.WorstEtcd == nil || a.WorstEtcd.Partition != 3 {
+		t.Errorf("etcd pause: %v %+v", a.MaxGapEtcd, a.WorstEtcd)
+	}
+	// Past the bounds, longest first: partition 3's 8 s, partition 0's
+	// 4.8 s (hit, under the net fault), partition 1's 1.4 s and two
+	// 0.8 s; partition 2's 1 s gaps (hit: bound 3 s) are within.
+	var over []string
+	for _, g := range a.Over {
+		over = append(over, fmt.Sprintf("%d %.1f %v %v", g.Partition, g.seconds(), g.Faulted, g.Faults))
+	}
+	wantOver := []string{
+		"3 8.0 false [net-peers +1.00s..+3.00s]",
+		"0 4.8 true [net-peers +1.00s..+3.00s (hit)]",
+		"1 1.4 false [net-peers +1.00s..+3.00s]",
+		"1 0.8 false [net-peers +1.00s..+3.00s]",
+		"1 0.8 false [net-peers +1.00s..+3.00s]",
+	}
+	if !slices.Equal(over, wantOver) {
+		t.Errorf("over the bounds:\n%s\nwant\n%s", strings.Join(over, "\n"), strings.Join(wantOver, "\n"))
 	}
 	if a.Windows != 3 {
 		t.Errorf("windows %d", a.Windows)

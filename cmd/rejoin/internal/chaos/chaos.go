@@ -585,6 +585,16 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		}
 	}
 	defer stopWriter()
+	probeLanes, err := openLanes(ctx, r.cli, r.tls, cfg.Nodes, done)
+	if err != nil {
+		return err
+	}
+	defer probeLanes.close()
+	prs, err := startProbes(ctx, probeLanes, cfg.Partitions)
+	if err != nil {
+		return err
+	}
+	defer prs.stop()
 	regs := startRegisters(ctx, regLanes, cfg.Registers, cfg.Callers, cfg.Seed)
 	var ops []Op
 	stopRegs := func() {
@@ -593,7 +603,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		}
 	}
 	defer stopRegs()
-	r.eventf("workloads: %d callers on %d registers; volume writer %d/s by %d callers", cfg.Callers, cfg.Registers, cfg.WriteRate, cfg.Writers)
+	r.eventf("workloads: %d callers on %d registers; volume writer %d/s by %d callers; a probe of each partition every %v", cfg.Callers, cfg.Registers, cfg.WriteRate, cfg.Writers, probeEvery)
 
 	// The nemesis, for the duration.
 	ns := newNemesis(ctx, r.nodes, etcd, r.cli, cfg.Nodes, r.eventf, func(id int, err error) {
@@ -647,6 +657,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 		r.sum.LiveSeconds = time.Since(healed).Seconds()
 		r.eventf("every replica live %.1f s after the heal", r.sum.LiveSeconds)
 	}
+	prs.stop()
 	stopRegs()
 	stopWriter()
 	end := time.Now()
@@ -892,6 +903,18 @@ func (r *run) print(out io.Writer, s Summary) error {
 		w.printf("  availability: longest gap without a successful op, during network and pause faults; %s:\n", bounds)
 		w.printf("    partitions with a faulted replica:    %6.2f s%s\n", a.MaxGapFaulted, gapWhere(a.WorstFaulted))
 		w.printf("    partitions without a faulted replica: %6.2f s%s\n", a.MaxGapUnfaulted, gapWhere(a.WorstUnfaulted))
+		w.printf("    over an etcd pause (every node's coordinator at once; not bounded): %.2f s%s\n", a.MaxGapEtcd, gapWhere(a.WorstEtcd))
+		for i, g := range a.Over {
+			if i == overShown {
+				w.printf("    ... %d more past their bounds (--json lists up to %d)\n", len(a.Over)-overShown, overMax)
+				break
+			}
+			kind := "without a faulted replica"
+			if g.Faulted {
+				kind = "with a faulted replica"
+			}
+			w.printf("    past its bound: %.2f s%s, %s, over %s\n", g.seconds(), gapWhere(&g.Gap), kind, strings.Join(g.Faults, "; "))
+		}
 	}
 	if k := s.FailingKey; k != nil {
 		lo, hi := 0, min(len(k.History), historyLinesMax)
@@ -928,6 +951,9 @@ func (r *run) print(out io.Writer, s Summary) error {
 }
 
 // gapWhere says where a longest gap was.
+// overShown bounds the gaps past their bounds the text summary lists.
+const overShown = 8
+
 func gapWhere(g *Gap) string {
 	if g == nil {
 		return ""
