@@ -24,18 +24,30 @@ import (
 // a bounded fault"). Its span, and EtcdResumeAllowance after it, counts
 // apart (MaxGapEtcd); the rest of a gap over it counts as any other gap,
 // so service slow to come back after etcd does still counts.
+//
+// So does a span in which faults overlap on more nodes than a majority
+// of the others can fence (more than (nodes-1)/2 of them killed,
+// stopped or cut off at once): a node is taken for dead only on the word
+// of a majority of the others (DESIGN "Fencing by the peers' word"), so
+// a partition that waits for one of them waits until enough come back
+// (MaxGapBeyond). What follows such a span counts as any gap, from its
+// end: the cluster back within what it tolerates must serve within the
+// bounds.
 type Availability struct {
 	// MaxGapFaulted and MaxGapUnfaulted are the longest gaps of each kind
 	// over the partitions, in seconds (0: none of that kind).
 	MaxGapFaulted   float64 `json:"max_gap_faulted_s"`
 	MaxGapUnfaulted float64 `json:"max_gap_unfaulted_s"`
 	// MaxGapEtcd is the longest gap, whole, that overlapped an etcd pause
-	// or the allowance after it.
-	MaxGapEtcd float64 `json:"max_gap_etcd_pause_s"`
+	// or the allowance after it; MaxGapBeyond the longest that overlapped
+	// faults on more nodes than the cluster tolerates at once.
+	MaxGapEtcd   float64 `json:"max_gap_etcd_pause_s"`
+	MaxGapBeyond float64 `json:"max_gap_beyond_tolerance_s"`
 	// Worst names the partition and the span of each longest gap.
 	WorstFaulted   *Gap `json:"worst_faulted,omitempty"`
 	WorstUnfaulted *Gap `json:"worst_unfaulted,omitempty"`
 	WorstEtcd      *Gap `json:"worst_etcd_pause,omitempty"`
+	WorstBeyond    *Gap `json:"worst_beyond_tolerance,omitempty"`
 	// Over lists the gaps past the bound of their kind (GapBoundFaulted,
 	// GapBoundUnfaulted), longest first, at most overMax, each with the
 	// faults over it: what a run's bounds would fail on, and why.
@@ -71,6 +83,7 @@ type PartitionAvailability struct {
 	MaxGapFaulted   float64 `json:"max_gap_faulted_s"`
 	MaxGapUnfaulted float64 `json:"max_gap_unfaulted_s"`
 	MaxGapEtcd      float64 `json:"max_gap_etcd_pause_s"`
+	MaxGapBeyond    float64 `json:"max_gap_beyond_tolerance_s"`
 }
 
 // Gap is a span without a successful op of Partition, in seconds from
@@ -89,6 +102,8 @@ type Window struct {
 	Action     Action
 	Start, End time.Duration
 	Hit        []uint32
+	// Nodes are the nodes it faults: killed, stopped, or cut off (Step.CutOff).
+	Nodes []int
 }
 
 // measured reports whether a gap over w counts: the faults that should
@@ -103,7 +118,7 @@ func (w Window) measured() bool {
 // any order) and the fault windows, over a workload that ran until end:
 // the workload's start and end bound the first and last gaps, so a
 // partition that never answered again counts to the end.
-func availability(done map[uint32][]time.Duration, partitions uint32, windows []Window, end time.Duration) Availability {
+func availability(done map[uint32][]time.Duration, partitions uint32, nodes int, windows []Window, end time.Duration) Availability {
 	a := Availability{Windows: len(windows)}
 	var etcd []span
 	for _, w := range windows {
@@ -111,6 +126,7 @@ func availability(done map[uint32][]time.Duration, partitions uint32, windows []
 			etcd = append(etcd, span{w.Start, w.End + EtcdResumeAllowance})
 		}
 	}
+	beyond := beyondTolerance(windows, (nodes-1)/2)
 	for p := range partitions {
 		ts := slices.Clone(done[p])
 		slices.Sort(ts)
@@ -118,15 +134,20 @@ func availability(done map[uint32][]time.Duration, partitions uint32, windows []
 		ts = append(append([]time.Duration{0}, ts...), end)
 		for i := 1; i < len(ts); i++ {
 			gap := span{ts[i-1], ts[i]}
-			pieces := gap.minus(etcd)
-			if len(pieces) != 1 || pieces[0] != gap {
-				g := Gap{Partition: p, From: gap.from.Seconds(), To: gap.to.Seconds()}
+			g := Gap{Partition: p, From: gap.from.Seconds(), To: gap.to.Seconds()}
+			if gap.overlaps(etcd) {
 				pa.MaxGapEtcd = maxf(pa.MaxGapEtcd, g.seconds())
 				if g.seconds() > a.MaxGapEtcd {
 					a.MaxGapEtcd, a.WorstEtcd = g.seconds(), &g
 				}
 			}
-			for _, piece := range pieces {
+			if gap.overlaps(beyond) {
+				pa.MaxGapBeyond = maxf(pa.MaxGapBeyond, g.seconds())
+				if g.seconds() > a.MaxGapBeyond {
+					a.MaxGapBeyond, a.WorstBeyond = g.seconds(), &g
+				}
+			}
+			for _, piece := range gap.minus(append(slices.Clone(etcd), beyond...)) {
 				a.measure(&pa, p, piece, windows)
 			}
 		}
@@ -137,6 +158,40 @@ func availability(done map[uint32][]time.Duration, partitions uint32, windows []
 		a.Over = a.Over[:overMax]
 	}
 	return a
+}
+
+// beyondTolerance returns the spans in which the windows fault more
+// than tolerated nodes at once.
+func beyondTolerance(windows []Window, tolerated int) []span {
+	var cuts []time.Duration
+	for _, w := range windows {
+		if len(w.Nodes) > 0 {
+			cuts = append(cuts, w.Start, w.End)
+		}
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	var out []span
+	for i := 1; i < len(cuts); i++ {
+		s := span{cuts[i-1], cuts[i]}
+		faulted := map[int]bool{}
+		for _, w := range windows {
+			if w.Start <= s.from && s.to <= w.End {
+				for _, n := range w.Nodes {
+					faulted[n] = true
+				}
+			}
+		}
+		if len(faulted) <= tolerated {
+			continue
+		}
+		if k := len(out) - 1; k >= 0 && out[k].to == s.from {
+			out[k].to = s.to
+		} else {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // measure counts the gap g of partition p (pa's) if a measured window
@@ -176,6 +231,11 @@ func (a *Availability) measure(pa *PartitionAvailability, p uint32, g span, wind
 
 // span is [from, to) from the workloads' start.
 type span struct{ from, to time.Duration }
+
+// overlaps reports whether s and one of spans share a moment.
+func (s span) overlaps(spans []span) bool {
+	return slices.ContainsFunc(spans, func(c span) bool { return c.from < s.to && s.from < c.to })
+}
 
 // minus is s without the spans cut (in any order, overlapping or not):
 // the pieces left, in order; s itself when cut misses it.

@@ -46,7 +46,7 @@ func TestAvailability(t *testing.T) {
 		{Action: ActPauseEtcd, Start: 8 * time.Second, End: 9 * time.Second},
 		{Action: ActKill, Start: 8500 * time.Millisecond, End: 11 * time.Second, Hit: []uint32{2}},
 	}
-	a := availability(done, 4, windows, 10*time.Second)
+	a := availability(done, 4, 5, windows, 10*time.Second)
 	want := []PartitionAvailability{
 		{Partition: 0, OKOps: 11, MaxGapFaulted: 4.8, MaxGapUnfaulted: 0, MaxGapEtcd: 0.7},
 		{Partition: 1, OKOps: 9, MaxGapUnfaulted: 1.4, MaxGapEtcd: 0.9},
@@ -93,14 +93,44 @@ func TestAvailability(t *testing.T) {
 	}
 
 	// Without a network or pause window nothing counts, kills or not.
-	a = availability(done, 4, windows[2:], 10*time.Second)
+	a = availability(done, 4, 5, windows[2:], 10*time.Second)
 	if a.MaxGapFaulted != 0 || a.MaxGapUnfaulted != 0 || a.WorstFaulted != nil {
 		t.Errorf("a kill alone counted: %+v", a)
 	}
 	// A stop counts as a pause.
-	a = availability(map[uint32][]time.Duration{0: secs(1, 4)}, 1, []Window{{Action: ActStop, Start: 2 * time.Second, End: 3 * time.Second, Hit: []uint32{0}}}, 5*time.Second)
+	a = availability(map[uint32][]time.Duration{0: secs(1, 4)}, 1, 5, []Window{{Action: ActStop, Start: 2 * time.Second, End: 3 * time.Second, Hit: []uint32{0}}}, 5*time.Second)
 	if !near(a.MaxGapFaulted, 3) {
 		t.Errorf("stop: %+v", a)
+	}
+}
+
+// TestAvailabilityBeyondTolerance: a span in which faults overlap on more
+// nodes than a majority of the others can fence (3 of 5 here) counts
+// apart; the pieces of a gap before and after it count as any gap.
+func TestAvailabilityBeyondTolerance(t *testing.T) {
+	windows := []Window{
+		{Action: ActKill, Start: 1 * time.Second, End: 5 * time.Second, Hit: []uint32{0}, Nodes: []int{1}},
+		{Action: ActStop, Start: 2 * time.Second, End: 6 * time.Second, Hit: []uint32{0}, Nodes: []int{2}},
+		{Action: ActNetPeers, Start: 3 * time.Second, End: 4 * time.Second, Nodes: []int{3}},
+		// The same node twice is one node.
+		{Action: ActNetEtcd, Start: 5500 * time.Millisecond, End: 7 * time.Second, Nodes: []int{2}},
+	}
+	if got := beyondTolerance(windows, 2); !slices.Equal(got, []span{{3 * time.Second, 4 * time.Second}}) {
+		t.Fatalf("beyond: %v", got)
+	}
+	// Partition 0 (hit by the kill and the stop): a gap from 2.5 to 4.6 s
+	// is 2.1 s beyond, pieces of 0.5 and 0.6 s faulted. Partition 1: a
+	// gap from 2.8 to 3.5 s, inside the span but for 0.2 s unfaulted.
+	done := map[uint32][]time.Duration{
+		0: secs(0.1, 0.5, 1, 1.5, 2, 2.5, 4.6, 5, 5.5, 6, 6.5, 7),
+		1: secs(0.1, 0.4, 0.8, 1.2, 1.6, 2, 2.4, 2.8, 3.5, 3.9, 4.3, 4.7, 5.1, 5.5, 5.9, 6.3, 6.7, 7),
+	}
+	a := availability(done, 2, 5, windows, 7*time.Second)
+	if !near(a.MaxGapBeyond, 2.1) || a.WorstBeyond == nil || a.WorstBeyond.Partition != 0 {
+		t.Errorf("beyond: %v %+v", a.MaxGapBeyond, a.WorstBeyond)
+	}
+	if !near(a.Partitions[0].MaxGapFaulted, 0.6) || !near(a.Partitions[1].MaxGapUnfaulted, 0.4) || !near(a.Partitions[1].MaxGapBeyond, 0.7) {
+		t.Errorf("partitions: %+v", a.Partitions)
 	}
 }
 

@@ -751,7 +751,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 // availability measures the gaps (Availability) and, with the bounds,
 // fails the run for those past them.
 func (r *run) availability(windows []Window, done *completions, end time.Duration) {
-	av := availability(done.snapshot(), r.cfg.Partitions, windows, end)
+	av := availability(done.snapshot(), r.cfg.Partitions, r.cfg.Nodes, windows, end)
 	r.mu.Lock()
 	r.sum.Availability = &av
 	r.mu.Unlock()
@@ -904,6 +904,7 @@ func (r *run) print(out io.Writer, s Summary) error {
 		w.printf("    partitions with a faulted replica:    %6.2f s%s\n", a.MaxGapFaulted, gapWhere(a.WorstFaulted))
 		w.printf("    partitions without a faulted replica: %6.2f s%s\n", a.MaxGapUnfaulted, gapWhere(a.WorstUnfaulted))
 		w.printf("    over an etcd pause (every node's coordinator at once; not bounded): %.2f s%s\n", a.MaxGapEtcd, gapWhere(a.WorstEtcd))
+		w.printf("    over faults on more nodes at once than a majority of the others can fence (not bounded): %.2f s%s\n", a.MaxGapBeyond, gapWhere(a.WorstBeyond))
 		for i, g := range a.Over {
 			if i == overShown {
 				w.printf("    ... %d more past their bounds (--json lists up to %d)\n", len(a.Over)-overShown, overMax)

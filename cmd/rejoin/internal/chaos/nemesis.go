@@ -40,12 +40,13 @@ type faultWindow struct {
 	action     Action
 	start, end time.Time
 	hit        []uint32
+	nodes      []int
 }
 
 // openWindowLocked records that a fault of action starts now, hitting
-// partitions hit; it returns its index. ns.mu held.
-func (ns *nemesis) openWindowLocked(action Action, hit []uint32) int {
-	ns.windows = append(ns.windows, faultWindow{action: action, start: time.Now(), hit: hit})
+// partitions hit and faulting nodes; it returns its index. ns.mu held.
+func (ns *nemesis) openWindowLocked(action Action, hit []uint32, nodes []int) int {
+	ns.windows = append(ns.windows, faultWindow{action: action, start: time.Now(), hit: hit, nodes: nodes})
 	return len(ns.windows) - 1
 }
 
@@ -67,7 +68,7 @@ func (ns *nemesis) Windows(t0, end time.Time) []Window {
 		if e.IsZero() {
 			e = end
 		}
-		out[i] = Window{Action: w.action, Start: w.start.Sub(t0), End: e.Sub(t0), Hit: w.hit}
+		out[i] = Window{Action: w.action, Start: w.start.Sub(t0), End: e.Sub(t0), Hit: w.hit, Nodes: w.nodes}
 	}
 	return out
 }
@@ -172,7 +173,7 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 		}
 		ns.etcdPaused = true
 		ns.done++
-		win := ns.openWindowLocked(s.Action, nil)
+		win := ns.openWindowLocked(s.Action, nil, nil)
 		ns.mu.Unlock()
 		ns.logf("nemesis: paused etcd (SIGSTOP, pid %d) for %.2fs", ns.etcd.Pid(), s.For.Seconds())
 		ns.after(s.For, func() {
@@ -239,7 +240,7 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 		}
 		ns.state[target] = nodeDown
 		ns.done++
-		ns.killWin[target] = ns.openWindowLocked(s.Action, hitBy(v, []int{target}, Cut{}))
+		ns.killWin[target] = ns.openWindowLocked(s.Action, hitBy(v, []int{target}, Cut{}), []int{target})
 		ns.logf("nemesis: killed n%d%s (SIGKILL); restart after %.2fs", target, what, s.For.Seconds())
 		ns.after(s.For, func() { ns.restart(ns.ctx, target) })
 	case ActStop:
@@ -248,7 +249,7 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 		}
 		ns.state[target] = nodePaused
 		ns.done++
-		win := ns.openWindowLocked(s.Action, hitBy(v, []int{target}, Cut{}))
+		win := ns.openWindowLocked(s.Action, hitBy(v, []int{target}, Cut{}), []int{target})
 		ns.logf("nemesis: stopped n%d (SIGSTOP) for %.2fs", target, s.For.Seconds())
 		ns.after(s.For, func() {
 			ns.mu.Lock()
@@ -296,7 +297,7 @@ func (ns *nemesis) doNet(ctx context.Context, s Step) string {
 	}
 	ns.netOn, ns.cutOff = true, off
 	ns.done++
-	win := ns.openWindowLocked(s.Action, hitBy(v, nil, s.Cut(ns.n)))
+	win := ns.openWindowLocked(s.Action, hitBy(v, nil, s.Cut(ns.n)), s.CutOff(ns.n))
 	ns.logf("net fault: %s for %.2fs", what, s.For.Seconds())
 	ns.after(s.For, func() {
 		ns.mu.Lock()
