@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -281,5 +284,150 @@ func TestHandshakesPool(t *testing.T) {
 	}
 	if n := hs.bySource["a"] + hs.bySource["b"] + hs.bySource["c"] + hs.bySource["d"]; n != len(hs.pending) || hs.bySource["b"] != 0 {
 		t.Fatalf("per-source counts %v, pool %d", hs.bySource, len(hs.pending))
+	}
+}
+
+// gatedConn lets its first write (a TLS ClientHello) through and holds
+// the later ones until open is closed; held is closed at the first one
+// held, once the node's answer to the ClientHello has been read.
+type gatedConn struct {
+	net.Conn
+	writes   atomic.Int32
+	heldOnce sync.Once
+	held     chan struct{}
+	open     chan struct{}
+}
+
+func (c *gatedConn) Write(b []byte) (int, error) {
+	if c.writes.Add(1) > 1 {
+		c.heldOnce.Do(func() { close(c.held) })
+		<-c.open
+	}
+	return c.Conn.Write(b)
+}
+
+// TestOneByteDoesNotOutrankAHandshake (issue 24, 2): connections that
+// send one byte of a TLS record and nothing more rank with silent ones
+// in the handshakes pool, below a dialler whose ClientHello the node has
+// answered: a flood of them cannot push a real client's handshake out.
+// The pool holds two, so the second flood connection must evict one.
+func TestOneByteDoesNotOutrankAHandshake(t *testing.T) {
+	c := newClusterStarting(t, 1, 0, onePartition())
+	a := c.startCfg(1, func(cfg *Config) { cfg.HandshakesMax, cfg.HandshakesPerSourceMax = 2, 2 })
+	first := dialClient(t, a.TCP)
+	waitWritable(t, first, 1)
+
+	nc, err := net.DialTimeout("tcp", a.TCP, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := &gatedConn{Conn: nc, held: make(chan struct{}), open: make(chan struct{})}
+	opened := false
+	openGate := func() {
+		if !opened {
+			opened = true
+			close(gc.open)
+		}
+	}
+	defer openGate()
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tc := tls.Client(gc, testCreds(t, certs.ClientID("test")).DialConfig(""))
+		defer tc.Close()
+		if err := tc.HandshakeContext(ctx); err != nil {
+			errc <- err
+			return
+		}
+		conn := stream.NewConn(tc, stream.Config{Codec: wire.CodecNone})
+		defer conn.Close()
+		errc <- hello(ctx, conn, &wire.Hello{Kind: wire.HelloClient, Node: "test"}, "")
+	}()
+	select {
+	case <-gc.held:
+	case err := <-errc:
+		t.Fatalf("the client's handshake ended before its second flight: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to the client's ClientHello within 10 s")
+	}
+
+	oneByte := func() net.Conn {
+		nc, err := net.DialTimeout("tcp", a.TCP, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		if _, err := nc.Write([]byte{0x16}); err != nil { // a handshake record's first byte
+			t.Fatal(err)
+		}
+		return nc
+	}
+	oneByte()
+	// Time for the node to read that byte, so that its connection ranks
+	// by what it sent and not by whether its goroutine ran yet.
+	time.Sleep(300 * time.Millisecond)
+	evictedBefore := evictedCount(t, a.HTTP)
+	oneByte() // the pool is full: one of the two before goes
+	waitUntil(t, 10*time.Second, "a connection of the handshakes pool to be evicted", func() bool {
+		return evictedCount(t, a.HTTP) > evictedBefore
+	})
+	openGate()
+	if err := <-errc; err != nil {
+		t.Fatalf("a client whose ClientHello the node answered, evicted for a connection that sent one byte: %v", err)
+	}
+}
+
+// evictedCount reads rejoin_conns_evicted_total from the node's metrics.
+func evictedCount(t *testing.T, httpAddr string) float64 {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rejoin_conns_evicted_total "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatal("no rejoin_conns_evicted_total in /metrics")
+	return 0
+}
+
+// TestHeardConn: on a TLS node a pending connection is heard once the
+// node answers it (its first write comes after a whole ClientHello), not
+// at the dialler's first byte; on an insecure node, which writes nothing
+// before the hello, at the first byte.
+func TestHeardConn(t *testing.T) {
+	for _, secure := range []bool{true, false} {
+		a, b := net.Pipe()
+		p := &pendingConn{}
+		hc := heardConn{Conn: b, p: p, tls: secure}
+		go func() { _, _ = a.Write([]byte{0x16}) }()
+		if _, err := hc.Read(make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.heard.Load(); got == secure {
+			t.Errorf("tls=%v: heard=%v after one byte read", secure, got)
+		}
+		go func() { _, _ = io.Copy(io.Discard, a) }()
+		if _, err := hc.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		if !p.heard.Load() {
+			t.Errorf("tls=%v: not heard after the node's first write", secure)
+		}
+		a.Close()
+		b.Close()
 	}
 }
