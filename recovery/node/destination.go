@@ -117,8 +117,10 @@ func (r *replica) destLive(att *dstAttempt) {
 	st.Ended = time.Now()
 	r.lastDst = &st
 	r.n.metrics.observeRejoin(r.p, st)
+	// The initiators it waits for: one that never speaks holds its
+	// execution, and its partition, until that process is taken for dead.
 	r.n.log.Info("replica live", "partition", r.p, "epoch", att.epoch, "source", att.peer,
-		"rows", st.Rows, "seconds", st.Ended.Sub(att.started).Seconds())
+		"rows", st.Rows, "seconds", st.Ended.Sub(att.started).Seconds(), "initiators", r.core.Initiators())
 	r.n.replicaChanged(r, true, att.epoch)
 	r.n.goRun(func() {
 		// The HandoffAck goes out first: the source is done only

@@ -393,6 +393,15 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 	}
 	hosted := n.hosted()
 	verdicts := make(map[*replica]verdict, len(hosted))
+	applied := make(map[*replica]bool, len(hosted))
+	apply := func(r *replica, v verdict) {
+		r.do(func(r *replica) {
+			r.removeInitiator(in)
+			if v.fail {
+				r.fail(v.why)
+			}
+		})
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, r := range hosted {
@@ -402,7 +411,20 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 			why, fail := n.resolveInitiator(run, r, in, deadNode, inc)
 			mu.Lock()
 			verdicts[r] = verdict{why, fail}
+			// Once a request went out the run is never cut short: the
+			// process is dead here for good, no feed of it goes on, and
+			// each replica stops waiting as soon as its own tail is
+			// settled. Held for the others, a partition waited for a
+			// repair of another partition, whose peer was a new process
+			// alive and unreachable, until that process was fenced
+			// (TestFencedNodeBackBesideCutOffNewProcess: 1.8 s without
+			// a write in a partition that process holds no replica of).
+			early := run.isCommitted() && run.ctx.Err() == nil
+			applied[r] = early
 			mu.Unlock()
+			if early {
+				apply(r, verdict{why, fail})
+			}
 		}()
 	}
 	wg.Wait()
@@ -412,16 +434,14 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 		// resumed feed skips those).
 		return false
 	}
-	// All or none: a replica that stopped waiting while another of the
-	// same initiator's feed went on would take the feed's next txns in
-	// on one and not the other.
+	// Before the run committed, all or none: a replica that stopped
+	// waiting while another of the same initiator's feed went on (a cut
+	// short run) would take the feed's next txns in on one and not the
+	// other.
 	for r, v := range verdicts {
-		r.do(func(r *replica) {
-			r.removeInitiator(in)
-			if v.fail {
-				r.fail(v.why)
-			}
-		})
+		if !applied[r] {
+			apply(r, v)
+		}
 	}
 	return true
 }
