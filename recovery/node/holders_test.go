@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,33 +25,10 @@ import (
 func TestSilentNodeStallsOnlyItsPartitions(t *testing.T) {
 	const ttl = 2 * time.Second
 	const parts = 6
-	// The goal is 0.5 s (issue 23); the bound leaves a loaded machine
-	// room and still fails a stall until the fence.
-	const gapMax = time.Second
 	c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rs, err := supervise.Replicas(ctx, c.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	onN2 := map[uint32]bool{}
-	for _, r := range rs {
-		if r.Node == "n2" {
-			onN2[r.Partition] = true
-		}
-	}
-	var away []uint32
-	for p := range uint32(parts) {
-		if !onN2[p] {
-			away = append(away, p)
-		}
-	}
-	if len(away) == 0 || len(onN2) == 0 {
-		t.Fatalf("placement gives n2 partitions %v of %d: the test needs some on it and some not", onN2, parts)
-	}
+	onN2 := partitionsOn(t, c, "n2")
 	cl := dialClient(t, c.direct(1))
 	waitWritable(t, cl, parts)
 	// A partition n1 holds no replica of is written through n1 all the
@@ -60,27 +38,15 @@ func TestSilentNodeStallsOnlyItsPartitions(t *testing.T) {
 			t.Fatalf("partition %d through n1: %v", p, err)
 		}
 	}
-
-	ws, stopWriters := startFeedWritersOnly(t, c, parts, []int{1, 3}, 2*time.Millisecond, func(p uint32) bool { return !onN2[p] })
+	ws, stopWriters := startAwayWriters(t, c, parts, onN2, []int{1, 3})
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
 
 	thaw := freezeAll(append(c.pathsOf(2), etcdPx))
 	defer thaw()
 	frozen := time.Now()
 	time.Sleep(3 * ttl)
 	thaw()
-	thawed := time.Now()
-	for _, w := range ws {
-		w.mu.Lock()
-		gap := longestGap(w.ackedAt, frozen, thawed)
-		w.mu.Unlock()
-		t.Logf("writes through n%d to partitions %v, which n2 holds no replica of, in the %v of its silence: longest gap %v",
-			w.node, away, thawed.Sub(frozen).Round(time.Millisecond), gap.Round(time.Millisecond))
-		if gap > gapMax {
-			t.Errorf("writes through n%d to partitions without a replica on n2 stopped for %v while n2 was silent, want at most %v", w.node, gap.Round(time.Millisecond), gapMax)
-		}
-	}
+	checkAwayGaps(t, ws, frozen, time.Now(), "n2", "of its silence")
 	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
 	stopWriters()
 	checkAcked(t, cl, parts, ws)
@@ -91,33 +57,18 @@ func TestSilentNodeStallsOnlyItsPartitions(t *testing.T) {
 // process starts cut off from its peers (it reaches etcd and registers):
 // alive in every view, it opens no feed anywhere until its peers fence
 // it. Writes through n1 and n3 to the partitions n2 holds no replica of
-// must not wait for it (chaos seeds 444388825 and 5511: 0.7 to 1.8 s
-// without a successful op in such partitions, until the new process was
-// fenced).
+// must not wait for it.
 func TestRestartedCutOffNodeStallsOnlyItsPartitions(t *testing.T) {
 	const ttl = 2 * time.Second
 	const parts = 6
-	const gapMax = time.Second // as TestSilentNodeStallsOnlyItsPartitions
 	c, _ := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rs, err := supervise.Replicas(ctx, c.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	onN2 := map[uint32]bool{}
-	for _, r := range rs {
-		if r.Node == "n2" {
-			onN2[r.Partition] = true
-		}
-	}
+	onN2 := partitionsOn(t, c, "n2")
 	cl := dialClient(t, c.direct(1))
 	waitWritable(t, cl, parts)
-	ws, stopWriters := startFeedWritersOnly(t, c, parts, []int{1, 3}, 2*time.Millisecond, func(p uint32) bool { return !onN2[p] })
+	ws, stopWriters := startAwayWriters(t, c, parts, onN2, []int{1, 3})
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
 
 	c.stop(2)
 	waitRegistered(t, c, "n2", false, 10*time.Second, "n2 gone")
@@ -126,17 +77,7 @@ func TestRestartedCutOffNodeStallsOnlyItsPartitions(t *testing.T) {
 	from := time.Now()
 	c.start(2)
 	time.Sleep(3 * ttl)
-	to := time.Now()
-	for _, w := range ws {
-		w.mu.Lock()
-		gap := longestGap(w.ackedAt, from, to)
-		w.mu.Unlock()
-		t.Logf("writes through n%d to the partitions n2 holds no replica of, in the %v after n2's new process started cut off: longest gap %v",
-			w.node, to.Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond))
-		if gap > gapMax {
-			t.Errorf("writes through n%d to partitions without a replica on n2 stopped for %v while n2's new process was cut off, want at most %v", w.node, gap.Round(time.Millisecond), gapMax)
-		}
-	}
+	checkAwayGaps(t, ws, from, time.Now(), "n2", "after its new process started cut off")
 	thaw()
 	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
 	stopWriters()
@@ -146,14 +87,15 @@ func TestRestartedCutOffNodeStallsOnlyItsPartitions(t *testing.T) {
 
 // TestFencedNodeBackBesideCutOffNewProcess: the case of chaos seeds
 // 444388825 and 5511 whole. n2 goes silent (peers and etcd) until its
-// peers fence it; meanwhile n1 stops, and its next process starts cut
-// off from its peers. n2 comes back, its replicas fail and rejoin. The
-// partitions n1 holds no replica of must go on being written through
-// n3 and n4 without waiting for n1's new process to be fenced.
+// peers take it for dead; meanwhile n1 stops, and its next process
+// starts cut off from its peers. n2 comes back, its replicas fail and
+// rejoin. The partitions n1 holds no replica of must go on being written
+// through n3 and n4 without waiting for n1's new process to be fenced:
+// the repair of n2's tail in n1's partitions waits for n1, and the
+// others waited with it (1.74 to 1.86 s without a write).
 func TestFencedNodeBackBesideCutOffNewProcess(t *testing.T) {
 	const ttl = 2 * time.Second
 	const parts = 4
-	const gapMax = time.Second
 	var logs logCatch
 	c, etcdPx := newClusterNViaProxy(t, 4, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
@@ -163,23 +105,11 @@ func TestFencedNodeBackBesideCutOffNewProcess(t *testing.T) {
 			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rs, err := supervise.Replicas(ctx, c.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	onN1 := map[uint32]bool{}
-	for _, r := range rs {
-		if r.Node == "n1" {
-			onN1[r.Partition] = true
-		}
-	}
+	onN1 := partitionsOn(t, c, "n1")
 	cl := dialClient(t, c.direct(3))
 	waitWritable(t, cl, parts)
-	ws, stopWriters := startFeedWritersOnly(t, c, parts, []int{3, 4}, 2*time.Millisecond, func(p uint32) bool { return !onN1[p] })
+	ws, stopWriters := startAwayWriters(t, c, parts, onN1, []int{3, 4})
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through n3 and n4", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
 
 	thawN2 := freezeAll(append(c.pathsOf(2), etcdPx))
 	defer thawN2()
@@ -193,25 +123,10 @@ func TestFencedNodeBackBesideCutOffNewProcess(t *testing.T) {
 	thawN2()
 	from := time.Now()
 	waitUntil(t, 15*time.Second, "n1's new process taken for dead", func() bool {
-		for _, s := range logs.seen("taken") {
-			if strings.Contains(s, `node="n1"`) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(logs.seen("taken"), func(s string) bool { return strings.Contains(s, `node="n1"`) })
 	})
 	time.Sleep(time.Second)
-	to := time.Now()
-	for _, w := range ws {
-		w.mu.Lock()
-		gap := longestGap(w.ackedAt, from, to)
-		w.mu.Unlock()
-		t.Logf("writes through n%d to the partitions n1 holds no replica of, in the %v after n2 came back: longest gap %v",
-			w.node, to.Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond))
-		if gap > gapMax {
-			t.Errorf("writes through n%d to partitions without a replica on n1 stopped for %v after n2 came back beside n1's cut-off process, want at most %v", w.node, gap.Round(time.Millisecond), gapMax)
-		}
-	}
+	checkAwayGaps(t, ws, from, time.Now(), "n1", "after n2 came back beside n1's cut-off new process")
 	thawN1()
 	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
 	stopWriters()
@@ -229,53 +144,80 @@ func TestFencedNodeBackBesideCutOffNewProcess(t *testing.T) {
 func TestResetNodeStallsOnlyItsPartitions(t *testing.T) {
 	const ttl = 2 * time.Second
 	const parts = 5
-	const gapMax = time.Second
 	c, _ := newClusterNViaProxy(t, 5, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rs, err := supervise.Replicas(ctx, c.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	onN1 := map[uint32]bool{}
-	for _, r := range rs {
-		if r.Node == "n1" {
-			onN1[r.Partition] = true
-		}
-	}
+	onN1 := partitionsOn(t, c, "n1")
 	cl := dialClient(t, c.direct(3))
 	waitWritable(t, cl, parts)
-	ws, stopWriters := startFeedWritersOnly(t, c, parts, []int{2, 3, 4, 5}, 2*time.Millisecond, func(p uint32) bool { return !onN1[p] })
+	ws, stopWriters := startAwayWriters(t, c, parts, onN1, []int{2, 3, 4, 5})
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through n2 to n5", func() bool {
-		for _, w := range ws {
-			if w.count() < 50 {
-				return false
-			}
-		}
-		return true
-	})
 
 	from := time.Now()
 	for _, px := range c.pathsOf(1) {
 		px.Reset(3 * ttl)
 	}
 	time.Sleep(3 * ttl)
-	to := time.Now()
-	for _, w := range ws {
-		w.mu.Lock()
-		gap := longestGap(w.ackedAt, from, to)
-		w.mu.Unlock()
-		t.Logf("writes through n%d to the partitions n1 holds no replica of, in the %v of its links' resets: longest gap %v",
-			w.node, to.Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond))
-		if gap > gapMax {
-			t.Errorf("writes through n%d to partitions without a replica on n1 stopped for %v while n1's links were reset, want at most %v", w.node, gap.Round(time.Millisecond), gapMax)
-		}
-	}
+	checkAwayGaps(t, ws, from, time.Now(), "n1", "while its links were reset")
 	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
 	stopWriters()
 	checkAcked(t, cl, parts, ws)
 	checkDigests(t, cl, parts, 3)
+}
+
+// partitionsOn returns the partitions with a replica on node, as etcd's
+// records place them.
+func partitionsOn(t *testing.T, c *cluster, node string) map[uint32]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rs, err := supervise.Replicas(ctx, c.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := map[uint32]bool{}
+	for _, r := range rs {
+		if r.Node == node {
+			on[r.Partition] = true
+		}
+	}
+	if len(on) == 0 || len(on) == int(c.cfg.Partitions) {
+		t.Fatalf("placement gives %s partitions %v of %d: the test needs some on it and some not", node, on, c.cfg.Partitions)
+	}
+	return on
+}
+
+// startAwayWriters starts a writer through each of nodes to the
+// partitions not in on, and waits until each has written.
+func startAwayWriters(t *testing.T, c *cluster, parts uint32, on map[uint32]bool, nodes []int) ([]*feedWriter, func()) {
+	t.Helper()
+	ws, stop := startFeedWritersOnly(t, c, parts, nodes, 2*time.Millisecond, func(p uint32) bool { return !on[p] })
+	waitUntil(t, 15*time.Second, "writes through every writer's node", func() bool {
+		return !slices.ContainsFunc(ws, func(w *feedWriter) bool { return w.count() < 50 })
+	})
+	return ws, stop
+}
+
+// awayGapMax bounds, in these tests, the longest gap of writes to the
+// partitions the faulted node holds no replica of. The goal is 0.5 s
+// (issue 23); the bound leaves a loaded machine room and still fails a
+// stall until the fence.
+const awayGapMax = time.Second
+
+// checkAwayGaps fails a writer of ws whose longest gap in [from, to]
+// passes awayGapMax; node is the faulted node, during what names the
+// span.
+func checkAwayGaps(t *testing.T, ws []*feedWriter, from, to time.Time, node, during string) {
+	t.Helper()
+	for _, w := range ws {
+		w.mu.Lock()
+		gap := longestGap(w.ackedAt, from, to)
+		w.mu.Unlock()
+		t.Logf("writes through n%d to the partitions %s holds no replica of, in the %v %s: longest gap %v",
+			w.node, node, to.Sub(from).Round(time.Millisecond), during, gap.Round(time.Millisecond))
+		if gap > awayGapMax {
+			t.Errorf("writes through n%d to partitions without a replica on %s stopped for %v %s, want at most %v",
+				w.node, node, gap.Round(time.Millisecond), during, awayGapMax)
+		}
+	}
 }
