@@ -129,16 +129,32 @@ func (n *Node) suspects(now time.Time, v *view, unfed map[string]time.Time) map[
 			continue
 		}
 		fi := latest[node]
+		var silent time.Time
 		if fi != nil && int64(fi.inc) == inc && untracked(fi) {
-			fi = nil // taken for dead here, and not fed here since
+			// Taken for dead here, and not fed here since: silent
+			// since its feed went silent, not since this node saw
+			// that. Counted from now, the report filed on the lost
+			// feed was withdrawn when its tail was repaired and filed
+			// again 1.5 s later, and a process that registered again
+			// while cut off outlasted a 4.2 s cut unfenced (chaos
+			// seed 175139113; TestSuspectsKeepAnUntrackedSilence).
+			if at := fi.silentSince.Load(); at != 0 {
+				silent = time.Unix(0, at)
+			}
+			fi = nil
 		}
 		if fi == nil || int64(fi.inc) != inc {
 			key := fmt.Sprintf("%s@%d", node, inc)
 			seen[key] = true
 			first, ok := unfed[key]
 			if !ok {
-				unfed[key] = now
-			} else if now.Sub(first) >= suspectAfter {
+				first = now
+				if !silent.IsZero() && silent.Before(now) {
+					first = silent
+				}
+				unfed[key] = first
+			}
+			if now.Sub(first) >= suspectAfter {
 				out[node] = inc
 			}
 			continue

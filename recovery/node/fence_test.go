@@ -17,6 +17,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/nodestate"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -352,4 +353,51 @@ func TestPartitionNodeFailureEndsRejoin(t *testing.T) {
 		upsert(t, cls, 1, i)
 	}
 	checkDigests(t, cls, 1, 2)
+}
+
+// TestSuspectsKeepAnUntrackedSilence: a process taken for dead here (its
+// latest feed untracked: its tail repaired) and alive in the membership
+// again, with no feed here since, is a suspect as soon as it has been
+// silent for suspectAfter since its feed went silent, not suspectAfter
+// after this node first looks. Counted from the first look, the report
+// filed on the lost feed was withdrawn at the repair and filed again
+// 1.5 s later (chaos seed 175139113: a node that registered again while
+// cut off outlasted a 4.2 s cut unfenced).
+func TestSuspectsKeepAnUntrackedSilence(t *testing.T) {
+	now := time.Now()
+	started := now.Add(-time.Minute)
+	inc := started.UnixNano()
+	feed := func(silentFor time.Duration) *feedIn {
+		fi := &feedIn{in: 2, node: "n2", inc: uint64(inc), resolved: make(chan struct{}), untracked: true}
+		fi.silentSince.Store(now.Add(-silentFor).UnixNano())
+		close(fi.resolved)
+		return fi
+	}
+	v := &view{nodes: map[string]supervise.NodeRecord{"n1": {ID: "n1", Started: now}, "n2": {ID: "n2", Started: started}}}
+
+	n := &Node{id: "n1"}
+	n.feeds.last = map[txnid.Initiator]*feedIn{2: feed(2 * time.Second)}
+	unfed := map[string]time.Time{}
+	if got := n.suspects(now, v, unfed); got["n2"] != inc {
+		t.Errorf("silent 2 s, its feed untracked: suspects %v, want n2 at once", got)
+	}
+
+	n.feeds.last = map[txnid.Initiator]*feedIn{2: feed(time.Second)}
+	unfed = map[string]time.Time{}
+	if got := n.suspects(now, v, unfed); len(got) != 0 {
+		t.Errorf("silent 1 s: suspects %v, want none yet", got)
+	}
+	if got := n.suspects(now.Add(suspectAfter-time.Second), v, unfed); got["n2"] != inc {
+		t.Errorf("silent %v: suspects %v, want n2", suspectAfter, got)
+	}
+
+	// A process that never fed this node is counted from the first look.
+	v.nodes["n3"] = supervise.NodeRecord{ID: "n3", Started: started}
+	unfed = map[string]time.Time{}
+	if got := n.suspects(now, v, unfed); got["n3"] != 0 {
+		t.Errorf("n3 first seen now: suspects %v, want n3 not yet", got)
+	}
+	if got := n.suspects(now.Add(suspectAfter), v, unfed); got["n3"] != inc {
+		t.Errorf("n3 unfed for %v: suspects %v, want n3", suspectAfter, got)
+	}
 }
