@@ -344,7 +344,8 @@ func (in *initiator) unfed(v *view, since, fencedSince time.Time) (unfed []strin
 		}
 		others++
 		o := in.opened[node]
-		if !in.core.Fed(node) || o.at.Before(since) && !(o.fenced && !o.at.Before(fencedSince)) {
+		counts := !o.at.Before(since) || o.fenced && !o.at.Before(fencedSince)
+		if !in.core.Fed(node) || !counts {
 			unfed = append(unfed, node)
 		}
 	}

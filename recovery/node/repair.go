@@ -392,8 +392,9 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 		fail bool
 	}
 	hosted := n.hosted()
+	// verdicts are those reached before the run committed, applied at
+	// its end; a later one is applied at once.
 	verdicts := make(map[*replica]verdict, len(hosted))
-	applied := make(map[*replica]bool, len(hosted))
 	apply := func(r *replica, v verdict) {
 		r.do(func(r *replica) {
 			r.removeInitiator(in)
@@ -409,8 +410,6 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 		go func() {
 			defer wg.Done()
 			why, fail := n.resolveInitiator(run, r, in, deadNode, inc)
-			mu.Lock()
-			verdicts[r] = verdict{why, fail}
 			// Once a request went out the run is never cut short: the
 			// process is dead here for good, no feed of it goes on, and
 			// each replica stops waiting as soon as its own tail is
@@ -419,12 +418,13 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 			// alive and unreachable, until that process was fenced
 			// (TestFencedNodeBackBesideCutOffNewProcess: 1.8 s without
 			// a write in a partition that process holds no replica of).
-			early := run.isCommitted() && run.ctx.Err() == nil
-			applied[r] = early
-			mu.Unlock()
-			if early {
+			if run.isCommitted() && run.ctx.Err() == nil {
 				apply(r, verdict{why, fail})
+				return
 			}
+			mu.Lock()
+			verdicts[r] = verdict{why, fail}
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -439,9 +439,7 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 	// short run) would take the feed's next txns in on one and not the
 	// other.
 	for r, v := range verdicts {
-		if !applied[r] {
-			apply(r, v)
-		}
+		apply(r, v)
 	}
 	return true
 }
