@@ -96,6 +96,15 @@ type Gap struct {
 
 func (g Gap) seconds() float64 { return g.To - g.From }
 
+// record counts g in a partition's longest gap of a kind (pmax) and in
+// the run's (max, with worst its span).
+func (g Gap) record(pmax, max *float64, worst **Gap) {
+	*pmax = maxf(*pmax, g.seconds())
+	if g.seconds() > *max {
+		*max, *worst = g.seconds(), &g
+	}
+}
+
 // Window is a fault's span, from the workloads' start, and the
 // partitions it hit (see Availability).
 type Window struct {
@@ -127,6 +136,7 @@ func availability(done map[uint32][]time.Duration, partitions uint32, nodes int,
 		}
 	}
 	beyond := beyondTolerance(windows, (nodes-1)/2)
+	apart := slices.Concat(etcd, beyond)
 	for p := range partitions {
 		ts := slices.Clone(done[p])
 		slices.Sort(ts)
@@ -136,18 +146,12 @@ func availability(done map[uint32][]time.Duration, partitions uint32, nodes int,
 			gap := span{ts[i-1], ts[i]}
 			g := Gap{Partition: p, From: gap.from.Seconds(), To: gap.to.Seconds()}
 			if gap.overlaps(etcd) {
-				pa.MaxGapEtcd = maxf(pa.MaxGapEtcd, g.seconds())
-				if g.seconds() > a.MaxGapEtcd {
-					a.MaxGapEtcd, a.WorstEtcd = g.seconds(), &g
-				}
+				g.record(&pa.MaxGapEtcd, &a.MaxGapEtcd, &a.WorstEtcd)
 			}
 			if gap.overlaps(beyond) {
-				pa.MaxGapBeyond = maxf(pa.MaxGapBeyond, g.seconds())
-				if g.seconds() > a.MaxGapBeyond {
-					a.MaxGapBeyond, a.WorstBeyond = g.seconds(), &g
-				}
+				g.record(&pa.MaxGapBeyond, &a.MaxGapBeyond, &a.WorstBeyond)
 			}
-			for _, piece := range gap.minus(append(slices.Clone(etcd), beyond...)) {
+			for _, piece := range gap.minus(apart) {
 				a.measure(&pa, p, piece, windows)
 			}
 		}
@@ -216,13 +220,12 @@ func (a *Availability) measure(pa *PartitionAvailability, p uint32, g span, wind
 		return
 	}
 	gap := Gap{Partition: p, From: g.from.Seconds(), To: g.to.Seconds()}
-	max, worst, pmax, bound := &a.MaxGapUnfaulted, &a.WorstUnfaulted, &pa.MaxGapUnfaulted, GapBoundUnfaulted
+	bound := GapBoundUnfaulted
 	if faulted {
-		max, worst, pmax, bound = &a.MaxGapFaulted, &a.WorstFaulted, &pa.MaxGapFaulted, GapBoundFaulted
-	}
-	*pmax = maxf(*pmax, gap.seconds())
-	if gap.seconds() > *max {
-		*max, *worst = gap.seconds(), &gap
+		bound = GapBoundFaulted
+		gap.record(&pa.MaxGapFaulted, &a.MaxGapFaulted, &a.WorstFaulted)
+	} else {
+		gap.record(&pa.MaxGapUnfaulted, &a.MaxGapUnfaulted, &a.WorstUnfaulted)
 	}
 	if g.to-g.from > bound {
 		a.Over = append(a.Over, GapOver{Gap: gap, Faulted: faulted, Faults: faults})
