@@ -381,16 +381,7 @@ func TestOneByteDoesNotOutrankAHandshake(t *testing.T) {
 // evictedCount reads rejoin_conns_evicted_total from the node's metrics.
 func evictedCount(t *testing.T, httpAddr string) float64 {
 	t.Helper()
-	hc := &http.Client{Timeout: 5 * time.Second}
-	resp, err := hc.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := getBody(t, "http://"+httpAddr+"/metrics", http.StatusOK)
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "rejoin_conns_evicted_total "); ok {
 			f, err := strconv.ParseFloat(v, 64)

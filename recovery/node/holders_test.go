@@ -47,10 +47,7 @@ func TestSilentNodeStallsOnlyItsPartitions(t *testing.T) {
 	time.Sleep(3 * ttl)
 	thaw()
 	checkAwayGaps(t, ws, frozen, time.Now(), "n2", "of its silence")
-	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
-	stopWriters()
-	checkAcked(t, cl, parts, ws)
-	checkDigests(t, cl, parts, 2)
+	checkAwayEnd(t, c, cl, parts, ws, stopWriters, 2)
 }
 
 // TestRestartedCutOffNodeStallsOnlyItsPartitions: n2 stops, and its next
@@ -79,10 +76,7 @@ func TestRestartedCutOffNodeStallsOnlyItsPartitions(t *testing.T) {
 	time.Sleep(3 * ttl)
 	checkAwayGaps(t, ws, from, time.Now(), "n2", "after its new process started cut off")
 	thaw()
-	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
-	stopWriters()
-	checkAcked(t, cl, parts, ws)
-	checkDigests(t, cl, parts, 2)
+	checkAwayEnd(t, c, cl, parts, ws, stopWriters, 2)
 }
 
 // TestFencedNodeBackBesideCutOffNewProcess: the case of chaos seeds
@@ -128,10 +122,7 @@ func TestFencedNodeBackBesideCutOffNewProcess(t *testing.T) {
 	time.Sleep(time.Second)
 	checkAwayGaps(t, ws, from, time.Now(), "n1", "after n2 came back beside n1's cut-off new process")
 	thawN1()
-	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
-	stopWriters()
-	checkAcked(t, cl, parts, ws)
-	checkDigests(t, cl, parts, 3)
+	checkAwayEnd(t, c, cl, parts, ws, stopWriters, 3)
 }
 
 // TestResetNodeStallsOnlyItsPartitions: every connection between n1 and
@@ -159,10 +150,7 @@ func TestResetNodeStallsOnlyItsPartitions(t *testing.T) {
 	}
 	time.Sleep(3 * ttl)
 	checkAwayGaps(t, ws, from, time.Now(), "n1", "while its links were reset")
-	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
-	stopWriters()
-	checkAcked(t, cl, parts, ws)
-	checkDigests(t, cl, parts, 3)
+	checkAwayEnd(t, c, cl, parts, ws, stopWriters, 3)
 }
 
 // partitionsOn returns the partitions with a replica on node, as etcd's
@@ -196,6 +184,17 @@ func startAwayWriters(t *testing.T, c *cluster, parts uint32, on map[uint32]bool
 		return !slices.ContainsFunc(ws, func(w *feedWriter) bool { return w.count() < 50 })
 	})
 	return ws, stop
+}
+
+// checkAwayEnd waits for every replica live again, stops the writers ws
+// (stop) and checks that their acknowledged writes read back and that
+// the replicas of each partition agree.
+func checkAwayEnd(t *testing.T, c *cluster, cl *rawClient, parts uint32, ws []*feedWriter, stop func(), replicas int) {
+	t.Helper()
+	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
+	stop()
+	checkAcked(t, cl, parts, ws)
+	checkDigests(t, cl, parts, replicas)
 }
 
 // awayGapMax bounds, in these tests, the longest gap of writes to the
