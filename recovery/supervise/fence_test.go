@@ -88,6 +88,57 @@ func TestFencesDue(t *testing.T) {
 	}
 }
 
+// TestDueOnceReported: a fenced node that reaches some of the others may
+// come back when its own report would complete the fence of each node it
+// cannot reach, and only with the nodes it reaches a majority of the
+// cluster (docs/DESIGN.md "Fencing by the peers' word").
+func TestDueOnceReported(t *testing.T) {
+	at := func(s int64) time.Time { return time.Unix(s, 0).UTC() }
+	m := func(registered []string, placed []string, reports ...[2]string) *Membership {
+		mm := &Membership{Nodes: map[string]NodeRecord{}, Reports: map[string]Report{}, Replicas: map[string]Replica{}}
+		for i, id := range registered {
+			mm.Nodes[id] = NodeRecord{ID: id, Started: at(int64(100 + i))}
+		}
+		for _, id := range placed {
+			mm.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: ReplicaLive}
+		}
+		for _, r := range reports {
+			mm.Reports[ReportKey(r[0], r[1])] = Report{Suspect: r[0], Reporter: r[1], Inc: mm.Nodes[r[0]].Started.UnixNano()}
+		}
+		return mm
+	}
+	all5 := []string{"n1", "n2", "n3", "n4", "n5"}
+	// n4 fenced; {n1,n2}|{n3,n4,n5}: n3 and n5 report n1 and n2.
+	split := m([]string{"n1", "n2", "n3", "n5"}, all5, [2]string{"n1", "n3"}, [2]string{"n1", "n5"}, [2]string{"n2", "n3"}, [2]string{"n2", "n5"})
+	for _, tc := range []struct {
+		name     string
+		m        *Membership
+		reached  []string
+		suspects []string
+		want     bool
+	}{
+		{name: "2|3 split, fenced node on the three's side", m: split, reached: []string{"n3", "n5"}, suspects: []string{"n1", "n2"}, want: true},
+		{name: "2|3 split, fenced node on the two's side", m: split, reached: []string{"n1"}, suspects: []string{"n3", "n5"}},
+		{name: "one suspect not reported", m: split, reached: []string{"n3", "n5"}, suspects: []string{"n1", "n2", "n9"}},
+		{name: "a suspect it reaches", m: split, reached: []string{"n3", "n5", "n1"}, suspects: []string{"n1"}},
+		{name: "reported by one of four", m: m([]string{"n1", "n2", "n3", "n5"}, all5, [2]string{"n1", "n3"}), reached: []string{"n3", "n5"}, suspects: []string{"n1"}},
+		{name: "no report", m: m([]string{"n1", "n2", "n3", "n5"}, all5), reached: []string{"n3", "n5"}, suspects: []string{"n1"}},
+		{name: "no suspect", m: split, reached: []string{"n3", "n5"}},
+		// A bridge of three: n1, fenced, reaches n2 and not n3, which
+		// n2 reaches: nobody reports n3, and n1 stays out.
+		{name: "bridge of three", m: m([]string{"n2", "n3"}, []string{"n1", "n2", "n3"}, [2]string{"n1", "n3"}), reached: []string{"n2"}, suspects: []string{"n3"}},
+		// Two nodes: n1 alone is a majority of n2's peers, but not of
+		// the cluster.
+		{name: "two nodes", m: m([]string{"n2"}, []string{"n1", "n2"}, [2]string{"n1", "n2"}), suspects: []string{"n2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DueOnceReported(tc.m, "n4", tc.reached, tc.suspects); got != tc.want {
+				t.Errorf("DueOnceReported(n4, reached %v, suspects %v) = %v, want %v", tc.reached, tc.suspects, got, tc.want)
+			}
+		})
+	}
+}
+
 // TestFenceNode: a fence removes the suspect's record and writes its
 // fence in one transaction, which the membership follows; a fence whose
 // reporter's record is gone (the fencer's own included) writes nothing,
