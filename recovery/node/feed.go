@@ -221,8 +221,11 @@ type feedIn struct {
 	// when the feed came.
 	gate *feedGate
 	born uint64
-	// fencedAns: the feed was answered wire.Fenced.
+	// fencedAns: the feed was answered wire.Fenced. txns: a txn came on
+	// it. Both under gate.mu. A feed answered Fenced that brought no txn
+	// stays open to a peer's repair (peerRepairs).
 	fencedAns bool
+	txns      bool
 	// joined are the partitions the initiator joined on this feed, or on
 	// the feeds it resumes (wire.Join): their replicas here track it, and
 	// so does one created later (trackFeeds). joinMu guards it: the
@@ -396,7 +399,9 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		fi.q <- &wire.FeedAck{ID: txnid.ID(fi.recv.Load())}
 	} else {
 		if fenced {
+			fi.gate.mu.Lock()
 			fi.fencedAns = true
+			fi.gate.mu.Unlock()
 			ps := n.livePartitions()
 			n.log.Warn("feed of a process taken for dead here: its replicas of the partitions live here must rejoin", "initiator", in, "node", h.Node, "partitions", len(ps))
 			fi.q <- &wire.Fenced{Partitions: ps}
@@ -574,6 +579,7 @@ func (n *Node) takeFeedMsg(fi *feedIn, m wire.Message) error {
 			return fmt.Errorf("feed: txn %v of initiator %d on the feed of initiator %d", m.ID, m.ID.Initiator(), fi.in)
 		}
 		fi.read(m.ID)
+		fi.txns = true
 		r := n.hosted()[m.Partition]
 		if r == nil {
 			return nil // not hosted here: the sender's placement is stale
@@ -795,6 +801,35 @@ func (n *Node) answerRepair(in txnid.Initiator, inc uint64) {
 		n.log.Info("feed of a process a peer took for dead closed: its tail goes to the peer's repair", "initiator", in, "node", open.node)
 		open.conn.Close()
 	}
+}
+
+// peerRepairs is answerRepair for a peer's repair of in's process inc,
+// but for a feed of that process open here that was answered wire.Fenced
+// (taken in after the process was taken for dead here), has brought no
+// txn, and whose process is not registered: that feed carries nothing
+// of the life the peer repairs, which ended here before it came, and
+// its process cannot sequence a txn on it (it is not registered), so
+// the answer is final without closing it. Closed, the fenced process's
+// feeds never stayed open: a repair begun before its fence, answered
+// after the heal, closed the feed it had just opened at one peer; that
+// peer repaired in turn and closed it at the others, round and round,
+// and the process, which registers only with feeds open to a majority,
+// stayed out for good (TestFencedNodeBackOnTheMajoritySide, one run in
+// five under -race).
+func (n *Node) peerRepairs(in txnid.Initiator, inc uint64) {
+	n.feeds.mu.Lock()
+	g, open := n.feeds.gateLocked(in), n.feeds.by[in]
+	n.feeds.mu.Unlock()
+	if open != nil && open.inc == inc && !n.members.aliveAs(open.node, open.inc) {
+		g.mu.Lock()
+		keep := open.fencedAns && !open.txns && !g.shut(open)
+		g.mu.Unlock()
+		if keep {
+			n.limited.Log(slog.LevelInfo, fmt.Sprintf("keep-feed/%d", in), "a peer repairs the tail of a process taken for dead here before its open feed came: the feed stays open", "initiator", in, "node", open.node)
+			return
+		}
+	}
+	n.answerRepair(in, inc)
 }
 
 // gaveTail reports whether this node gave a peer's repair the tail of

@@ -72,7 +72,7 @@ func (n *Node) fences() {
 		if n.reg == nil || !n.reg.Registered() {
 			continue
 		}
-		suspects := n.suspects(time.Now(), v, unfed)
+		suspects := n.suspects(time.Now(), n.reg.Term().Began(), v, unfed)
 		n.reportSuspects(v, suspects, mine)
 		for _, d := range v.due {
 			rec, ok := v.nodes[d.Node]
@@ -111,8 +111,15 @@ func (n *Node) fences() {
 // it: chaos seed 5511, 10 s without service over a 2|3 split; with twice
 // suspectAfter, 7.2 s.) unfed
 // keeps, across calls, when each process was first seen alive with no
-// feed here.
-func (n *Node) suspects(now time.Time, v *view, unfed map[string]time.Time) map[string]int64 {
+// feed here. No silence counts from before since, when this node's
+// registration began: out of the others' view, it was fed by none that
+// had lost its feed here, as they dial only the nodes in their view, so
+// a silence of then says nothing of them. Counted from before, a fenced
+// node that registered again on one side of a split reported the nodes
+// of its own side at once, and with the other side's reports fenced
+// them (TestFencedNodeBackOnTheMajoritySide, one run in two under
+// -race).
+func (n *Node) suspects(now, since time.Time, v *view, unfed map[string]time.Time) map[string]int64 {
 	latest := map[string]*feedIn{}
 	n.feeds.mu.Lock()
 	for _, fi := range n.feeds.last {
@@ -154,13 +161,13 @@ func (n *Node) suspects(now time.Time, v *view, unfed map[string]time.Time) map[
 				}
 				unfed[key] = first
 			}
-			if now.Sub(first) >= suspectAfter {
+			if now.Sub(later(first, since)) >= suspectAfter {
 				out[node] = inc
 			}
 			continue
 		}
 		at := fi.silentSince.Load()
-		if at == 0 || now.Sub(time.Unix(0, at)) < suspectAfter {
+		if at == 0 || now.Sub(later(time.Unix(0, at), since)) < suspectAfter {
 			continue
 		}
 		select {
@@ -176,6 +183,13 @@ func (n *Node) suspects(now time.Time, v *view, unfed map[string]time.Time) map[
 		}
 	}
 	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // untracked reports whether fi ended and its process was taken for dead
@@ -301,7 +315,14 @@ func (m *members) fenced(node string) bool {
 // count only once it is registered, were the ones missing to fence that
 // peer (rejoin chaos --net-faults on --seed 370535702: a partition 16 s
 // without service). A node it cannot reach among the rest is reported
-// and fenced like any other. It clears its fence as it passes.
+// and fenced like any other. Or else: with the nodes it reaches a
+// majority of the cluster, and each node it does not reach reported by
+// enough of the others that its own report completes the fence
+// (supervise.DueOnceReported): registered, it reports them and the
+// nodes cut off are fenced, where no one could fence them while it
+// stayed out (rejoin chaos --net-faults on --seed 697575384;
+// TestFencedNodeBackOnTheMajoritySide). It clears its fence as it
+// passes.
 func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	f, ok, err := supervise.ReadFence(ctx, n.cli, n.id)
 	if err != nil {
@@ -320,15 +341,33 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 		return fmt.Errorf("node %s fenced by its peers: its feeds are not up yet", n.id)
 	}
 	unfed, others := n.init.unfed(v, prev.Ended(), prev.Began())
+	slices.Sort(unfed)
+	why := "feeds open to a majority of the live nodes"
 	if fed := others - len(unfed); others > 0 && 2*fed <= others {
-		slices.Sort(unfed)
-		return fmt.Errorf("node %s fenced by its peers (%s's transaction): feeds opened since to %d of %d live nodes, not a majority (none to %v)", n.id, f.By, fed, others, unfed)
+		var reached []string
+		for node := range v.nodes {
+			if node != n.id && !slices.Contains(unfed, node) {
+				reached = append(reached, node)
+			}
+		}
+		if !n.members.dueOnceReported(reached, unfed) {
+			return fmt.Errorf("node %s fenced by its peers (%s's transaction): feeds opened since to %d of %d live nodes, not a majority (none to %v)", n.id, f.By, fed, others, unfed)
+		}
+		why = fmt.Sprintf("the nodes it reaches are a majority of the cluster, and its report completes the fence of each it does not (%v)", unfed)
 	}
 	if err := supervise.ClearFence(ctx, n.cli, f); err != nil {
 		return err
 	}
-	n.log.Warn("fence cleared: feeds open to a majority of the live nodes; registering again", "fenced_by", f.By)
+	n.log.Warn("fence cleared: registering again", "fenced_by", f.By, "because", why)
 	return nil
+}
+
+// dueOnceReported is supervise.DueOnceReported on the records read last,
+// for this node.
+func (m *members) dueOnceReported(reached, suspects []string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.recs != nil && supervise.DueOnceReported(m.recs, m.n.id, reached, suspects)
 }
 
 // unfed lists the nodes alive in v, this one aside, that the initiator

@@ -378,26 +378,52 @@ func TestSuspectsKeepAnUntrackedSilence(t *testing.T) {
 	n := &Node{id: "n1"}
 	n.feeds.last = map[txnid.Initiator]*feedIn{2: feed(2 * time.Second)}
 	unfed := map[string]time.Time{}
-	if got := n.suspects(now, v, unfed); got["n2"] != inc {
+	if got := n.suspects(now, time.Time{}, v, unfed); got["n2"] != inc {
 		t.Errorf("silent 2 s, its feed untracked: suspects %v, want n2 at once", got)
 	}
 
 	n.feeds.last = map[txnid.Initiator]*feedIn{2: feed(time.Second)}
 	unfed = map[string]time.Time{}
-	if got := n.suspects(now, v, unfed); len(got) != 0 {
+	if got := n.suspects(now, time.Time{}, v, unfed); len(got) != 0 {
 		t.Errorf("silent 1 s: suspects %v, want none yet", got)
 	}
-	if got := n.suspects(now.Add(suspectAfter-time.Second), v, unfed); got["n2"] != inc {
+	if got := n.suspects(now.Add(suspectAfter-time.Second), time.Time{}, v, unfed); got["n2"] != inc {
 		t.Errorf("silent %v: suspects %v, want n2", suspectAfter, got)
 	}
 
 	// A process that never fed this node is counted from the first look.
 	v.nodes["n3"] = supervise.NodeRecord{ID: "n3", Started: started}
 	unfed = map[string]time.Time{}
-	if got := n.suspects(now, v, unfed); got["n3"] != 0 {
+	if got := n.suspects(now, time.Time{}, v, unfed); got["n3"] != 0 {
 		t.Errorf("n3 first seen now: suspects %v, want n3 not yet", got)
 	}
-	if got := n.suspects(now.Add(suspectAfter), v, unfed); got["n3"] != inc {
+	if got := n.suspects(now.Add(suspectAfter), time.Time{}, v, unfed); got["n3"] != inc {
 		t.Errorf("n3 unfed for %v: suspects %v, want n3", suspectAfter, got)
+	}
+}
+
+// TestSuspectsCountFromTheRegistration: a node registered again (after
+// a fence or a lapse) was out of its peers' view, and they dialled it
+// no feed meanwhile; a feed of theirs lost before it registered is no
+// sign against them until suspectAfter has passed since it registered.
+// Counted from the feed's loss, a fenced node back on one side of a
+// split reported the nodes of its own side at once, and the other
+// side's reports with its own fenced them (TestFencedNodeBackOnTheMajoritySide).
+func TestSuspectsCountFromTheRegistration(t *testing.T) {
+	now := time.Now()
+	started := now.Add(-time.Minute)
+	inc := started.UnixNano()
+	fi := &feedIn{in: 2, node: "n2", inc: uint64(inc), resolved: make(chan struct{})}
+	fi.silentSince.Store(now.Add(-10 * time.Second).UnixNano())
+	v := &view{nodes: map[string]supervise.NodeRecord{"n1": {ID: "n1", Started: now}, "n2": {ID: "n2", Started: started}, "n3": {ID: "n3", Started: started}}}
+	n := &Node{id: "n1"}
+	n.feeds.last = map[txnid.Initiator]*feedIn{2: fi}
+	unfed := map[string]time.Time{"n3@" + strconv.FormatInt(inc, 10): now.Add(-10 * time.Second)}
+	registered := now.Add(-time.Second)
+	if got := n.suspects(now, registered, v, unfed); len(got) != 0 {
+		t.Errorf("registered 1 s ago, n2's feed silent 10 s, n3 unfed 10 s: suspects %v, want none yet", got)
+	}
+	if got := n.suspects(registered.Add(suspectAfter), registered, v, unfed); got["n2"] != inc || got["n3"] != inc {
+		t.Errorf("registered %v ago: suspects %v, want n2 and n3", suspectAfter, got)
 	}
 }

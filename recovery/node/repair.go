@@ -349,7 +349,7 @@ func (n *Node) repairAnswer(req *wire.Repair, peer string) ([]partition.Invocati
 			return nil, 0, n.ctx.Err()
 		}
 	}
-	n.answerRepair(in, req.Incarnation)
+	n.peerRepairs(in, req.Incarnation)
 	r := n.hosted()[req.Partition]
 	if r == nil {
 		return nil, 0, nil
