@@ -320,14 +320,23 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	if old != nil {
 		old.conn.Close()
 	}
-	resumed, fenced, afresh := false, false, false
+	resumed, fenced, afresh, early := false, false, false, false
 	if prev != nil {
 		if prev.inc == fi.inc {
 			close(prev.redialled)
+			early = n.fencedEarly(conn, prev, h)
 		}
 		select {
 		case <-prev.resolved:
 		case <-n.ctx.Done():
+			close(fi.resolved)
+			return
+		}
+		if early && !prev.untracked {
+			// Taken for dead here and yet not settled so: nothing to
+			// tell the process but what it was told. It dials again.
+			n.log.Warn("feed of a process told it was taken for dead, whose tail here did not end untracked: closed", "initiator", in, "node", h.Node)
+			conn.Close()
 			close(fi.resolved)
 			return
 		}
@@ -402,9 +411,11 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 			fi.gate.mu.Lock()
 			fi.fencedAns = true
 			fi.gate.mu.Unlock()
-			ps := n.livePartitions()
-			n.log.Warn("feed of a process taken for dead here: its replicas of the partitions live here must rejoin", "initiator", in, "node", h.Node, "partitions", len(ps))
-			fi.q <- &wire.Fenced{Partitions: ps}
+			if !early {
+				ps := n.livePartitions()
+				n.log.Warn("feed of a process taken for dead here: its replicas of the partitions live here must rejoin", "initiator", in, "node", h.Node, "partitions", len(ps))
+				fi.q <- &wire.Fenced{Partitions: ps}
+			}
 		}
 		// The floor: the highest ID the replicas here executed or read
 		// as safe. No replica tracks the initiator yet: it joins each
@@ -803,6 +814,34 @@ func (n *Node) answerRepair(in txnid.Initiator, inc uint64) {
 	}
 }
 
+// fencedEarly tells the process of h, redialling here, at once that it
+// was taken for dead (wire.Fenced, ahead of the floor), if it was for
+// good (a fence or a peer's repair shut prev, its last feed here) and
+// prev's tail is not settled yet. Its floor waits for that, and the
+// repair may wait for a live peer cut off, until that peer is fenced;
+// the fenced process registers again only once a majority answered it,
+// and its report may be the one missing to fence that peer. Told only
+// with the floor, a node fenced and then back on the larger side of a
+// split waited for the heal (rejoin chaos --net-faults on --seed
+// 697575384: n4 fenced, then {n1,n2}|{n3,n4,n5}, 12.4 s unregistered).
+// It reports whether it told.
+func (n *Node) fencedEarly(conn *stream.Conn, prev *feedIn, h *wire.Hello) bool {
+	select {
+	case <-prev.resolved:
+		return false
+	default:
+	}
+	if !n.gaveTail(prev) {
+		return false
+	}
+	ps := n.livePartitions()
+	if err := conn.Send(n.ctx, &wire.Fenced{Partitions: ps}); err != nil {
+		return false
+	}
+	n.log.Warn("feed of a process taken for dead here, its tail still under repair: told at once; its replicas of the partitions live here must rejoin", "initiator", prev.in, "node", h.Node, "partitions", len(ps))
+	return true
+}
+
 // peerRepairs is answerRepair for a peer's repair of in's process inc,
 // but for a feed of that process open here that was answered wire.Fenced
 // (taken in after the process was taken for dead here), has brought no
@@ -1022,6 +1061,10 @@ type initiator struct {
 	// registers again only with feeds that opened after their nodes took
 	// it for dead (mayRegister).
 	opened map[string]feedOpened
+	// toldFenced is when each node whose feed waits for its floor told
+	// this process it was taken for dead (fencedEarly): it counts for
+	// mayRegister as a feed open that was answered wire.Fenced.
+	toldFenced map[string]time.Time
 	// fwd are the calls this node forwarded to a holder of their
 	// partition and not yet answered, by the number they went out with
 	// on the feed there, which fwdSeq gives.
@@ -1369,8 +1412,9 @@ const feedFloorWait = time.Minute
 // txn ID its replicas executed before they began to track this initiator;
 // or, to a hello that asked to resume, where the receiver stopped on the
 // broken feed (resumed). Before a floor, a wire.Fenced may say this
-// process was taken for dead there (fenced, its partitions).
-func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (_ txnid.ID, resumed bool, fenced *wire.Fenced, _ error) {
+// process was taken for dead there (fenced, its partitions), given to
+// told as it comes.
+func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration, told func(*wire.Fenced)) (_ txnid.ID, resumed bool, fenced *wire.Fenced, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -1393,6 +1437,7 @@ func recvFloor(ctx context.Context, conn *stream.Conn, wait time.Duration) (_ tx
 			return m.ID, true, nil, nil
 		case *wire.Fenced:
 			fenced = &wire.Fenced{Partitions: slices.Clone(m.Partitions)}
+			told(fenced)
 		case *wire.Done:
 			// A result of a txn of this node's previous process: results
 			// go back on the initiator's feed, and the receiver counts
@@ -1524,8 +1569,20 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	var floor txnid.ID
 	var resumed bool
 	var fenced *wire.Fenced
+	told := func(f *wire.Fenced) {
+		// Before the floor: the replicas fail now, not once the
+		// receiver's repair of this process's tail ends, and the node
+		// counts for the registration's gate meanwhile.
+		in.fenced(node, f.Partitions)
+		in.mu.Lock()
+		if in.toldFenced == nil {
+			in.toldFenced = map[string]time.Time{}
+		}
+		in.toldFenced[node] = time.Now()
+		in.mu.Unlock()
+	}
 	if err == nil {
-		if floor, resumed, fenced, err = recvFloor(in.n.ctx, conn, feedFloorWait); err != nil {
+		if floor, resumed, fenced, err = recvFloor(in.n.ctx, conn, feedFloorWait, told); err != nil {
 			conn.Close()
 		} else if resumed && !d.Resume {
 			err = fmt.Errorf("feed to %s resumed though the hello did not ask", node)
@@ -1535,6 +1592,9 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 			conn.Close()
 		}
 	}
+	in.mu.Lock()
+	delete(in.toldFenced, node)
+	in.mu.Unlock()
 	if err != nil {
 		in.mu.Lock()
 		in.core.DialFailed(node)
@@ -1543,9 +1603,6 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 			in.n.limited.Log(slog.LevelInfo, "feed-dial/"+node, "feed dial failed", "node", node, "err", err)
 		}
 		return
-	}
-	if fenced != nil {
-		in.fenced(node, fenced.Partitions)
 	}
 	f := &feedOut{node: node, conn: conn, q: make(chan wire.Message, feedQueueMax), broken: make(chan struct{})}
 	in.mu.Lock()

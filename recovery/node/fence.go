@@ -383,8 +383,11 @@ func (in *initiator) unfed(v *view, since, fencedSince time.Time) (unfed []strin
 		}
 		others++
 		o := in.opened[node]
-		counts := !o.at.Before(since) || o.fenced && !o.at.Before(fencedSince)
-		if !in.core.Fed(node) || !counts {
+		counts := in.core.Fed(node) && (!o.at.Before(since) || o.fenced && !o.at.Before(fencedSince))
+		if at, ok := in.toldFenced[node]; ok && !at.Before(fencedSince) {
+			counts = true // its floor waits for its repair of this process's tail
+		}
+		if !counts {
 			unfed = append(unfed, node)
 		}
 	}
