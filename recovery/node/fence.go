@@ -301,7 +301,8 @@ func (m *members) fenced(node string) bool {
 // process fenced registers again only once its initiator has a feed to a
 // majority of the other nodes alive that opened after the node took it
 // for dead: one that node answered wire.Fenced during the last term or
-// since, or one opened since the last term ended (a node that saw the
+// since (or told so ahead of the floor: fencedEarly), or one opened
+// since the last term ended (a node that saw the
 // fence before the feed closed takes the process in without Fenced).
 // Registered sooner, the others would wait for its replicas again while
 // it cannot reach them. Counting only the feeds opened since the term
