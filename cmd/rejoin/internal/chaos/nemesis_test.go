@@ -1,9 +1,14 @@
 package chaos
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
@@ -88,5 +93,56 @@ func TestLastLiveUnknown(t *testing.T) {
 	v.Replicas[0].Reported, v.Replicas[0].State = true, node.StateNeedsRejoin
 	if _, ok := ns.lastLiveLocked(v, "n1"); !ok {
 		t.Error("lastLiveLocked(n1), n1 reporting needs-rejoin: refused")
+	}
+}
+
+// startsFailing are node processes whose first fails starts fail, as a
+// node's does while it cannot reach etcd.
+type startsFailing struct {
+	mu     sync.Mutex
+	fails  int
+	starts int
+}
+
+func (p *startsFailing) Start(ctx context.Context, id int) (demo.ReadyLine, int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.starts++
+	if p.starts <= p.fails {
+		return demo.ReadyLine{}, 0, fmt.Errorf("n%d exited before it was ready (exit status 1)", id)
+	}
+	return demo.ReadyLine{Node: fmt.Sprintf("n%d", id), TCP: "127.0.0.1:1"}, 1000 + id, nil
+}
+func (p *startsFailing) Kill(int) error           { return nil }
+func (p *startsFailing) Pause(int) error          { return nil }
+func (p *startsFailing) Resume(int) error         { return nil }
+func (p *startsFailing) Exited(int) (bool, error) { return false, nil }
+
+// TestRestartTriedAgain: a restart that fails is tried again before the
+// heal, as a service manager would; tried once, a node whose restart fell
+// in an etcd cut stayed down for the rest of the run (rejoin chaos
+// --duration 10m --seed 20261128: 8.5 minutes).
+func TestRestartTriedAgain(t *testing.T) {
+	p := &startsFailing{fails: 2}
+	ns := &nemesis{ctx: context.Background(), nodes: p, n: 5, state: make([]nodeState, 6), healc: make(chan struct{}),
+		killWin: map[int]int{}, logf: t.Logf}
+	ns.state[5] = nodeDown
+	ns.restart(ns.ctx, 5)
+	deadline := time.Now().Add(10 * restartRetry)
+	for {
+		ns.mu.Lock()
+		st := ns.state[5]
+		ns.mu.Unlock()
+		if st == nodeUp {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n5 not up %v after its first restart failed (state %v)", 10*restartRetry, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ns.abandon()
+	if p.starts != 3 {
+		t.Errorf("%d starts, want 3: two failed, one up", p.starts)
 	}
 }
