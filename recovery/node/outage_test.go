@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -486,4 +487,53 @@ func TestEtcdCutNodeStallsBriefly(t *testing.T) {
 	stopWriters()
 	checkAcked(t, cl, parts, ws)
 	checkDigests(t, cl, parts, 3)
+}
+
+// TestRegistersSoonAfterALongEtcdOutage: etcd is down for 40 s, every
+// connection to it refused, long enough for gRPC's reconnect backoff,
+// which grows to two minutes by default, to wait 15 s and more between
+// two tries; once etcd answers again, every node must register again
+// within a few seconds, not at its client's next try (rejoin chaos
+// --duration 10m --seed 20261128: a node registered 19 s after a 28 s
+// etcd reset ended, and with another node down and a third stopped no
+// majority was left to fence the stopped one: 4.45 s without a
+// successful op).
+func TestRegistersSoonAfterALongEtcdOutage(t *testing.T) {
+	const ttl = 2 * time.Second
+	const outage = 40 * time.Second
+	var mu sync.Mutex
+	again := map[int]time.Time{}
+	c := newClusterWith(t, 3, 3, kv(), func(c *cluster) {
+		c.nodeTTL = ttl
+		c.onLog = func(id int, r slog.Record) {
+			if r.Message == "supervise: node registered again" {
+				mu.Lock()
+				again[id] = time.Now()
+				mu.Unlock()
+			}
+		}
+	})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 2)
+	c.e.Stop()
+	time.Sleep(outage)
+	mu.Lock()
+	clear(again)
+	mu.Unlock()
+	if err := c.e.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	waitUntil(t, 40*time.Second, "every node registered again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(again) == 3
+	})
+	for id := 1; id <= 3; id++ {
+		took := again[id].Sub(back)
+		t.Logf("n%d registered again %v after etcd was back", id, took.Round(time.Millisecond))
+		if took > 4*time.Second {
+			t.Errorf("n%d registered again only %v after etcd was back, want within 4 s", id, took.Round(time.Millisecond))
+		}
+	}
 }
