@@ -341,18 +341,12 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	if n.init == nil || v == nil {
 		return fmt.Errorf("node %s fenced by its peers: its feeds are not up yet", n.id)
 	}
-	unfed, others := n.init.unfed(v, prev.Ended(), prev.Began())
+	unfed, fed := n.init.unfed(v, prev.Ended(), prev.Began())
 	slices.Sort(unfed)
 	why := "feeds open to a majority of the live nodes"
-	if fed := others - len(unfed); others > 0 && 2*fed <= others {
-		var reached []string
-		for node := range v.nodes {
-			if node != n.id && !slices.Contains(unfed, node) {
-				reached = append(reached, node)
-			}
-		}
-		if !n.members.dueOnceReported(reached, unfed) {
-			return fmt.Errorf("node %s fenced by its peers (%s's transaction): feeds opened since to %d of %d live nodes, not a majority (none to %v)", n.id, f.By, fed, others, unfed)
+	if others := len(unfed) + len(fed); others > 0 && 2*len(fed) <= others {
+		if !n.members.dueOnceReported(fed, unfed) {
+			return fmt.Errorf("node %s fenced by its peers (%s's transaction): feeds opened since to %d of %d live nodes, not a majority (none to %v)", n.id, f.By, len(fed), others, unfed)
 		}
 		why = fmt.Sprintf("the nodes it reaches are a majority of the cluster, and its report completes the fence of each it does not (%v)", unfed)
 	}
@@ -374,23 +368,24 @@ func (m *members) dueOnceReported(reached, suspects []string) bool {
 // unfed lists the nodes alive in v, this one aside, that the initiator
 // has no feed open to, or none opened since since or answered
 // wire.Fenced at an open since fencedSince (zero times: any feed open
-// counts); others counts the nodes alive in v, this one aside.
-func (in *initiator) unfed(v *view, since, fencedSince time.Time) (unfed []string, others int) {
+// counts); fed lists the others alive in v, this one aside.
+func (in *initiator) unfed(v *view, since, fencedSince time.Time) (unfed, fed []string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for node := range v.nodes {
 		if node == in.n.id {
 			continue
 		}
-		others++
 		o := in.opened[node]
 		counts := in.core.Fed(node) && (!o.at.Before(since) || o.fenced && !o.at.Before(fencedSince))
 		if at, ok := in.toldFenced[node]; ok && !at.Before(fencedSince) {
 			counts = true // its floor waits for its repair of this process's tail
 		}
-		if !counts {
+		if counts {
+			fed = append(fed, node)
+		} else {
 			unfed = append(unfed, node)
 		}
 	}
-	return unfed, others
+	return unfed, fed
 }
