@@ -253,12 +253,7 @@ func TestFencedBeforeItsTermEnded(t *testing.T) {
 	defer thawEtcd()
 	thawPeers := freezeAll(c.pathsOf(2))
 	defer thawPeers()
-	waitUntil(t, 15*time.Second, "n2's fence in etcd", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, ok, err := supervise.ReadFence(ctx, c.admin, "n2")
-		return err == nil && ok
-	})
+	waitUntil(t, 15*time.Second, "n2's fence in etcd", func() bool { return fenceStands(c, "n2") })
 	thawPeers()
 	waitUntil(t, 15*time.Second, "n2's feeds to n1 and n3 answered Fenced", func() bool {
 		got := map[string]bool{}
@@ -282,6 +277,14 @@ func TestFencedBeforeItsTermEnded(t *testing.T) {
 		upsert(t, cl, parts, i)
 	}
 	checkDigests(t, cl, parts, 3)
+}
+
+// fenceStands reports whether etcd answers that node is fenced.
+func fenceStands(c *cluster, node string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, ok, err := supervise.ReadFence(ctx, c.admin, node)
+	return err == nil && ok
 }
 
 // longestGap is the longest time in [from, to] without an entry of at
@@ -424,15 +427,9 @@ func testFencedNodeBack(t *testing.T, repairedFirst bool) {
 	ws, stopWriters := startFeedWritersOnly(t, c, parts, []int{4, 5}, 2*time.Millisecond, func(p uint32) bool { return majority[p] })
 	defer stopWriters()
 
-	fenced := func(node string) bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, ok, err := supervise.ReadFence(ctx, c.admin, node)
-		return err == nil && ok
-	}
 	thawN2 := freezeAll(c.pathsOf(2))
 	defer thawN2()
-	waitUntil(t, 15*time.Second, "n2's fence in etcd", func() bool { return fenced("n2") })
+	waitUntil(t, 15*time.Second, "n2's fence in etcd", func() bool { return fenceStands(c, "n2") })
 	from := []int{ws[0].count(), ws[1].count()}
 	if repairedFirst {
 		// n2's tail repaired (its peers write on) before the split.
@@ -466,7 +463,7 @@ func testFencedNodeBack(t *testing.T, repairedFirst bool) {
 		}
 		return true
 	})
-	if fenced("n1") || fenced("n3") {
+	if fenceStands(c, "n1") || fenceStands(c, "n3") {
 		t.Fatal("n1 or n3 fenced by two reporters of four")
 	}
 	// n2 back to n4 and n5; still cut from n1 and n3.
@@ -479,7 +476,7 @@ func testFencedNodeBack(t *testing.T, repairedFirst bool) {
 	back := time.Now()
 	waitUntil(t, 20*time.Second, "n1 and n3 fenced, n2 registered, before the split heals", func() bool {
 		reg, ok := registered(c, "n2")
-		return ok && reg && fenced("n1") && fenced("n3")
+		return ok && reg && fenceStands(c, "n1") && fenceStands(c, "n3")
 	})
 	t.Logf("n2 registered and n1, n3 fenced %v after n2 came back", time.Since(back).Round(time.Millisecond))
 	from = []int{ws[0].count(), ws[1].count()}
