@@ -118,6 +118,15 @@ type Hello struct {
 	// where it stopped, or with a floor (a Beat) if it cannot resume.
 	Resume bool
 	Kept   txnid.ID
+	// To, on a HelloFeed, is the receiver's process the sender means
+	// (its incarnation, as the sender's view of the membership names
+	// it). A process of another incarnation refuses the feed: a sender
+	// whose view lags a restart would otherwise open it to the new
+	// process under the old one's name, take the feed for stale once its
+	// view caught up, and dial again afresh, which the receiver must
+	// read as the same process re-opening a feed it sent txns on
+	// (docs/DESIGN.md "Feeds that resume").
+	To uint64
 }
 
 // MissedMax bounds Hello.Missed: the most partitions a cluster has.
@@ -396,7 +405,7 @@ func (*RepairEnd) Header() MsgHeader { return MsgHeader{} }
 
 // Field counts of the cluster messages' msgpack arrays. Part of the format.
 const (
-	helloFields      = 8 // [kind, node, initiator, partition, epoch, [missed, ...], resume, kept]
+	helloFields      = 9 // [kind, node, initiator, partition, epoch, [missed, ...], resume, kept, to]
 	txnFields        = 4 // [partition, id, proc, params]
 	beatFields       = 1 // [id]
 	beatAskFields    = 1 // [id]
@@ -431,7 +440,8 @@ func appendCluster(dst []byte, m Message) ([]byte, bool) {
 			dst = appendUint(dst, uint64(p))
 		}
 		dst = appendBool(dst, m.Resume)
-		return appendUint(dst, uint64(m.Kept)), true
+		dst = appendUint(dst, uint64(m.Kept))
+		return appendUint(dst, m.To), true
 	case *Txn:
 		dst = AppendArrayHeader(dst, txnFields)
 		dst = appendUint(dst, uint64(m.Partition))
@@ -600,6 +610,7 @@ func decodeCluster(t MsgType, r *msgReader) Message {
 		h.Missed = r.partitions(MissedMax)
 		h.Resume = r.bool()
 		h.Kept = r.txnID()
+		h.To = r.uint(math.MaxUint64)
 		return &h
 	case MsgTxn:
 		var x Txn

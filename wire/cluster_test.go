@@ -66,8 +66,8 @@ func TestClusterAliasing(t *testing.T) {
 }
 
 func TestClusterDecodeErrors(t *testing.T) {
-	hello := AppendMessage(nil, &Hello{Kind: HelloFeed, Node: "n1", Initiator: 1}) // 98 02 a2 6e 31 01 00 00 90 c2 00
-	if !bytes.Equal(hello, []byte{0x98, 2, 0xa2, 'n', '1', 1, 0, 0, 0x90, 0xc2, 0}) {
+	hello := AppendMessage(nil, &Hello{Kind: HelloFeed, Node: "n1", Initiator: 1}) // 99 02 a2 6e 31 01 00 00 90 c2 00 00
+	if !bytes.Equal(hello, []byte{0x99, 2, 0xa2, 'n', '1', 1, 0, 0, 0x90, 0xc2, 0, 0}) {
 		t.Fatalf("hello is %x", hello)
 	}
 	call := AppendMessage(nil, &Call{Req: 1, Partition: 2, Proc: "p", Params: []byte{0x90}}) // 95 01 02 a1 70 c4 01 90 c2
@@ -93,16 +93,16 @@ func TestClusterDecodeErrors(t *testing.T) {
 		want    error
 	}{
 		{"hello too few fields", MsgHello, []byte{0x95, 2, 0xa0, 1, 0, 0}, ErrMalformed},
-		{"hello too many fields", MsgHello, append([]byte{0x99}, append(hello[1:], 0)...), ErrMalformed},
-		{"hello missed not increasing", MsgHello, []byte{0x98, 2, 0xa2, 'n', '1', 1, 0, 0, 0x92, 3, 3}, ErrMalformed},
-		{"hello missed partition over uint32", MsgHello, []byte{0x98, 2, 0xa2, 'n', '1', 1, 0, 0, 0x91, 0xcf, 1, 0, 0, 0, 0, 0, 0, 0}, ErrMalformed},
-		{"hello missed not an array", MsgHello, []byte{0x98, 2, 0xa2, 'n', '1', 1, 0, 0, 0}, ErrMalformed},
+		{"hello too many fields", MsgHello, append([]byte{0x9a}, append(hello[1:], 0)...), ErrMalformed},
+		{"hello missed not increasing", MsgHello, []byte{0x99, 2, 0xa2, 'n', '1', 1, 0, 0, 0x92, 3, 3}, ErrMalformed},
+		{"hello missed partition over uint32", MsgHello, []byte{0x99, 2, 0xa2, 'n', '1', 1, 0, 0, 0x91, 0xcf, 1, 0, 0, 0, 0, 0, 0, 0}, ErrMalformed},
+		{"hello missed not an array", MsgHello, []byte{0x99, 2, 0xa2, 'n', '1', 1, 0, 0, 0}, ErrMalformed},
 		{"hello kind 0", MsgHello, patch(hello, 1, 0), ErrMalformed},
 		{"hello kind 5", MsgHello, patch(hello, 1, 5), ErrMalformed},
-		{"hello initiator over uint16", MsgHello, []byte{0x98, 2, 0xa0, 0xce, 0, 1, 0, 0, 0, 0, 0x90}, ErrMalformed},
-		{"hello node too long", MsgHello, append(append([]byte{0x98, 2}, long(NodeBytesMax+1)...), 1, 0, 0, 0x90), ErrTooLarge},
-		{"hello node str8 of 2", MsgHello, []byte{0x98, 2, 0xd9, 2, 'n', '1', 1, 0, 0, 0x90}, ErrNonCanonical},
-		{"hello node as bin", MsgHello, []byte{0x98, 2, 0xc4, 2, 'n', '1', 1, 0, 0, 0x90}, ErrMalformed},
+		{"hello initiator over uint16", MsgHello, []byte{0x99, 2, 0xa0, 0xce, 0, 1, 0, 0, 0, 0, 0x90}, ErrMalformed},
+		{"hello node too long", MsgHello, append(append([]byte{0x99, 2}, long(NodeBytesMax+1)...), 1, 0, 0, 0x90), ErrTooLarge},
+		{"hello node str8 of 2", MsgHello, []byte{0x99, 2, 0xd9, 2, 'n', '1', 1, 0, 0, 0x90}, ErrNonCanonical},
+		{"hello node as bin", MsgHello, []byte{0x99, 2, 0xc4, 2, 'n', '1', 1, 0, 0, 0x90}, ErrMalformed},
 		{"hello trailing", MsgHello, append(bytes.Clone(hello), 0), ErrMalformed},
 		{"txn proc too long", MsgTxn, append(append([]byte{0x94, 1, 2}, long(ProcBytesMax+1)...), 0xc4, 0), ErrTooLarge},
 		{"txn params as str", MsgTxn, []byte{0x94, 1, 2, 0xa1, 'p', 0xa1, 0x90}, ErrMalformed},
@@ -305,7 +305,7 @@ func TestHelloKind(t *testing.T) {
 // HelloFrameBytesMax, uncompressed.
 func TestHelloFrameBytesMax(t *testing.T) {
 	h := &Hello{Kind: HelloFeed, Node: strings.Repeat("n", NodeBytesMax), Initiator: 1<<16 - 1,
-		Partition: 1<<32 - 1, Epoch: 1<<64 - 1, Resume: true, Kept: 1<<64 - 1}
+		Partition: 1<<32 - 1, Epoch: 1<<64 - 1, Resume: true, Kept: 1<<64 - 1, To: 1<<64 - 1}
 	for i := range MissedMax {
 		h.Missed = append(h.Missed, 1<<32-MissedMax+uint32(i))
 	}

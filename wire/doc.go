@@ -48,7 +48,7 @@
 // The cluster messages have no MsgHeader (Header returns the zero one;
 // MsgType.Rejoin tells the two families apart):
 //
-//	Hello     [kind, node, initiator, partition, epoch, [missed, ...], resume, kept]
+//	Hello     [kind, node, initiator, partition, epoch, [missed, ...], resume, kept, to]
 //	Txn       [partition, txnID, proc, params]
 //	Beat      [txnID]
 //	BeatAsk   [txnID]   (type 18: added after HandoffAck)

@@ -62,7 +62,7 @@ func sampleClusterMessages(t testing.TB) []Message {
 	params := mustTuple(t, []Value{String("kv"), Bytes([]byte("key")), Bytes([]byte("value"))})
 	out := mustTuple(t, []Value{Int64(-5), Int64(1 << 33)})
 	return []Message{
-		&Hello{Kind: HelloFeed, Node: "n12", Initiator: 12, Partition: 300, Epoch: 42, Missed: []uint32{0, 7, 65535}, Resume: true, Kept: txnid.ID(0x0123456789abcdf0)},
+		&Hello{Kind: HelloFeed, Node: "n12", Initiator: 12, Partition: 300, Epoch: 42, Missed: []uint32{0, 7, 65535}, Resume: true, Kept: txnid.ID(0x0123456789abcdf0), To: 1_700_000_000_123_456_789},
 		&Txn{Partition: 3, ID: txnid.ID(0x0123456789abcdef), Proc: "upsert", Params: params},
 		&Beat{ID: txnid.ID(0x0123456789abcdf0)},
 		&Done{Partition: 3, ID: txnid.ID(0x0123456789abcdef), Err: "partition: unknown procedure: \"nope\""},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -261,7 +262,7 @@ func TestFeedTxnOfAnotherInitiatorRefused(t *testing.T) {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: "n3", Initiator: 3, Epoch: 1}, NodeName(2)); err != nil {
+	if err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: "n3", Initiator: 3, Epoch: 1, To: incarnationOf(t, c, 2)}, NodeName(2)); err != nil {
 		t.Fatal(err)
 	}
 	forged := txnid.Make(time.Now().UnixMilli()-txnid.EpochUnixMillis, 1, 1)
@@ -279,6 +280,63 @@ func TestFeedTxnOfAnotherInitiatorRefused(t *testing.T) {
 	}
 	want := "txn " + forged.String() + " of initiator 1 on the feed of initiator 3"
 	waitUntil(t, 5*time.Second, "the node logs why it ended the feed", func() bool { return strings.Contains(logs.String(), want) })
+	upsert(t, cl, 1, 1)
+	checkDigests(t, cl, 1, 2)
+}
+
+// incarnationOf returns node id's incarnation as its record in etcd
+// names it, what a feed's hello to it names (wire.Hello.To).
+func incarnationOf(t *testing.T, c *cluster, id int) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recs, err := supervise.Nodes(ctx, c.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.ID == NodeName(id) {
+			return uint64(incarnation(r))
+		}
+	}
+	t.Fatalf("n%d has no record", id)
+	return 0
+}
+
+// TestFeedHelloNamesItsReceiver: a feed's hello names the receiver's
+// process it means (wire.Hello.To), and a node's process refuses a feed
+// meant for another of its processes. A sender whose view lagged a
+// restart opened its feed to the new process under the old one's name,
+// took it for stale once its view caught up, and dialled again afresh;
+// the new process read that as one process re-opening a feed it sent
+// txns on without resuming, and failed every replica it held (rejoin
+// chaos --duration 10m --seed 20261128: with other nodes down, the last
+// live replicas of two partitions).
+func TestFeedHelloNamesItsReceiver(t *testing.T) {
+	c := newClusterStarting(t, 3, 2, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inc := incarnationOf(t, c, 2)
+	for _, tc := range []struct {
+		to   uint64
+		want string // "": served
+	}{
+		{inc - 1, fmt.Sprintf("feed meant for n2's process %d, this is process %d", inc-1, inc)},
+		{0, fmt.Sprintf("feed meant for n2's process 0, this is process %d", inc)},
+		{inc, ""},
+	} {
+		conn := dialAs(t, ctx, c.nodes[2].addrs.TCP, certs.NodeID(3), NodeName(2))
+		err := hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: "n3", Initiator: 3, Epoch: 1, To: tc.to}, NodeName(2))
+		conn.Close()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("feed meant for n2's process %d, which it is: %v", tc.to, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("feed meant for n2's process %d: %v, want refused with %q", tc.to, err, tc.want)
+		}
+	}
 	upsert(t, cl, 1, 1)
 	checkDigests(t, cl, 1, 2)
 }

@@ -543,6 +543,14 @@ func (n *Node) serve(c *stream.Conn, p peer, authed func() bool) {
 			refuse("feed from initiator %d", h.Initiator)
 			return
 		}
+		if h.To != n.incarnation() {
+			// The sender's view names another process of this node: an
+			// older one, whose feed this is not, or a newer one, which
+			// supersedes this one (wire.Hello.To). It dials again once
+			// its view names this process.
+			refuse("node %s: feed meant for %s's process %d, this is process %d", n.id, n.id, h.To, n.incarnation())
+			return
+		}
 		if err := n.feeds.admitFeed(h); err != nil {
 			refuse("%v", err)
 			return

@@ -1560,7 +1560,7 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	}
 	if err == nil {
 		err = hello(ctx, conn, &wire.Hello{Kind: wire.HelloFeed, Node: in.n.id, Initiator: uint16(in.n.cfg.ID), Epoch: in.n.incarnation(),
-			Missed: d.Missed, Resume: d.Resume, Kept: d.Kept}, node)
+			Missed: d.Missed, Resume: d.Resume, Kept: d.Kept, To: uint64(d.Inc)}, node)
 		if err != nil {
 			conn.Close()
 		}
