@@ -104,6 +104,58 @@ func TestAvailability(t *testing.T) {
 	}
 }
 
+// TestAvailabilityWaitFromEachFault: a faulted gap is bounded from each
+// start of a fault that hit the partition, not whole. Partition 0: a
+// node of its replicas cut off at 18.27 s, another stopped at 19.79 s,
+// no op from 18.24 to 21.95 s (chaos seed 354310367): 3.71 s whole, at
+// most 2.16 s from a fault's start, within the bound. Partition 1: the
+// same two faults, and no op from 18.24 s to 26 s: 6.21 s from the
+// second's start, over it. Partition 2: hit by the first only, from
+// 0.03 s into the gap, a second fault that hit none of its replicas
+// (at 20 s) does not restart its wait: 3.68 s, over it.
+func TestAvailabilityWaitFromEachFault(t *testing.T) {
+	windows := []Window{
+		{Action: ActNetHalves, Start: 18270 * time.Millisecond, End: 40 * time.Second, Hit: []uint32{0, 1, 2}, Nodes: []int{5}},
+		{Action: ActStop, Start: 19790 * time.Millisecond, End: 25 * time.Second, Hit: []uint32{0, 1}, Nodes: []int{2}},
+		{Action: ActNetPeers, Start: 20 * time.Second, End: 21 * time.Second, Hit: []uint32{3}, Nodes: []int{3}},
+	}
+	// Ops every 0.2 s from 17 s to 41 s but in each partition's gap.
+	gaps := [][2]float64{{18.24, 21.95}, {18.24, 26}, {18.24, 21.95}, {0, 0}}
+	done := map[uint32][]time.Duration{}
+	for p, g := range gaps {
+		for at := 17.0; at <= 41; at += 0.2 {
+			if at <= g[0] || at >= g[1] {
+				done[uint32(p)] = append(done[uint32(p)], secs(at)...)
+			}
+		}
+		if g[0] > 0 {
+			done[uint32(p)] = append(done[uint32(p)], secs(g[0], g[1])...)
+		}
+	}
+	a := availability(done, 4, 7, windows, 41*time.Second)
+	if !near(a.MaxGapFaulted, 7.76) || !near(a.Partitions[0].MaxGapFaulted, 3.71) {
+		t.Errorf("whole gaps: %v, partition 0 %v", a.MaxGapFaulted, a.Partitions[0].MaxGapFaulted)
+	}
+	if w := a.Partitions[0].MaxWaitFaulted; !near(w, 2.16) {
+		t.Errorf("partition 0 waited %v from a fault's start, want 2.16", w)
+	}
+	if w := a.Partitions[2].MaxWaitFaulted; !near(w, 3.68) {
+		t.Errorf("partition 2 waited %v from a fault's start, want 3.68 (the fault at 20 s hit none of its replicas)", w)
+	}
+	if !near(a.MaxWaitFaulted, 6.21) || a.WorstWaitFaulted == nil || a.WorstWaitFaulted.Partition != 1 || !near(a.WorstWaitFaulted.From, 19.79) {
+		t.Errorf("longest wait %v %+v, want partition 1's 6.21 s from 19.79 s", a.MaxWaitFaulted, a.WorstWaitFaulted)
+	}
+	var over []string
+	for _, g := range a.Over {
+		if g.Faulted {
+			over = append(over, fmt.Sprintf("%d %.2f %.2f", g.Partition, g.seconds(), g.Wait))
+		}
+	}
+	if want := []string{"1 7.76 6.21", "2 3.71 3.68"}; !slices.Equal(over, want) {
+		t.Errorf("faulted gaps over the bound %v, want %v", over, want)
+	}
+}
+
 // TestAvailabilityBeyondTolerance: a span in which faults overlap on more
 // nodes than a majority of the others can fence (3 of 5 here) counts
 // apart; the pieces of a gap before and after it count as any gap.

@@ -755,14 +755,14 @@ func (r *run) availability(windows []Window, done *completions, end time.Duratio
 	r.mu.Lock()
 	r.sum.Availability = &av
 	r.mu.Unlock()
-	r.eventf("availability: longest gap without a successful op during a network or pause fault: %.2f s with a faulted replica, %.2f s without (%d fault windows)",
-		av.MaxGapFaulted, av.MaxGapUnfaulted, len(windows))
+	r.eventf("availability: longest gap without a successful op during a network or pause fault: %.2f s with a faulted replica (%.2f s from a fault's start), %.2f s without (%d fault windows)",
+		av.MaxGapFaulted, av.MaxWaitFaulted, av.MaxGapUnfaulted, len(windows))
 	if !r.cfg.AvailabilityBounds {
 		return
 	}
-	if g := av.WorstFaulted; g != nil && av.MaxGapFaulted > GapBoundFaulted.Seconds() {
-		r.fail("availability: partition %d had no successful op for %.2f s (+%.2fs to +%.2fs) during a fault that hit one of its replicas; bound %s",
-			g.Partition, av.MaxGapFaulted, g.From, g.To, GapBoundFaulted)
+	if g := av.WorstWaitFaulted; g != nil && av.MaxWaitFaulted > GapBoundFaulted.Seconds() {
+		r.fail("availability: partition %d had no successful op for %.2f s (+%.2fs to +%.2fs) from the start of a fault that hit one of its replicas; bound %s",
+			g.Partition, av.MaxWaitFaulted, g.From, g.To, GapBoundFaulted)
 	}
 	if g := av.WorstUnfaulted; g != nil && av.MaxGapUnfaulted > GapBoundUnfaulted.Seconds() {
 		r.fail("availability: partition %d had no successful op for %.2f s (+%.2fs to +%.2fs) during a fault that hit none of its replicas; bound %s",
@@ -902,6 +902,7 @@ func (r *run) print(out io.Writer, s Summary) error {
 		}
 		w.printf("  availability: longest gap without a successful op, during network and pause faults; %s:\n", bounds)
 		w.printf("    partitions with a faulted replica:    %6.2f s%s\n", a.MaxGapFaulted, gapWhere(a.WorstFaulted))
+		w.printf("      from the start of each fault that hit it (bounded): %.2f s%s\n", a.MaxWaitFaulted, gapWhere(a.WorstWaitFaulted))
 		w.printf("    partitions without a faulted replica: %6.2f s%s\n", a.MaxGapUnfaulted, gapWhere(a.WorstUnfaulted))
 		w.printf("    over an etcd pause (every node's coordinator at once; not bounded): %.2f s%s\n", a.MaxGapEtcd, gapWhere(a.WorstEtcd))
 		w.printf("    over faults on more nodes at once than a majority of the others can fence (not bounded): %.2f s%s\n", a.MaxGapBeyond, gapWhere(a.WorstBeyond))
@@ -912,7 +913,7 @@ func (r *run) print(out io.Writer, s Summary) error {
 			}
 			kind := "without a faulted replica"
 			if g.Faulted {
-				kind = "with a faulted replica"
+				kind = fmt.Sprintf("with a faulted replica, %.2f s from a fault's start", g.Wait)
 			}
 			w.printf("    past its bound: %.2f s%s, %s, over %s\n", g.seconds(), gapWhere(&g.Gap), kind, strings.Join(g.Faults, "; "))
 		}

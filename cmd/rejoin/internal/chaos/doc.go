@@ -29,7 +29,8 @@
 // Every successful op is recorded with its partition and time: the
 // summary's Availability is each partition's longest gap during network
 // and pause faults, split by whether the fault hit one of its replicas.
-// Config.AvailabilityBounds fails the run past GapBoundFaulted and
+// Config.AvailabilityBounds fails the run past GapBoundFaulted (from
+// the start of each fault that hit the partition: Availability) and
 // GapBoundUnfaulted: issue 23's goal, off by default until the write
 // path meets it.
 //
