@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/stream/faultnet"
+	"github.com/rejoin-db/rejoin/wire"
 )
 
 // TestSilentNodeStallsOnlyItsPartitions: three nodes, two replicas of each
@@ -219,4 +222,68 @@ func checkAwayGaps(t *testing.T, ws []*feedWriter, from, to time.Time, node, dur
 				w.node, node, gap.Round(time.Millisecond), during, awayGapMax)
 		}
 	}
+}
+
+// TestStalledReplicaSaysWhatItWaitsFor: a replica that holds a txn it
+// cannot run for a second logs which initiator it waits for, and what it
+// took from it and what its feed brought. Here n2's feed into n1 is cut
+// (n2 itself stays up, so nobody fences it): n1's replica of a partition
+// both hold waits for initiator 2's heartbeat past a write through n1.
+// A stall of the chaos run (a partition without a faulted replica, 1.8 s
+// without a successful op) left no line saying why.
+func TestStalledReplicaSaysWhatItWaitsFor(t *testing.T) {
+	const parts = 3
+	var logs logCatch
+	c := newClusterWith(t, 3, 3, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+		c.onLog = func(id int, r slog.Record) {
+			if strings.HasPrefix(r.Message, "replica holds txns it cannot run") {
+				logs.add("wait", id, r)
+			}
+		}
+	})
+	on1, on2 := partitionsOn(t, c, "n1"), partitionsOn(t, c, "n2")
+	p := uint32(parts)
+	for q := range uint32(parts) {
+		if on1[q] && on2[q] {
+			p = q
+		}
+	}
+	if p == parts {
+		t.Fatalf("no partition on both n1 (%v) and n2 (%v)", on1, on2)
+	}
+	cl := dialClient(t, c.direct(1))
+	waitWritable(t, cl, parts)
+	upsert(t, cl, parts, 0)
+
+	thaw := freezeAll([]*faultnet.Proxy{c.pairs[[2]int{2, 1}]})
+	defer thaw()
+	// Past what n2's last heartbeat promised (a quiet initiator's leads
+	// the clock) and past the feed's stall window, after which n1 waits
+	// for the feed to resume.
+	time.Sleep(1500 * time.Millisecond)
+	written := make(chan error, 1)
+	go func() {
+		_, err := cl.call(p, partition.ProcUpsert, false, wire.String("kv"), wire.Bytes([]byte("stalled")), wire.Bytes([]byte("v")))
+		written <- err
+	}()
+	want := fmt.Sprintf(`partition="%d"`, p)
+	waitUntil(t, 10*time.Second, "n1 to log what its stalled replica waits for", func() bool {
+		return slices.ContainsFunc(logs.seen("wait"), func(s string) bool {
+			return strings.HasPrefix(s, "n1: replica holds txns it cannot run: an initiator has not passed the oldest:") &&
+				strings.Contains(s, want) && strings.Contains(s, `initiator="2"`) && strings.Contains(s, `node="n2"`)
+		})
+	})
+	t.Logf("%s", logs.seen("wait")[0])
+	thaw()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatalf("the write held by the cut: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the write held by the cut did not end after the heal")
+	}
+	waitUntil(t, 30*time.Second, "every replica live", func() bool { return allLive(t, c) })
+	checkDigests(t, cl, parts, 2)
 }

@@ -424,7 +424,7 @@ func (m *members) run() {
 	defer t.Stop()
 	failing := false
 	var checked *view // a view every replica was last checked against
-	for {
+	for tick := 0; ; tick++ {
 		select {
 		case <-m.n.ctx.Done():
 			return
@@ -448,13 +448,30 @@ func (m *members) run() {
 		if all && m.onPlacement != nil {
 			m.onPlacement(v)
 		}
+		waits := tick%waitCheckTicks == 0
+		now := time.Now().UnixNano()
 		for _, r := range m.n.hosted() {
 			if all || attemptOpen(r.status.Load()) {
 				r.do(func(r *replica) { r.checkPeers(v) })
 			}
+			if s := r.waitingSince.Load(); waits && s != 0 && now-s >= int64(waitLogAfter) {
+				select {
+				case r.in <- func(r *replica) { r.logWait() }:
+				default: // a full inbox: the replica is busy, not stalled
+				}
+			}
 		}
 	}
 }
+
+// waitLogAfter is how long a replica holds txns it cannot run before the
+// node logs what it waits for (replica.logWait), every waitCheckTicks
+// membership periods at most: a partition that stalls says which
+// initiator, or which gate, holds it.
+const (
+	waitLogAfter   = time.Second
+	waitCheckTicks = 5
+)
 
 // attemptOpen reports whether a replica's status shows a rejoin attempt
 // under way on it, as destination or source, or no status yet. The

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -96,6 +97,11 @@ type replica struct {
 	ticks, wakes atomic.Int64
 	// lastDst and lastSrc keep the latest attempts' status after they end.
 	lastDst, lastSrc *RejoinStatus
+	// waitingSince (Unix nanoseconds) is since when the replica holds txns
+	// it cannot run with none run since (noteWaiting), 0 when it runs or
+	// holds none: the node says which initiator a stalled partition waits
+	// for (logWaits).
+	waitingSince atomic.Int64
 }
 
 func newReplica(n *Node, p uint32, live bool) (*replica, error) {
@@ -297,6 +303,7 @@ func (r *replica) step() bool {
 	}
 	r.executed += uint64(did)
 	r.n.metrics.txns.Add(float64(did))
+	r.noteWaiting(did > 0)
 	r.drain()
 	if did > 0 {
 		r.publish()
@@ -305,6 +312,53 @@ func (r *replica) step() bool {
 	// now (recovery.SourceConfig.PumpBlocksMax): the loop comes back
 	// after the inbox, not after the next event.
 	return did > 0 || r.core.SourcePending()
+}
+
+// noteWaiting records whether the replica holds txns it cannot run,
+// after a step (ran: it ran some). A stall starts at the first step that
+// ran none with txns held; each one run starts it again.
+func (r *replica) noteWaiting(ran bool) {
+	exec := r.core.Executor()
+	switch {
+	case exec == nil || exec.Queued() == 0:
+		if r.waitingSince.Load() != 0 {
+			r.waitingSince.Store(0)
+		}
+	case ran || r.waitingSince.Load() == 0:
+		r.waitingSince.Store(time.Now().UnixNano())
+	}
+}
+
+// logWait logs, if the replica still holds txns it cannot run, what it
+// waits for: the tracked initiator furthest behind its oldest txn, the
+// highest ID the replica took from it and the latest its feed brought
+// (a heartbeat there not taken yet is the replica's to read, not the
+// initiator's to send), or no initiator: a gate holds the txn.
+func (r *replica) logWait() {
+	since := r.waitingSince.Load()
+	exec := r.core.Executor()
+	if since == 0 || exec == nil || exec.Queued() == 0 {
+		return
+	}
+	next, _ := exec.QueuedFrom(txnid.Zero)
+	var in txnid.Initiator
+	var heard txnid.ID
+	for _, i := range exec.Initiators() {
+		if last, ok := exec.LastFrom(i); ok && last < next && (in == 0 || last < heard) {
+			in, heard = i, last
+		}
+	}
+	attrs := []any{"partition", r.p, "queued", exec.Queued(), "oldest", next, "waited", time.Since(time.Unix(0, since)).Round(time.Millisecond)}
+	if in == 0 {
+		r.n.limited.Log(slog.LevelWarn, fmt.Sprintf("replica-wait/%d", r.p), "replica holds txns it cannot run: a gate holds them (a rejoin's handoff or a tail's repair), no initiator is behind", attrs...)
+		return
+	}
+	feed := txnid.Zero
+	if b := r.beats[in]; b != nil {
+		feed = b.slot.load()
+	}
+	attrs = append(attrs, "initiator", in, "node", NodeName(int(in)), "taken", heard, "feed", feed)
+	r.n.limited.Log(slog.LevelWarn, fmt.Sprintf("replica-wait/%d", r.p), "replica holds txns it cannot run: an initiator has not passed the oldest", attrs...)
 }
 
 func (r *replica) tick() {
