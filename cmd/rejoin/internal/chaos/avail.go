@@ -84,6 +84,9 @@ type GapOver struct {
 	// the whole gap if unfaulted: what its bound applies to.
 	Wait   float64  `json:"wait_s"`
 	Faults []string `json:"faults"`
+	// ProbeErrors are the partition's probe's failed calls within the
+	// gap, by node and error (probes.failsIn): where the calls stopped.
+	ProbeErrors []string `json:"probe_errors,omitempty"`
 }
 
 // overMax bounds Availability.Over.

@@ -198,3 +198,29 @@ func TestCompletions(t *testing.T) {
 		t.Errorf("snapshot %v", s)
 	}
 }
+
+// TestProbeFailsIn: a partition's probe failures within a gap, each node
+// and error once with its count, in the order first seen, bounded.
+func TestProbeFailsIn(t *testing.T) {
+	pr := &probes{fails: map[uint32][]probeFail{}}
+	for _, f := range []probeFail{
+		{at: 900 * time.Millisecond, node: 1, err: "before the gap"},
+		{at: 1100 * time.Millisecond, node: 4, err: "deadline"},
+		{at: 1400 * time.Millisecond, node: 5, err: "deadline"},
+		{at: 1700 * time.Millisecond, node: 4, err: "deadline"},
+		{at: 1800 * time.Millisecond, node: 4, err: strings.Repeat("x", probeErrBytesMax+10)},
+		{at: 1900 * time.Millisecond, node: 2, err: "refused"},
+		{at: 2100 * time.Millisecond, node: 3, err: "after the gap"},
+	} {
+		pr.fails[0] = append(pr.fails[0], f)
+	}
+	pr.fails[1] = []probeFail{{at: 1500 * time.Millisecond, node: 1, err: "another partition"}}
+	got := pr.failsIn(0, 1, 2, 3)
+	want := []string{"n4 x2: deadline", "n5 x1: deadline", "n4 x1: " + strings.Repeat("x", probeErrBytesMax) + "...", "... 1 more"}
+	if !slices.Equal(got, want) {
+		t.Errorf("failsIn:\n%q\nwant\n%q", got, want)
+	}
+	if got := pr.failsIn(2, 0, 10, 3); got != nil {
+		t.Errorf("a partition without failures: %q", got)
+	}
+}

@@ -664,7 +664,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	stopWatch()
 	<-watched
 	ns.noteExits()
-	r.availability(ns.Windows(t0, end), done, end.Sub(t0))
+	r.availability(ns.Windows(t0, end), done, end.Sub(t0), prs)
 
 	// Checks. With a replica not live, its partition cannot be read
 	// back; the partitions whose replicas are all live still are, and
@@ -748,10 +748,17 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	return nil
 }
 
+// probeErrorsShown bounds the probe errors listed under a gap.
+const probeErrorsShown = 4
+
 // availability measures the gaps (Availability) and, with the bounds,
 // fails the run for those past them.
-func (r *run) availability(windows []Window, done *completions, end time.Duration) {
+func (r *run) availability(windows []Window, done *completions, end time.Duration, prs *probes) {
 	av := availability(done.snapshot(), r.cfg.Partitions, r.cfg.Nodes, windows, end)
+	for i := range av.Over {
+		g := &av.Over[i]
+		g.ProbeErrors = prs.failsIn(g.Partition, g.From, g.To, probeErrorsShown)
+	}
 	r.mu.Lock()
 	r.sum.Availability = &av
 	r.mu.Unlock()
@@ -916,6 +923,9 @@ func (r *run) print(out io.Writer, s Summary) error {
 				kind = fmt.Sprintf("with a faulted replica, %.2f s from a fault's start", g.Wait)
 			}
 			w.printf("    past its bound: %.2f s%s, %s, over %s\n", g.seconds(), gapWhere(&g.Gap), kind, strings.Join(g.Faults, "; "))
+			for _, e := range g.ProbeErrors {
+				w.printf("      probe: %s\n", e)
+			}
 		}
 	}
 	if k := s.FailingKey; k != nil {

@@ -25,7 +25,25 @@ type probes struct {
 	l      *lanes
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// fails keeps each partition's last failed probe calls (at most
+	// probeFailsMax), which the summary lists under a gap past its bound:
+	// a gap says how long, its failures say where the calls stopped.
+	mu    sync.Mutex
+	fails map[uint32][]probeFail
 }
+
+// probeFail is one failed probe call: when it ended (from the workloads'
+// start), through which node, and why.
+type probeFail struct {
+	at   time.Duration
+	node int
+	err  string
+}
+
+// probeFailsMax bounds probes.fails per partition: 10 minutes of a probe
+// failing every 260 ms is about 2,300.
+const probeFailsMax = 4096
 
 // probeEvery is the pause after a probe's success; probeTimeout bounds
 // one call, after which the probe goes to the next node. A gap of a
@@ -58,7 +76,7 @@ func startProbes(ctx context.Context, l *lanes, partitions uint32) (*probes, err
 	if found < partitions {
 		return nil, fmt.Errorf("chaos: no probe key for %d of %d partitions within %d tries", partitions-found, partitions, probeKeysMax)
 	}
-	pr := &probes{l: l}
+	pr := &probes{l: l, fails: map[uint32][]probeFail{}}
 	ctx, pr.cancel = context.WithCancel(ctx)
 	for p := range partitions {
 		pr.wg.Go(func() { pr.run(ctx, p, keys[p]) })
@@ -79,6 +97,7 @@ func (pr *probes) run(ctx context.Context, p uint32, key wire.Value) {
 			}
 			continue
 		}
+		pr.noteFail(p, at+1, err)
 		// A quick refusal (a node not registered yet) must not spin.
 		at = (at + 1) % len(pr.l.cs)
 		if !sleepCtx(ctx, probeRetryPause) {
@@ -86,6 +105,58 @@ func (pr *probes) run(ctx context.Context, p uint32, key wire.Value) {
 		}
 	}
 }
+
+// noteFail records a failed call of partition p's probe through node.
+func (pr *probes) noteFail(p uint32, node int, err error) {
+	f := probeFail{at: time.Since(pr.l.done.t0), node: node, err: err.Error()}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	fs := pr.fails[p]
+	if len(fs) >= probeFailsMax {
+		fs = append(fs[:0], fs[len(fs)/2:]...)
+	}
+	pr.fails[p] = append(fs, f)
+}
+
+// failsIn returns the failures of partition p's probe within [from, to]
+// (seconds from the workloads' start), as "n<node> x<count>: <error>",
+// each distinct node and error once, in the order first seen, at most
+// max.
+func (pr *probes) failsIn(p uint32, from, to float64, max int) []string {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	type key struct {
+		node int
+		err  string
+	}
+	counts := map[key]int{}
+	var order []key
+	for _, f := range pr.fails[p] {
+		if s := f.at.Seconds(); s < from || s > to {
+			continue
+		}
+		k := key{f.node, f.err}
+		if len(k.err) > probeErrBytesMax {
+			k.err = k.err[:probeErrBytesMax] + "..."
+		}
+		if counts[k] == 0 {
+			order = append(order, k)
+		}
+		counts[k]++
+	}
+	var out []string
+	for _, k := range order {
+		if len(out) == max {
+			out = append(out, fmt.Sprintf("... %d more", len(order)-max))
+			break
+		}
+		out = append(out, fmt.Sprintf("n%d x%d: %s", k.node, counts[k], k.err))
+	}
+	return out
+}
+
+// probeErrBytesMax bounds one error as failsIn gives it.
+const probeErrBytesMax = 200
 
 // stop ends the probes and waits for them.
 func (pr *probes) stop() {
