@@ -634,7 +634,7 @@ func (n *Node) serveClient(c *stream.Conn) {
 		}
 		req := *call
 		req.Params = append([]byte(nil), call.Params...)
-		n.init.submit(&req, func(r *wire.Reply) {
+		n.sequence(&req, func(r *wire.Reply) {
 			rw := replyBytes(r)
 			used := b.add(rw)
 			if hook != nil {
@@ -645,7 +645,7 @@ func (n *Node) serveClient(c *stream.Conn) {
 			default:
 				c.Close() // a bug: more replies than calls admitted
 			}
-		})
+		}, false)
 	}
 }
 

@@ -287,3 +287,82 @@ func TestStalledReplicaSaysWhatItWaitsFor(t *testing.T) {
 	waitUntil(t, 30*time.Second, "every replica live", func() bool { return allLive(t, c) })
 	checkDigests(t, cl, parts, 2)
 }
+
+// TestWaitingCallHoldsNoOtherCall: a client's call of a partition whose
+// node has no feed open yet waits for it (up to feedWait), and a call of
+// another partition pipelined behind it on the same connection must not
+// wait with it. n2 restarts with its links to n1 cut (it reaches n3 and
+// etcd, so nobody fences it): n1's first feed to n2's new process never
+// opens, and n1's calls of the partitions n2 holds wait. Before, the node
+// read a connection's next call only once the last one was sequenced,
+// and every partition's calls through that connection waited for n2
+// (rejoin chaos --seed 20261128, 10m: partitions no fault touched, 1.9 s
+// without a successful op, each of their probe's calls through every
+// node unanswered in 250 ms, right after a node restarted cut off from
+// its peers).
+func TestWaitingCallHoldsNoOtherCall(t *testing.T) {
+	const parts = 6
+	c := newClusterWith(t, 3, 3, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+	})
+	on1, on2 := partitionsOn(t, c, "n1"), partitionsOn(t, c, "n2")
+	held, free := uint32(parts), uint32(parts)
+	for q := range uint32(parts) {
+		switch {
+		case on1[q] && on2[q]:
+			held = q
+		case on1[q] && !on2[q]:
+			free = q
+		}
+	}
+	if held == parts || free == parts {
+		t.Fatalf("placement n1 %v, n2 %v: no partition on both, or none on n1 alone", on1, on2)
+	}
+	cl := dialClient(t, c.direct(1))
+	waitWritable(t, cl, parts)
+
+	c.stop(2)
+	waitRegistered(t, c, "n2", false, 10*time.Second, "n2 gone")
+	thaw := freezeAll([]*faultnet.Proxy{c.pairs[[2]int{1, 2}], c.pairs[[2]int{2, 1}]})
+	defer thaw()
+	c.start(2)
+	waitRegistered(t, c, "n2", true, 10*time.Second, "n2 registered again")
+	time.Sleep(300 * time.Millisecond) // n1's view has n2's new process: its feed there dials
+
+	call := func(req uint64, p uint32) {
+		params, err := wire.NewTupleEncoder().AppendTuple(nil, []wire.Value{wire.String("kv"), wire.Bytes(fmt.Appendf(nil, "k%d", req)), wire.Bytes([]byte("v"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.conn.Send(context.Background(), &wire.Call{Req: req, Partition: p, Proc: partition.ProcUpsert, Params: params}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := time.Now()
+	call(101, held)
+	call(102, free)
+	var freeIn time.Duration
+	for range 2 {
+		m, err := cl.conn.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := m.(*wire.Reply)
+		t.Logf("call %d answered after %v: err %q", r.Req, time.Since(sent).Round(time.Millisecond), r.Err)
+		if r.Req == 102 {
+			freeIn = time.Since(sent)
+			if r.Err != "" {
+				t.Errorf("the call of partition %d, which n2 holds no replica of: %s", free, r.Err)
+			}
+		}
+	}
+	// The held call waits for n2 up to feedWait; the free one, behind
+	// it, must not.
+	if freeIn > feedWait/2 {
+		t.Errorf("the call of partition %d waited %v behind a call of partition %d that waited for n2's feed", free, freeIn.Round(time.Millisecond), held)
+	}
+	thaw()
+	waitUntil(t, 30*time.Second, "every replica live", func() bool { return allLive(t, c) })
+	cl.req = 1000
+	checkDigests(t, cl, parts, 2)
+}

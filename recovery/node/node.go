@@ -80,9 +80,10 @@ type Node struct {
 	// retry hands the executor loop the tasks whose attempt failed.
 	retry chan claim.Task
 	wg    sync.WaitGroup
-	// fwds are the calls forwarded here being sequenced (serveForward):
-	// each ends by the node's end at the latest.
-	fwds sync.WaitGroup
+	// waiting are the calls sequenced on goroutines of their own while
+	// they wait for a feed (sequence): each ends by the node's end at the
+	// latest.
+	waiting sync.WaitGroup
 
 	// applySlots holds a token per rejoin block being applied here as a
 	// destination: at most cfg.ApplyMax at once.
@@ -308,7 +309,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	cancel()
 	stop.step("the node's work: rejoin attempts reporting their end, claims released, replica states published, the supervisor resigning")
 	n.wg.Wait()
-	n.fwds.Wait()
+	n.waiting.Wait()
 	n.log.Info("node stopped", "err", stopErr)
 	return stopErr
 }
