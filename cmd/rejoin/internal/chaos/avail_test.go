@@ -203,7 +203,7 @@ func TestCompletions(t *testing.T) {
 // and error once with its count, in the order first seen, bounded.
 func TestProbeFailsIn(t *testing.T) {
 	pr := &probes{fails: map[uint32][]probeFail{}}
-	for _, f := range []probeFail{
+	pr.fails[0] = []probeFail{
 		{at: 900 * time.Millisecond, node: 1, err: "before the gap"},
 		{at: 1100 * time.Millisecond, node: 4, err: "deadline"},
 		{at: 1400 * time.Millisecond, node: 5, err: "deadline"},
@@ -211,8 +211,6 @@ func TestProbeFailsIn(t *testing.T) {
 		{at: 1800 * time.Millisecond, node: 4, err: strings.Repeat("x", probeErrBytesMax+10)},
 		{at: 1900 * time.Millisecond, node: 2, err: "refused"},
 		{at: 2100 * time.Millisecond, node: 3, err: "after the gap"},
-	} {
-		pr.fails[0] = append(pr.fails[0], f)
 	}
 	pr.fails[1] = []probeFail{{at: 1500 * time.Millisecond, node: 1, err: "another partition"}}
 	got := pr.failsIn(0, 1, 2, 3)
