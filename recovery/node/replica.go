@@ -100,7 +100,7 @@ type replica struct {
 	// waitingSince (Unix nanoseconds) is since when the replica holds txns
 	// it cannot run with none run since (noteWaiting), 0 when it runs or
 	// holds none: the node says which initiator a stalled partition waits
-	// for (logWaits).
+	// for (logWait).
 	waitingSince atomic.Int64
 }
 
