@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
@@ -92,15 +93,21 @@ func (l *lanes) upsert(ctx context.Context, table string, key, value []byte) (cl
 	i := l.pick()
 	res, err := l.cs[i].Upsert(ctx, table, wire.Bytes(key), wire.Bytes(value))
 	l.finish(i, l.cs[i].Partition(wire.Bytes(key)), err == nil)
+	res.Node = node.NodeName(i + 1) // a lane's client calls its node alone, answered or not
 	return res, err
 }
 
-// read is a read of key; not found is a success.
-func (l *lanes) read(ctx context.Context, table string, key []byte) ([]wire.Value, error) {
+// read is a read of key; not found is a success. Its Result names the
+// txn and the node that answered, as a write's does, so a history that
+// is not linearizable says where each op ran.
+func (l *lanes) read(ctx context.Context, table string, key []byte) (client.Result, error) {
 	i := l.pick()
-	row, err := l.cs[i].Read(ctx, table, wire.Bytes(key))
-	l.finish(i, l.cs[i].Partition(wire.Bytes(key)), err == nil || isNotFound(err))
-	return row, err
+	c := l.cs[i]
+	p := c.Partition(wire.Bytes(key))
+	res, err := c.Call(ctx, p, partition.ProcRead, []wire.Value{wire.String(table), wire.Bytes(key)})
+	l.finish(i, p, err == nil || isNotFound(err))
+	res.Node = node.NodeName(i + 1)
+	return res, err
 }
 
 // put is the volume writer's load.Put.

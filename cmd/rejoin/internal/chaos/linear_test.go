@@ -27,10 +27,15 @@ func TestCheckRegisters(t *testing.T) {
 			op(0, true, "a", 0, 1, OK), op(0, true, "b", 2, 3, OK), op(1, false, "a", 4, 5, OK)}},
 		{name: "a read of a concurrent write", want: "Ok", suspect: -1, ops: []Op{
 			op(0, true, "a", 0, 1, OK), op(0, true, "b", 2, 10, OK), op(1, false, "b", 4, 5, OK), op(1, false, "b", 6, 7, OK)}},
-		// Each read alone has a write to explain it: the heuristic finds
-		// no suspect, porcupine the violation.
-		{name: "flip back to the older value", want: "Illegal", suspect: -1, ops: []Op{
+		// Each read alone has a write to explain it; no order explains
+		// the second after the first.
+		{name: "flip back to the older value", want: "Illegal", suspect: 3, ops: []Op{
 			op(0, true, "a", 0, 1, OK), op(0, true, "b", 2, 10, OK), op(1, false, "b", 4, 5, OK), op(1, false, "a", 6, 7, OK)}},
+		// An uncertain write read back, then the value before it
+		// (rejoin chaos --seed 406596625, register 006).
+		{name: "an uncertain write read back, then lost", want: "Illegal", suspect: 3, ops: []Op{
+			op(0, true, "a", 0, 1, OK), op(1, true, "b", 2, 3, Uncertain), op(2, false, "b", 4, 5, OK), op(3, false, "a", 6, 7, OK),
+			op(0, true, "c", 8, 9, OK), op(0, false, "c", 10, 11, OK)}},
 		{name: "an uncertain write seen much later", want: "Ok", suspect: -1, ops: []Op{
 			op(0, true, "a", 0, 1, Uncertain), op(1, false, "", 2, 3, OK), op(1, false, "a", 50, 51, OK)}},
 		// The history leaves the failed write out: the read is op 0.

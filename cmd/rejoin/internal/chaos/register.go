@@ -41,6 +41,11 @@ type Op struct {
 	Return  int64   `json:"return_ns"`
 	Outcome Outcome `json:"outcome"`
 	Err     string  `json:"err,omitempty"`
+	// Node is the node the call went to; Txn the txn ID it ran as, when
+	// answered: where and in which order each op ran, for a history that
+	// is not linearizable.
+	Node string `json:"node,omitempty"`
+	Txn  string `json:"txn,omitempty"`
 }
 
 func (o Op) String() string {
@@ -59,6 +64,12 @@ func (o Op) String() string {
 		s += fmt.Sprintf(", %.3fs]", float64(o.Return)/1e9)
 	}
 	s += " " + string(o.Outcome)
+	if o.Node != "" {
+		s += " via " + o.Node
+	}
+	if o.Txn != "" {
+		s += " as " + o.Txn
+	}
 	if o.Err != "" {
 		s += ": " + o.Err
 	}
@@ -146,16 +157,25 @@ func (rg *registers) now() int64 { return int64(time.Since(rg.start)) }
 
 func (rg *registers) write(ctx context.Context, caller, key int, value string) Op {
 	op := Op{Key: key, Caller: caller, Write: true, Value: value, Call: rg.now()}
-	_, err := rg.c.upsert(ctx, registerTable, []byte(RegisterKey(key)), []byte(value))
+	res, err := rg.c.upsert(ctx, registerTable, []byte(RegisterKey(key)), []byte(value))
 	op.Return = rg.now()
 	op.Outcome, op.Err = classify(err)
+	op.Node = res.Node
+	if err == nil {
+		op.Txn = res.ID.String()
+	}
 	return op
 }
 
 func (rg *registers) read(ctx context.Context, caller, key int) Op {
 	op := Op{Key: key, Caller: caller, Call: rg.now()}
-	row, err := rg.c.read(ctx, registerTable, []byte(RegisterKey(key)))
+	res, err := rg.c.read(ctx, registerTable, []byte(RegisterKey(key)))
 	op.Return = rg.now()
+	op.Node = res.Node
+	if err == nil {
+		op.Txn = res.ID.String()
+	}
+	row := res.Out
 	switch {
 	case err == nil && len(row) == 2 && row[1].Type == wire.TypeBytes:
 		op.Outcome, op.Value = OK, string(row[1].Bytes)
