@@ -122,6 +122,12 @@ type ReplicaPlace struct {
 	Node string
 	// Live: the replica is live (not rejoining, not failed).
 	Live bool
+	// Rev changes with every state its node publishes for it (the
+	// record's etcd revision; 0 where nothing publishes). A replica
+	// that failed and came back live between two views is another
+	// replica: the txns it had not run died with it, and it answers
+	// none of them.
+	Rev int64
 }
 
 // UnfedError refuses a call whose partition has a replica on a node the
@@ -228,12 +234,14 @@ type pendingCall struct {
 	req *wire.Call
 	id  txnid.ID
 	// waiting are the nodes whose replica's Done the call waits for:
-	// live replicas whose feed took the txn or whose log holds it.
+	// live replicas whose feed took the txn or whose log holds it, each
+	// with its ReplicaPlace.Rev when the call was sequenced.
 	// Invariant: a node leaves it only by its Done, its death, a new
-	// process of it, its replica no longer live, or its feed resumed
-	// above the txn (the Done was lost with the connection; the txn is
-	// there) or refused to resume (its replicas there failed).
-	waiting map[string]bool
+	// process of it, its replica no longer live or live again since
+	// (another Rev), or its feed resumed above the txn (the Done was
+	// lost with the connection; the txn is there) or refused to resume
+	// (its replicas there failed).
+	waiting map[string]int64
 	// sent: the txn went out on at least one feed, so without a result
 	// its outcome is unknown, not a failure.
 	sent bool
@@ -378,10 +386,10 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 	id := in.gen.Next()
 	var c *pendingCall
 	if reply != nil {
-		c = &pendingCall{req: req, id: id, waiting: make(map[string]bool, live), send: reply}
+		c = &pendingCall{req: req, id: id, waiting: make(map[string]int64, live), send: reply}
 		for _, rp := range targets {
 			if rp.Live {
-				c.waiting[rp.Node] = true
+				c.waiting[rp.Node] = rp.Rev
 			}
 		}
 		in.pending[id] = c
@@ -531,7 +539,7 @@ func (in *Initiator) noteMissed(node string, p uint32) {
 // OnDone records one replica's result, from node.
 func (in *Initiator) OnDone(node string, d *wire.Done) {
 	c := in.pending[d.ID]
-	if c == nil || !c.waiting[node] {
+	if c == nil || !c.waits(node) {
 		return // a replica not waited for (rejoining), or a late answer
 	}
 	delete(c.waiting, node)
@@ -549,11 +557,17 @@ func (in *Initiator) OnDone(node string, d *wire.Done) {
 // dropNode stops waiting for node.
 func (in *Initiator) dropNode(node string) {
 	for _, id := range in.pendingIDs() {
-		if c := in.pending[id]; c.waiting[node] {
+		if c := in.pending[id]; c.waits(node) {
 			delete(c.waiting, node)
 			in.maybeReply(c)
 		}
 	}
+}
+
+// waits reports whether c waits for node's Done.
+func (c *pendingCall) waits(node string) bool {
+	_, ok := c.waiting[node]
+	return ok
 }
 
 // pendingIDs lists the calls in flight in ID order, so that replies go
@@ -571,13 +585,19 @@ func (in *Initiator) pendingIDs() []txnid.ID {
 // replica that failed (needs a rejoin) drops its feed and will not
 // answer, though its node lives (e.g. one failed after a lapsed
 // registration, docs/DESIGN.md "Without the coordinator"). The call's
-// other live replicas hold the txn.
+// other live replicas hold the txn. Nor does a replica live again
+// under another Rev answer: one that failed and was rebuilt between
+// two views, never seen failed here, lost the txns it had not run or
+// took them from its source's snapshot, and waited for, it would hold
+// its callers until they hung up. A fenced node that comes back has its
+// replicas failed and rebuilt in 75 to 110 ms, within a view poll
+// (TestFencedNodeBackMidRepair).
 func (in *Initiator) dropNotLive(v *InitiatorView) {
 	for _, id := range in.pendingIDs() {
 		c := in.pending[id]
 		changed := false
-		for node := range c.waiting {
-			if !slices.ContainsFunc(v.Placement[c.req.Partition], func(rp ReplicaPlace) bool { return rp.Node == node && rp.Live }) {
+		for node, rev := range c.waiting {
+			if !slices.ContainsFunc(v.Placement[c.req.Partition], func(rp ReplicaPlace) bool { return rp.Node == node && rp.Live && rp.Rev == rev }) {
 				delete(c.waiting, node)
 				changed = true
 			}
@@ -814,7 +834,7 @@ func (in *Initiator) FeedOpened(node string, floor txnid.ID) {
 	}
 	if f.resume {
 		for _, id := range in.pendingIDs() {
-			if c := in.pending[id]; c.waiting[node] {
+			if c := in.pending[id]; c.waits(node) {
 				c.unsure = fmt.Sprintf("the feed to %s broke and %s did not take it up again: the txn's outcome is unknown", node, node)
 				delete(c.waiting, node)
 				in.maybeReply(c)
@@ -856,7 +876,7 @@ func (in *Initiator) FeedResumed(node string, at txnid.ID) {
 	delete(in.missed, node) // the hello named them
 	f.ack(at)
 	for _, id := range in.pendingIDs() {
-		if c := in.pending[id]; id <= at && c.waiting[node] {
+		if c := in.pending[id]; id <= at && c.waits(node) {
 			delete(c.waiting, node)
 			in.maybeReply(c)
 		}

@@ -63,7 +63,7 @@ func newTestInitiator(t *testing.T, beatTicks int) *testInitiator {
 	t.Helper()
 	ti := &testInitiator{io: newFakeIO(), now: txnid.EpochUnixMillis + 1_000_000_000}
 	ti.view = &InitiatorView{Nodes: map[string]int64{"n1": 1, "n2": 1, "n3": 1},
-		Placement: map[uint32][]ReplicaPlace{0: {{"n1", true}, {"n2", true}, {"n3", true}}, 1: {{"n1", true}}}, Bootstrapped: true}
+		Placement: map[uint32][]ReplicaPlace{0: {{Node: "n1", Live: true}, {Node: "n2", Live: true}, {Node: "n3", Live: true}}, 1: {{Node: "n1", Live: true}}}, Bootstrapped: true}
 	in, err := NewInitiator(InitiatorConfig{Node: "n9", ID: 9, Clock: func() int64 { return ti.now }, Partitions: 2, BeatTicks: beatTicks}, ti.io)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,8 @@ func TestInitiatorWaitsForEveryLiveReplica(t *testing.T) {
 // waited for. A txn that went out and lost every replica it waited for is
 // uncertain (it may have run on one of them); one sent nowhere is a plain
 // failure; a replica's result is the answer. A node is lost by the view
-// taking it for dead or by its replica no longer live there. A feed that
+// taking it for dead or by its replica no longer live there, or live
+// again since the call was sequenced (another Rev). A feed that
 // only breaks loses nothing: the call waits for the node until one of
 // those (or a feed not taken up again: TestInitiatorFeedLogBound).
 func TestInitiatorReplyWhenReplicasLost(t *testing.T) {
@@ -160,6 +161,17 @@ func TestInitiatorReplyWhenReplicasLost(t *testing.T) {
 			for i := range ti.view.Placement[0] {
 				if ti.view.Placement[0][i].Node == node {
 					ti.view.Placement[0][i].Live = false
+				}
+			}
+			ti.SetView(ti.view)
+		},
+		// Failed and rebuilt between two views: live in both, its
+		// record written since (TestFencedNodeBackMidRepair's writer
+		// stuck in a call for good).
+		"replica live again": func(ti *testInitiator, node string) {
+			for i := range ti.view.Placement[0] {
+				if ti.view.Placement[0][i].Node == node {
+					ti.view.Placement[0][i].Rev++
 				}
 			}
 			ti.SetView(ti.view)

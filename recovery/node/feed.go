@@ -1173,7 +1173,7 @@ func (in *initiator) viewLocked(v *view) *recovery.InitiatorView {
 	for p, rps := range v.placement {
 		ps := make([]recovery.ReplicaPlace, len(rps))
 		for i, rp := range rps {
-			ps[i] = recovery.ReplicaPlace{Node: rp.node, Live: rp.live}
+			ps[i] = recovery.ReplicaPlace{Node: rp.node, Live: rp.live, Rev: rp.rev}
 		}
 		iv.Placement[p] = ps
 	}

@@ -82,6 +82,8 @@ type replicaPlace struct {
 	// placed again (a move off the node, then one back onto it) is
 	// another replica, though a view may never have seen the gap.
 	created int64
+	// rev is the record's last write (supervise.Replica.ModRevision).
+	rev int64
 }
 
 func (m *members) view() *view {
@@ -292,7 +294,7 @@ func placementOf(reps map[string]supervise.Replica, alive map[string]supervise.N
 	for _, k := range keys {
 		r := reps[k]
 		_, ok := alive[r.Node]
-		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == supervise.ReplicaLive, created: r.Created})
+		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == supervise.ReplicaLive, created: r.Created, rev: r.ModRevision})
 	}
 	return out
 }

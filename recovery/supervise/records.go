@@ -111,6 +111,11 @@ type Replica struct {
 	// written): when the placement gave Node the partition. A view from
 	// before it sends the partition's txns to the other holders alone.
 	Created int64 `json:"-"`
+	// ModRevision is the etcd revision of the record's last write (read,
+	// never written): it changes with every state the node publishes,
+	// so a replica that failed and was rebuilt between two reads, never
+	// seen needing a rejoin, still reads as changed.
+	ModRevision int64 `json:"-"`
 }
 
 // Assignment is the supervisor's choice of a source for one task, as JSON
@@ -189,7 +194,7 @@ func decodeReplica(kv *mvccpb.KeyValue) (Replica, error) {
 	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
 		return Replica{}, fmt.Errorf("%w: replica %q: state %q", ErrCorrupt, kv.Key, r.State)
 	}
-	r.Partition, r.Node, r.Created = p, node, kv.CreateRevision
+	r.Partition, r.Node, r.Created, r.ModRevision = p, node, kv.CreateRevision, kv.ModRevision
 	return r, nil
 }
 
