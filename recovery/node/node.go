@@ -495,18 +495,24 @@ func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
 	if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: state, Epoch: epoch}); err != nil {
 		n.log.Error("record replica state", "partition", p, "err", err)
 	}
+	seq := r.pubSeq.Add(1)
 	n.goRun(func() {
-		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-		defer cancel()
-		if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: created}); errors.Is(err, supervise.ErrNotPlaced) {
-			n.log.Info("replica state not published: the placement no longer gives this node the partition", "partition", p)
-			n.unpublished(p, false)
-		} else if err != nil {
-			n.log.Error("publish replica state", "partition", p, "err", err)
-			n.unpublished(p, true)
-		} else {
-			n.unpublished(p, false)
+		r.pubMu.Lock()
+		// A later change publishes, and only it.
+		if r.pubSeq.Load() == seq {
+			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+			if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: created}); errors.Is(err, supervise.ErrNotPlaced) {
+				n.log.Info("replica state not published: the placement no longer gives this node the partition", "partition", p)
+				n.unpublished(p, false)
+			} else if err != nil {
+				n.log.Error("publish replica state", "partition", p, "err", err)
+				n.unpublished(p, true)
+			} else {
+				n.unpublished(p, false)
+			}
+			cancel()
 		}
+		r.pubMu.Unlock()
 		if live {
 			// The destination completes the task too (DESIGN.md step 9: any
 			// attempt's completion stands). It went live only with the

@@ -320,8 +320,12 @@ func (n *Node) republish(ctx context.Context) {
 			n.unpublished(p, false) // moved off this node meanwhile
 			continue
 		}
+		// Under pubMu, read and written as one: a change published
+		// meanwhile is not overwritten by the state read before it.
+		r.pubMu.Lock()
 		state, ok := ask(r, func(r *replica) string { return r.core.State().String() })
 		if !ok {
+			r.pubMu.Unlock()
 			return
 		}
 		sstate := supervise.ReplicaNeedsRejoin
@@ -331,6 +335,7 @@ func (n *Node) republish(ctx context.Context) {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := supervise.UpdateReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: r.created})
 		cancel()
+		r.pubMu.Unlock()
 		if errors.Is(err, supervise.ErrNotPlaced) {
 			n.unpublished(p, false)
 			continue

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +85,12 @@ type replica struct {
 	// is a new replica's, which a late publication of this one's "live"
 	// would make look rebuilt (reconcile.go).
 	created int64
+	// pubSeq numbers the replica's state changes, and pubMu orders their
+	// publication: each goes out on a goroutine of its own, and one
+	// stalled in etcd landed after the next, a replica failed and live
+	// again would stay "needs a rejoin" in etcd (replicaChanged).
+	pubSeq atomic.Uint64
+	pubMu  sync.Mutex
 	// placedAt is the revision at which the placement gave the node this
 	// replica (its record's creation, or the view a move showed it in),
 	// which every node's view must reach before its rejoin opens
