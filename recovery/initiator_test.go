@@ -143,6 +143,55 @@ func TestInitiatorWaitsForEveryLiveReplica(t *testing.T) {
 	}
 }
 
+// TestInitiatorAnswersThatDiffer: replicas that answer one txn
+// differently ran different histories before it (one ran a txn the
+// other never got, which the cluster may not keep), so the call's
+// outcome is unknown, not the first answer; equal answers are the
+// reply; a call with Each gets every answer, for its caller to compare.
+// The first answer alone once returned an uncertain write only a
+// cut-off replica had run, and the next read, through the replica that
+// ran on without it, the value before (rejoin chaos --seed 406596625).
+func TestInitiatorAnswersThatDiffer(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		each          bool
+		n2            string
+		wantUncertain bool
+	}{
+		{name: "equal", n2: "a"},
+		{name: "different", n2: "b", wantUncertain: true},
+		{name: "different, each", each: true, n2: "b"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ti := newTestInitiator(t, 1)
+			ti.view.Placement[0] = ti.view.Placement[0][:2]
+			ti.openAll(t)
+			if err := ti.submit(t, 0, tt.each); err != nil {
+				t.Fatal(err)
+			}
+			id := ti.gen.Last()
+			ti.OnDone("n1", &wire.Done{ID: id, Out: []byte("a")})
+			ti.OnDone("n2", &wire.Done{ID: id, Out: []byte(tt.n2)})
+			if len(ti.reply) != 1 {
+				t.Fatalf("%d replies, want 1", len(ti.reply))
+			}
+			r := ti.reply[0]
+			if r.Uncertain != tt.wantUncertain {
+				t.Fatalf("reply %+v, want uncertain %v", r, tt.wantUncertain)
+			}
+			if tt.wantUncertain {
+				if r.Out != nil || !strings.Contains(r.Err, "answered differently") {
+					t.Fatalf("uncertain reply %+v", r)
+				}
+				return
+			}
+			if string(r.Out) != "a" || r.Err != "" || (tt.each && len(r.Each) != 2) {
+				t.Fatalf("reply %+v", r)
+			}
+		})
+	}
+}
+
 // TestInitiatorReplyWhenReplicasLost: a call's reply once nothing is
 // waited for. A txn that went out and lost every replica it waited for is
 // uncertain (it may have run on one of them); one sent nowhere is a plain
