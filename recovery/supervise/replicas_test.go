@@ -26,7 +26,7 @@ func TestSetReplicas(t *testing.T) {
 		t.Fatalf("%d replicas back, %v", len(got), err)
 	}
 	for i, r := range got {
-		if r.Created == 0 || withoutCreated(r) != rs[i] {
+		if r.Created == 0 || r.ModRevision < r.Created || withoutCreated(r) != rs[i] {
 			t.Fatalf("replica %d: %+v, want %+v with its creation's revision", i, r, rs[i])
 		}
 	}
@@ -45,8 +45,9 @@ func TestSetReplicas(t *testing.T) {
 	}
 }
 
-// withoutCreated is r as written: Created is read from etcd, never set.
+// withoutCreated is r as written: Created and ModRevision are read from
+// etcd, never set.
 func withoutCreated(r Replica) Replica {
-	r.Created = 0
+	r.Created, r.ModRevision = 0, 0
 	return r
 }
