@@ -381,3 +381,18 @@ func TestWaitingCallHoldsNoOtherCall(t *testing.T) {
 	cl.req = 1000
 	checkDigests(t, cl, parts, 2)
 }
+
+// TestLiveFirst: a forwarded call goes to the holders whose replica is
+// live first, each group in the sequencer order.
+func TestLiveFirst(t *testing.T) {
+	rps := []replicaPlace{{node: "n2"}, {node: "n4", live: true}, {node: "n5", live: true}}
+	for _, tt := range []struct{ hs, want []string }{
+		{[]string{"n2", "n4", "n5"}, []string{"n4", "n5", "n2"}},
+		{[]string{"n5", "n2", "n4"}, []string{"n5", "n4", "n2"}},
+		{[]string{"n4", "n5", "n2"}, []string{"n4", "n5", "n2"}},
+	} {
+		if got := liveFirst(tt.hs, rps); !slices.Equal(got, tt.want) {
+			t.Errorf("liveFirst(%v) = %v, want %v", tt.hs, got, tt.want)
+		}
+	}
+}
