@@ -93,9 +93,31 @@ type InitiatorConfig struct {
 	// "Sequencers per partition"). Off: every feed's receiver tracks the
 	// initiator in every replica it hosts from the feed's floor on.
 	Joins bool
+	// CallTicks bounds how many ticks a call waits for its replicas'
+	// results: past it the call is answered as of unknown outcome, naming
+	// the replicas that did not answer and the state of the feed to each
+	// (Expired lists it for the driver's log). Every rule above ends a
+	// wait on a replica that will not answer; this bound is what a caller
+	// is owed should one of them not hold. 0: no bound.
+	CallTicks int
 	// Knobs are testing hooks, off when nil.
 	Knobs InitiatorKnobs
 }
+
+// ExpiredCall is a call answered because it waited CallTicks for its
+// replicas (InitiatorConfig.CallTicks).
+type ExpiredCall struct {
+	Partition uint32
+	ID        txnid.ID
+	// Waited says, per node whose replica did not answer, the feed's
+	// state there, e.g. "n3 (feed open)".
+	Waited []string
+	// Millis is how long it waited, by the initiator's clock.
+	Millis int64
+}
+
+// expiredMax bounds the expired calls kept for the driver (Expired).
+const expiredMax = 64
 
 // InitiatorKnobs are an Initiator's fault points for tests.
 type InitiatorKnobs struct {
@@ -256,6 +278,10 @@ type pendingCall struct {
 	first string
 	reply wire.Reply
 	send  func(*wire.Reply)
+	// tick and at are when it was sequenced: the initiator's tick count
+	// and clock (CallTicks).
+	tick int64
+	at   int64
 }
 
 // Initiator is the pure core of a node's initiator. It is not safe for
@@ -287,6 +313,13 @@ type Initiator struct {
 	sent  bool
 	// fenced: a node took this process for dead (Fenced).
 	fenced bool
+	// ticks counts Tick's calls; calls holds the calls with a caller in
+	// the order they were sequenced, answered ones among them until they
+	// reach its front, for CallTicks; expired are those CallTicks ended,
+	// until the driver takes them (Expired).
+	ticks   int64
+	calls   []*pendingCall
+	expired []ExpiredCall
 	// active are the partitions this process joins (Joins): those its
 	// node holds a replica of in a view, and those it sequenced. It
 	// joins them on every feed to a node holding one of their replicas,
@@ -390,7 +423,11 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 	id := in.gen.Next()
 	var c *pendingCall
 	if reply != nil {
-		c = &pendingCall{req: req, id: id, waiting: make(map[string]int64, live), send: reply}
+		c = &pendingCall{req: req, id: id, waiting: make(map[string]int64, live), send: reply, tick: in.ticks}
+		if in.cfg.CallTicks > 0 {
+			c.at = in.cfg.Clock()
+			in.calls = append(in.calls, c)
+		}
 		for _, rp := range targets {
 			if rp.Live {
 				c.waiting[rp.Node] = rp.Rev
@@ -653,6 +690,8 @@ func (in *Initiator) maybeReply(c *pendingCall) {
 // replicas' safe point moves on an idle feed; a feed opened since the
 // last tick with nothing sent on it yet gets one at once.
 func (in *Initiator) Tick() {
+	in.ticks++
+	in.expire()
 	due := false
 	if in.sent {
 		in.sent, in.idle, in.quiet = false, 0, 0
@@ -675,6 +714,63 @@ func (in *Initiator) Tick() {
 	if due {
 		in.idle = 0
 	}
+}
+
+// expire answers the calls that waited CallTicks for their replicas.
+// Calls are sequenced in tick order, so only the front of calls can be
+// due; an answered call leaves it when it reaches the front.
+func (in *Initiator) expire() {
+	if in.cfg.CallTicks <= 0 {
+		return
+	}
+	for len(in.calls) > 0 {
+		c := in.calls[0]
+		if in.pending[c.id] == c {
+			if in.ticks-c.tick < int64(in.cfg.CallTicks) {
+				return
+			}
+			waited := make([]string, 0, len(c.waiting))
+			for _, node := range sortedKeys(c.waiting) {
+				waited = append(waited, fmt.Sprintf("%s (%s)", node, in.feedSays(node)))
+			}
+			ms := in.cfg.Clock() - c.at
+			if len(in.expired) < expiredMax {
+				in.expired = append(in.expired, ExpiredCall{Partition: c.req.Partition, ID: c.id, Waited: waited, Millis: ms})
+			}
+			c.unsure = fmt.Sprintf("partition %d: no answer to txn %v within %d ms from the replica on %s: the txn's outcome is unknown",
+				c.req.Partition, c.id, ms, strings.Join(waited, ", "))
+			clear(c.waiting)
+			in.maybeReply(c)
+		}
+		in.calls[0] = nil
+		in.calls = in.calls[1:]
+	}
+	in.calls = nil // all answered: let the array go
+}
+
+// feedSays describes the feed to node, for an expired call's error.
+func (in *Initiator) feedSays(node string) string {
+	f := in.feeds[node]
+	switch {
+	case f == nil:
+		return "no feed"
+	case f.state == feedOpen:
+		return fmt.Sprintf("feed open, %d txns not acknowledged", len(f.log))
+	case f.state == feedLost:
+		return fmt.Sprintf("feed broken, %d txns kept for it", len(f.log))
+	case f.resume:
+		return "feed broken, being taken up again"
+	default:
+		return "feed dialing"
+	}
+}
+
+// Expired returns the calls CallTicks ended since the last call, at most
+// expiredMax of them, for the driver to log.
+func (in *Initiator) Expired() []ExpiredCall {
+	e := in.expired
+	in.expired = nil
+	return e
 }
 
 // lead moves the generator BeatLeadMillis ahead of the clock if the

@@ -1164,3 +1164,64 @@ func TestInitiatorHolderJoinsAtView(t *testing.T) {
 		}
 	}
 }
+
+// TestInitiatorCallTicks: a call still waiting for a replica after
+// CallTicks ticks is answered as of unknown outcome, naming the replica
+// and its feed, and listed by Expired once; the calls answered before it,
+// and one sequenced after it that is not yet due, are left alone.
+func TestInitiatorCallTicks(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.cfg.CallTicks = 5
+	ti.openAll(t)
+	ti.FeedLost("n3")
+	submit := func() txnid.ID {
+		t.Helper()
+		if err := ti.submit(t, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		return ti.gen.Last()
+	}
+	answered := submit()
+	stuck := submit()
+	for _, n := range []string{"n1", "n2", "n3"} {
+		ti.OnDone(n, &wire.Done{ID: answered})
+	}
+	ti.OnDone("n1", &wire.Done{ID: stuck})
+	ti.OnDone("n2", &wire.Done{ID: stuck})
+	for range 3 {
+		ti.Tick()
+	}
+	ti.now += 2_000
+	later := submit()
+	ti.Tick()
+	if len(ti.reply) != 1 || ti.reply[0].ID != answered {
+		t.Fatalf("replies before CallTicks: %+v", ti.reply)
+	}
+	if e := ti.Expired(); len(e) != 0 {
+		t.Fatalf("expired before CallTicks: %+v", e)
+	}
+	ti.Tick()
+	if len(ti.reply) != 2 {
+		t.Fatalf("%d replies after CallTicks, want 2", len(ti.reply))
+	}
+	r := ti.reply[1]
+	if r.ID != stuck || !r.Uncertain || r.Out != nil || !strings.Contains(r.Err, "within 2000 ms from the replica on n3 (feed broken, 3 txns kept for it)") {
+		t.Fatalf("expired reply %+v", r)
+	}
+	e := ti.Expired()
+	if len(e) != 1 || e[0].ID != stuck || e[0].Partition != 0 || len(e[0].Waited) != 1 || e[0].Millis != 2_000 {
+		t.Fatalf("Expired() = %+v", e)
+	}
+	if e := ti.Expired(); len(e) != 0 {
+		t.Fatalf("Expired() again = %+v", e)
+	}
+	if ti.Pending() != 1 {
+		t.Fatalf("%d calls pending, want the later one", ti.Pending())
+	}
+	for range 4 {
+		ti.Tick()
+	}
+	if len(ti.reply) != 3 || ti.reply[2].ID != later || !ti.reply[2].Uncertain {
+		t.Fatalf("the later call at its CallTicks: %+v", ti.reply)
+	}
+}

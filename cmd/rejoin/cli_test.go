@@ -26,7 +26,7 @@ func TestNodeFlags(t *testing.T) {
 	}
 	err := fs.Parse([]string{"--id", "7", "--certs-dir", certsDir, "--listen", "127.0.0.1:7000", "--http", "127.0.0.1:7001",
 		"--etcd", "http://a:2379, http://b:2379,", "--data", "/d", "--node-ttl", "3s", "--claim-ttl", "4s",
-		"--incoming-max", "5", "--outgoing-max", "6", "--rate-bytes", "1000", "--log-format", "json"})
+		"--incoming-max", "5", "--outgoing-max", "6", "--rate-bytes", "1000", "--call-wait", "3s", "--log-format", "json"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,12 +36,13 @@ func TestNodeFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := node.Config{ID: 7, Listen: "127.0.0.1:7000", HTTP: "127.0.0.1:7001", Etcd: []string{"http://a:2379", "http://b:2379"},
-		DataDir: "/d", NodeTTL: 3 * time.Second, ClaimTTL: 4 * time.Second, IncomingMax: 5, OutgoingMax: 6, RateBytesPerSec: 1000}
+		DataDir: "/d", NodeTTL: 3 * time.Second, ClaimTTL: 4 * time.Second, IncomingMax: 5, OutgoingMax: 6, RateBytesPerSec: 1000, CallWait: 3 * time.Second}
 	got := cfg
 	got.Log = nil
 	if got.ID != want.ID || got.Listen != want.Listen || got.HTTP != want.HTTP || strings.Join(got.Etcd, " ") != strings.Join(want.Etcd, " ") ||
 		got.DataDir != want.DataDir || got.NodeTTL != want.NodeTTL || got.ClaimTTL != want.ClaimTTL ||
-		got.IncomingMax != want.IncomingMax || got.OutgoingMax != want.OutgoingMax || got.RateBytesPerSec != want.RateBytesPerSec {
+		got.IncomingMax != want.IncomingMax || got.OutgoingMax != want.OutgoingMax || got.RateBytesPerSec != want.RateBytesPerSec ||
+		got.CallWait != want.CallWait {
 		t.Fatalf("config %+v, want %+v", got, want)
 	}
 	if got.TLS == nil || got.TLS.Identity() != certs.NodeID(7) || got.Insecure {

@@ -76,6 +76,7 @@ func newNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.Int64Var(&f.cfg.RateBytesPerSec, "rate-bytes", 0, "rate limit of each rejoin stream in bytes/s (0: none)")
 	fs.DurationVar(&f.cfg.PaceTarget, "pace-target", 2*time.Millisecond, "a source's snapshot stream slows while more than one txn of its partition in 50 waits longer than this at the source replica, and speeds up as they stop (a negative value: never paced)")
 	fs.DurationVar(&f.cfg.BeatLead, "beat-lead", 0, "how far ahead of its clock the heartbeats of an initiator that sequenced nothing for 25 ms stand, so a writing node need not wait for this one's heartbeats while they are late by less (0: 100ms, a negative value: never ahead)")
+	fs.DurationVar(&f.cfg.CallWait, "call-wait", node.CallWaitDefault, "how long a call this node sequenced waits for its replicas' results; past it the caller is answered that the txn's outcome is unknown, with the replicas that did not answer, and the node logs a warning")
 	fs.IntVar(&f.cfg.ConnsMax, "conns-max", 0, "connections the node serves at once past their hello; one more is refused (0: 256)")
 	fs.IntVar(&f.cfg.NodeConnsReserved, "node-conns", 0, "of --conns-max, the slots kept for node certificates (feeds, rejoin and repair streams), which clients cannot take (0: a quarter; a negative value: none)")
 	fs.IntVar(&f.cfg.HandshakesMax, "handshakes-max", 0, "connections not yet past TLS and their hello at once, apart from --conns-max; past it the oldest silent one is closed (0: 128)")

@@ -17,6 +17,11 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
+// CallWaitDefault is Config.CallWait's default: below the client's own
+// timeout (client.TimeoutDefault, 10 s), so a caller that waited hears
+// why rather than only that it timed out.
+const CallWaitDefault = 8 * time.Second
+
 // ErrConfig: a flag of the node out of range.
 var ErrConfig = errors.New("node: bad config")
 
@@ -72,6 +77,14 @@ type Config struct {
 	Codec wire.Codec
 	// RateBytesPerSec limits each rejoin stream's sending (0: none).
 	RateBytesPerSec int64
+	// CallWait bounds how long a call sequenced here waits for its
+	// replicas' results (default CallWaitDefault): past it the caller is
+	// answered as of unknown outcome, naming the replicas that did not
+	// answer, and the node logs it. Every other rule ends a wait on a
+	// replica that will not answer well before (a dead node, a replica no
+	// longer live, a feed not taken up); this bound answers the caller
+	// should one of them fail.
+	CallWait time.Duration
 	// BeatEvery is how often the initiator sends a heartbeat on an idle
 	// feed (default 2 ms).
 	BeatEvery time.Duration
@@ -222,6 +235,10 @@ func (c *Config) defaults() error {
 	def(&c.ClaimTTL, 5*time.Second)
 	def(&c.ClaimWindow, 2*time.Second)
 	def(&c.BeatEvery, 2*time.Millisecond)
+	def(&c.CallWait, CallWaitDefault)
+	if c.CallWait < c.BeatEvery {
+		return fmt.Errorf("%w: call wait %s is below the heartbeat interval %s", ErrConfig, c.CallWait, c.BeatEvery)
+	}
 	def(&c.BeatLead, 100*time.Millisecond)
 	def(&c.PaceTarget, 2*time.Millisecond)
 	switch {

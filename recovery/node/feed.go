@@ -1125,7 +1125,8 @@ func newInitiator(n *Node) (*initiator, error) {
 	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
 		Node: n.id, ID: txnid.Initiator(n.cfg.ID), Clock: clock, Partitions: n.cluster.Partitions, BeatTicks: beatTicks,
 		BeatLeadMillis: n.cfg.BeatLead.Milliseconds(), BeatLeadQuietTicks: max(1, int(beatLeadQuiet/n.cfg.BeatEvery)),
-		Joins: true, Knobs: recovery.InitiatorKnobs{SkipSend: n.cfg.knobs.skip, Plant: n.maybePlant},
+		Joins: true, CallTicks: max(1, int(n.cfg.CallWait/n.cfg.BeatEvery)),
+		Knobs: recovery.InitiatorKnobs{SkipSend: n.cfg.knobs.skip, Plant: n.maybePlant},
 	}, (*initiatorIO)(in))
 	if err != nil {
 		return nil, err
@@ -1506,7 +1507,12 @@ func (in *initiator) run() {
 		case <-t.C:
 			in.mu.Lock()
 			in.core.Tick()
+			expired := in.core.Expired()
 			in.mu.Unlock()
+			for _, e := range expired {
+				in.n.log.Warn("a call waited out --call-wait for its replicas' results: answered as of unknown outcome",
+					"partition", e.Partition, "txn", e.ID, "waited_for", e.Waited, "waited", time.Duration(e.Millis)*time.Millisecond)
+			}
 		case <-poll.C:
 			v := in.n.members.view()
 			in.mu.Lock()

@@ -191,17 +191,26 @@ func stopFeedWriters(t *testing.T, ws []*feedWriter) {
 		close(w.stop)
 	}
 	// A call waits for its feeds up to feedWait, then for the
-	// replicas' results: a writer still in one past this is stuck,
-	// and closing its connection ends the call.
-	deadline := time.After(2*feedWait + 5*time.Second)
+	// replicas' results up to CallWait: a writer still in one past this
+	// is stuck, and closing its connection ends the call. One the node
+	// answered at CallWait was stuck too, and its error says on what.
+	deadline := time.After(feedWait + CallWaitDefault + 5*time.Second)
 	for _, w := range ws {
 		select {
 		case <-w.done:
 		case <-deadline:
-			t.Errorf("writer through n%d stuck in a call", w.node)
+			t.Errorf("writer through n%d stuck in a call past the node's bound", w.node)
 			w.cl.conn.Close()
 			<-w.done
 		}
+		w.mu.Lock()
+		for _, e := range w.expired {
+			t.Logf("writer through n%d: a call waited out the node's bound: %s", w.node, e)
+		}
+		if w.stuck != "" {
+			t.Errorf("writer through n%d stuck in a call: %s", w.node, w.stuck)
+		}
+		w.mu.Unlock()
 	}
 }
 
@@ -264,7 +273,16 @@ type feedWriter struct {
 	// writes stopped, when they did.
 	lastErr   string
 	lastErrAt time.Time
+	// expired are the errors of calls the node answered because they
+	// waited out its Config.CallWait; stuck is that of one that did so
+	// after stop, which held the writer in a call.
+	expired []string
+	stuck   string
 }
+
+// expiredCall reports whether err is a call answered by the initiator's
+// bound on its wait for results (recovery.Initiator's expire).
+func expiredCall(err string) bool { return strings.Contains(err, "ms from the replica on") }
 
 // feedWriterMax bounds a writer's calls, so the read-back stays short
 // however fast the machine.
@@ -306,6 +324,14 @@ func (w *feedWriter) run(parts uint32) {
 				w.firstErr = err.Error()
 			}
 			w.lastErr, w.lastErrAt = err.Error(), time.Now()
+			if expiredCall(err.Error()) {
+				w.expired = append(w.expired, err.Error())
+				select {
+				case <-w.stop:
+					w.stuck = err.Error()
+				default:
+				}
+			}
 		}
 		w.mu.Unlock()
 		wait := w.pause

@@ -264,33 +264,8 @@ func TestStalledReplicaSaysWhatItWaitsFor(t *testing.T) {
 			}
 		}
 	})
-	on1, on2 := partitionsOn(t, c, "n1"), partitionsOn(t, c, "n2")
-	p := uint32(parts)
-	for q := range uint32(parts) {
-		if on1[q] && on2[q] {
-			p = q
-		}
-	}
-	if p == parts {
-		t.Fatalf("no partition on both n1 (%v) and n2 (%v)", on1, on2)
-	}
-	cl := dialClient(t, c.direct(1))
-	waitWritable(t, cl, parts)
-	upsert(t, cl, parts, 0)
-	// A call of p sequenced by n2 waits for n2's join of p on its feed
-	// into n1 to be answered: only then does n1's replica track
-	// initiator 2. A join still in flight when the feed froze left it
-	// untracked, and the write through n1 ran at once (3 runs in 20).
-	if _, err := dialClient(t, c.direct(2)).call(p, partition.ProcDigest, false); err != nil {
-		t.Fatalf("a call of partition %d through n2: %v", p, err)
-	}
-
-	thaw := freezeAll([]*faultnet.Proxy{c.pairs[[2]int{2, 1}]})
+	p, cl, thaw := stallOnN1(t, c, parts)
 	defer thaw()
-	// Past what n2's last heartbeat promised (a quiet initiator's leads
-	// the clock) and past the feed's stall window, after which n1 waits
-	// for the feed to resume.
-	time.Sleep(1500 * time.Millisecond)
 	written := make(chan error, 1)
 	go func() {
 		_, err := cl.call(p, partition.ProcUpsert, false, wire.String("kv"), wire.Bytes([]byte("stalled")), wire.Bytes([]byte("v")))
@@ -314,6 +289,102 @@ func TestStalledReplicaSaysWhatItWaitsFor(t *testing.T) {
 		t.Fatal("the write held by the cut did not end after the heal")
 	}
 	waitUntil(t, 30*time.Second, "every replica live", func() bool { return allLive(t, c) })
+	checkDigests(t, cl, parts, 2)
+}
+
+// stallOnN1 finds a partition p with replicas on n1 and n2 of c (pair
+// proxied, 2 replicas), has n2 sequence a call of p, then cuts n2's feed
+// into n1 (n2 itself stays up, so nobody fences it) and waits past what
+// n2's last heartbeat promised: a write of p through n1, whose replica
+// there waits for initiator 2 to pass it, stalls until thaw. It returns a
+// client of n1.
+func stallOnN1(t *testing.T, c *cluster, parts uint32) (p uint32, cl *rawClient, thaw func()) {
+	t.Helper()
+	on1, on2 := partitionsOn(t, c, "n1"), partitionsOn(t, c, "n2")
+	p = parts
+	for q := range parts {
+		if on1[q] && on2[q] {
+			p = q
+		}
+	}
+	if p == parts {
+		t.Fatalf("no partition on both n1 (%v) and n2 (%v)", on1, on2)
+	}
+	cl = dialClient(t, c.direct(1))
+	waitWritable(t, cl, parts)
+	upsert(t, cl, parts, 0)
+	// A call of p sequenced by n2 waits for n2's join of p on its feed
+	// into n1 to be answered: only then does n1's replica track
+	// initiator 2. A join still in flight when the feed froze left it
+	// untracked, and the write through n1 ran at once (3 runs in 20).
+	if _, err := dialClient(t, c.direct(2)).call(p, partition.ProcDigest, false); err != nil {
+		t.Fatalf("a call of partition %d through n2: %v", p, err)
+	}
+	thaw = freezeAll([]*faultnet.Proxy{c.pairs[[2]int{2, 1}]})
+	// Past what n2's last heartbeat promised (a quiet initiator's leads
+	// the clock) and past the feed's stall window, after which n1 waits
+	// for the feed to resume.
+	time.Sleep(1500 * time.Millisecond)
+	return p, cl, thaw
+}
+
+// TestCallWaitAnswersAStalledCall: a call whose replica does not answer
+// within Config.CallWait is answered as of unknown outcome, naming the
+// replica and its feed, and the node logs it; after the heal both
+// replicas agree, the write run on both or on neither. Before the bound
+// a call waited for as long as its replica did (a writer stuck in a call
+// failed CI's TestFencedNodeBackMidRepair with nothing said of where).
+func TestCallWaitAnswersAStalledCall(t *testing.T) {
+	const parts = 3
+	const wait = time.Second
+	var logs logCatch
+	c := newClusterWith(t, 3, 0, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+		c.onLog = func(id int, r slog.Record) {
+			if strings.HasPrefix(r.Message, "a call waited out --call-wait") {
+				logs.add("expired", id, r)
+			}
+		}
+	})
+	for id := 1; id <= 3; id++ {
+		c.startCfg(id, func(cfg *Config) { cfg.CallWait = wait })
+	}
+	p, cl, thaw := stallOnN1(t, c, parts)
+	defer thaw()
+	start := time.Now()
+	written := make(chan error, 1)
+	go func() {
+		_, err := cl.call(p, partition.ProcUpsert, false, wire.String("kv"), wire.Bytes([]byte("stalled")), wire.Bytes([]byte("v")))
+		written <- err
+	}()
+	var err error
+	select {
+	case err = <-written:
+	case <-time.After(wait + 20*time.Second):
+		thaw()
+		<-written
+		t.Fatalf("the stalled write not answered %v after it was sent, with a call wait of %v", time.Since(start).Round(time.Millisecond), wait)
+	}
+	took := time.Since(start)
+	t.Logf("the stalled write answered after %v: %v", took.Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("the stalled write succeeded while n1's replica could not run it")
+	}
+	if !strings.Contains(err.Error(), "from the replica on n1 (feed open") || !strings.Contains(err.Error(), "outcome is unknown") {
+		t.Fatalf("the stalled write's error %q, want one naming n1's replica and an unknown outcome", err)
+	}
+	if took < wait {
+		t.Fatalf("answered after %v, before the call wait %v", took, wait)
+	}
+	want := fmt.Sprintf(`partition="%d"`, p)
+	waitUntil(t, 5*time.Second, "n1 to log the expired call", func() bool {
+		return slices.ContainsFunc(logs.seen("expired"), func(s string) bool {
+			return strings.HasPrefix(s, "n1: ") && strings.Contains(s, want) && strings.Contains(s, "n1 (feed open")
+		})
+	})
+	thaw()
+	waitUntil(t, 30*time.Second, "every replica live", func() bool { return allLive(t, c) })
+	waitSettled(t, c, cl, parts, 2)
 	checkDigests(t, cl, parts, 2)
 }
 
