@@ -61,9 +61,12 @@ type feedIns struct {
 	// waiters are the replicas waiting for the next heartbeat.
 	waiters beatWaiters
 	// holding: the node's registration was lost and is not settled yet,
-	// so a replica here may lack txns and must not answer: its results
-	// wait in held until settle says which to send and which to drop.
+	// and its lease may have expired since, so a replica here may lack
+	// txns and must not answer: its results wait in held until settle
+	// says which to send and which to drop. holdAt (Unix nanoseconds; 0:
+	// none) is when the lost registration's holding begins (holdFrom).
 	holding bool
+	holdAt  int64
 	held    []heldDone
 }
 
@@ -164,11 +167,19 @@ func (f *feedIns) toldSince(from uint64) map[string]map[uint64]recovery.SettleTo
 	return out
 }
 
-// hold holds every result from now until release.
-func (f *feedIns) hold() {
+// holdFrom holds every result from at until release.
+func (f *feedIns) holdFrom(at time.Time) {
 	f.mu.Lock()
-	f.holding = true
+	f.holdAt = at.UnixNano()
+	f.holding = !time.Now().Before(at)
 	f.mu.Unlock()
+}
+
+// settling reports whether a lost registration is not settled yet.
+func (f *feedIns) settling() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.holding || f.holdAt != 0
 }
 
 // release sends the held results of the partitions keep says, drops the
@@ -181,7 +192,7 @@ func (f *feedIns) release(keep func(p uint32) bool) {
 			f.sendLocked(h.in, h.d)
 		}
 	}
-	f.held, f.holding = nil, false
+	f.held, f.holding, f.holdAt = nil, false, 0
 }
 
 type feedIn struct {
@@ -254,6 +265,9 @@ const feedAckEvery = 20 * time.Millisecond
 func (f *feedIns) done(in txnid.Initiator, d *wire.Done) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.holding && f.holdAt != 0 && time.Now().UnixNano() >= f.holdAt {
+		f.holding = true
+	}
 	if f.holding {
 		if len(f.held) >= heldMax {
 			f.held = f.held[heldMax/2:]

@@ -561,9 +561,7 @@ func (n *Node) Status() Status {
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
-	n.feeds.mu.Lock()
-	settling := n.feeds.holding
-	n.feeds.mu.Unlock()
+	settling := n.feeds.settling()
 	for _, p := range ps {
 		if rs := hosted[p].status.Load(); rs != nil {
 			st.Replicas = append(st.Replicas, *rs)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -484,6 +486,57 @@ func TestEtcdCutNodeStallsBriefly(t *testing.T) {
 		}
 	}
 	waitUntil(t, 30*time.Second, "every replica live again", func() bool { return allLive(t, c) })
+	stopWriters()
+	checkAcked(t, cl, parts, ws)
+	checkDigests(t, cl, parts, 3)
+}
+
+// TestEtcdCutWithinLeaseHoldsNoResult: n2 cut from etcd for longer than
+// its registration's window but less than its lease, which no node took
+// for dead meanwhile: n2 loses its registration and resumes it on the
+// same lease, and the writes through n1 and n3 to the partitions n2
+// holds (all of them) go on throughout. Before, n2 held its replicas'
+// results from its registration's loss until it registered again, and
+// every write waited with them (over 2 s here).
+func TestEtcdCutWithinLeaseHoldsNoResult(t *testing.T) {
+	const ttl = 6 * time.Second
+	const cut = 5 * time.Second
+	const parts = 4
+	var logs logCatch
+	c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
+		c.onLog = func(id int, r slog.Record) {
+			if id == 2 && (r.Message == "registration lost: replicas, feeds and execution go on; rejoin work, task opening, supervision and new calls stop until etcd answers" ||
+				strings.HasPrefix(r.Message, "registration resumed on its lease")) {
+				logs.add("reg", id, r)
+			}
+		}
+	})
+	cl := dialClient(t, c.nodes[1].addrs.TCP)
+	waitWritable(t, cl, parts)
+	ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)
+	defer stopWriters()
+	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
+	etcdPx.Freeze()
+	frozen := time.Now()
+	time.Sleep(cut)
+	etcdPx.Thaw()
+	waitUntil(t, 15*time.Second, "n2 to resume its registration", func() bool {
+		return slices.ContainsFunc(logs.seen("reg"), func(s string) bool { return strings.HasPrefix(s, "n2: registration resumed on its lease") })
+	})
+	if !slices.ContainsFunc(logs.seen("reg"), func(s string) bool { return strings.HasPrefix(s, "n2: registration lost") }) {
+		t.Fatal("n2 never lost its registration: the cut was too short to test anything")
+	}
+	resumed := time.Now()
+	for _, w := range ws {
+		w.mu.Lock()
+		gap := longestGap(w.ackedAt, frozen, resumed)
+		w.mu.Unlock()
+		t.Logf("writes through n%d in the %v from n2's cut from etcd until it registered again: longest gap %v",
+			w.node, resumed.Sub(frozen).Round(time.Millisecond), gap.Round(time.Millisecond))
+		if gap > awayGapMax {
+			t.Errorf("writes through n%d stopped for %v while n2's lease stood, want at most %v", w.node, gap.Round(time.Millisecond), awayGapMax)
+		}
+	}
 	stopWriters()
 	checkAcked(t, cl, parts, ws)
 	checkDigests(t, cl, parts, 3)

@@ -141,6 +141,26 @@ type Term struct {
 	since time.Time
 	// ended (Unix nanoseconds) is when the term was ended, 0 before.
 	ended atomic.Int64
+	// leaseSafe (Unix nanoseconds, 0: not known) is a time before which
+	// etcd does not expire the term's lease (LeaseSafeUntil).
+	leaseSafe atomic.Int64
+}
+
+// LeaseSafeUntil is a time before which etcd does not expire the term's
+// lease, by the last keepalive of it that etcd answered: the send time of
+// that keepalive plus the TTL it renewed the lease to (etcd counts the
+// TTL from when it renews, after the send). Zero while none was answered
+// yet. Until then no node takes this one for dead for a lapsed lease, so
+// the nodes that wait for its replicas go on waiting for them, and a
+// process that cannot reach etcd has missed nothing for that reason
+// (recovery/node holds its replicas' results from then on, not from the
+// term's end). Measured by this machine's clock against etcd's: a margin
+// covers their rates' difference.
+func (t *Term) LeaseSafeUntil() time.Time {
+	if at := t.leaseSafe.Load(); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
 }
 
 // Ended is when the term ended; zero while it runs.
@@ -341,6 +361,7 @@ func (n *Node) viewRev() int64 {
 // again: this process registered before, and a record of another
 // incarnation means it was superseded.
 func (n *Node) register(ctx context.Context, again bool) (*Term, NodeRecord, error) {
+	granting := time.Now()
 	grant, err := n.cli.Grant(ctx, n.ttlSeconds)
 	if err != nil {
 		return nil, NodeRecord{}, fmt.Errorf("supervise: grant lease for node %s: %w", n.id, err)
@@ -360,6 +381,9 @@ func (n *Node) register(ctx context.Context, again bool) (*Term, NodeRecord, err
 	if err != nil {
 		revokeQuietly(ctx, n.cli, grant.ID)
 		return nil, NodeRecord{}, err
+	}
+	if grant.TTL > 0 {
+		t.leaseSafe.Store(granting.Add(time.Duration(grant.TTL) * time.Second).UnixNano())
 	}
 	return t, rec, nil
 }
@@ -545,6 +569,7 @@ func (n *Node) reattach(ctx context.Context, prev *Term) (*Term, NodeRecord, err
 			if err != nil {
 				return nil, NodeRecord{}, err
 			}
+			t.leaseSafe.Store(prev.leaseSafe.Load()) // the same lease
 			return t, rec, nil
 		}
 	}
@@ -613,8 +638,26 @@ func (n *Node) keep(t *Term) error {
 		case err == nil:
 			lastOK = sent
 			n.lastOK.Store(lastOK.UnixNano())
+			n.renew(t, lastOK.Add(n.window))
 		}
 		timer.Reset(max(0, min(interval, time.Until(lastOK.Add(n.window)))))
+	}
+}
+
+// renew renews t's lease once, by deadline, and moves its LeaseSafeUntil
+// on if etcd answered. The term's keepalive stream renews it too, but
+// tells nothing of when each renewal was sent; one that fails here is
+// left to that stream, and to keep's next round.
+func (n *Node) renew(t *Term, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(n.life, deadline)
+	defer cancel()
+	sent := time.Now()
+	resp, err := n.cli.KeepAliveOnce(ctx, t.Lease)
+	if err != nil || resp.TTL <= 0 {
+		return
+	}
+	if at := sent.Add(time.Duration(resp.TTL) * time.Second).UnixNano(); at > t.leaseSafe.Load() {
+		t.leaseSafe.Store(at)
 	}
 }
 

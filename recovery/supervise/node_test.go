@@ -186,6 +186,67 @@ func TestNodeShortOutageResumesLease(t *testing.T) {
 	}
 }
 
+// TestNodeLeaseSafeUntil: a term says a time before which etcd keeps its
+// lease, moved on by each renewal while etcd answers and left alone once
+// it does not. Cut from etcd, the node's lease is still there, read
+// directly, just before that time, and gone some time after it.
+func TestNodeLeaseSafeUntil(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	cli := newClientAt(t, px.Endpoint())
+	direct := newClient(t, e)
+	ctx := testCtx(t, 30*time.Second)
+	const ttl = 3 * time.Second
+	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: ttl, Window: 500 * time.Millisecond, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = n.Close(cctx)
+	}()
+	first := n.Term()
+	granted := first.LeaseSafeUntil()
+	if until := time.Until(granted); until <= 0 || until > ttl {
+		t.Fatalf("LeaseSafeUntil %v from now at registration, want within the TTL %v", until, ttl)
+	}
+	time.Sleep(time.Second)
+	safe := first.LeaseSafeUntil()
+	if !safe.After(granted) {
+		t.Fatalf("LeaseSafeUntil %v not moved on from %v by a second of renewals", safe, granted)
+	}
+	px.Freeze()
+	select {
+	case <-first.Done():
+	case <-time.After(500*time.Millisecond + lossSlack):
+		t.Fatal("term did not end within its window")
+	}
+	safe = first.LeaseSafeUntil()
+	t.Logf("cut from etcd: the lease safe for %v more", time.Until(safe).Round(time.Millisecond))
+	// Just before it, by a margin for the etcd lease checker's and this
+	// test's own scheduling only: the lease must stand.
+	time.Sleep(time.Until(safe.Add(-100 * time.Millisecond)))
+	ttlResp, err := direct.TimeToLive(ctx, first.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttlResp.TTL < 0 { // -1: expired (0 is a remaining TTL below a second)
+		t.Fatalf("the lease gone %v before LeaseSafeUntil", time.Until(safe))
+	}
+	waitFor(t, 2*ttl, "the lease to expire", func() bool {
+		r, err := direct.TimeToLive(ctx, first.Lease)
+		return err == nil && r.TTL < 0
+	})
+	t.Logf("the lease expired %v after LeaseSafeUntil", time.Since(safe).Round(time.Millisecond))
+	px.Thaw()
+}
+
 // TestNodeSuperseded: a newer process registering under the same id ends
 // the older one's Node for good (two processes must not share an id),
 // and the older one's Close leaves the newer record alone.
