@@ -90,6 +90,17 @@ type SettleInput struct {
 	Expired map[string]bool
 	// Partitions are the partitions with a replica here.
 	Partitions []uint32
+	// Holders, if not nil, holds per partition the nodes that may have
+	// sequenced its txns during the outage: only a node holding a replica
+	// of a partition in its own view sequences its txns (docs/DESIGN.md
+	// "Sequencers per partition"), so the driver lists every node that
+	// held one at any revision such a view may have had (SettleScoped).
+	// A gap that is not among a partition's holders decides nothing about
+	// it: the partition is settled without waiting for that gap, and does
+	// not fail because it cannot say. What a gap names missed counts
+	// wherever it points. Nil: any node may have sequenced any partition
+	// (the simulator's initiators hold no replica).
+	Holders map[uint32][]string
 }
 
 // SettleVerdict is what a settlement decided.
@@ -103,7 +114,9 @@ const (
 	SettleFail
 	// SettleWait: the feed of SettleOutcome.WaitFor's live process is not
 	// open yet; ask again once it is, or once the wait for it ran out
-	// (SettleInput.Expired).
+	// (SettleInput.Expired). The partitions of SettleOutcome.Pending wait
+	// with it; the others are settled already (Fail names those that
+	// fail), which only SettleInput.Holders makes any.
 	SettleWait
 )
 
@@ -127,10 +140,13 @@ type SettleOutcome struct {
 	// who named each partition.
 	Gaps, Unknown []string
 	Missed        map[uint32][]string
+	// Pending are the partitions not settled yet (SettleWait).
+	Pending map[uint32]bool
 }
 
 // Settle decides what a node's replicas missed while it was not
-// registered (the rules above).
+// registered (the rules above), each partition by the gaps among its
+// holders (SettleInput.Holders; all of them without).
 func Settle(in *SettleInput) SettleOutcome {
 	if !in.Lapsed {
 		return SettleOutcome{Verdict: SettleKeep}
@@ -139,15 +155,15 @@ func Settle(in *SettleInput) SettleOutcome {
 	if len(gaps) == 0 {
 		return SettleOutcome{Verdict: SettleKeep}
 	}
-	out := SettleOutcome{Gaps: gaps, Missed: map[uint32][]string{}}
+	out := SettleOutcome{Gaps: gaps, Missed: map[uint32][]string{}, Fail: map[uint32]string{}}
+	var waiting []string
 	for _, node := range gaps {
 		ps, known, wait := missedBy(in, node)
-		if wait {
-			return SettleOutcome{Verdict: SettleWait, WaitFor: node, Gaps: gaps}
-		}
-		if !known {
+		switch {
+		case wait:
+			waiting = append(waiting, node)
+		case !known:
 			out.Unknown = append(out.Unknown, node)
-			continue
 		}
 		for _, p := range ps {
 			if !slices.Contains(out.Missed[p], node) {
@@ -155,17 +171,44 @@ func Settle(in *SettleInput) SettleOutcome {
 			}
 		}
 	}
-	out.Fail = map[uint32]string{}
 	for _, p := range in.Partitions {
+		if w := in.concern(p, waiting); len(w) > 0 {
+			if out.Pending == nil {
+				out.Pending = map[uint32]bool{}
+				out.WaitFor = w[0]
+			}
+			out.Pending[p] = true
+			continue
+		}
+		unknown := in.concern(p, out.Unknown)
 		switch {
-		case len(out.Unknown) > 0:
-			out.Fail[p] = fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout; %v cannot say what they sent meanwhile: txns may have been missed", gaps, out.Unknown)
+		case len(unknown) > 0:
+			out.Fail[p] = fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout; %v cannot say what they sent meanwhile: txns may have been missed", gaps, unknown)
 		case len(out.Missed[p]) > 0:
 			out.Fail[p] = fmt.Sprintf("registration lapsed, and %v sequenced txns of partition %d without a feed here meanwhile", out.Missed[p], p)
 		}
 	}
-	if len(out.Fail) > 0 {
+	switch {
+	case out.Pending != nil:
+		out.Verdict = SettleWait
+	case len(out.Fail) > 0:
 		out.Verdict = SettleFail
+	}
+	return out
+}
+
+// concern returns the nodes of gaps that may have sequenced txns of p:
+// its holders (SettleInput.Holders), or all of them. A history that could
+// not be read concerns every partition.
+func (in *SettleInput) concern(p uint32, gaps []string) []string {
+	if in.Holders == nil {
+		return gaps
+	}
+	var out []string
+	for _, g := range gaps {
+		if g == CompactedNode || slices.Contains(in.Holders[p], g) {
+			out = append(out, g)
+		}
 	}
 	return out
 }

@@ -168,3 +168,37 @@ func TestSettleGoneWithFeedBefore(t *testing.T) {
 	in.Meanwhile = []SettleProcess{{Node: "n3", Inc: 30}}
 	wantVerdict(t, Settle(in), SettleKeep)
 }
+
+// TestSettleScopedByHolders: with the partitions' holders known, a gap
+// settles only the partitions it holds. n4, alive with no feed open here
+// yet, holds a replica of partition 3 alone: only 3 waits for it, and a
+// cut-off n4 no longer holds the other partitions' results until it is
+// fenced (rejoin chaos --seed 20261128, +81.84 s). n5, registered
+// meanwhile and never heard from here, fails only partition 2, which it
+// holds. What a gap names missed fails its partition, holder or not.
+func TestSettleScopedByHolders(t *testing.T) {
+	in := settleBase()
+	in.Alive["n4"] = 40
+	in.Meanwhile = []SettleProcess{{Node: "n4", Inc: 40}, {Node: "n5", Inc: 50}}
+	in.Holders = map[uint32][]string{1: {"n1", "n3"}, 2: {"n1", "n5"}, 3: {"n3", "n4"}}
+	o := Settle(in)
+	wantVerdict(t, o, SettleWait, 2)
+	if o.WaitFor != "n4" || !maps.Equal(o.Pending, map[uint32]bool{3: true}) {
+		t.Fatalf("waits for %q with %v pending, want n4 with partition 3", o.WaitFor, o.Pending)
+	}
+	if !strings.Contains(o.Fail[2], "[n5] cannot say") {
+		t.Fatalf("partition 2 fails for %q, want n5 named", o.Fail[2])
+	}
+
+	in.Expired["n4"] = true
+	wantVerdict(t, Settle(in), SettleFail, 2, 3)
+
+	delete(in.Expired, "n4")
+	in.Now = append(in.Now, SettleFeed{Node: "n4", Inc: 40, Conn: 4})
+	in.Told["n4"] = map[uint64]SettleTold{40: {Since: true, Missed: []uint32{1}}}
+	wantVerdict(t, Settle(in), SettleFail, 1, 2)
+
+	// Unscoped, the same gaps fail every partition.
+	in.Holders = nil
+	wantVerdict(t, Settle(in), SettleFail, 1, 2, 3)
+}

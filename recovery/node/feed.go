@@ -68,6 +68,9 @@ type feedIns struct {
 	holding bool
 	holdAt  int64
 	held    []heldDone
+	// settled are the partitions whose results go out while the others'
+	// are held: their replicas here are settled (free).
+	settled map[uint32]bool
 }
 
 // feedGate is where an initiator's feeds pass what they read to the
@@ -175,6 +178,39 @@ func (f *feedIns) holdFrom(at time.Time) {
 	f.mu.Unlock()
 }
 
+// free sends the held results of ps and passes theirs on from now until
+// the next hold: their replicas are settled while others are not.
+func (f *feedIns) free(ps []uint32) {
+	if len(ps) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.settled == nil {
+		f.settled = map[uint32]bool{}
+	}
+	for _, p := range ps {
+		f.settled[p] = true
+	}
+	kept := f.held[:0]
+	for _, h := range f.held {
+		if f.settled[h.d.Partition] {
+			f.sendLocked(h.in, h.d)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	clear(f.held[len(kept):])
+	f.held = kept
+}
+
+// freed reports whether p's results go out while a hold goes on (free).
+func (f *feedIns) freed(p uint32) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.settled[p]
+}
+
 // settling reports whether a lost registration is not settled yet.
 func (f *feedIns) settling() bool {
 	f.mu.Lock()
@@ -192,7 +228,7 @@ func (f *feedIns) release(keep func(p uint32) bool) {
 			f.sendLocked(h.in, h.d)
 		}
 	}
-	f.held, f.holding, f.holdAt = nil, false, 0
+	f.held, f.holding, f.holdAt, f.settled = nil, false, 0, nil
 }
 
 type feedIn struct {
@@ -268,7 +304,7 @@ func (f *feedIns) done(in txnid.Initiator, d *wire.Done) {
 	if !f.holding && f.holdAt != 0 && time.Now().UnixNano() >= f.holdAt {
 		f.holding = true
 	}
-	if f.holding {
+	if f.holding && !f.settled[d.Partition] {
 		if len(f.held) >= heldMax {
 			f.held = f.held[heldMax/2:]
 		}

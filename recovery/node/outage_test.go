@@ -590,3 +590,88 @@ func TestRegistersSoonAfterALongEtcdOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestLapseSettlesApartFromACutNode: every node lapses at once (etcd
+// out of reach past their leases, as when etcd is paused), and right
+// after etcd is back n4 is cut from its peers. The writes through n1 to
+// the partitions n4 holds no replica of must go on while n4 is cut and
+// until it is fenced: the settlement of n1's lapse, and of the nodes
+// holding replicas with it, has nothing to learn from n4 about those
+// partitions. Before, each settlement waited for a feed to and from
+// every live node, n4 included, and held every result meanwhile (rejoin
+// chaos --net-faults on --seed 20261128, 10m, +81.84 s: a partition
+// with no replica on the cut node went 1.35 s without a successful op).
+func TestLapseSettlesApartFromACutNode(t *testing.T) {
+	const ttl = 2 * time.Second
+	const parts = 5
+	var etcdPx *faultnet.Proxy
+	var logs logCatch
+	var mu sync.Mutex
+	again := map[int]time.Time{}
+	c := newClusterWith(t, 5, 5, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+		var err error
+		etcdPx, err = faultnet.Start(c.e.Endpoints()[0][len("http://"):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(etcdPx.Close)
+		c.etcdFor = func(int) []string { return []string{etcdPx.Endpoint()} }
+		c.nodeTTL = ttl
+		c.onLog = func(id int, r slog.Record) {
+			if strings.HasPrefix(r.Message, "registration lapsed") || strings.HasPrefix(r.Message, "supervise: node registered again") {
+				logs.add("settle", id, r)
+			}
+			if r.Message == "supervise: node registered again" {
+				mu.Lock()
+				again[id] = time.Now()
+				mu.Unlock()
+			}
+		}
+	})
+	on4 := partitionsOn(t, c, "n4")
+	if len(on4) == parts {
+		t.Fatalf("n4 holds every partition (%v)", on4)
+	}
+	cl := dialClient(t, c.direct(1))
+	waitWritable(t, cl, parts)
+	ws, stopWriters := startFeedWritersOnly(t, c, parts, []int{1}, 2*time.Millisecond, func(p uint32) bool { return !on4[p] })
+	defer stopWriters()
+	waitUntil(t, 15*time.Second, "writes through n1", func() bool { return ws[0].count() >= 50 })
+	etcdPx.Freeze()
+	time.Sleep(3 * ttl)
+	// n4 cut from its peers a little before etcd is back: its feeds
+	// break while nobody can fence it, and it registers again with
+	// the others.
+	thawN4 := freezeAll(c.pathsOf(4))
+	defer thawN4()
+	cut := time.Now()
+	time.Sleep(time.Second)
+	etcdPx.Thaw()
+	back := time.Now()
+	waitUntil(t, 30*time.Second, "n4's fence in etcd", func() bool { return fenceStands(c, "n4") })
+	fenced := time.Now()
+	// Past the fence by a second: the settlements that waited on n4
+	// end at it.
+	time.Sleep(time.Second)
+	for _, s := range logs.seen("settle") {
+		t.Logf("%s", s)
+	}
+	t.Logf("n4 fenced %v after it was cut, %v after etcd was back", fenced.Sub(cut).Round(time.Millisecond), fenced.Sub(back).Round(time.Millisecond))
+	// From when the nodes but n4 are registered again: what they took
+	// to register is etcd's, not the settlement's.
+	var registered time.Time
+	mu.Lock()
+	for _, id := range []int{1, 2, 3, 5} {
+		if again[id].IsZero() {
+			mu.Unlock()
+			t.Fatalf("n%d did not register again", id)
+		}
+		registered = later(registered, again[id])
+	}
+	mu.Unlock()
+	t.Logf("the nodes but n4 registered again %v after etcd was back", registered.Sub(back).Round(time.Millisecond))
+	checkAwayGaps(t, ws, registered, time.Now(), "n4", "from when the others registered again until a second past n4's fence")
+	thawN4()
+	checkAwayEnd(t, c, cl, parts, ws, stopWriters, 3)
+}

@@ -1,11 +1,13 @@
 package supervise
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -733,6 +735,50 @@ func RegisteredBetween(ctx context.Context, cli *clientv3.Client, after, upto in
 		return nil, fmt.Errorf("supervise: node registrations after revision %d: %w", after, err)
 	}
 	return nil, fmt.Errorf("supervise: node registrations after revision %d: watch ended", after)
+}
+
+// PlacedBetween returns, per partition, the nodes whose replica record of
+// it was created or deleted at revisions in (after, upto], from etcd's
+// history: with the placements at after and at upto, every node that held
+// a replica of the partition at some revision between. upto must be the
+// revision of a node record write (a term's Created), which ends the
+// read; the read is bounded by ctx. A history compacted past after is an
+// error (etcd's ErrCompacted).
+func PlacedBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) (map[uint32][]string, error) {
+	out := map[uint32][]string{}
+	if after >= upto {
+		return out, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range WatchMembership(ctx, cli, after) {
+		if err := resp.Err(); err != nil {
+			return nil, fmt.Errorf("supervise: placements after revision %d: %w", after, err)
+		}
+		for _, ev := range resp.Events {
+			kv := ev.Kv
+			if kv.ModRevision > upto {
+				return out, nil
+			}
+			created := ev.Type == clientv3.EventTypePut && kv.CreateRevision == kv.ModRevision
+			if bytes.HasPrefix(kv.Key, []byte(replicasPrefix)) && (created || ev.Type == clientv3.EventTypeDelete) {
+				p, node, err := parseRecordKey(kv.Key, replicasPrefix)
+				if err != nil {
+					return nil, err
+				}
+				if !slices.Contains(out[p], node) {
+					out[p] = append(out[p], node)
+				}
+			}
+			if kv.ModRevision == upto {
+				return out, nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("supervise: placements after revision %d: %w", after, err)
+	}
+	return nil, fmt.Errorf("supervise: placements after revision %d: watch ended", after)
 }
 
 // revokeQuietly revokes a lease with a short bound even when ctx is done:

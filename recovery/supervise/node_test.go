@@ -3,9 +3,11 @@ package supervise
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/recovery/claim"
@@ -418,5 +420,54 @@ func TestNodeReregisterOverLiveEarlierIncarnation(t *testing.T) {
 	last, _ := nodeRecord(t, ctx, cli, "n1")
 	if !last.LastActive.After(first.LastActive) {
 		t.Fatalf("no activity update landed: %v then %v", first.LastActive, last.LastActive)
+	}
+}
+
+// TestPlacedBetween: the nodes whose replica record of a partition was
+// created or deleted between two revisions (a move: one deleted, one
+// created), not those whose record only changed state; the read ends at
+// the node record write given as its end, and a history compacted past
+// its start is etcd's ErrCompacted.
+func TestPlacedBetween(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	cli := newClient(t, e)
+	ctx := testCtx(t, 20*time.Second)
+	put := func(key, val string) int64 {
+		t.Helper()
+		resp, err := cli.Put(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	live, failed := `{"state":"live"}`, `{"state":"needs-rejoin"}`
+	for _, node := range []string{"n1", "n2", "n3"} {
+		put(ReplicaKey(1, node), live)
+		put(ReplicaKey(2, node), live)
+	}
+	before := put(NodeKey("n9"), `{}`)
+	put(ReplicaKey(2, "n1"), failed)
+	if _, err := cli.Delete(ctx, ReplicaKey(1, "n2")); err != nil {
+		t.Fatal(err)
+	}
+	put(ReplicaKey(1, "n4"), live)
+	upto := put(NodeKey("n9"), `{"x":1}`)
+	put(ReplicaKey(2, "n5"), live) // after upto: not read
+	got, err := PlacedBetween(ctx, cli, before, upto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !slices.Equal(got[1], []string{"n2", "n4"}) {
+		t.Fatalf("PlacedBetween = %v, want partition 1: n2, n4", got)
+	}
+	if got, err := PlacedBetween(ctx, cli, upto, upto); err != nil || len(got) != 0 {
+		t.Fatalf("PlacedBetween of an empty span = %v, %v", got, err)
+	}
+	if _, err := cli.Compact(ctx, upto); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PlacedBetween(ctx, cli, before, upto); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("PlacedBetween past a compaction: %v, want ErrCompacted", err)
 	}
 }
