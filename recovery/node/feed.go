@@ -204,6 +204,17 @@ func (f *feedIns) free(ps []uint32) {
 	f.held = kept
 }
 
+// unsettle holds the results free let out again, from now: the
+// registration was lost again before the settlement ended.
+func (f *feedIns) unsettle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.settled) > 0 {
+		f.settled = nil
+		f.holding = true
+	}
+}
+
 // freed reports whether p's results go out while a hold goes on (free).
 func (f *feedIns) freed(p uint32) bool {
 	f.mu.Lock()

@@ -513,3 +513,59 @@ func TestWriteQueueCoalesces(t *testing.T) {
 		t.Fatalf("wrote %s, want %s", strings.Join(got, ", "), want)
 	}
 }
+
+// TestFeedInsHold: the results a lost registration holds. Held from the
+// time holdFrom names, not before; a partition freed by its settlement
+// sends what was held of it and passes from then on while the others
+// stay held; a second loss before the settlement ended holds the freed
+// ones again (unsettle); release sends what stands and drops the rest.
+func TestFeedInsHold(t *testing.T) {
+	fi := &feedIn{in: 1, q: make(chan wire.Message, 16)}
+	f := &feedIns{by: map[txnid.Initiator]*feedIn{1: fi}}
+	sent := func() []uint32 {
+		var ps []uint32
+		for {
+			select {
+			case m := <-fi.q:
+				ps = append(ps, m.(*wire.Done).Partition)
+			default:
+				return ps
+			}
+		}
+	}
+	done := func(p uint32) { f.done(1, &wire.Done{Partition: p}) }
+	want := func(what string, ps ...uint32) {
+		t.Helper()
+		if got := sent(); fmt.Sprint(got) != fmt.Sprint(ps) {
+			t.Fatalf("%s: sent %v, want %v", what, got, ps)
+		}
+	}
+
+	f.holdFrom(time.Now().Add(time.Hour))
+	done(1)
+	want("before the hold's start", 1)
+	if !f.settling() {
+		t.Fatal("not settling with a hold to come")
+	}
+
+	f.holdFrom(time.Now())
+	done(1)
+	done(2)
+	done(3)
+	want("held")
+	f.free([]uint32{1, 3})
+	want("freed", 1, 3)
+	done(1)
+	done(2)
+	want("1 passes, 2 held", 1)
+	f.unsettle()
+	done(1)
+	want("held again after a second loss")
+	f.release(func(p uint32) bool { return p != 2 })
+	want("released", 1)
+	done(2)
+	want("after the release", 2)
+	if f.settling() {
+		t.Fatal("settling after the release")
+	}
+}

@@ -65,6 +65,11 @@ func (n *Node) registration() {
 			}()
 		}
 		<-ctx.Done()
+		if out != nil {
+			// Lost again before the last loss was settled: what its
+			// settlement let out (freeSettled) may miss txns again.
+			n.feeds.unsettle()
+		}
 		if out == nil && n.ctx.Err() == nil {
 			// At once: a feed that breaks and opens again from here on
 			// must not count as open throughout; and a replica that may
