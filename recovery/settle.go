@@ -115,8 +115,10 @@ const (
 	// SettleWait: the feed of SettleOutcome.WaitFor's live process is not
 	// open yet; ask again once it is, or once the wait for it ran out
 	// (SettleInput.Expired). The partitions of SettleOutcome.Pending wait
-	// with it; the others are settled already (Fail names those that
-	// fail), which only SettleInput.Holders makes any.
+	// with it; the others are settled already: Fail names those that
+	// fail whatever the waited for say (a gap named them missed, or one
+	// that holds them cannot say), and, with SettleInput.Holders, those
+	// of no waited-for holder are kept.
 	SettleWait
 )
 
@@ -171,21 +173,23 @@ func Settle(in *SettleInput) SettleOutcome {
 			}
 		}
 	}
+	// A partition fails as soon as one gap makes it fail; it is kept
+	// only once none of its gaps is waited for.
 	for _, p := range in.Partitions {
-		if w := in.concern(p, waiting); len(w) > 0 {
-			if out.Pending == nil {
-				out.Pending = map[uint32]bool{}
-				out.WaitFor = w[0]
-			}
-			out.Pending[p] = true
-			continue
-		}
 		unknown := in.concern(p, out.Unknown)
 		switch {
 		case len(unknown) > 0:
 			out.Fail[p] = fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout; %v cannot say what they sent meanwhile: txns may have been missed", gaps, unknown)
 		case len(out.Missed[p]) > 0:
 			out.Fail[p] = fmt.Sprintf("registration lapsed, and %v sequenced txns of partition %d without a feed here meanwhile", out.Missed[p], p)
+		default:
+			if w := in.concern(p, waiting); len(w) > 0 {
+				if out.Pending == nil {
+					out.Pending = map[uint32]bool{}
+					out.WaitFor = w[0]
+				}
+				out.Pending[p] = true
+			}
 		}
 	}
 	switch {

@@ -201,4 +201,18 @@ func TestSettleScopedByHolders(t *testing.T) {
 	// Unscoped, the same gaps fail every partition.
 	in.Holders = nil
 	wantVerdict(t, Settle(in), SettleFail, 1, 2, 3)
+
+	// A partition a gap named missed fails at once, even while another
+	// of its holders is waited for: what that one says adds nothing. A
+	// gap that holds nothing else is not waited for at all.
+	in.Holders = map[uint32][]string{1: {"n1", "n3", "n6"}, 2: {"n1", "n3"}, 3: {"n3", "n4", "n6"}}
+	in.Meanwhile = []SettleProcess{{Node: "n4", Inc: 40}, {Node: "n6", Inc: 60}}
+	in.Alive["n6"] = 60
+	o = Settle(in)
+	wantVerdict(t, o, SettleWait, 1)
+	if o.WaitFor != "n6" || !maps.Equal(o.Pending, map[uint32]bool{3: true}) {
+		t.Fatalf("waits for %q with %v pending, want n6 with partition 3", o.WaitFor, o.Pending)
+	}
+	in.Holders[3] = []string{"n3", "n4"}
+	wantVerdict(t, Settle(in), SettleFail, 1)
 }
