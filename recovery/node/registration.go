@@ -162,6 +162,9 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 			}
 			if err == nil {
 				in.Holders, err = n.holders(ctx, out.view, t.Created, hosted)
+				if err == nil && in.Holders == nil {
+					n.log.Info("registration lapsed: its holders unknown (history compacted or no view then), every partition settles with every gap")
+				}
 			}
 			if err == nil {
 				break
@@ -319,6 +322,10 @@ func (n *Node) freeSettled(o recovery.SettleOutcome, hosted map[uint32]*replica,
 		if ok, _ := ask(r, func(r *replica) bool { return r.core.State() != recovery.ReplicaNeedsRejoin }); ok {
 			ps = append(ps, p)
 		}
+	}
+	if len(ps) > 0 {
+		slices.Sort(ps)
+		n.log.Info("registration lapsed: partitions settled, their results sent, while the settlement goes on", "partitions", ps, "wait_for", o.WaitFor, "pending", len(o.Pending), "unfed", unfed)
 	}
 	n.feeds.free(ps)
 }
