@@ -94,7 +94,8 @@ type InitiatorConfig struct {
 	// initiator in every replica it hosts from the feed's floor on.
 	Joins bool
 	// CallTicks bounds how many ticks a call waits for its replicas'
-	// results: past it the call is answered as of unknown outcome, naming
+	// results (the first tick may come at once after it was sequenced):
+	// past it the call is answered as of unknown outcome, naming
 	// the replicas that did not answer and the state of the feed to each
 	// (Expired lists it for the driver's log). Every rule above ends a
 	// wait on a replica that will not answer; this bound is what a caller

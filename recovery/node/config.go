@@ -83,7 +83,8 @@ type Config struct {
 	// answer, and the node logs it. Every other rule ends a wait on a
 	// replica that will not answer well before (a dead node, a replica no
 	// longer live, a feed not taken up); this bound answers the caller
-	// should one of them fail.
+	// should one of them fail. It is counted in BeatEvery ticks, at least
+	// one.
 	CallWait time.Duration
 	// BeatEvery is how often the initiator sends a heartbeat on an idle
 	// feed (default 2 ms).
@@ -236,8 +237,8 @@ func (c *Config) defaults() error {
 	def(&c.ClaimWindow, 2*time.Second)
 	def(&c.BeatEvery, 2*time.Millisecond)
 	def(&c.CallWait, CallWaitDefault)
-	if c.CallWait < c.BeatEvery {
-		return fmt.Errorf("%w: call wait %s is below the heartbeat interval %s", ErrConfig, c.CallWait, c.BeatEvery)
+	if c.CallWait < 0 {
+		return fmt.Errorf("%w: call wait %s", ErrConfig, c.CallWait)
 	}
 	def(&c.BeatLead, 100*time.Millisecond)
 	def(&c.PaceTarget, 2*time.Millisecond)
