@@ -707,34 +707,26 @@ func RegisteredBetween(ctx context.Context, cli *clientv3.Client, after, upto in
 	if after >= upto {
 		return nil, nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(ctx) // ends the watch
 	defer cancel()
 	var out []NodeRecord
-	for resp := range cli.Watch(ctx, nodesPrefix, clientv3.WithPrefix(), clientv3.WithRev(after+1)) {
-		if err := resp.Err(); err != nil {
-			return nil, fmt.Errorf("supervise: node registrations after revision %d: %w", after, err)
-		}
-		for _, ev := range resp.Events {
+	err := historyBetween(ctx, cli.Watch(ctx, nodesPrefix, clientv3.WithPrefix(), clientv3.WithRev(after+1)), "node registrations", after, upto,
+		func(ev *clientv3.Event) error {
 			kv := ev.Kv
-			if kv.ModRevision > upto {
-				return out, nil
+			if ev.Type != clientv3.EventTypePut || kv.CreateRevision != kv.ModRevision {
+				return nil
 			}
-			if ev.Type == clientv3.EventTypePut && kv.CreateRevision == kv.ModRevision {
-				rec, err := decodeNode(kv)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, rec)
+			rec, err := decodeNode(kv)
+			if err != nil {
+				return err
 			}
-			if kv.ModRevision == upto {
-				return out, nil
-			}
-		}
+			out = append(out, rec)
+			return nil
+		})
+	if err != nil {
+		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("supervise: node registrations after revision %d: %w", after, err)
-	}
-	return nil, fmt.Errorf("supervise: node registrations after revision %d: watch ended", after)
+	return out, nil
 }
 
 // PlacedBetween returns, per partition, the nodes whose replica record of
@@ -749,36 +741,55 @@ func PlacedBetween(ctx context.Context, cli *clientv3.Client, after, upto int64)
 	if after >= upto {
 		return out, nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(ctx) // ends the watch
 	defer cancel()
-	for resp := range WatchMembership(ctx, cli, after) {
+	err := historyBetween(ctx, WatchMembership(ctx, cli, after), "placements", after, upto,
+		func(ev *clientv3.Event) error {
+			kv := ev.Kv
+			created := ev.Type == clientv3.EventTypePut && kv.CreateRevision == kv.ModRevision
+			if !bytes.HasPrefix(kv.Key, []byte(replicasPrefix)) || !created && ev.Type != clientv3.EventTypeDelete {
+				return nil
+			}
+			p, node, err := parseRecordKey(kv.Key, replicasPrefix)
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(out[p], node) {
+				out[p] = append(out[p], node)
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// historyBetween passes visit each event of wch, a watch from after+1
+// on ctx, at revisions up to upto (after < upto), which must be the
+// revision of an event wch sees; what names the read in its errors. The
+// caller cancels ctx to end the watch once it returns.
+func historyBetween(ctx context.Context, wch clientv3.WatchChan, what string, after, upto int64, visit func(*clientv3.Event) error) error {
+	for resp := range wch {
 		if err := resp.Err(); err != nil {
-			return nil, fmt.Errorf("supervise: placements after revision %d: %w", after, err)
+			return fmt.Errorf("supervise: %s after revision %d: %w", what, after, err)
 		}
 		for _, ev := range resp.Events {
-			kv := ev.Kv
-			if kv.ModRevision > upto {
-				return out, nil
+			if ev.Kv.ModRevision > upto {
+				return nil
 			}
-			created := ev.Type == clientv3.EventTypePut && kv.CreateRevision == kv.ModRevision
-			if bytes.HasPrefix(kv.Key, []byte(replicasPrefix)) && (created || ev.Type == clientv3.EventTypeDelete) {
-				p, node, err := parseRecordKey(kv.Key, replicasPrefix)
-				if err != nil {
-					return nil, err
-				}
-				if !slices.Contains(out[p], node) {
-					out[p] = append(out[p], node)
-				}
+			if err := visit(ev); err != nil {
+				return err
 			}
-			if kv.ModRevision == upto {
-				return out, nil
+			if ev.Kv.ModRevision == upto {
+				return nil
 			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("supervise: placements after revision %d: %w", after, err)
+		return fmt.Errorf("supervise: %s after revision %d: %w", what, after, err)
 	}
-	return nil, fmt.Errorf("supervise: placements after revision %d: watch ended", after)
+	return fmt.Errorf("supervise: %s after revision %d: watch ended", what, after)
 }
 
 // revokeQuietly revokes a lease with a short bound even when ctx is done:
