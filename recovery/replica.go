@@ -222,6 +222,9 @@ func (r *Replica) Source() *Source { return r.src }
 // nil.
 func (r *Replica) Destination() *Destination { return r.dst }
 
+// Tracks reports whether the replica waits for in's txns and heartbeats.
+func (r *Replica) Tracks(in txnid.Initiator) bool { return r.initiators[in] }
+
 // Initiators returns the initiators heard from, sorted.
 func (r *Replica) Initiators() []txnid.Initiator {
 	return slices.Sorted(maps.Keys(r.initiators))

@@ -482,3 +482,107 @@ func TestLiveFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedNodeJoinsPastOthersRepair: a node restarts while a peer
+// holding replicas with it is cut off. The others repair its old
+// process's tail replica by replica, and the replicas of a partition
+// the cut-off peer holds wait for it; a partition it holds no replica of
+// takes the new process's writes at once. Before, a node answered a new
+// process's feed only once every replica had settled the old tail, so
+// the restarted node could sequence nothing until the cut-off peer was
+// fenced (rejoin chaos --seed 406596625, 3m, +145.56 s: 0.84 s).
+//
+// The new process also joins a partition b the cut-off peer holds,
+// whose replicas elsewhere never tracked the old process (it wrote
+// nothing): they take the join at once, and the old tail's repair,
+// once the peer answers or is fenced, must not remove the new process
+// from them. It did: every replica of b then refused the new process's
+// next txn ("unknown initiator") and failed (TestInitiatorBehindJoins
+// failed so 2 runs of 20).
+func TestRestartedNodeJoinsPastOthersRepair(t *testing.T) {
+	const parts = 4
+	var logs logCatch
+	c := newClusterWith(t, 4, 4, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+		c.onLog = func(id int, r slog.Record) {
+			if r.Message == "replica failed, needs a rejoin" {
+				logs.add("failed", id, r)
+			}
+		}
+	})
+	on2, on3 := partitionsOn(t, c, "n2"), partitionsOn(t, c, "n3")
+	a, b := uint32(parts), uint32(parts)
+	for p := range uint32(parts) {
+		if on2[p] && !on3[p] {
+			a = p
+		}
+		if on3[p] {
+			b = p
+		}
+	}
+	if a == parts || b == parts {
+		t.Fatalf("no partition on n2 (%v) without n3 (%v), or none on n3", on2, on3)
+	}
+	cl := dialClient(t, c.direct(1))
+	waitWritable(t, cl, parts)
+	for i := range 40 {
+		upsert(t, cl, parts, i)
+	}
+	thawN3 := freezeAll(c.pathsOf(3))
+	defer thawN3()
+	c.stop(2)
+	c.start(2)
+	ready := time.Now()
+	cl2 := dialClient(t, c.direct(2))
+	var took time.Duration
+	for i := 0; ; i++ {
+		_, err := cl2.call(a, partition.ProcUpsert, false, wire.String("kv"), wire.Bytes(fmt.Appendf(nil, "after-%d", i)), wire.Bytes([]byte("v")))
+		if err == nil {
+			took = time.Since(ready)
+			break
+		}
+		if time.Since(ready) > 30*time.Second {
+			t.Fatalf("no write of partition %d through n2's new process in 30 s: %v", a, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fenced := fenceStands(c, "n3")
+	t.Logf("first write of partition %d (no replica on n3) through n2's new process %v after it was ready; n3 fenced by then: %v", a, took.Round(time.Millisecond), fenced)
+	if took > awayGapMax {
+		t.Errorf("the first write of partition %d through n2's new process came %v after it was ready, want at most %v", a, took.Round(time.Millisecond), awayGapMax)
+	}
+	// n2 joins b: the call waits for n3's join and is refused, while
+	// the holders that answer track the new process from here.
+	sent := time.Now()
+	_, err := cl2.call(b, partition.ProcUpsert, false, wire.String("kv"), wire.Bytes([]byte("b-cut")), wire.Bytes([]byte("v")))
+	t.Logf("a write of partition %d (a replica on n3) through n2 answered after %v: %v; n3 fenced by then: %v", b, time.Since(sent).Round(time.Millisecond), err, fenceStands(c, "n3"))
+	thawN3()
+	waitSettled(t, c, cl, parts, 3)
+	for p := range uint32(parts) {
+		upsertVia(t, cl2, p, fmt.Sprintf("after-heal-%d", p))
+	}
+	for _, s := range logs.seen("failed") {
+		if strings.Contains(s, "unknown initiator") {
+			t.Errorf("a replica refused the new process's txn: %s", s)
+		}
+	}
+	waitSettled(t, c, cl, parts, 3)
+	checkDigests(t, cl, parts, 3)
+}
+
+// upsertVia writes key to partition p through cl, retried for 20 s while
+// refused.
+func upsertVia(t *testing.T, cl *rawClient, p uint32, key string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := cl.call(p, partition.ProcUpsert, false, wire.String("kv"), wire.Bytes([]byte(key)), wire.Bytes([]byte("v")))
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("write of %s to partition %d: %v", key, p, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

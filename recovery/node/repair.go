@@ -397,7 +397,17 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 	verdicts := make(map[*replica]verdict, len(hosted))
 	apply := func(r *replica, v verdict) {
 		r.do(func(r *replica) {
-			r.removeInitiator(in)
+			// A newer process of the initiator that joined this
+			// partition here stays: a replica that tracked none of
+			// in's processes when it joined had no tail of this one to
+			// wait for (joinReplica), and removed, it ran the other
+			// initiators' txns past the new process's next ones, which
+			// it then refused as too late, on every replica at once
+			// (TestInitiatorBehindJoins: "partition 0 has no live
+			// replica", 2 runs of 8).
+			if r.incOf[in] <= inc {
+				r.removeInitiator(in)
+			}
 			if v.fail {
 				r.fail(v.why)
 			}
