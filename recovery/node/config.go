@@ -428,6 +428,9 @@ type testingKnobs struct {
 	// repairDelay holds each repair answer this long: a
 	// repair still under way when the dead initiator's node is back.
 	repairDelay time.Duration
+	// repairRetryMax replaces the longest pause between two asks
+	// of a peer a repair cannot reach (default repairRetryMax).
+	repairRetryMax time.Duration
 	// handoff gets a copy of every Handoff this node sends
 	// as a source, with the attempt's epoch, and returns what to send
 	// instead: nil loses it, a changed digest corrupts it.

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -113,4 +115,84 @@ func TestTailRepairHoldsForLivePeers(t *testing.T) {
 			checkAcked(t, cl, parts, ws)
 		})
 	}
+}
+
+// TestRepairEndsAtThePeersFence: r repairs the tail of d, stopped, in a
+// partition it holds with d and p, and p cannot be reached from r: the
+// repair asks p again and again, its pause growing (here to 6 s), and
+// the replica waits. Then p is cut from every peer and fenced. r's
+// replica is then the partition's last live one and must take writes
+// at once, not after the pause under way: it did only at the next ask,
+// up to the whole pause after the fence.
+func TestRepairEndsAtThePeersFence(t *testing.T) {
+	const parts = 5
+	const retryMax = 6 * time.Second
+	c := newClusterWith(t, 5, 0, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+	})
+	for id := 1; id <= 5; id++ {
+		c.startCfg(id, func(cfg *Config) { cfg.knobs.repairRetryMax = retryMax })
+	}
+	const r = 1
+	holders := map[uint32][]int{}
+	for id := 1; id <= 5; id++ {
+		for q := range partitionsOn(t, c, NodeName(id)) {
+			holders[q] = append(holders[q], id)
+		}
+	}
+	part, d, p := uint32(parts), 0, 0
+	for q := range uint32(parts) {
+		if hs := holders[q]; slices.Contains(hs, r) {
+			others := slices.DeleteFunc(slices.Clone(hs), func(h int) bool { return h == r })
+			part, d, p = q, others[0], others[1]
+			break
+		}
+	}
+	if part == parts {
+		t.Fatalf("no partition on n%d: %v", r, holders)
+	}
+	cl := dialClient(t, c.direct(r))
+	waitWritable(t, cl, parts)
+	// d sequences the partition: r's replica tracks it, and waits for
+	// its tail once it is gone.
+	cld := dialClient(t, c.direct(d))
+	for i := range 20 {
+		upsertVia(t, cld, part, fmt.Sprintf("from-d-%d", i))
+	}
+	// Reset, not dropped: each ask fails at once and the pause between
+	// asks is what the replica waits out (a dial into a drop is cut at
+	// the fence already, repairFrom).
+	rp := []*faultnet.Proxy{c.pairs[[2]int{r, p}], c.pairs[[2]int{p, r}]}
+	for _, px := range rp {
+		px.Reset(time.Minute)
+	}
+	healRP := func() {
+		for _, px := range rp {
+			px.Reset(0)
+		}
+	}
+	defer healRP()
+	c.stop(d)
+	// r's repair asks p, unreachable, until the pauses reach retryMax;
+	// two reporters (r and p of each other) fence no one.
+	time.Sleep(retryMax)
+	if fenceStands(c, NodeName(p)) {
+		t.Fatalf("n%d fenced while cut from n%d only", p, r)
+	}
+	thawP := freezeAll(c.pathsOf(p))
+	defer thawP()
+	waitUntil(t, 20*time.Second, "p fenced", func() bool { return fenceStands(c, NodeName(p)) })
+	fenced := time.Now()
+	cl2 := dialClient(t, c.direct(r))
+	upsertVia(t, cl2, part, "after-fence")
+	took := time.Since(fenced)
+	t.Logf("partition %d (holders %v; n%d stopped, n%d fenced): first write through n%d %v after the fence stood", part, holders[part], d, p, r, took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("the first write of partition %d came %v after n%d's fence, want it within 2 s (the repair's pause is %v)", part, took.Round(time.Millisecond), p, retryMax)
+	}
+	thawP()
+	healRP()
+	c.startCfg(d, func(cfg *Config) { cfg.knobs.repairRetryMax = retryMax })
+	waitSettled(t, c, cl, parts, 3)
+	checkDigests(t, cl, parts, 3)
 }
