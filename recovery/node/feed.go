@@ -1208,6 +1208,11 @@ type initiator struct {
 	// this process it was taken for dead (fencedEarly): it counts for
 	// mayRegister as a feed open that was answered wire.Fenced.
 	toldFenced map[string]time.Time
+	// lost is, per node, since when the initiator has had no feed open
+	// to which of its processes: its last feed there ended, or a dial
+	// failed with none open. A node's entry goes when a feed opens
+	// (unreachable).
+	lost map[string]feedGone
 	// fwd are the calls this node forwarded to a holder of their
 	// partition and not yet answered, by the number they went out with
 	// on the feed there, which fwdSeq gives.
@@ -1394,6 +1399,10 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 				return true
 			case in.forward(hs, req, send):
 				return true
+			case in.unreachable(hs):
+				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: node %s holds no replica of it and has had no feed open to %s, which do, for %v: the txn was sent nowhere",
+					req.Partition, n.id, strings.Join(hs, ", "), unreachableAfter), Refused: wire.RefusedNotReady})
+				return true
 			case !time.Now().Before(deadline) || in.n.ctx.Err() != nil:
 				send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("partition %d: node %s holds no replica of it and has no feed open to %s, which do, after %v: the txn was sent nowhere",
 					req.Partition, n.id, strings.Join(hs, ", "), feedWait), Refused: wire.RefusedNotReady})
@@ -1436,6 +1445,9 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 			return true
 		case over:
 			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v (after %v)", unfed, feedWait), Refused: wire.RefusedNotReady})
+			return true
+		case !unfed.Joining && in.unreachable(unfed.Nodes):
+			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v (no feed open there for %v)", unfed, unreachableAfter), Refused: wire.RefusedNotReady})
 			return true
 		}
 		if !in.retryWait(wait) {
@@ -1790,6 +1802,7 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	if err != nil {
 		in.mu.Lock()
 		in.core.DialFailed(node)
+		in.noteLostLocked(node, d.Inc)
 		in.mu.Unlock()
 		if in.n.ctx.Err() == nil {
 			in.n.limited.Log(slog.LevelInfo, "feed-dial/"+node, "feed dial failed", "node", node, "err", err)
@@ -1803,6 +1816,7 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 		in.opened = map[string]feedOpened{}
 	}
 	in.opened[node] = feedOpened{at: time.Now(), fenced: fenced != nil}
+	delete(in.lost, node)
 	if resumed {
 		in.core.FeedResumed(node, floor)
 	} else {
@@ -1846,7 +1860,66 @@ func (in *initiator) openFeed(node, addr string, d recovery.DialAsk) {
 	in.mu.Lock()
 	delete(in.outs, node)
 	in.core.FeedLost(node)
+	in.noteLostLocked(node, d.Inc)
 	in.mu.Unlock()
 	in.forwardsLost(node)
 	in.n.log.Info("feed closed", "to", node)
+}
+
+// feedGone is since when the initiator has had no feed open to a node's
+// process inc.
+type feedGone struct {
+	since time.Time
+	inc   int64
+}
+
+// noteLostLocked notes that the initiator has no feed open to node's
+// process inc from now, unless it had none to that process already;
+// in.mu held.
+func (in *initiator) noteLostLocked(node string, inc int64) {
+	if _, open := in.outs[node]; open {
+		return
+	}
+	if in.lost == nil {
+		in.lost = map[string]feedGone{}
+	}
+	if g, ok := in.lost[node]; !ok || g.inc != inc {
+		in.lost[node] = feedGone{since: time.Now(), inc: inc}
+	}
+}
+
+// unreachableAfter is how long the initiator has had no feed to a node
+// before a call that waits for one is refused at once, rather than after
+// feedWait: a node dialled afresh opens its feed within a membership
+// poll, and one that did not for this long is cut off, stopped or dead,
+// which its fence settles in seconds. The caller tries another node: a
+// chaos probe's call through a node cut from its peers, after one through
+// a node stopped, waited 250 ms for each, and a partition neither held a
+// replica of went 0.52 s without a successful op (rejoin chaos --seed
+// 20261128, 10m, +33.54 s).
+const unreachableAfter = time.Second
+
+// unreachable reports whether the initiator has had no feed open to any
+// of nodes (this one aside), as the view has their processes, for
+// unreachableAfter. A process the view has newer than the one lost is
+// not yet tried: a node restarted is dialled afresh, and the calls made
+// meanwhile wait for it (TestNodeRestartRejoins refused them while n3's
+// new process was being dialled, its old feed lost for longer).
+func (in *initiator) unreachable(nodes []string) bool {
+	v := in.n.members.view()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	some := false
+	for _, node := range nodes {
+		if node == in.n.id {
+			continue
+		}
+		g, ok := in.lost[node]
+		rec, alive := v.nodes[node]
+		if !ok || !alive || g.inc != incarnation(rec) || time.Since(g.since) < unreachableAfter {
+			return false
+		}
+		some = true
+	}
+	return some
 }

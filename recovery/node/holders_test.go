@@ -586,3 +586,82 @@ func upsertVia(t *testing.T, cl *rawClient, p uint32, key string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestCutOffHoldersRefusedAtOnce: a node x is reset from the two holders
+// of a partition p it holds no replica of, and no other link breaks (two
+// reporters of four others fence no one), and x restarts. A call through
+// x can go nowhere: of p, every holder is unreachable; of q, which x
+// holds with one of them, x's new process has no feed to that replica.
+// Once x has had no feed to them for unreachableAfter, such a call is
+// refused at once, for the client to go through another node, instead
+// of after feedWait: a chaos probe's calls through a node cut from its
+// peers each waited out its 250 ms timeout (rejoin chaos --seed
+// 20261128, 10m, +33.54 s: 0.52 s without a successful op in a partition
+// neither node it tried held a replica of).
+//
+// Not covered: x's old process, whose feed to q's other holder broke
+// and keeps its txns for a resume, sends q's calls into that log, and
+// they wait for the resume, up to the call's bound: a partition whose
+// holders cannot reach each other, neither fenced, serves nothing for as
+// long as the cut lasts.
+func TestCutOffHoldersRefusedAtOnce(t *testing.T) {
+	const parts = 8
+	c := newClusterWith(t, 5, 5, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+	})
+	holders := map[uint32][]int{}
+	for id := 1; id <= 5; id++ {
+		for p := range partitionsOn(t, c, NodeName(id)) {
+			holders[p] = append(holders[p], id)
+		}
+	}
+	x, p, q := 0, uint32(0), uint32(0)
+	for id := 1; id <= 5 && x == 0; id++ {
+		for a := range uint32(parts) {
+			for b := range uint32(parts) {
+				if !slices.Contains(holders[a], id) && slices.Contains(holders[b], id) &&
+					slices.ContainsFunc(holders[a], func(h int) bool { return slices.Contains(holders[b], h) }) {
+					x, p, q = id, a, b
+				}
+			}
+		}
+	}
+	if x == 0 {
+		t.Fatalf("no node x, partition p without a replica on x and q with one, sharing a holder: %v", holders)
+	}
+	cl := dialClient(t, c.direct(x))
+	waitWritable(t, cl, parts)
+	var cut []*faultnet.Proxy
+	for _, h := range holders[p] {
+		cut = append(cut, c.pairs[[2]int{x, h}], c.pairs[[2]int{h, x}])
+	}
+	for _, px := range cut {
+		px.Reset(time.Minute)
+	}
+	c.stop(x)
+	c.start(x)
+	cl = dialClient(t, c.direct(x))
+	time.Sleep(unreachableAfter + 500*time.Millisecond)
+	for _, tc := range []struct {
+		p    uint32
+		want string
+	}{
+		{p, "has had no feed open to"},
+		{q, "no feed open there for"},
+	} {
+		sent := time.Now()
+		_, err := cl.call(tc.p, partition.ProcUpsert, false, wire.String("kv"), wire.Bytes([]byte("cut")), wire.Bytes([]byte("v")))
+		t.Logf("partition %d (holders %v) through n%d, cut from %v: answered after %v: %v", tc.p, holders[tc.p], x, holders[p], time.Since(sent).Round(time.Millisecond), err)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("partition %d through n%d cut from %v: got %v, want a refusal saying %q", tc.p, x, holders[p], err, tc.want)
+		}
+	}
+	for _, px := range cut {
+		px.Reset(0)
+	}
+	for a := range uint32(parts) {
+		upsertVia(t, cl, a, fmt.Sprintf("healed-%d", a))
+	}
+	waitSettled(t, c, cl, parts, 2)
+	checkDigests(t, cl, parts, 2)
+}
