@@ -431,6 +431,9 @@ type testingKnobs struct {
 	// repairRetryMax replaces the longest pause between two asks
 	// of a peer a repair cannot reach (default repairRetryMax).
 	repairRetryMax time.Duration
+	// feedDialWait replaces the bound of a feed's dial and hello
+	// (default feedDialWait).
+	feedDialWait time.Duration
 	// handoff gets a copy of every Handoff this node sends
 	// as a source, with the attempt's epoch, and returns what to send
 	// instead: nil loses it, a changed digest corrupts it.
