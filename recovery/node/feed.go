@@ -457,6 +457,17 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 			}
 		}
 	}
+	if !resumed && !fenced && n.members.fencedAs(fi.node, fi.inc) {
+		// The cluster fenced the process: it is dead here whether or
+		// not a feed of it came before. Its feed counts in its gate
+		// (mayRegister) only if answered so or opened since its term
+		// ended, and one dialled while it was cut off and healed at
+		// once opens before the process sees its term end: answered
+		// with a plain floor, as a new process is, it counted for
+		// nothing, stayed open, and the process never registered again
+		// (TestFencedHealedAtOnceRegisters).
+		fenced = true
+	}
 	if n.feedSuperseded(fi) {
 		// A newer feed replaced this one while it waited: no floor went
 		// out on it, so its initiator sent nothing on it.

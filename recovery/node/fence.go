@@ -297,6 +297,18 @@ func (m *members) fenced(node string) bool {
 	return f && !alive
 }
 
+// fencedAs reports whether node's process inc is fenced in the view: a
+// fence of inc or a later one stands and the node is not alive.
+func (m *members) fencedAs(node string, inc uint64) bool {
+	v := m.view()
+	if v == nil {
+		return false
+	}
+	_, alive := v.nodes[node]
+	f, ok := v.fences[node]
+	return ok && !alive && uint64(f.Inc) >= inc
+}
+
 // mayRegister is the registration's gate (supervise.NodeOptions): a
 // process fenced registers again only once its initiator has a feed to a
 // majority of the other nodes alive that opened after the node took it

@@ -134,12 +134,7 @@ func TestRepairEndsAtThePeersFence(t *testing.T) {
 		c.startCfg(id, func(cfg *Config) { cfg.knobs.repairRetryMax = retryMax })
 	}
 	const r = 1
-	holders := map[uint32][]int{}
-	for id := 1; id <= 5; id++ {
-		for q := range partitionsOn(t, c, NodeName(id)) {
-			holders[q] = append(holders[q], id)
-		}
-	}
+	holders := holdersByPartition(t, c, 5)
 	part, d, p := uint32(parts), 0, 0
 	for q := range uint32(parts) {
 		if hs := holders[q]; slices.Contains(hs, r) {
