@@ -903,7 +903,7 @@ func (r *run) print(out io.Writer, s Summary) error {
 		w.printf("  network:   no network faults (%s)\n", s.NetFaultsOff)
 	}
 	if a := s.Availability; a != nil {
-		bounds := "not checked (--availability-bounds)"
+		bounds := "not checked (--availability-bounds=false)"
 		if s.AvailabilityBounds {
 			bounds = fmt.Sprintf("bounds %s and %s", GapBoundFaulted, GapBoundUnfaulted)
 		}
@@ -953,8 +953,8 @@ func (r *run) print(out io.Writer, s Summary) error {
 		if s.Planted {
 			plant = " --plant"
 		}
-		if s.AvailabilityBounds {
-			plant += " --availability-bounds"
+		if !s.AvailabilityBounds {
+			plant += " --availability-bounds=false"
 		}
 		w.printf("run dir (logs, data): %s\nreplay: rejoin chaos --seed %d --duration %s --faults %s --net-faults %s --nodes %d --partitions %d --replicas %d --rows %d%s\n",
 			s.Dir, s.Seed, s.Duration, actionList(s.Faults), s.NetFaults, s.Nodes, s.Partitions, s.Replicas, s.Rows, plant)

@@ -31,8 +31,8 @@
 // and pause faults, split by whether the fault hit one of its replicas.
 // Config.AvailabilityBounds fails the run past GapBoundFaulted (from
 // the start of each fault that hit the partition: Availability) and
-// GapBoundUnfaulted: issue 23's goal, off by default until the write
-// path meets it.
+// GapBoundUnfaulted: issue 23's goal, which `rejoin chaos` checks by
+// default.
 //
 // Then it heals everything and checks: every replica live within
 // Config.LiveWithin; digests equal across each partition's replicas;
