@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -1223,5 +1224,51 @@ func TestInitiatorCallTicks(t *testing.T) {
 	}
 	if len(ti.reply) != 3 || ti.reply[2].ID != later || !ti.reply[2].Uncertain {
 		t.Fatalf("the later call at its CallTicks: %+v", ti.reply)
+	}
+}
+
+// TestTails: a replica's prefix of each initiator is the highest ID it
+// took in, txn or heartbeat; a peer past a prefix gets the kept txns
+// above it that the asked-for incarnation or an older one sent, in
+// order; once the oldest were dropped to make room, a prefix below them
+// is answered with an error (RepairTry.Gone), not a short tail.
+func TestTails(t *testing.T) {
+	var tl Tails
+	id := func(c uint64) txnid.ID {
+		return txnid.Make(1000+int64(c/txnid.IDsPerMillisMax), uint32(c%txnid.IDsPerMillisMax), 3)
+	}
+	if got, err := tl.After(3, txnid.Zero, 1); got != nil || err != nil {
+		t.Fatalf("nothing taken: %v %v", got, err)
+	}
+	for c := range uint64(4) {
+		inv := partition.Invocation{ID: id(c), Proc: "upsert"}
+		tl.Took(inv.ID, &inv, 1+c/2) // c0, c1 from process 1; c2, c3 from 2
+	}
+	tl.Took(id(5), nil, 2) // a heartbeat
+	if tl.Last(3) != id(5) || tl.Last(4) != txnid.Zero {
+		t.Fatalf("last %v %v", tl.Last(3), tl.Last(4))
+	}
+	ids := func(invs []partition.Invocation) (out []txnid.ID) {
+		for _, inv := range invs {
+			out = append(out, inv.ID)
+		}
+		return out
+	}
+	if got, err := tl.After(3, id(0), 1); err != nil || !slices.Equal(ids(got), []txnid.ID{id(1)}) {
+		t.Fatalf("after c0, process 1: %v %v", ids(got), err)
+	}
+	if got, err := tl.After(3, id(0), 2); err != nil || !slices.Equal(ids(got), []txnid.ID{id(1), id(2), id(3)}) {
+		t.Fatalf("after c0, process 2: %v %v", ids(got), err)
+	}
+	for c := uint64(6); c < 6+TailKeptMax; c++ {
+		inv := partition.Invocation{ID: id(c), Proc: "upsert"}
+		tl.Took(inv.ID, &inv, 2)
+	}
+	if _, err := tl.After(3, id(0), 2); err == nil {
+		t.Fatal("a prefix below what was dropped answered without an error")
+	}
+	got, err := tl.After(3, id(5+TailKeptMax-2), 2)
+	if err != nil || !slices.Equal(ids(got), []txnid.ID{id(5 + TailKeptMax - 1), id(5 + TailKeptMax)}) {
+		t.Fatalf("after the kept ones' last but two: %v %v", ids(got), err)
 	}
 }

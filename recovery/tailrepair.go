@@ -3,6 +3,7 @@ package recovery
 import (
 	"fmt"
 
+	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/txnid"
 )
 
@@ -95,4 +96,96 @@ func (t *TailRepair) Verdict() (why string, fail bool) {
 		return fmt.Sprintf("initiator %d's tail not repaired: %v", t.in, t.failed), true
 	}
 	return "", false
+}
+
+// TailKeptMax is how many of an initiator's latest txns a replica keeps
+// for its peers' repairs (Tails). An initiator answers a client only once
+// every live replica executed the txn, so what one replica got and
+// another did not is at most the initiator's calls in flight when it
+// died: far fewer.
+const TailKeptMax = 1 << 14
+
+// Tails is what a replica keeps of each initiator's txns for the repair
+// of a dead initiator's tail: the highest ID taken in from it (its
+// prefix), and its latest txns, each with the incarnation of the process
+// that sent it, which a peer asks for past its own prefix (After).
+// recovery/node's replicas and the simulator's keep one each.
+type Tails struct {
+	last   map[txnid.Initiator]txnid.ID
+	recent map[txnid.Initiator]*txnRing
+}
+
+// Took records a txn or heartbeat id taken in from its initiator, and the
+// txn itself (inv not nil) with the incarnation inc of its process.
+func (t *Tails) Took(id txnid.ID, inv *partition.Invocation, inc uint64) {
+	if t.last == nil {
+		t.last, t.recent = map[txnid.Initiator]txnid.ID{}, map[txnid.Initiator]*txnRing{}
+	}
+	in := id.Initiator()
+	if id > t.last[in] {
+		t.last[in] = id
+	}
+	if inv == nil {
+		return
+	}
+	g := t.recent[in]
+	if g == nil {
+		g = &txnRing{}
+		t.recent[in] = g
+	}
+	g.push(*inv, inc)
+}
+
+// Last is the highest ID taken in from in: the replica holds its prefix
+// of in's sequence up to there.
+func (t *Tails) Last(in txnid.Initiator) txnid.ID { return t.last[in] }
+
+// After returns, in order, the kept txns of in past after sent by
+// incarnation inc or an older one: what a peer whose prefix ends at after
+// lacks. An error says some of them are no longer kept; no retry brings
+// them (RepairTry.Gone).
+func (t *Tails) After(in txnid.Initiator, after txnid.ID, inc uint64) ([]partition.Invocation, error) {
+	g := t.recent[in]
+	switch {
+	case g == nil:
+		return nil, nil
+	case after < g.droppedTo:
+		return nil, fmt.Errorf("txns after %v are no longer all kept (kept from %v)", after, g.droppedTo)
+	}
+	return g.after(after, inc), nil
+}
+
+// txnRing keeps an initiator's latest txns, each with the incarnation of
+// the process that sent it.
+type txnRing struct {
+	txns []partition.Invocation
+	incs []uint64
+	head int // index of the oldest when full
+	// droppedTo is the highest ID dropped to make room: a peer asking
+	// from below it cannot be answered in full.
+	droppedTo txnid.ID
+}
+
+func (g *txnRing) push(inv partition.Invocation, inc uint64) {
+	if len(g.txns) < TailKeptMax {
+		g.txns = append(g.txns, inv)
+		g.incs = append(g.incs, inc)
+		return
+	}
+	g.droppedTo = g.txns[g.head].ID
+	g.txns[g.head], g.incs[g.head] = inv, inc
+	g.head = (g.head + 1) % len(g.txns)
+}
+
+// after returns the kept txns with ID > id sent by incarnation inc or an
+// older one, in order.
+func (g *txnRing) after(id txnid.ID, inc uint64) []partition.Invocation {
+	var out []partition.Invocation
+	for i := range g.txns {
+		j := (g.head + i) % len(g.txns)
+		if inv := g.txns[j]; inv.ID > id && g.incs[j] <= inc {
+			out = append(out, inv)
+		}
+	}
+	return out
 }

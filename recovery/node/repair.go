@@ -17,12 +17,6 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
-// recentMax is how many of an initiator's latest txns a replica keeps for
-// its peers. An initiator answers a client only once every live replica
-// executed the txn, so what one replica got and another did not is at
-// most the initiator's calls in flight when it died: far fewer.
-const recentMax = 1 << 14
-
 // The repair of a dead initiator's tail (DESIGN.md's initiator, step 2's
 // feed): an initiator sends each txn to every replica of the partition,
 // one feed per node; a node that dies mid-send may leave some replicas
@@ -40,57 +34,10 @@ const recentMax = 1 << 14
 // range asked for fails the replica: it rejoins rather than risk
 // diverging (recovery.TailRepair).
 
-// txnRing keeps an initiator's latest txns taken in by a replica, each
-// with the incarnation of the process that sent it.
-type txnRing struct {
-	txns []partition.Invocation
-	incs []uint64
-	head int // index of the oldest when full
-	// droppedTo is the highest ID dropped to make room: a peer asking
-	// from below it cannot be answered in full.
-	droppedTo txnid.ID
-}
-
-func (g *txnRing) push(inv partition.Invocation, inc uint64) {
-	if len(g.txns) < recentMax {
-		g.txns = append(g.txns, inv)
-		g.incs = append(g.incs, inc)
-		return
-	}
-	g.droppedTo = g.txns[g.head].ID
-	g.txns[g.head], g.incs[g.head] = inv, inc
-	g.head = (g.head + 1) % len(g.txns)
-}
-
-// after returns the kept txns with ID > id sent by incarnation inc or an
-// older one, in order.
-func (g *txnRing) after(id txnid.ID, inc uint64) []partition.Invocation {
-	var out []partition.Invocation
-	for i := range g.txns {
-		j := (g.head + i) % len(g.txns)
-		if inv := g.txns[j]; inv.ID > id && g.incs[j] <= inc {
-			out = append(out, inv)
-		}
-	}
-	return out
-}
-
 // took records a txn or heartbeat id the replica took in from its
 // initiator, and the txn itself (inv not nil) for repairs.
 func (r *replica) took(id txnid.ID, inv *partition.Invocation) {
-	in := id.Initiator()
-	if id > r.lastFrom[in] {
-		r.lastFrom[in] = id
-	}
-	if inv == nil {
-		return
-	}
-	g := r.recent[in]
-	if g == nil {
-		g = &txnRing{}
-		r.recent[in] = g
-	}
-	g.push(*inv, r.incOf[in])
+	r.tails.Took(id, inv, r.incOf[id.Initiator()])
 }
 
 // executing reports whether the replica takes in its feed: live, or
@@ -99,7 +46,7 @@ func (r *replica) executing() bool { return r.core.Executing() }
 
 // repairTxn takes in a txn a peer had and this replica did not.
 func (r *replica) repairTxn(inv partition.Invocation) {
-	if !r.executing() || inv.ID <= r.lastFrom[inv.ID.Initiator()] {
+	if !r.executing() || inv.ID <= r.tails.Last(inv.ID.Initiator()) {
 		return // already here (another peer sent it first)
 	}
 	r.onTxn(inv)
@@ -245,7 +192,7 @@ func (n *Node) repairFrom(run *tailRun, r *replica, in txnid.Initiator, inc uint
 		after txnid.ID
 		ok    bool
 	}
-	st, ok := ask(r, func(r *replica) state { return state{r.lastFrom[in], r.executing()} })
+	st, ok := ask(r, func(r *replica) state { return state{r.tails.Last(in), r.executing()} })
 	if !ok {
 		return 0, fmt.Errorf("node stopping")
 	}
@@ -396,21 +343,16 @@ func (n *Node) repairAnswer(req *wire.Repair, peer string) ([]partition.Invocati
 		err  error
 	}
 	a, ok := ask(r, func(r *replica) answer {
-		last := r.lastFrom[in]
-		switch {
-		case !r.executing():
+		last := r.tails.Last(in)
+		if !r.executing() {
 			// It holds nothing that will ever run: its content goes, and a
 			// rejoin brings what a live replica has. As a dead peer, it has
 			// no longer prefix to give; an error here failed the asker,
 			// maybe the partition's last live replica.
 			return answer{}
-		case r.recent[in] != nil && req.After < r.recent[in].droppedTo:
-			return answer{last: last, err: fmt.Errorf("txns after %v are no longer all kept (kept from %v)", req.After, r.recent[in].droppedTo)}
-		case r.recent[in] == nil:
-			return answer{last: last}
-		default:
-			return answer{txns: r.recent[in].after(req.After, req.Incarnation), last: last}
 		}
+		txns, err := r.tails.After(in, req.After, req.Incarnation)
+		return answer{txns: txns, last: last, err: err}
 	})
 	if !ok {
 		return nil, 0, fmt.Errorf("node stopping")

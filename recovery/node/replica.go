@@ -58,10 +58,9 @@ type replica struct {
 	// paced (pace.go); nil otherwise.
 	paceT    paceWaits
 	executed uint64
-	// lastFrom is the highest ID taken in from each initiator, recent its
-	// latest txns: what the repair of a dead initiator's tail needs.
-	lastFrom map[txnid.Initiator]txnid.ID
-	recent   map[txnid.Initiator]*txnRing
+	// tails: what the repair of a dead initiator's tail needs, the
+	// highest ID taken in from each initiator and its latest txns.
+	tails recovery.Tails
 	// incOf is the incarnation of each initiator's current feed.
 	incOf map[txnid.Initiator]uint64
 	// beats are the heartbeat slots of the tracked initiators' feeds
@@ -113,7 +112,7 @@ type replica struct {
 
 func newReplica(n *Node, p uint32, live bool) (*replica, error) {
 	r := &replica{n: n, p: p, in: make(chan event, inboxMax), gone: make(chan struct{}),
-		lastFrom: map[txnid.Initiator]txnid.ID{}, recent: map[txnid.Initiator]*txnRing{}, incOf: map[txnid.Initiator]uint64{},
+		incOf: map[txnid.Initiator]uint64{},
 		beats: map[txnid.Initiator]*beatIn{}, beatsDue: -1, wakeEv: func(*replica) {}}
 	// The fence is the highest rejoin epoch this replica has seen as
 	// destination, raised in the node's record, synced, before an attempt
@@ -392,7 +391,7 @@ func (r *replica) onTxnAt(inv partition.Invocation, t time.Time) {
 // Within one feed, IDs only grow, and a heartbeat applies only once the
 // txns below it have run (beats.go), so nothing else is skipped.
 func (r *replica) onTxn(inv partition.Invocation) {
-	if r.executing() && inv.ID <= r.lastFrom[inv.ID.Initiator()] {
+	if r.executing() && inv.ID <= r.tails.Last(inv.ID.Initiator()) {
 		return
 	}
 	if r.core.OnTxn(inv) {
@@ -436,7 +435,7 @@ func (r *replica) addInitiator(in txnid.Initiator, inc uint64, slot *beatSlot) {
 // its last heartbeat, were dropped, and held its feed's heartbeats
 // behind them for good (TestRestartBelowItsLastBeat).
 func (r *replica) joinFloor(in txnid.Initiator) txnid.ID {
-	return max(r.core.JoinFloor(), r.lastFrom[in])
+	return max(r.core.JoinFloor(), r.tails.Last(in))
 }
 
 // removeInitiator: in's node is dead; nothing more comes from it.

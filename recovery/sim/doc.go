@@ -173,11 +173,20 @@
 //     outpace shipping during catch-up (one-row blocks, a window of one
 //     block), the round budget holds it for part of each round, so the
 //     rounds shrink (docs/DESIGN.md, "Catch-up convergence").
+//   - A silent initiator fenced (silent.go; scripts only: silence,
+//     fence): its process stops with its feeds open, its last txns
+//     having reached some source replicas and not others, and every
+//     replica holds. Taken for dead, each replica repairs its tail of it
+//     from its live peers by the product's rules (recovery.TailRepair,
+//     recovery.Tails) before it stops waiting for it; the oracle shows a
+//     survivor left short.
 //
 // # What it does not model
 //
 // More than two sources, a destination that dies for good, initiators
-// that fail, initiators that join in a seeded run but the one that
+// that fail in a seeded run, the fence's decision (peers' reports, a
+// majority) and a fenced process's return (wire.Fenced, the gate on its
+// registration), initiators that join in a seeded run but the one that
 // registers while a source node is away (a script's late initiator
 // does too: setup late=N, open-feed; its dials fail until then), the
 // rejoin of a replica a settlement failed,

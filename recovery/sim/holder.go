@@ -110,6 +110,9 @@ type srcReplica struct {
 	dialing  []*pendingDial
 	gapTxns  []int
 	brokeAt  uint64
+	// tails is what its replica kept of each initiator's txns for the
+	// repair of a dead initiator's tail (silent.go).
+	tails recovery.Tails
 }
 
 // toldHello is what one feed hello said (wire.Hello.Missed), numbered by

@@ -278,6 +278,10 @@ func (w *world) sendHeartbeat(in *initiator) {
 // order it sent it: to the oracle at once, to the source and the current
 // destination replicas over their links, where the core sent it.
 func (w *world) routeFeed(in *initiator) {
+	if in.silent {
+		in.out = nil // its process is stopped: nothing leaves it (silent.go)
+		return
+	}
 	for len(in.out) > 0 {
 		o := in.out[0]
 		in.out[0] = outMsg{}

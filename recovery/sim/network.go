@@ -256,6 +256,7 @@ func (w *world) feedSource(l *feedLink, inv partition.Invocation) {
 	if why := feedCore(sr.core, inv); why != "" {
 		w.violate("feed", "source refused %v: %s", inv.ID, why)
 	}
+	sr.keepTail(inv)
 }
 
 // offer gives an executor a txn, or with proc "" a heartbeat.

@@ -70,6 +70,8 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"sources":           (*script).sources,
 	"break-feed":        (*script).breakFeed,
 	"redial":            (*script).redial,
+	"silence":           (*script).silence,
+	"fence":             (*script).fence,
 }
 
 func (s *script) run(t *testing.T, d *datadriven.TestData) (out string) {
@@ -312,6 +314,9 @@ func (s *script) write(t *testing.T, d *datadriven.TestData) string {
 		}
 	}
 	in := s.initiator(t, d)
+	if in.silent {
+		d.Fatalf(t, "i%d is silent: it sends nothing", in.id)
+	}
 	v := s.w.view
 	if d.HasArg("unaware") {
 		v = unawareView(v)
@@ -927,4 +932,37 @@ func (s *script) sources(t *testing.T, d *datadriven.TestData) string {
 		}
 	}
 	return b.String()
+}
+
+// silence stops an initiator's process with its feeds open (silent.go):
+// silence initiator=N [reach=src,src2]. What it sent to the source nodes
+// named in reach arrives; what was on its way to the others is lost.
+// Nothing of it leaves from then on.
+func (s *script) silence(t *testing.T, d *datadriven.TestData) string {
+	in := s.initiator(t, d)
+	var reach []string
+	if d.HasArg("reach") {
+		var arg string
+		d.ScanArgs(t, "reach", &arg)
+		reach = strings.Split(arg, ",")
+		for _, n := range reach {
+			if s.w.srcNamed(n) == nil {
+				d.Fatalf(t, "no source node %q", n)
+			}
+		}
+	}
+	s.w.silence(in, reach)
+	return ""
+}
+
+// fence takes a silent initiator's process for dead (silent.go): fence
+// initiator=N. Each live source replica repairs its tail of the
+// initiator from its peers and stops waiting for it.
+func (s *script) fence(t *testing.T, d *datadriven.TestData) string {
+	in := s.initiator(t, d)
+	if !in.silent || in.fenced {
+		d.Fatalf(t, "i%d: fence a silent initiator, once", in.id)
+	}
+	s.w.fenceInitiator(in)
+	return ""
 }

@@ -351,6 +351,9 @@ type initiator struct {
 	// is away (registration.go); active once it has. Its workload comes
 	// from rng; its feed to the node opens from openAt on (0: not yet).
 	joiner, active bool
+	// silent: a script stopped its process (silent.go); fenced: the
+	// replicas took it for dead since.
+	silent, fenced bool
 	rng            *rand.Rand
 	openAt         uint64
 	joinTick       uint64
