@@ -99,34 +99,39 @@ func (n *Node) repairRetryMax() time.Duration {
 	return repairRetryMax
 }
 
-// repairDeadPoll is how often a repair's pause looks whether the peer it
-// waits for died (repairPause).
+// repairDeadPoll is how often a repair looks whether the peer it waits
+// for died (untilDead).
 const repairDeadPoll = 20 * time.Millisecond
 
-// repairPause waits pause before peer is asked again, and ends as soon as
-// peer is dead here: then the tail is settled without it. A dial into
-// dropped packets is cut at the fence already (repairFrom), but where
-// the peer's connections are reset each ask fails at once, and the pause
-// under way held the replica, and every call of its partition, for up to
-// repairRetryMax past the fence (TestRepairEndsAtThePeersFence, with the
-// pause raised to 6 s: the first write came 5.4-5.5 s after the fence,
-// 0.14-0.19 s with this).
-func (n *Node) repairPause(ctx context.Context, peer string, pause time.Duration) {
-	end := time.NewTimer(pause)
-	defer end.Stop()
-	poll := time.NewTicker(repairDeadPoll)
-	defer poll.Stop()
-	for {
-		select {
-		case <-end.C:
-			return
-		case <-ctx.Done():
-			return
-		case <-poll.C:
-			if n.deadFor(peer) {
+// untilDead returns a channel closed once peer is dead here (deadFor),
+// polled every repairDeadPoll until ctx ends: a repair stops waiting for
+// it then, since the tail is settled without it.
+func (n *Node) untilDead(ctx context.Context, peer string) <-chan struct{} {
+	dead := make(chan struct{})
+	go func() {
+		t := time.NewTicker(repairDeadPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
 				return
+			case <-t.C:
+				if n.deadFor(peer) {
+					close(dead)
+					return
+				}
 			}
 		}
+	}()
+	return dead
+}
+
+func (n *Node) repairPause(ctx context.Context, peer string, pause time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, pause)
+	defer cancel()
+	select {
+	case <-ctx.Done():
+	case <-n.untilDead(ctx, peer):
 	}
 }
 
@@ -212,18 +217,13 @@ func (n *Node) repairFrom(run *tailRun, r *replica, in txnid.Initiator, inc uint
 	// --net-faults on --seed 5511.) Not once the request went out: a
 	// peer that began its answer has it read to its end or its break.
 	var sent atomic.Bool
+	dead := n.untilDead(ctx, peer)
 	go func() {
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if !sent.Load() && n.deadFor(peer) {
-					cancel()
-					return
-				}
+		select {
+		case <-ctx.Done():
+		case <-dead:
+			if !sent.Load() {
+				cancel()
 			}
 		}
 	}()
