@@ -65,8 +65,8 @@ type Config struct {
 	// AvailabilityBounds fails the run when a partition went longer than
 	// GapBoundFaulted without a successful op during a fault that hit one
 	// of its replicas, or longer than GapBoundUnfaulted during one that
-	// hit none. Issue 23's goal, off by default until the write path
-	// meets it.
+	// hit none: issue 23's goal. `rejoin chaos` sets it unless told
+	// --availability-bounds=false.
 	AvailabilityBounds bool
 
 	Nodes, Replicas int
