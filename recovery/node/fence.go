@@ -287,15 +287,7 @@ func (n *Node) applyFences(v *view, applied map[string]int64) {
 
 // fenced reports whether node, gone from the view, was fenced: its
 // process is dead without a grace.
-func (m *members) fenced(node string) bool {
-	v := m.view()
-	if v == nil {
-		return false
-	}
-	_, alive := v.nodes[node]
-	_, f := v.fences[node]
-	return f && !alive
-}
+func (m *members) fenced(node string) bool { return m.fencedAs(node, 0) }
 
 // fencedAs reports whether node's process inc is fenced in the view: a
 // fence of inc or a later one stands and the node is not alive.

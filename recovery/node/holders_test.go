@@ -157,9 +157,8 @@ func TestResetNodeStallsOnlyItsPartitions(t *testing.T) {
 	checkAwayEnd(t, c, cl, parts, ws, stopWriters, 3)
 }
 
-// holdersByPartition is the placement in etcd: the nodes, of n1..n<nodes>,
-// holding a replica of each partition, in node order.
-func holdersByPartition(t *testing.T, c *cluster, nodes int) map[uint32][]int {
+// replicaRecords reads the replica records from etcd.
+func replicaRecords(t *testing.T, c *cluster) []supervise.Replica {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -167,6 +166,14 @@ func holdersByPartition(t *testing.T, c *cluster, nodes int) map[uint32][]int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rs
+}
+
+// holdersByPartition is the placement in etcd: the nodes, of n1..n<nodes>,
+// holding a replica of each partition, in node order.
+func holdersByPartition(t *testing.T, c *cluster, nodes int) map[uint32][]int {
+	t.Helper()
+	rs := replicaRecords(t, c)
 	holders := map[uint32][]int{}
 	for id := 1; id <= nodes; id++ {
 		for _, r := range rs {
@@ -182,14 +189,8 @@ func holdersByPartition(t *testing.T, c *cluster, nodes int) map[uint32][]int {
 // records place them.
 func partitionsOn(t *testing.T, c *cluster, node string) map[uint32]bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rs, err := supervise.Replicas(ctx, c.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	on := map[uint32]bool{}
-	for _, r := range rs {
+	for _, r := range replicaRecords(t, c) {
 		if r.Node == node {
 			on[r.Partition] = true
 		}

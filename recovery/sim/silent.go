@@ -74,7 +74,7 @@ func (w *world) fenceInitiator(in *initiator) {
 				if why := feedCore(sr.core, inv); why != "" {
 					w.violate("feed", "%s refused %v of i%d's repaired tail: %s", sr.id, inv.ID, in.id, why)
 				}
-				sr.tails.Took(inv.ID, &inv, 1)
+				sr.keepTail(inv)
 				took++
 			}
 			w.tracef("%s: i%d's prefix at %v; takes %d txns of it from %s", sr.id, in.id, sr.tails.Last(in.id), took, peer)
