@@ -527,8 +527,20 @@ func (in *Initiator) replicaFeedsInto(rs []ReplicaFeed, p uint32, v *InitiatorVi
 
 // join makes p one this process sequences and asks each node holding a
 // replica of p, whose feed takes p's txns now, to track it for p
-// (wire.Join), once per feed; it returns the nodes whose answer is not
-// in yet. A feed that broke asks when it resumes.
+// (wire.Join), once per feed; it returns the nodes alive in v whose
+// answer is not in yet. A feed that broke asks when it resumes.
+//
+// A node the view no longer has is asked too but not waited for, as
+// Unfed waits for no dead node: its feed may stay open while its
+// process is stopped (a paused process keeps its connections), and a
+// join asked just before the pause is never answered. Waited for, the
+// partition sequenced nothing until the process woke, however long
+// after its fence (the simulator, joins on: a source node that died
+// with its feeds open held every initiator's txns for the rest of the
+// run). A txn sent there while the join is not answered reaches a
+// replica that does not track this initiator, which refuses it and
+// fails (partition.Executor.Offer): that node is out of the view, and
+// its replica no longer a copy.
 func (in *Initiator) join(p uint32, v *InitiatorView) []string {
 	in.active[p] = true
 	var unjoined []string
@@ -546,7 +558,9 @@ func (in *Initiator) join(p uint32, v *InitiatorView) []string {
 			}
 			f.joining[p] = true
 		}
-		unjoined = append(unjoined, rp.Node)
+		if _, alive := v.Nodes[rp.Node]; alive {
+			unjoined = append(unjoined, rp.Node)
+		}
 	}
 	return unjoined
 }

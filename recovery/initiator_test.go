@@ -1142,6 +1142,37 @@ func TestInitiatorJoinsBeforeItSends(t *testing.T) {
 	}
 }
 
+// TestInitiatorJoinWaitsForNoDeadNode: with Joins, a node the view no
+// longer has, whose feed stays open with its join not answered (a
+// paused process keeps its connections), is asked but not waited for,
+// as Unfed waits for no dead node; the txn still goes to it, whose
+// replica, not tracking the initiator, refuses it. Waited for, the
+// partition sequenced nothing until that process woke (the simulator,
+// joins on: a source node that died with its feeds open held every
+// initiator's txns for the rest of the run).
+func TestInitiatorJoinWaitsForNoDeadNode(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.cfg.Joins = true
+	ti.openAll(t)
+	var unfed *UnfedError
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !unfed.Joining {
+		t.Fatalf("first call: %v, want refused while joining", err)
+	}
+	ti.Joined("n1", 0, txnid.Zero)
+	ti.Joined("n2", 0, txnid.Zero)
+	if err := ti.submit(t, 0, false); !errors.As(err, &unfed) || !slices.Equal(unfed.Nodes, []string{"n3"}) {
+		t.Fatalf("call with n3 not joined: %v", err)
+	}
+	delete(ti.view.Nodes, "n3") // taken for dead; its feed stays open
+	ti.SetView(ti.view)
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatalf("call with n3 out of the view: %v, want sequenced", err)
+	}
+	if m := lastTxn(t, ti.io, "n3"); m.ID != ti.gen.Last() {
+		t.Fatalf("last txn to n3 %v, want %v", m.ID, ti.gen.Last())
+	}
+}
+
 // TestInitiatorHolderJoinsAtView: with Joins, an initiator joins each
 // partition its own node holds a replica of at the next view, on every
 // feed to a node holding one, before any call: a replica that tracks no

@@ -844,7 +844,10 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 		// A new initiator process joined after E was chosen
 		// (registration.go): the destination cannot show it has all of
 		// its txns at or above E (docs/DESIGN.md "Feeds that open late").
-		ok = w.joiner != nil && w.joiner.active && a.startTick <= w.joiner.joinTick
+		// With joins, the destination tracks it from its join of the
+		// partition there, at its first txn, which may come long after
+		// it registered (seed 3018373).
+		ok = w.joiner != nil && w.joiner.active && a.startTick <= max(w.joiner.joinTick, w.joiner.dstJoinTick)
 	case wire.AbortConnLost:
 		// A node restart or death drops the connection as a cut does.
 		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultSourceDies)

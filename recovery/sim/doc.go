@@ -40,10 +40,13 @@
 //     one above a txn it sequenced (Initiator.BeatPast), in half the
 //     runs ahead of its clock once it has sequenced nothing for a while
 //     (Knobs.BeatLeadTicks, as recovery/node's Config.BeatLead), opens
-//     its feeds with their floors, and sends each txn only with a feed to
-//     every node holding a replica (recovery.Unfed), to every replica of
-//     the partition over links that deliver in order after random
-//     delays. Its calls have no caller: nothing waits for their results. The txns are the builtin
+//     its feeds with their floors, joins the partition on each
+//     (Knobs.Joins, on in every seeded run: a replica tracks it from its
+//     join, whose answer carries the replica's floor), and sends each txn
+//     only with a feed to every node holding a replica (recovery.Unfed)
+//     that answered its join, to every replica of the partition over
+//     links that deliver in order after random delays. Its calls have no
+//     caller: nothing waits for their results. The txns are the builtin
 //     procedures (insert, upsert, update, delete, increment, transfer) and
 //     a primary key change (rekey); increments and transfers are not
 //     idempotent, so a txn run twice or never shows in the digest.

@@ -142,6 +142,7 @@ func (w *world) stepFeeds() {
 			l.takeAcks(w)
 		}
 	}
+	w.answerJoins()
 	kept := w.feedBreaks[:0]
 	for _, b := range w.feedBreaks {
 		in, sr := w.inits[b.in], w.srcs[b.src]
@@ -188,7 +189,7 @@ func (w *world) takeUp(sr *srcReplica, in *initiator, d recovery.DialAsk) (resum
 	switch {
 	case !d.Resume:
 		return false, fmt.Sprintf("feed from initiator %d re-opened by the same process without resuming: txns sent meanwhile were not received", in.id)
-	case !slices.Contains(sr.core.Initiators(), in.id):
+	case sr.joined[in.idx] && !sr.core.Tracks(in.id):
 		return false, fmt.Sprintf("feed from initiator %d re-opened by the same process after its replica here stopped tracking it", in.id)
 	case at < d.Kept:
 		return false, fmt.Sprintf("feed from initiator %d re-opened by the same process, which no longer holds what this node missed (it stopped at %v, the sender keeps above %v)", in.id, at, d.Kept)
@@ -235,6 +236,19 @@ func (w *world) resumeFeed(in *initiator, sr *srcReplica, why string) {
 	}
 }
 
+// refusedJoining reports whether err is in's core refusing a txn of the
+// workload while its join of the partition is not answered on every
+// feed yet (Knobs.Joins): a definite failure, nothing sent.
+func (w *world) refusedJoining(in *initiator, err error) bool {
+	var unfed *recovery.UnfedError
+	if !errors.As(err, &unfed) || !unfed.Joining {
+		return false
+	}
+	w.stats.RefusedJoining++
+	w.tracef("i%d: txn refused: %v", in.id, err)
+	return true
+}
+
 // refusedRedialing reports whether err is in's core refusing a txn of
 // the workload for a feed it redials to a node out of its view: its
 // hello named what was missed until then, so nothing more may be
@@ -274,16 +288,24 @@ func (w *world) readFeed(l *feedLink, id txnid.ID) {
 	l.acks = append(l.acks, feedAck{at: at, id: sr.recv[in.idx]})
 }
 
-// feedAck is an acknowledgement on its way back to an initiator.
+// feedAck is an acknowledgement on its way back to an initiator, or with
+// join, the answer to its join (wire.Joined) with the floor id: the node
+// writes both on one queue.
 type feedAck struct {
-	at uint64
-	id txnid.ID
+	at   uint64
+	id   txnid.ID
+	join bool
 }
 
-// takeAcks gives l's initiator the acks due: they come back in order.
+// takeAcks gives l's initiator the acks and join answers due: they come
+// back in order.
 func (l *feedLink) takeAcks(w *world) {
 	for len(l.acks) > 0 && l.acks[0].at <= w.tick {
-		l.in.core.FeedAcked(l.src.id, l.acks[0].id)
+		if a := l.acks[0]; a.join {
+			l.in.core.Joined(l.src.id, partitionID, a.id)
+		} else {
+			l.in.core.FeedAcked(l.src.id, a.id)
+		}
 		l.acks = l.acks[1:]
 	}
 	if len(l.acks) == 0 {

@@ -113,6 +113,11 @@ type srcReplica struct {
 	// tails is what its replica kept of each initiator's txns for the
 	// repair of a dead initiator's tail (silent.go).
 	tails recovery.Tails
+	// joined, per initiator: its replica tracks the initiator by a join
+	// on the current feed, or from the start; without Knobs.Joins, from
+	// the feed's opening. A feed taken up keeps it, as the node keeps a
+	// resumed feed's joins.
+	joined []bool
 }
 
 // toldHello is what one feed hello said (wire.Hello.Missed), numbered by

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
@@ -96,7 +98,7 @@ func (w *world) newInitiatorCore(in *initiator) {
 		Node: fmt.Sprintf("i%d", in.id), ID: in.id, Partitions: partitionID + 1, BeatTicks: max(1, w.k.HeartbeatTicks),
 		Clock:          func() int64 { return baseMillis + int64(w.tick) + in.skew },
 		BeatLeadMillis: int64(w.lead()), BeatLeadQuietTicks: w.k.BeatLeadQuietTicks,
-		FeedLogBytesMax: w.k.FeedLogBytesMax,
+		FeedLogBytesMax: w.k.FeedLogBytesMax, Joins: w.k.Joins,
 	}, in.feeds)
 	if err != nil {
 		panic(err)
@@ -174,11 +176,13 @@ func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 		// Its replica core tracks in, and so does its attempt, running or
 		// live; the floor is what the replica executed (Zero unless live).
 		// At setup the core is not built yet: it hears every fed
-		// initiator from the start.
+		// initiator from the start. With joins it tracks in from its join.
 		if w.dst != nil {
-			w.dst.AddInitiator(in.id)
-			if a := w.dstAttempt(); a != nil {
-				w.afterCall(a)
+			if !w.k.Joins {
+				w.dst.AddInitiator(in.id)
+				if a := w.dstAttempt(); a != nil {
+					w.afterCall(a)
+				}
 			}
 			floor = w.dst.JoinFloor()
 		}
@@ -202,10 +206,17 @@ func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 					w.failSource(sr, why)
 				}
 			}
-			// A new feed: the node has read nothing of it yet.
+			// A new feed: the node has read nothing of it yet. With joins
+			// its replica tracks in from its join on the feed (joinSource);
+			// the feed's floor is what the replica's join would answer.
 			sr.recv[in.idx], sr.gapTxns[in.idx] = txnid.Zero, 0
-			if !sr.out() {
+			switch {
+			case w.k.Joins:
+				sr.joined[in.idx] = false
+				floor = max(sr.core.JoinFloor(), sr.tails.Last(in.id))
+			case !sr.out():
 				sr.core.AddInitiator(in.id)
+				sr.joined[in.idx] = true
 				floor = sr.core.JoinFloor()
 			}
 		}
@@ -223,6 +234,7 @@ func (w *world) sendTxn(in *initiator, sp txnSpec, v *recovery.InitiatorView) er
 		panic(err)
 	}
 	if err := in.core.Submit(v, true, &wire.Call{Partition: partitionID, Proc: proc, Params: params}, nil); err != nil {
+		w.routeFeed(in) // a refusal may have asked joins (Knobs.Joins)
 		return err
 	}
 	id := in.core.Last()
@@ -303,6 +315,9 @@ func (w *world) routeOne(in *initiator, m wire.Message, to map[string]bool) {
 		if m.ID.UnixMillis() > baseMillis+int64(w.tick)+in.skew {
 			w.stats.BeatsAhead++
 		}
+	case *wire.Join:
+		w.routeJoin(in, m.Partition, to)
+		return
 	default:
 		panic(fmt.Sprintf("sim: i%d sent %v", in.id, m.Type()))
 	}
@@ -323,4 +338,103 @@ func (w *world) routeOne(in *initiator, m wire.Message, to map[string]bool) {
 			}
 		}
 	}
+}
+
+// routeJoin delivers in's join of partition p (Knobs.Joins) to the nodes
+// to. A source node takes it on its feed link, in order with the txns
+// and heartbeats (joinSource). The oracle and the destination node take
+// it at once: the oracle hears every initiator already (a joiner from
+// its feed on), and the destination node's replica core tracks in from
+// now on (an attempt running there takes it in, as a late feed's: its
+// proposal waits for it, its handoff checks it heard it from E on). A
+// heartbeat of in still in flight on an attempt's link then reaches a
+// replica that tracks in, where on the node it would have come before
+// the join and been read by none: no txn of p comes before the join's
+// answer, so what it tells the attempt holds either way. Each answer
+// (wire.Joined) comes back some ticks later (answerJoins).
+func (w *world) routeJoin(in *initiator, p uint32, to map[string]bool) {
+	if p != partitionID {
+		panic(fmt.Sprintf("sim: i%d joined partition %d", in.id, p))
+	}
+	w.stats.Joins++
+	if w.tr.on {
+		w.tracef("i%d joins partition %d on %v", in.id, p, sortedNodes(to))
+	}
+	if to[oracleNode] {
+		floor := txnid.Zero
+		if in.joiner {
+			floor = w.ref.LastExecuted()
+		}
+		w.answerJoin(in, oracleNode, floor)
+	}
+	for i, sr := range w.srcs {
+		if to[sr.id] {
+			in.toSrc[i].sendJoin(w)
+		}
+	}
+	if to[dstNode] {
+		floor := txnid.Zero
+		if w.dst != nil {
+			w.dst.AddInitiator(in.id)
+			if a := w.dstAttempt(); a != nil {
+				w.afterCall(a)
+			}
+			floor = w.dst.JoinFloor()
+		}
+		w.tracef("%s: i%d joined partition %d, floor %v", dstNode, in.id, p, floor)
+		in.dstJoinTick = w.tick
+		w.answerJoin(in, dstNode, floor)
+	}
+}
+
+// joinSource is a source node reading in's join on l, as recovery/node's
+// joinFeed does: its replica tracks in from now on, and the answer
+// carries its floor, at least the last ID it took from in (a new
+// process's IDs start above it). It goes back on the link with the acks,
+// lost if the feed breaks first: the core asks again on the resumed feed.
+func (w *world) joinSource(l *feedLink) {
+	sr, in := l.src, l.in
+	if sr.dead {
+		return
+	}
+	sr.core.AddInitiator(in.id)
+	sr.joined[in.idx] = true
+	floor := max(sr.core.JoinFloor(), sr.tails.Last(in.id))
+	w.tracef("%s: i%d joined partition %d, floor %v", sr.id, in.id, partitionID, floor)
+	at := max(l.lastAck, w.tick+uint64(w.feedDraw(w.k.FeedAckDelayMax)))
+	l.lastAck = at
+	l.acks = append(l.acks, feedAck{at: at, join: true, id: floor})
+}
+
+// joinAnswer is a join's answer on its way back from the oracle or the
+// destination node.
+type joinAnswer struct {
+	at    uint64
+	in    *initiator
+	node  string
+	floor txnid.ID
+}
+
+func (w *world) answerJoin(in *initiator, node string, floor txnid.ID) {
+	w.joinAnswers = append(w.joinAnswers, joinAnswer{at: w.tick + uint64(w.delay(w.k.FeedDelayMax)), in: in, node: node, floor: floor})
+}
+
+// answerJoins gives the initiators the answers due from the oracle and
+// the destination node.
+func (w *world) answerJoins() {
+	kept := w.joinAnswers[:0]
+	for _, a := range w.joinAnswers {
+		if a.at > w.tick {
+			kept = append(kept, a)
+			continue
+		}
+		a.in.core.Joined(a.node, partitionID, a.floor)
+		w.routeFeed(a.in)
+	}
+	w.joinAnswers = kept
+}
+
+// sortedNodes lists the nodes of to in order, for the trace.
+func sortedNodes(to map[string]bool) []string {
+	return slices.Sorted(maps.Keys(to))
 }

@@ -126,6 +126,13 @@ type Knobs struct {
 	// look, and may write after its claim was lost (invariant e then only
 	// orders the writes).
 	LeaseGuard bool
+	// Joins: the initiators join the partition on each feed (wire.Join)
+	// and send its txns only once every replica's node answered, so a
+	// replica tracks an initiator from its join, not from its feed's
+	// opening, as recovery/node runs them (recovery.InitiatorConfig.Joins,
+	// docs/DESIGN.md "Sequencers per partition"). On in every seeded run;
+	// a script turns it on with setup joins.
+	Joins bool
 }
 
 // txnLogBytesMax is the most change-log bytes one txn of the workload can
@@ -217,6 +224,7 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.FeedBreaks = [...]int{0, 1, 0, 2, 0}[k.ThrottleWindowTicks%5]
 	k.FeedGapTicksMax = 1 + (7*k.StallTicksMax)%60
 	k.FeedDialTicksMax = k.ProcHeartbeatTicks % 6
+	k.Joins = true
 	return k
 }
 
@@ -277,11 +285,11 @@ func (k Knobs) destinationConfig(h wire.MsgHeader, ins []txnid.Initiator) recove
 
 // String renders the knobs that shape a run, for the trace's first line.
 func (k Knobs) String() string {
-	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d pump=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d feedlog=%dB acks=%d%%,<=%dt breaks=%d,gap<=%d,dial<=%d",
+	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d pump=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d feedlog=%dB acks=%d%%,<=%dt breaks=%d,gap<=%d,dial<=%d joins=%v",
 		k.Tables, k.Rows, k.Initiators, k.SkewMillisMax, k.TxnPct, k.Codec, k.BlockBytesMax, k.WindowBlocksMax, k.PumpBlocksMax,
 		k.ChangeLogBytesMax, k.ChangeLogTxnBytesMax, k.PaceLowWaterBytes, k.PaceTxnsPerTick, k.ThrottleWindowTicks,
 		k.HandoffLogBytesMax, k.RoundsMax, k.StallTicksMax, k.ProcHeartbeatTicks, k.Faults,
 		k.FeedDelayMax, k.ConnDelayMax, k.GhostDelayMax, k.SplitPct, k.StepsMax,
 		k.ClaimTTLTicks, k.KeepaliveTicks, k.ClaimWindowTicks, k.LeaseGuard, k.ElectionTicksMax,
-		k.FeedLogBytesMax, k.FeedAckPct, k.FeedAckDelayMax, k.FeedBreaks, k.FeedGapTicksMax, k.FeedDialTicksMax)
+		k.FeedLogBytesMax, k.FeedAckPct, k.FeedAckDelayMax, k.FeedBreaks, k.FeedGapTicksMax, k.FeedDialTicksMax, k.Joins)
 }

@@ -24,11 +24,14 @@ type link interface {
 	deliver(w *world)
 }
 
-// feedItem is a txn or a heartbeat on its way from an initiator to one
-// replica.
+// feedItem is a txn, a heartbeat or a join (Knobs.Joins) on its way
+// from an initiator to one replica.
 type feedItem struct {
 	at  uint64
 	inv partition.Invocation // Proc == "" for a heartbeat
+	// join: the initiator's join of the partition (wire.Join); inv is
+	// empty.
+	join bool
 }
 
 // feedLink carries one initiator's (in) txns and heartbeats to one
@@ -49,9 +52,19 @@ type feedLink struct {
 }
 
 func (l *feedLink) send(w *world, inv partition.Invocation) {
-	at := max(l.last, w.tick+uint64(w.delay(w.k.FeedDelayMax)))
-	l.last = at
-	l.q = append(l.q, feedItem{at: at, inv: inv})
+	l.push(w, feedItem{inv: inv})
+}
+
+// sendJoin sends the initiator's join of the partition, in order with
+// its txns and heartbeats, as on the node's one connection.
+func (l *feedLink) sendJoin(w *world) {
+	l.push(w, feedItem{join: true})
+}
+
+func (l *feedLink) push(w *world, it feedItem) {
+	it.at = max(l.last, w.tick+uint64(w.delay(w.k.FeedDelayMax)))
+	l.last = it.at
+	l.q = append(l.q, it)
 }
 
 func (l *feedLink) due(tick uint64) bool { return len(l.q) > 0 && l.q[0].at <= tick }
@@ -61,6 +74,10 @@ func (l *feedLink) deliver(w *world) {
 	l.q[0] = feedItem{}
 	l.q = l.q[1:]
 	if l.to == nil {
+		if it.join {
+			w.joinSource(l)
+			return
+		}
 		w.feedSource(l, it.inv)
 		return
 	}
@@ -230,6 +247,12 @@ func feedCore(core *recovery.Replica, inv partition.Invocation) (why string) {
 		return ""
 	}
 	why = "dropped"
+	if inv.Proc == "" {
+		// A heartbeat at or below the floor the initiator was tracked
+		// from, sent before it read its join's answer: dropped, not a
+		// failure (Replica.OnHeartbeat), unless the outbox says one.
+		why = ""
+	}
 	for _, o := range core.Outbox() {
 		switch {
 		case o.Kind == recovery.OutFailed:
@@ -251,6 +274,19 @@ func (w *world) feedSource(l *feedLink, inv partition.Invocation) {
 	}
 	w.readFeed(l, inv.ID)
 	if sr.out() {
+		return
+	}
+	if !sr.core.Tracks(l.in.id) {
+		// Not joined here yet (Knobs.Joins): the node's replica reads no
+		// heartbeat of it. The initiator sends a txn of the partition
+		// before its join's answer only to a node out of its view, whose
+		// replica refuses it and fails (recovery.Initiator's join).
+		if inv.Proc != "" {
+			if _, inView := w.view.Nodes[sr.id]; inView {
+				w.violate("feed", "source %s got txn %v of initiator %d, which it does not track", sr.id, inv.ID, l.in.id)
+			}
+			w.failSource(sr, fmt.Sprintf("txn %v of initiator %d, which it does not track", inv.ID, l.in.id))
+		}
 		return
 	}
 	if why := feedCore(sr.core, inv); why != "" {
@@ -275,6 +311,13 @@ func offer(e *partition.Executor, inv partition.Invocation) error {
 func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
 	if a.dst == nil || a.dstGone || w.dst.Destination() != a.dst {
 		return // the replica is gone (aborted, superseded); its link is dropped with it
+	}
+	if in := inv.ID.Initiator(); !w.dst.Tracks(in) {
+		// Not joined here yet (Knobs.Joins), as at a source node.
+		if inv.Proc != "" {
+			w.violate("feed", "destination e%d got txn %v of initiator %d, which it does not track", a.epoch, inv.ID, in)
+		}
+		return
 	}
 	if why := feedCore(w.dst, inv); why != "" {
 		w.violate("feed", "destination e%d (%s) refused %v: %s", a.epoch, a.dst.State(), inv.ID, why)

@@ -168,6 +168,8 @@ func (s *script) setup(t *testing.T, d *datadriven.TestData) string {
 			a.Scan(t, 0, &late)
 		case "lease-guard":
 			k.LeaseGuard = true
+		case "joins":
+			k.Joins = true
 		case "supervisor":
 			auto = true
 		case "block-rows":
@@ -326,12 +328,21 @@ func (s *script) write(t *testing.T, d *datadriven.TestData) string {
 		var names []string
 		for _, n := range unfed.Nodes {
 			name := "source"
-			if n == dstNode {
+			switch n {
+			case dstNode:
 				name = "destination"
+			case oracleNode:
+				name = "oracle"
 			}
 			if !slices.Contains(names, name) {
 				names = append(names, name)
 			}
+		}
+		if unfed.Joining {
+			// Its joins went out with the refusal: their answers come
+			// back as the feed is delivered.
+			s.deliverFeed()
+			return fmt.Sprintf("i%d sends nothing: its join is not answered yet by %s\n", in.id, strings.Join(unfed.Nodes, ", "))
 		}
 		return fmt.Sprintf("i%d sends nothing: no feed to the %s node\n", in.id, strings.Join(names, " and "))
 	} else if err != nil {
@@ -377,6 +388,13 @@ func (s *script) deliverFeed() {
 			}
 		}
 	}
+	// The answers (acks, and with joins the joins') come back at once.
+	for _, in := range w.inits {
+		for _, l := range in.toSrc {
+			l.takeAcks(w)
+		}
+	}
+	w.answerJoins()
 }
 
 // openFeed opens a late initiator's feed to one node: open-feed

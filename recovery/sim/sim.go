@@ -172,6 +172,9 @@ type Stats struct {
 	// RefusedRedialing counts the txns an initiator refused while a node
 	// out of its view had a redial on its way (recovery.Unfed: dialing).
 	RefusedRedialing int
+	// Joins counts the initiators' joins of the partition (Knobs.Joins),
+	// RefusedJoining the txns refused while one was not answered yet.
+	Joins, RefusedJoining int
 	// ResumesClosed counts the resumed feeds the core closed at once, its
 	// log having dropped txns above the receiver's point while the dial
 	// was out (recovery.Initiator.FeedResumed).
@@ -232,9 +235,12 @@ type world struct {
 	// asks are the heartbeat asks in flight to other initiators
 	// (Knobs.BeatAsks), in the order sent.
 	asks []beatAsk
-	seed uint64
-	k    Knobs
-	opts Options
+	// joinAnswers are the answers to joins (Knobs.Joins) on their way
+	// back from the oracle and the destination node, in the order sent.
+	joinAnswers []joinAnswer
+	seed        uint64
+	k           Knobs
+	opts        Options
 	// Three streams from the one seeded PCG: the workload's (so it does
 	// not depend on knobs or timing), the network's and scheduler's, and
 	// the faults'.
@@ -357,6 +363,9 @@ type initiator struct {
 	rng            *rand.Rand
 	openAt         uint64
 	joinTick       uint64
+	// dstJoinTick: the tick its join of the partition (Knobs.Joins)
+	// reached the destination node.
+	dstJoinTick uint64
 	// feeds is the core's I/O.
 	feeds *initiatorFeeds
 	// out is what the core sent since the world last routed it, in order,
@@ -468,10 +477,14 @@ func (w *world) newSrcReplica(id string) *srcReplica {
 	}
 	sr := &srcReplica{id: id, core: core, exec: core.Executor(), conns: make([]uint64, len(w.inits)),
 		told: map[int][]toldHello{}, broke: make([]bool, len(w.inits)),
-		recv: make([]txnid.ID, len(w.inits)), redialAt: make([]uint64, len(w.inits)), dialing: make([]*pendingDial, len(w.inits)), gapTxns: make([]int, len(w.inits))}
+		recv: make([]txnid.ID, len(w.inits)), redialAt: make([]uint64, len(w.inits)), dialing: make([]*pendingDial, len(w.inits)), gapTxns: make([]int, len(w.inits)),
+		joined: make([]bool, len(w.inits))}
 	for _, in := range w.inits {
 		if fed(in) {
+			// Tracked from the start, as if joined: a join changes
+			// nothing but its floor.
 			core.AddInitiator(in.id)
+			sr.joined[in.idx] = true
 			w.conns++
 			sr.conns[in.idx] = w.conns
 		}
@@ -567,7 +580,7 @@ func (w *world) sendWorkload() {
 		txn := r.IntN(100) < w.k.TxnPct
 		switch {
 		case (sending && txn) || final:
-			if err := w.sendTxn(in, w.drawTxn(r), w.view); err != nil && !w.refusedRedialing(in, err) {
+			if err := w.sendTxn(in, w.drawTxn(r), w.view); err != nil && !w.refusedRedialing(in, err) && !w.refusedJoining(in, err) {
 				w.violate("feed", "i%d refused a txn: %v", in.id, err)
 			}
 			in.core.Tick()  // a txn went out in this tick: no heartbeat due
@@ -621,6 +634,19 @@ func (w *world) stepCoordinator() {
 		w.tracef("coordinator: claim of epoch %d expired (rev %d)", e, w.coord.rev)
 	}
 	w.noteClaims()
+	for _, sr := range w.srcs {
+		if _, inView := w.view.Nodes[sr.id]; sr.dead && inView {
+			if _, registered := w.coord.nodes[sr.id]; !registered {
+				// Its lease ran out: the initiators' views drop it, as the
+				// node's does from etcd, and stop waiting for it. With joins
+				// that is what lets them sequence again: a dead node never
+				// answers a join.
+				delete(w.view.Nodes, sr.id)
+				w.tracef("%s node: its registration ended (rev %d): the initiators take it for dead", sr.id, w.coord.rev)
+				w.redial()
+			}
+		}
+	}
 	if a := w.dstComplete; a != nil && w.tick >= w.dstCompleteAt {
 		w.completeTask(a, claim.Attempt{Task: simTask, Executor: dstNode + ":destination", Epoch: a.epoch}, "destination")
 	}
