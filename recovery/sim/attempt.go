@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
@@ -84,6 +85,11 @@ type attempt struct {
 	// window; two in a row may not, and the source, waiting for an
 	// initiator's txns to reach its boundary, times out.
 	feedBreaks int
+	// silenced: an initiator went silent while it ran, or was silent when
+	// it started (silent.go): every replica holds until the fence, and
+	// its processors may time out; one the destination heard nothing of
+	// before it went silent leaves the handoff uncovered.
+	silenced bool
 
 	// handoff is the simulator's own record of the source at the moment
 	// it sent Handoff; e is E once known.
@@ -212,10 +218,13 @@ func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attemp
 	// A feed that breaks outside a lost registration fails at most the
 	// replica on its node, which ends the attempt there.
 	bound += w.feedBreaksFired
+	// A silence ends at most the attempts that ran through it: the one
+	// under way, and one started while it lasted.
+	bound += 2 * w.stats.Silenced
 	if !w.scripted && worked >= bound {
 		w.violate("c", "attempt %d needed, but %d faults allow at most %d: %s", worked+1, w.k.Faults, bound, w.where())
 	}
-	a := &attempt{srcUpAt: w.tick + srcDelay, x: x, sn: sr, startTick: w.tick}
+	a := &attempt{srcUpAt: w.tick + srcDelay, x: x, sn: sr, startTick: w.tick, silenced: w.silentNow()}
 	if x != nil {
 		a.epoch = x.epoch
 	} else {
@@ -848,6 +857,15 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 		// partition there, at its first txn, which may come long after
 		// it registered (seed 3018373).
 		ok = w.joiner != nil && w.joiner.active && a.startTick <= max(w.joiner.joinTick, w.joiner.dstJoinTick)
+		ok = ok || a.silenced
+		// A fenced initiator's last txns may still be queued at the
+		// source, above E, behind another initiator's clock: the source
+		// runs them after E, and a destination that never heard it (its
+		// attempt began after the fence) cannot hold them. The next
+		// attempt finds them run (seed 9008090).
+		for _, in := range w.inits {
+			ok = ok || in.fenced && strings.Contains(ae.Text, fmt.Sprintf("initiator %d ", in.id))
+		}
 	case wire.AbortConnLost:
 		// A node restart or death drops the connection as a cut does.
 		ok = a.fault != nil && (a.fault.kind == faultCut || a.fault.kind == faultRestart || a.fault.kind == faultSourceDies)
@@ -862,6 +880,8 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 		// Feeds into the source node broke more than once: their gaps
 		// add up past the stall window (seed 934334737).
 		ok = ok || a.feedBreaks >= 2
+		// An initiator silent until its fence holds every replica.
+		ok = ok || a.silenced
 	}
 	// A script aborts attempts as it pleases and reads the reasons in
 	// its output.

@@ -138,6 +138,9 @@ func (w *world) breakFeed(in *initiator, sr *srcReplica, gap uint64) {
 // reach, redials answered.
 func (w *world) stepFeeds() {
 	for _, in := range w.inits {
+		if in.silent {
+			continue // a stopped process reads nothing
+		}
 		for _, l := range in.toSrc {
 			l.takeAcks(w)
 		}
@@ -146,7 +149,7 @@ func (w *world) stepFeeds() {
 	kept := w.feedBreaks[:0]
 	for _, b := range w.feedBreaks {
 		in, sr := w.inits[b.in], w.srcs[b.src]
-		if w.tick < b.at || !in.core.Fed(sr.id) || sr.out() || !w.othersSound(sr) {
+		if w.tick < b.at || !in.core.Fed(sr.id) || sr.out() || !w.othersSound(sr) || in.silent {
 			kept = append(kept, b)
 			continue
 		}
@@ -155,7 +158,7 @@ func (w *world) stepFeeds() {
 	}
 	w.feedBreaks = kept
 	for _, in := range w.inits {
-		if in.joiner && !in.active {
+		if in.joiner && !in.active || in.silent {
 			continue
 		}
 		redial := false

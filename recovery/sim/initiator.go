@@ -246,7 +246,7 @@ func (w *world) sendTxn(in *initiator, sp txnSpec, v *recovery.InitiatorView) er
 	w.routeFeed(in)
 	if w.k.BeatAsks && !w.scripted {
 		for _, o := range w.inits {
-			if o != in && (!o.joiner || o.active) {
+			if o != in && (!o.joiner || o.active) && !o.silent {
 				w.asks = append(w.asks, beatAsk{to: o, id: id, at: w.tick + 1 + uint64(w.delay(w.k.FeedDelayMax))})
 			}
 		}
@@ -271,6 +271,9 @@ func (w *world) answerAsks() {
 		if a.at > w.tick {
 			kept = append(kept, a)
 			continue
+		}
+		if a.to.silent {
+			continue // a stopped process reads nothing
 		}
 		w.stats.BeatAsks++
 		a.to.core.BeatPast(a.id)
@@ -427,6 +430,9 @@ func (w *world) answerJoins() {
 		if a.at > w.tick {
 			kept = append(kept, a)
 			continue
+		}
+		if a.in.silent {
+			continue // a stopped process reads nothing
 		}
 		a.in.core.Joined(a.node, partitionID, a.floor)
 		w.routeFeed(a.in)

@@ -133,6 +133,12 @@ type Knobs struct {
 	// docs/DESIGN.md "Sequencers per partition"). On in every seeded run;
 	// a script turns it on with setup joins.
 	Joins bool
+	// Silences is how many initiators' processes go silent during the
+	// workload with their feeds open, for 1 to SilenceTicksMax ticks, and
+	// are then fenced (silent.go): the replicas repair their tails of the
+	// silent one and stop waiting for it. At most one, and only with two
+	// initiators or more and no lost registration planned.
+	Silences, SilenceTicksMax int
 }
 
 // txnLogBytesMax is the most change-log bytes one txn of the workload can
@@ -225,6 +231,8 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.FeedGapTicksMax = 1 + (7*k.StallTicksMax)%60
 	k.FeedDialTicksMax = k.ProcHeartbeatTicks % 6
 	k.Joins = true
+	k.Silences = [...]int{0, 1, 0}[k.HeartbeatTicks%3]
+	k.SilenceTicksMax = 1 + k.StallTicksMax/2
 	return k
 }
 
@@ -285,11 +293,11 @@ func (k Knobs) destinationConfig(h wire.MsgHeader, ins []txnid.Initiator) recove
 
 // String renders the knobs that shape a run, for the trace's first line.
 func (k Knobs) String() string {
-	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d pump=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d feedlog=%dB acks=%d%%,<=%dt breaks=%d,gap<=%d,dial<=%d joins=%v",
+	return fmt.Sprintf("tables=%d rows=%d initiators=%d skew=%d txn%%=%d codec=%s block=%dB window=%d pump=%d log=%dB/%dB pace=%dB,%d/tick,%dt handoff=%dB rounds=%d stall=%d hb=%d faults=%d delays=feed%d,conn%d,ghost%d split%%=%d steps=%d claim=ttl%d,keepalive%d,window%d,guard=%v election<=%d feedlog=%dB acks=%d%%,<=%dt breaks=%d,gap<=%d,dial<=%d joins=%v silences=%d,<=%dt",
 		k.Tables, k.Rows, k.Initiators, k.SkewMillisMax, k.TxnPct, k.Codec, k.BlockBytesMax, k.WindowBlocksMax, k.PumpBlocksMax,
 		k.ChangeLogBytesMax, k.ChangeLogTxnBytesMax, k.PaceLowWaterBytes, k.PaceTxnsPerTick, k.ThrottleWindowTicks,
 		k.HandoffLogBytesMax, k.RoundsMax, k.StallTicksMax, k.ProcHeartbeatTicks, k.Faults,
 		k.FeedDelayMax, k.ConnDelayMax, k.GhostDelayMax, k.SplitPct, k.StepsMax,
 		k.ClaimTTLTicks, k.KeepaliveTicks, k.ClaimWindowTicks, k.LeaseGuard, k.ElectionTicksMax,
-		k.FeedLogBytesMax, k.FeedAckPct, k.FeedAckDelayMax, k.FeedBreaks, k.FeedGapTicksMax, k.FeedDialTicksMax, k.Joins)
+		k.FeedLogBytesMax, k.FeedAckPct, k.FeedAckDelayMax, k.FeedBreaks, k.FeedGapTicksMax, k.FeedDialTicksMax, k.Joins, k.Silences, k.SilenceTicksMax)
 }

@@ -322,6 +322,7 @@ func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
 	if why := feedCore(w.dst, inv); why != "" {
 		w.violate("feed", "destination e%d (%s) refused %v: %s", a.epoch, a.dst.State(), inv.ID, why)
 	}
+	keepTail(&w.dstTails, inv)
 	w.afterCall(a)
 }
 

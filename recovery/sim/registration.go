@@ -248,10 +248,11 @@ func (w *world) registerAgain(sr *srcReplica) {
 	w.redial()
 }
 
-// redial gives every active initiator the view again.
+// redial gives every active initiator the view again; a silent one's
+// process reads nothing.
 func (w *world) redial() {
 	for _, in := range w.inits {
-		if !in.joiner || in.active {
+		if (!in.joiner || in.active) && !in.silent {
 			w.dial(in)
 		}
 	}

@@ -969,7 +969,7 @@ func (s *script) silence(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 	}
-	s.w.silence(in, reach)
+	s.w.silence(in, reach, true)
 	return ""
 }
 

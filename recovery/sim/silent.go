@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
@@ -23,8 +24,9 @@ import (
 
 // silence stops in's process: nothing more of it leaves, but what it had
 // sent to the source nodes in reach arrives first; what was on its way to
-// the others is lost with the connections.
-func (w *world) silence(in *initiator, reach []string) {
+// the others is lost with the connections, and so is what was on its way
+// to the destination node unless dstReach.
+func (w *world) silence(in *initiator, reach []string, dstReach bool) {
 	for _, l := range in.toSrc {
 		if slices.Contains(reach, l.src.id) {
 			for len(l.q) > 0 {
@@ -37,13 +39,126 @@ func (w *world) silence(in *initiator, reach []string) {
 		}
 		l.q = nil
 	}
+	if !dstReach {
+		for _, a := range w.atts {
+			if a.feed == nil {
+				continue
+			}
+			if l := a.feed[in.idx]; len(l.q) > 0 {
+				w.tracef("i%d: %d of its messages to %s (attempt %d) lost", in.id, len(l.q), dstNode, a.epoch)
+				l.q = nil
+			}
+		}
+	}
 	in.silent = true
 	w.tracef("i%d: process silent, its feeds open", in.id)
 }
 
+// silencePlan is a seeded run's silence: from tick at, once in's feeds
+// into the live source nodes are all sound, in's process goes silent for
+// ticks, then the cluster fences it.
+type silencePlan struct {
+	at, ticks uint64
+	in        int
+	// fenceAt: the tick of the fence, once silent (0: not yet).
+	fenceAt uint64
+	done    bool
+}
+
+// planSilences draws the run's silences from their stream: the same
+// draws whatever they give. A silenced initiator never comes back (a
+// fenced process is a new one when it does), so one other stays to run
+// the workload; a lost registration's settlement would wait for the
+// silent process's hello, and is left out.
+func (w *world) planSilences() {
+	r := w.silenceRng
+	for range w.k.Silences {
+		p := silencePlan{at: uint64(w.k.StartTick + r.IntN(max(1, w.k.WorkloadTicks))), in: r.IntN(max(1, w.k.Initiators)),
+			ticks: uint64(1 + r.IntN(max(1, w.k.SilenceTicksMax)))}
+		if w.k.Initiators >= 2 && !w.regPlan.on {
+			w.silences = append(w.silences, p)
+		}
+	}
+}
+
+// stepSilences silences the initiators whose time has come and fences
+// those silent long enough. What the silent one had in flight reaches a
+// non-empty set of the live source nodes and is lost to the others, so
+// that each of its txns, which the oracle heard when sequenced, is on a
+// survivor; a silence waits while its feed into a live source node is
+// broken or being redialled, whose log would die with it.
+func (w *world) stepSilences() {
+	for i := range w.silences {
+		p := &w.silences[i]
+		in := w.inits[p.in]
+		switch {
+		case p.done || w.tick < p.at:
+		case p.fenceAt == 0:
+			var live []string
+			sound := true
+			for _, sr := range w.srcs {
+				if sr.dead || sr.out() {
+					continue
+				}
+				live = append(live, sr.id)
+				sound = sound && !sr.broke[in.idx] && sr.dialing[in.idx] == nil && in.core.Fed(sr.id)
+			}
+			if !sound || len(live) == 0 || w.quiescing {
+				if !w.quiescing {
+					continue // its feeds mend first
+				}
+				p.done = true
+				w.stats.SilencesPutOff++
+				continue
+			}
+			reach := live[:1+w.silenceRng.IntN(len(live))]
+			if w.sourceMayDie() || w.k.FeedBreaks > 0 || !w.othersSound(nil) {
+				// Delivered to some nodes alone, a txn is lost if they all
+				// die or fail, and the oracle, which heard it, no longer
+				// matches the survivors: a txn lost with its initiator and
+				// every replica that had it was never acknowledged, which
+				// the oracle cannot tell. So it goes to every live node
+				// when one may yet die (seed 7003702) or fail on a feed
+				// that cannot resume (seed 7004037).
+				reach = live
+			}
+			w.silence(in, reach, w.silenceRng.IntN(2) == 0)
+			for _, a := range w.atts {
+				a.silenced = true
+			}
+			w.stats.Silenced++
+			p.fenceAt = w.tick + p.ticks
+		case w.tick >= p.fenceAt:
+			p.done = true
+			w.stats.Fenced++
+			w.fenceInitiator(in)
+		}
+	}
+}
+
+// sourceMayDie reports whether a source node's death is planned and has
+// not come yet.
+func (w *world) sourceMayDie() bool {
+	return slices.ContainsFunc(w.faults, func(f *fault) bool { return f.kind == faultSourceDies && !f.fired })
+}
+
+// silentNow reports whether an initiator's process is silent, not yet
+// fenced, during a's run: a replica that tracks it holds, and a's
+// processors may time out.
+func (w *world) silentNow() bool {
+	for _, in := range w.inits {
+		if in.silent && !in.fenced {
+			return true
+		}
+	}
+	return false
+}
+
 // fenceInitiator takes silent in's process for dead: each live source
 // replica repairs its tail of in from its peers, in placement order, then
-// stops waiting for it, as the oracle does.
+// stops waiting for it, as the oracle does; so does the destination
+// node's replica, live or rejoining, from the source nodes, and stops
+// waiting for it too.
 func (w *world) fenceInitiator(in *initiator) {
 	var nodes []string
 	for _, sr := range w.srcs {
@@ -88,16 +203,76 @@ func (w *world) fenceInitiator(in *initiator) {
 		}
 		sr.core.RemoveInitiator(in.id)
 	}
+	w.fenceAtDestination(in, nodes, self)
 	w.ref.RemoveInitiator(in.id)
 	in.fenced = true
 	w.tracef("i%d: process taken for dead; its tail repaired, the replicas wait for it no more", in.id)
 }
 
 // keepTail records on sr's tails what its core took in from a feed.
-func (sr *srcReplica) keepTail(inv partition.Invocation) {
+func (sr *srcReplica) keepTail(inv partition.Invocation) { keepTail(&sr.tails, inv) }
+
+// keepTail records on t what a replica core took in from a feed.
+func keepTail(t *recovery.Tails, inv partition.Invocation) {
 	if inv.Proc == "" {
-		sr.tails.Took(inv.ID, nil, 1)
+		t.Took(inv.ID, nil, 1)
 		return
 	}
-	sr.tails.Took(inv.ID, &inv, 1)
+	t.Took(inv.ID, &inv, 1)
+}
+
+// fenceAtDestination is fenceInitiator on the destination node's replica:
+// executing (live, or buffering for an attempt), it repairs its tail of
+// in from the source nodes as recovery/node's resolveInitiator does on
+// every replica it hosts, then stops waiting for in; its attempt's
+// proposal no longer waits for it, and what it heard of it stays
+// (recovery.Coverage).
+func (w *world) fenceAtDestination(in *initiator, nodes []string, self string) {
+	// Its feed here is closed at the fence: what was still on its way
+	// is not read (the repair brings it).
+	for _, a := range w.atts {
+		if a.feed != nil {
+			a.feed[in.idx].q = nil
+		}
+	}
+	if w.dst == nil || !w.dst.Tracks(in.id) {
+		return
+	}
+	if w.dst.Executing() {
+		rep := recovery.NewTailRepair(in.id, append(slices.Clone(nodes), dstNode), dstNode, self)
+		var took []string
+		for peer, ok := rep.Next(); ok; peer, ok = rep.Next() {
+			p := w.srcNamed(peer)
+			if p == nil || p.out() {
+				rep.OnAnswer(peer, recovery.RepairTry{Err: fmt.Errorf("%s holds nothing that will run", peer)})
+				continue
+			}
+			txns, err := p.tails.After(in.id, w.dstTails.Last(in.id), 1)
+			if err != nil {
+				rep.OnAnswer(peer, recovery.RepairTry{Err: err, Gone: true, PeerAlive: true})
+				continue
+			}
+			n := 0
+			for _, inv := range txns {
+				if inv.ID <= w.dstTails.Last(in.id) {
+					continue
+				}
+				if why := feedCore(w.dst, inv); why != "" {
+					w.violate("feed", "%s refused %v of i%d's repaired tail: %s", dstNode, inv.ID, in.id, why)
+				}
+				keepTail(&w.dstTails, inv)
+				n++
+			}
+			took = append(took, fmt.Sprintf("%d from %s", n, peer))
+			rep.OnAnswer(peer, recovery.RepairTry{PeerAlive: true})
+		}
+		if why, fail := rep.Verdict(); fail {
+			w.violate("feed", "%s: the repair of i%d's tail failed: %s", dstNode, in.id, why)
+		}
+		w.tracef("%s: i%d's prefix at %v; took %s", dstNode, in.id, w.dstTails.Last(in.id), strings.Join(took, ", "))
+	}
+	w.dst.RemoveInitiator(in.id)
+	if a := w.dstAttempt(); a != nil {
+		w.afterCall(a)
+	}
 }

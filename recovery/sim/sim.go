@@ -175,6 +175,11 @@ type Stats struct {
 	// Joins counts the initiators' joins of the partition (Knobs.Joins),
 	// RefusedJoining the txns refused while one was not answered yet.
 	Joins, RefusedJoining int
+	// Silenced counts the initiators' processes that went silent with
+	// their feeds open, Fenced those the replicas then took for dead
+	// (silent.go); SilencesPut off the silences left for a feed into a
+	// source node that was broken or failed.
+	Silenced, Fenced, SilencesPutOff int
 	// ResumesClosed counts the resumed feeds the core closed at once, its
 	// log having dropped txns above the receiver's point while the dial
 	// was out (recovery.Initiator.FeedResumed).
@@ -235,6 +240,14 @@ type world struct {
 	// asks are the heartbeat asks in flight to other initiators
 	// (Knobs.BeatAsks), in the order sent.
 	asks []beatAsk
+	// silenceRng draws the silences (silent.go), drawn after every other
+	// stream; silences are the ones planned, in tick order.
+	silenceRng *rand.Rand
+	silences   []silencePlan
+	// dstTails is what the destination node's replica kept of each
+	// initiator's txns, for its repair of a fenced one's tail; anew with
+	// each replica core (newDstReplica).
+	dstTails recovery.Tails
 	// joinAnswers are the answers to joins (Knobs.Joins) on their way
 	// back from the oracle and the destination node, in the order sent.
 	joinAnswers []joinAnswer
@@ -390,6 +403,7 @@ func newWorld(seed uint64, opts Options) *world {
 	regSeed1, regSeed2 := root.Uint64(), root.Uint64()
 	// Drawn last, so every stream above draws as it did before.
 	w.feedRng = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
+	w.silenceRng = rand.New(rand.NewPCG(root.Uint64(), root.Uint64()))
 	if opts.Tweak != nil {
 		opts.Tweak(&k)
 	}
@@ -460,6 +474,7 @@ func (w *world) setup() {
 	if !w.scripted {
 		w.planFaults()
 		w.planFeedBreaks()
+		w.planSilences()
 	}
 	w.tracef("setup seed=%d %s", w.seed, w.k)
 	w.tracef("source loaded: %s", w.describeReplica(w.srcExec))
@@ -496,7 +511,9 @@ func (w *world) newSrcReplica(id string) *srcReplica {
 // rejoin, its fence is fence, and it hears the initiators whose feed to
 // the destination is open.
 func (w *world) newDstReplica(fence uint64) *recovery.Replica {
-	fed := func(in *initiator) bool { return in.core.Fed(dstNode) }
+	// A fenced initiator's process is gone: the replica never hears it.
+	fed := func(in *initiator) bool { return in.core.Fed(dstNode) && !in.fenced }
+	w.dstTails = recovery.Tails{}
 	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Fence: fence, DropResults: true,
 		NewExecutor: func() (*partition.Executor, error) {
 			w.dstExec = w.newReplica(fed)
@@ -525,6 +542,7 @@ func (w *world) step() {
 		w.stepRegLoss()
 	}
 	w.stepFeeds()
+	w.stepSilences()
 	w.supervise()
 	if !w.scripted || w.auto {
 		w.stepSourceNodes()
@@ -565,6 +583,9 @@ func (w *world) sendWorkload() {
 		w.tracef("workload ends: quiescing")
 	}
 	for _, in := range w.inits {
+		if in.silent {
+			continue // its process is stopped, or gone (silent.go)
+		}
 		if in.joiner {
 			if in.active {
 				w.joinerWorkload(in, sending, final)
