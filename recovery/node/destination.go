@@ -113,6 +113,7 @@ func (r *replica) abortDest(att *dstAttempt, reason wire.AbortReason, text strin
 // destLive: the core made att's replica live.
 func (r *replica) destLive(att *dstAttempt) {
 	att.live = true
+	r.builtFrom = att.started
 	st := att.status()
 	st.Ended = time.Now()
 	r.lastDst = &st

@@ -77,6 +77,10 @@ type Node struct {
 	// the node was not registered (registration.go). No replica serves as
 	// a rejoin source in a term that is not settled.
 	settledTerm atomic.Int64
+	// termLost is when the process last saw a registration term of its
+	// end (Unix nanoseconds, 0: never): after it, it sequences nothing
+	// until registered again (initiator.fenced).
+	termLost atomic.Int64
 	// retry hands the executor loop the tasks whose attempt failed.
 	retry chan claim.Task
 	wg    sync.WaitGroup

@@ -65,6 +65,9 @@ func (n *Node) registration() {
 			}()
 		}
 		<-ctx.Done()
+		if n.ctx.Err() == nil {
+			n.termLost.Store(time.Now().UnixNano())
+		}
 		if out != nil {
 			// Lost again before the last loss was settled: what its
 			// settlement let out (freeSettled) may miss txns again.

@@ -103,6 +103,9 @@ type replica struct {
 	ticks, wakes atomic.Int64
 	// lastDst and lastSrc keep the latest attempts' status after they end.
 	lastDst, lastSrc *RejoinStatus
+	// builtFrom is when the attempt that made the replica live began
+	// (zero: live from the node's start, or not live).
+	builtFrom time.Time
 	// waitingSince (Unix nanoseconds) is since when the replica holds txns
 	// it cannot run with none run since (noteWaiting), 0 when it runs or
 	// holds none: the node says which initiator a stalled partition waits
