@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
@@ -169,33 +168,7 @@ func (w *world) fenceInitiator(in *initiator) {
 		if sr.out() {
 			continue
 		}
-		rep := recovery.NewTailRepair(in.id, nodes, sr.id, self)
-		for peer, ok := rep.Next(); ok; peer, ok = rep.Next() {
-			p := w.srcNamed(peer)
-			if p.out() {
-				rep.OnAnswer(peer, recovery.RepairTry{Err: fmt.Errorf("%s holds nothing that will run", peer)})
-				continue
-			}
-			txns, err := p.tails.After(in.id, sr.tails.Last(in.id), 1)
-			if err != nil {
-				rep.OnAnswer(peer, recovery.RepairTry{Err: err, Gone: true, PeerAlive: true})
-				continue
-			}
-			took := 0
-			for _, inv := range txns {
-				if inv.ID <= sr.tails.Last(in.id) {
-					continue
-				}
-				if why := feedCore(sr.core, inv); why != "" {
-					w.violate("feed", "%s refused %v of i%d's repaired tail: %s", sr.id, inv.ID, in.id, why)
-				}
-				sr.keepTail(inv)
-				took++
-			}
-			w.tracef("%s: i%d's prefix at %v; takes %d txns of it from %s", sr.id, in.id, sr.tails.Last(in.id), took, peer)
-			rep.OnAnswer(peer, recovery.RepairTry{PeerAlive: true})
-		}
-		if why, fail := rep.Verdict(); fail {
+		if why, fail := w.repairTail(in, recovery.NewTailRepair(in.id, nodes, sr.id, self), sr.id, sr.core, &sr.tails); fail {
 			sr.core.Fail(why)
 			sr.failed = true
 			w.tracef("%s node: replica failed: %s", sr.id, why)
@@ -209,16 +182,36 @@ func (w *world) fenceInitiator(in *initiator) {
 	w.tracef("i%d: process taken for dead; its tail repaired, the replicas wait for it no more", in.id)
 }
 
-// keepTail records on sr's tails what its core took in from a feed.
-func (sr *srcReplica) keepTail(inv partition.Invocation) { keepTail(&sr.tails, inv) }
-
-// keepTail records on t what a replica core took in from a feed.
-func keepTail(t *recovery.Tails, inv partition.Invocation) {
-	if inv.Proc == "" {
-		t.Took(inv.ID, nil, 1)
-		return
+// repairTail is rep run for the replica core of node, whose tails are t:
+// it asks the source nodes rep names, in turn, for in's txns past its
+// prefix, takes them in, and returns rep's verdict.
+func (w *world) repairTail(in *initiator, rep *recovery.TailRepair, node string, core *recovery.Replica, t *recovery.Tails) (why string, fail bool) {
+	for peer, ok := rep.Next(); ok; peer, ok = rep.Next() {
+		p := w.srcNamed(peer)
+		if p == nil || p.out() {
+			rep.OnAnswer(peer, recovery.RepairTry{Err: fmt.Errorf("%s holds nothing that will run", peer)})
+			continue
+		}
+		txns, err := p.tails.After(in.id, t.Last(in.id), 1)
+		if err != nil {
+			rep.OnAnswer(peer, recovery.RepairTry{Err: err, Gone: true, PeerAlive: true})
+			continue
+		}
+		took := 0
+		for _, inv := range txns {
+			if inv.ID <= t.Last(in.id) {
+				continue
+			}
+			if why := feedCore(core, inv); why != "" {
+				w.violate("feed", "%s refused %v of i%d's repaired tail: %s", node, inv.ID, in.id, why)
+			}
+			keepTail(t, inv)
+			took++
+		}
+		w.tracef("%s: i%d's prefix at %v; takes %d txns of it from %s", node, in.id, t.Last(in.id), took, peer)
+		rep.OnAnswer(peer, recovery.RepairTry{PeerAlive: true})
 	}
-	t.Took(inv.ID, &inv, 1)
+	return rep.Verdict()
 }
 
 // fenceAtDestination is fenceInitiator on the destination node's replica:
@@ -240,39 +233,24 @@ func (w *world) fenceAtDestination(in *initiator, nodes []string, self string) {
 	}
 	if w.dst.Executing() {
 		rep := recovery.NewTailRepair(in.id, append(slices.Clone(nodes), dstNode), dstNode, self)
-		var took []string
-		for peer, ok := rep.Next(); ok; peer, ok = rep.Next() {
-			p := w.srcNamed(peer)
-			if p == nil || p.out() {
-				rep.OnAnswer(peer, recovery.RepairTry{Err: fmt.Errorf("%s holds nothing that will run", peer)})
-				continue
-			}
-			txns, err := p.tails.After(in.id, w.dstTails.Last(in.id), 1)
-			if err != nil {
-				rep.OnAnswer(peer, recovery.RepairTry{Err: err, Gone: true, PeerAlive: true})
-				continue
-			}
-			n := 0
-			for _, inv := range txns {
-				if inv.ID <= w.dstTails.Last(in.id) {
-					continue
-				}
-				if why := feedCore(w.dst, inv); why != "" {
-					w.violate("feed", "%s refused %v of i%d's repaired tail: %s", dstNode, inv.ID, in.id, why)
-				}
-				keepTail(&w.dstTails, inv)
-				n++
-			}
-			took = append(took, fmt.Sprintf("%d from %s", n, peer))
-			rep.OnAnswer(peer, recovery.RepairTry{PeerAlive: true})
-		}
-		if why, fail := rep.Verdict(); fail {
+		if why, fail := w.repairTail(in, rep, dstNode, w.dst, &w.dstTails); fail {
 			w.violate("feed", "%s: the repair of i%d's tail failed: %s", dstNode, in.id, why)
 		}
-		w.tracef("%s: i%d's prefix at %v; took %s", dstNode, in.id, w.dstTails.Last(in.id), strings.Join(took, ", "))
 	}
 	w.dst.RemoveInitiator(in.id)
 	if a := w.dstAttempt(); a != nil {
 		w.afterCall(a)
 	}
+}
+
+// keepTail records on sr's tails what its core took in from a feed.
+func (sr *srcReplica) keepTail(inv partition.Invocation) { keepTail(&sr.tails, inv) }
+
+// keepTail records on t what a replica core took in from a feed.
+func keepTail(t *recovery.Tails, inv partition.Invocation) {
+	if inv.Proc == "" {
+		t.Took(inv.ID, nil, 1)
+		return
+	}
+	t.Took(inv.ID, &inv, 1)
 }
