@@ -19,11 +19,14 @@ const simUsage = `usage: rejoin sim --seeds N [--start S] [--workers W] [-v]
        rejoin sim --seed S [-v]
 
 Runs the deterministic rejoin simulator (package recovery/sim): one
-partition rebuilt on a new replica while initiators keep sending txns,
-by the product's claim guard, task record rules, supervisor (Decide) and
-health task, with aborts, cuts, restarts, late messages, claim holders
-paused past their lease, coordinator outages and cut-offs, source node
-deaths and supervisor failovers injected, every invariant checked. Each
+partition rebuilt on a new replica while initiators, joined to it on
+each feed, keep sending txns, by the product's initiator and replica
+cores, claim guard, task record rules, supervisor (Decide) and health
+task, with aborts, cuts, restarts, late messages, claim holders paused
+past their lease, coordinator outages and cut-offs, feeds broken and
+resumed, source node deaths, initiators silenced and fenced (their
+tails repaired) and supervisor failovers injected, every invariant
+checked. Each
 seed replays exactly. For every failing seed it prints the
 failure and the command that replays it, and it ends with one line,
 "N seeds, F failures"; the exit status is 1 if F > 0.
