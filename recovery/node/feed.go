@@ -16,6 +16,7 @@ import (
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/layout"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
@@ -1709,6 +1710,24 @@ func (in *initiator) run() {
 	}
 }
 
+// termStands reports whether the registration term the process runs now
+// still has its record in etcd, read afresh: a node's Fenced answer then
+// speaks of an earlier term, whose end the process saw (termLost). False
+// when etcd does not answer within a second.
+func (n *Node) termStands() bool {
+	if n.reg == nil {
+		return false
+	}
+	t := n.reg.Term()
+	if t == nil || t.Err() != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+	defer cancel()
+	resp, err := n.cli.Get(ctx, supervise.NodeKey(n.id))
+	return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == t.Created
+}
+
 // fenced: node took this process for dead and agreed with its peers on
 // where its txns end; what it sent past that runs nowhere there. The
 // replicas here of the partitions node holds live may have run it, or
@@ -1718,16 +1737,22 @@ func (in *initiator) fenced(node string, ps []uint32) {
 	why := fmt.Sprintf("node %s took this process for dead and its live replicas of this partition ran on without its last txns", node)
 	hosted := in.n.hosted()
 	lost := in.n.termLost.Load()
+	if lost != 0 && !in.n.termStands() {
+		// The term the process runs now may be the one taken for dead,
+		// its end not seen here yet: it may have sequenced since lost.
+		lost = 0
+	}
 	failed, kept := 0, 0
 	for _, p := range ps {
 		if r := hosted[p]; r != nil {
 			if ok, _ := ask(r, func(r *replica) bool {
 				if lost != 0 && r.builtFrom.UnixNano() > lost {
-					// Rebuilt after the process saw its term end, from a
-					// peer that took it for dead too: it holds none of the
-					// txns the process sent before it knew, which is all
-					// the answering node ran on without (no txn is
-					// sequenced unregistered). Failed, the last live
+					// Rebuilt after the process saw its last term end, from
+					// a peer that took it for dead too, and the term it
+					// runs now stands, so the answer speaks of an earlier
+					// one: it holds none of the txns the process sent
+					// before it knew, which is all the answering node ran
+					// on without (no txn is sequenced unregistered). Failed, the last live
 					// replica of a partition went whenever the answer came
 					// from a node that had itself been fenced since (rejoin
 					// chaos --seed 271828, 10m: partition 3 lost for good,
