@@ -186,6 +186,10 @@ func (w *world) fenceInitiator(in *initiator) {
 // it asks the source nodes rep names, in turn, for in's txns past its
 // prefix, takes them in, and returns rep's verdict.
 func (w *world) repairTail(in *initiator, rep *recovery.TailRepair, node string, core *recovery.Replica, t *recovery.Tails) (why string, fail bool) {
+	stat := &w.stats.TailTxnsRepaired
+	if node == dstNode {
+		stat = &w.stats.DstTailTxnsRepaired
+	}
 	for peer, ok := rep.Next(); ok; peer, ok = rep.Next() {
 		p := w.srcNamed(peer)
 		if p == nil || p.out() {
@@ -207,6 +211,7 @@ func (w *world) repairTail(in *initiator, rep *recovery.TailRepair, node string,
 			}
 			keepTail(t, inv)
 			took++
+			*stat++
 		}
 		w.tracef("%s: i%d's prefix at %v; takes %d txns of it from %s", node, in.id, t.Last(in.id), took, peer)
 		rep.OnAnswer(peer, recovery.RepairTry{PeerAlive: true})

@@ -180,6 +180,10 @@ type Stats struct {
 	// (silent.go); SilencesPut off the silences left for a feed into a
 	// source node that was broken or failed.
 	Silenced, Fenced, SilencesPutOff int
+	// TailTxnsRepaired counts the txns of a fenced initiator that a
+	// source replica took from a peer's tail, DstTailTxnsRepaired those
+	// the destination node's replica took.
+	TailTxnsRepaired, DstTailTxnsRepaired int
 	// ResumesClosed counts the resumed feeds the core closed at once, its
 	// log having dropped txns above the receiver's point while the dial
 	// was out (recovery.Initiator.FeedResumed).

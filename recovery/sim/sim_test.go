@@ -60,6 +60,7 @@ func TestSeeds(t *testing.T) {
 		regLosses, regLapses, regResumed, feedsBroken, joiners, settleWaits, kept, keptLapsed             int
 		settledFailed, settleUnknown, failedOnRedial, missedOnly, resumed, graceOut, asks, leads, capped  int
 		feedsResumed, gapsFilled, resent, resumedMissed                                                   int
+		refusedJoining, fenced, tailRepaired, dstTailRepaired                                             int
 		kinds                                                                                             [faultKinds]int
 		phases                                                                                            [phases]int
 	}
@@ -107,6 +108,10 @@ func TestSeeds(t *testing.T) {
 		count(&c.resent, s.TxnsResent > 0)
 		count(&c.resumedMissed, s.FailedOnResumeMissed > 0)
 		count(&c.missedOnly, s.SettledFailed > 0 && s.SettleUnknown == 0 && s.FailedOnRedial == 0)
+		count(&c.refusedJoining, s.RefusedJoining > 0)
+		count(&c.fenced, s.Fenced > 0)
+		count(&c.tailRepaired, s.TailTxnsRepaired > 0)
+		count(&c.dstTailRepaired, s.DstTailTxnsRepaired > 0)
 		count(&c.expired, s.ClaimsExpired > 0)
 		count(&c.claimLost, s.ClaimLostStops > 0)
 		count(&c.pausedLate, s.PausedLate > 0)
@@ -186,6 +191,14 @@ func TestSeeds(t *testing.T) {
 	want("a new initiator process registered while a node was away", c.joiners, 10)
 	want("a settlement waiting for a feed", c.settleWaits, 5)
 	want("a replica failed for the partitions a hello named (alone)", c.missedOnly, 3)
+	// Joins (Knobs.Joins) and silences (silent.go): 300 seeds gave 300
+	// with a txn refused while a join was not answered, 61 with an
+	// initiator fenced, 4 of them with its tail repaired into the
+	// destination (the source nodes' repair is the scenario
+	// silent-initiator.txt's).
+	want("a txn refused while a join was not answered", c.refusedJoining, 250)
+	want("an initiator silenced and fenced", c.fenced, 40)
+	want("a fenced initiator's tail repaired into the destination", c.dstTailRepaired, 2)
 	// Without the guard, a woken holder acts until its guard's first look.
 	want("a write accepted after its holder's claim was lost", c.writesAfterLoss, 2)
 	for k, got := range c.kinds {
