@@ -110,15 +110,19 @@ func (w *world) stepSilences() {
 				w.stats.SilencesPutOff++
 				continue
 			}
+			if w.tick < p.at+silenceMidSendTicks && !txnInFlight(in) {
+				continue // the interesting silence is one mid-send
+			}
 			reach := live[:1+w.silenceRng.IntN(len(live))]
-			if w.sourceMayDie() || w.k.FeedBreaks > 0 || !w.othersSound(nil) {
+			if w.sourceMayDie() || w.k.FeedBreaks > 0 && w.k.FeedLogBytesMax > 0 || !w.othersSound(nil) {
 				// Delivered to some nodes alone, a txn is lost if they all
 				// die or fail, and the oracle, which heard it, no longer
 				// matches the survivors: a txn lost with its initiator and
 				// every replica that had it was never acknowledged, which
 				// the oracle cannot tell. So it goes to every live node
 				// when one may yet die (seed 7003702) or fail on a feed
-				// that cannot resume (seed 7004037).
+				// that cannot resume, its log small enough to overflow
+				// (seed 7004037).
 				reach = live
 			}
 			w.silence(in, reach, w.silenceRng.IntN(2) == 0)
@@ -133,6 +137,23 @@ func (w *world) stepSilences() {
 			w.fenceInitiator(in)
 		}
 	}
+}
+
+// silenceMidSendTicks bounds how long a silence due waits for its
+// initiator to have a txn on its way to a source node, so that its last
+// txns reach some replicas and not others.
+const silenceMidSendTicks = 50
+
+// txnInFlight reports whether in has a txn on its way to a source node.
+func txnInFlight(in *initiator) bool {
+	for _, l := range in.toSrc {
+		for _, it := range l.q {
+			if it.inv.Proc != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sourceMayDie reports whether a source node's death is planned and has
