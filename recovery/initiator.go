@@ -412,7 +412,12 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 	for _, rp := range v.Placement[req.Partition] {
 		if in.logs(rp.Node, v) {
 			targets = append(targets, rp)
-			if rp.Live {
+			// A node out of the view whose replica has not answered the
+			// join is sent the txn, which its replica, not tracking this
+			// initiator, refuses and fails on (join): it is no copy to
+			// count on, and if it holds the partition's only live
+			// replica, the call is refused rather than that replica lost.
+			if rp.Live && (!in.cfg.Joins || in.feeds[rp.Node].joined[req.Partition]) {
 				live++
 			}
 		}

@@ -1171,6 +1171,19 @@ func TestInitiatorJoinWaitsForNoDeadNode(t *testing.T) {
 	if m := lastTxn(t, ti.io, "n3"); m.ID != ti.gen.Last() {
 		t.Fatalf("last txn to n3 %v, want %v", m.ID, ti.gen.Last())
 	}
+	// With n3's replica the only live one, the call is refused: sent, it
+	// would fail the partition's last live replica.
+	for i, rp := range ti.view.Placement[0] {
+		ti.view.Placement[0][i].Live = rp.Node == "n3"
+	}
+	ti.SetView(ti.view)
+	last := ti.gen.Last()
+	if err := ti.submit(t, 0, false); err == nil || !strings.Contains(err.Error(), "no live replica") {
+		t.Fatalf("call with only n3's unjoined replica live: %v, want refused for no live replica", err)
+	}
+	if ti.gen.Last() != last {
+		t.Fatalf("a refused call took an ID")
+	}
 }
 
 // TestInitiatorHolderJoinsAtView: with Joins, an initiator joins each
