@@ -1752,11 +1752,12 @@ func (in *initiator) fenced(node string, ps []uint32) {
 					// runs now stands, so the answer speaks of an earlier
 					// one: it holds none of the txns the process sent
 					// before it knew, which is all the answering node ran
-					// on without (no txn is sequenced unregistered). Failed, the last live
-					// replica of a partition went whenever the answer came
-					// from a node that had itself been fenced since (rejoin
-					// chaos --seed 271828, 10m: partition 3 lost for good,
-					// its other two replicas killed and not yet rebuilt).
+					// on without (no txn is sequenced unregistered).
+					// Failed, the last live replica of a partition went
+					// whenever the answer came from a node that had itself
+					// been fenced since (rejoin chaos --seed 271828, 10m:
+					// partition 3 lost for good, its other two replicas
+					// killed and not yet rebuilt).
 					kept++
 					return false
 				}

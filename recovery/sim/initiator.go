@@ -266,12 +266,7 @@ type beatAsk struct {
 // heartbeat above the ID on each feed that has not had one
 // (Initiator.BeatPast), which the world routes as any heartbeat.
 func (w *world) answerAsks() {
-	kept := w.asks[:0]
-	for _, a := range w.asks {
-		if a.at > w.tick {
-			kept = append(kept, a)
-			continue
-		}
+	for _, a := range takeDue(&w.asks, func(a beatAsk) bool { return a.at <= w.tick }) {
 		if a.to.silent {
 			continue // a stopped process reads nothing
 		}
@@ -279,8 +274,27 @@ func (w *world) answerAsks() {
 		a.to.core.BeatPast(a.id)
 		w.routeFeed(a.to)
 	}
-	clear(w.asks[len(kept):])
-	w.asks = kept
+}
+
+// takeDue removes from *q, keeping the order of the rest, the items due
+// says are due, and returns them in order: the caller acts on them once
+// the queue is whole again, so what it queues meanwhile is kept.
+func takeDue[T any](q *[]T, due func(T) bool) []T {
+	var out []T
+	kept := (*q)[:0]
+	for _, it := range *q {
+		if due(it) {
+			out = append(out, it)
+		} else {
+			kept = append(kept, it)
+		}
+	}
+	var zero T
+	for i := len(kept); i < len(*q); i++ {
+		(*q)[i] = zero
+	}
+	*q = kept
+	return out
 }
 
 // sendHeartbeat has in heartbeat on every open feed now.
@@ -425,19 +439,13 @@ func (w *world) answerJoin(in *initiator, node string, floor txnid.ID) {
 // answerJoins gives the initiators the answers due from the oracle and
 // the destination node.
 func (w *world) answerJoins() {
-	kept := w.joinAnswers[:0]
-	for _, a := range w.joinAnswers {
-		if a.at > w.tick {
-			kept = append(kept, a)
-			continue
-		}
+	for _, a := range takeDue(&w.joinAnswers, func(a joinAnswer) bool { return a.at <= w.tick }) {
 		if a.in.silent {
 			continue // a stopped process reads nothing
 		}
 		a.in.core.Joined(a.node, partitionID, a.floor)
 		w.routeFeed(a.in)
 	}
-	w.joinAnswers = kept
 }
 
 // sortedNodes lists the nodes of to in order, for the trace.
