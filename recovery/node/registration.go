@@ -172,7 +172,7 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 				}
 			}
 			if err == nil {
-				in.Holders, err = n.holders(ctx, out.view, t.Created, hosted)
+				in.Holders, in.Others, err = n.holders(ctx, out.view, t.Created, hosted)
 				if err == nil && in.Holders == nil {
 					n.log.Info("registration lapsed: its holders unknown (history compacted or no view then), every partition settles with every gap")
 				}
@@ -245,7 +245,7 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	}
 	n.feeds.release(func(p uint32) bool { _, failed := o.Fail[p]; return !failed && stands[p] })
 	if len(o.Gaps) > 0 {
-		n.log.Info("registration lapsed: replicas settled", "gaps", o.Gaps, "unknown", o.Unknown, "partitions_missed", len(o.Missed), "failed", len(o.Fail))
+		n.log.Info("registration lapsed: replicas settled", "gaps", o.Gaps, "unknown", o.Unknown, "partitions_missed", len(o.Missed), "failed", len(o.Fail), "kept_alone", o.Alone)
 	}
 	return true
 }
@@ -350,36 +350,44 @@ func (n *Node) freeSettled(o recovery.SettleOutcome, hosted map[uint32]*replica,
 // registration (viewBehindTerm). So the holders then, now (the view read
 // after registering again), and every node whose replica record was
 // created or deleted since the oldest of those views (etcd's history).
-// Nil, and no error, if that history is compacted or a view said nothing:
-// every node may have sequenced every partition (recovery.SettleInput).
-func (n *Node) holders(ctx context.Context, view *view, upto int64, hosted map[uint32]*replica) (map[uint32][]string, error) {
+// others are, of the same views, the other nodes whose replica of the
+// partition any of them may have counted live (recovery.SettleInput's
+// Others). Nil, and no error, if that history is compacted or a view said
+// nothing: every node may have sequenced every partition, and held it
+// live.
+func (n *Node) holders(ctx context.Context, view *view, upto int64, hosted map[uint32]*replica) (holders, others map[uint32][]string, err error) {
 	if view == nil || len(view.nodes) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	from := view.rev
 	for _, rec := range view.nodes {
 		from = min(from, rec.ViewRev)
 	}
 	if from <= 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	hctx, cancel := context.WithTimeout(ctx, historyTimeout)
+	defer cancel()
 	placed, err := supervise.PlacedBetween(hctx, n.cli, from, upto)
-	cancel()
+	var live map[uint32][]string
+	if err == nil {
+		live, err = supervise.LiveBetween(hctx, n.cli, from, upto)
+	}
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
-		return nil, nil
+		return nil, nil, nil
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	}
 	now := n.members.view()
-	out := make(map[uint32][]string, len(hosted))
+	holders, others = make(map[uint32][]string, len(hosted)), make(map[uint32][]string, len(hosted))
 	for p := range hosted {
 		hs := slices.Concat(view.holders(p), now.holders(p), placed[p])
 		slices.Sort(hs)
-		out[p] = slices.Compact(hs)
+		holders[p] = slices.Compact(hs)
+		others[p] = slices.DeleteFunc(slices.Clone(live[p]), func(node string) bool { return node == n.id })
 	}
-	return out, nil
+	return holders, others, nil
 }
 
 // missedWait bounds the wait, after a lapse, for the feed of a node that

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/recovery/claim"
@@ -761,6 +762,91 @@ func PlacedBetween(ctx context.Context, cli *clientv3.Client, after, upto int64)
 		})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// LiveBetween returns, per partition, the nodes whose replica of it was
+// live for the cluster at some revision in [after, upto]: its record said
+// live while its node had a record, as a view at that revision counts it
+// (recovery/node's placementOf), so an initiator may have answered a call
+// on its result alone. Records written by one transaction are taken one
+// event at a time, which can only add a node. upto must be the revision
+// of a node record write (a term's Created), which ends the read; the read
+// is bounded by ctx. A history compacted past after is an error (etcd's
+// ErrCompacted).
+func LiveBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) (map[uint32][]string, error) {
+	registered := map[string]bool{}
+	live := map[string]map[uint32]bool{} // per node, its replicas' records saying live
+	out := map[uint32][]string{}
+	note := func(p uint32, node string) {
+		if registered[node] && live[node][p] && !slices.Contains(out[p], node) {
+			out[p] = append(out[p], node)
+		}
+	}
+	setReplica := func(kv *mvccpb.KeyValue, deleted bool) error {
+		p, node, err := parseRecordKey(kv.Key, replicasPrefix)
+		if err != nil {
+			return err
+		}
+		is := false
+		if !deleted {
+			r, err := decodeReplica(kv)
+			if err != nil {
+				return err
+			}
+			is = r.State == ReplicaLive
+		}
+		if live[node] == nil {
+			live[node] = map[uint32]bool{}
+		}
+		live[node][p] = is
+		note(p, node)
+		return nil
+	}
+	setNode := func(key []byte, deleted bool) {
+		node := string(bytes.TrimPrefix(key, []byte(nodesPrefix)))
+		registered[node] = !deleted
+		for p := range live[node] {
+			note(p, node)
+		}
+	}
+	nodes, _, err := rangeAt(ctx, cli, nodesPrefix, after)
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range nodes {
+		setNode(kv.Key, false)
+	}
+	reps, _, err := rangeAt(ctx, cli, replicasPrefix, after)
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range reps {
+		if err := setReplica(kv, false); err != nil {
+			return nil, err
+		}
+	}
+	if after < upto {
+		ctx, cancel := context.WithCancel(ctx) // ends the watch
+		defer cancel()
+		err = historyBetween(ctx, WatchMembership(ctx, cli, after), "live replicas", after, upto,
+			func(ev *clientv3.Event) error {
+				deleted := ev.Type == clientv3.EventTypeDelete
+				switch {
+				case bytes.HasPrefix(ev.Kv.Key, []byte(nodesPrefix)):
+					setNode(ev.Kv.Key, deleted)
+				case bytes.HasPrefix(ev.Kv.Key, []byte(replicasPrefix)):
+					return setReplica(ev.Kv, deleted)
+				}
+				return nil
+			})
+		if err != nil {
+			return nil, err
+		}
+	}
+	for p := range out {
+		slices.Sort(out[p])
 	}
 	return out, nil
 }

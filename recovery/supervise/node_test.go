@@ -3,6 +3,7 @@ package supervise
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -469,5 +470,68 @@ func TestPlacedBetween(t *testing.T) {
 	}
 	if _, err := PlacedBetween(ctx, cli, before, upto); !errors.Is(err, rpctypes.ErrCompacted) {
 		t.Fatalf("PlacedBetween past a compaction: %v, want ErrCompacted", err)
+	}
+}
+
+// TestLiveBetween: the nodes whose replica of a partition was live for
+// the cluster (record live, node registered) at some revision between two
+// revisions, the first included: a live record of a node not registered
+// counts from the node's registration, one failed before the span does
+// not count, one live at its start does though it failed since, one gone
+// live within the span does, and nothing after the span's end is read.
+func TestLiveBetween(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	cli := newClient(t, e)
+	ctx := testCtx(t, 20*time.Second)
+	put := func(key, val string) int64 {
+		t.Helper()
+		resp, err := cli.Put(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	node := `{"status":"ready"}`
+	live, failed := `{"state":"live"}`, `{"state":"needs-rejoin"}`
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		put(ReplicaKey(1, n), live)
+		put(ReplicaKey(2, n), live)
+	}
+	put(NodeKey("n1"), node)
+	put(NodeKey("n2"), node)
+	put(NodeKey("n9"), node)
+	put(ReplicaKey(1, "n2"), failed) // failed before the span
+	after := put(NodeKey("n9"), node)
+	put(ReplicaKey(2, "n1"), failed) // live at the span's start
+	put(ReplicaKey(1, "n2"), live)   // live again within it
+	put(NodeKey("n3"), node)         // n3 registers: its records say live
+	if _, err := cli.Delete(ctx, NodeKey("n3")); err != nil {
+		t.Fatal(err)
+	}
+	// n4's record goes needs-rejoin before n4 registers: never live.
+	put(ReplicaKey(1, "n4"), failed)
+	put(ReplicaKey(2, "n4"), failed)
+	put(NodeKey("n4"), node)
+	upto := put(NodeKey("n9"), node)
+	put(ReplicaKey(2, "n4"), live) // after upto: not read
+	got, err := LiveBetween(ctx, cli, after, upto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint32][]string{1: {"n1", "n2", "n3"}, 2: {"n1", "n2", "n3"}}
+	if !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("LiveBetween = %v, want %v", got, want)
+	}
+	got, err = LiveBetween(ctx, cli, upto, upto)
+	want = map[uint32][]string{1: {"n1", "n2"}, 2: {"n2"}}
+	if err != nil || !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("LiveBetween at one revision = %v, %v; want %v", got, err, want)
+	}
+	if _, err := cli.Compact(ctx, upto); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LiveBetween(ctx, cli, after, upto); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("LiveBetween past a compaction: %v, want ErrCompacted", err)
 	}
 }
