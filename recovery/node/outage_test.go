@@ -930,3 +930,84 @@ func TestLapseKeepsTheLastLiveReplica(t *testing.T) {
 	})
 	checkDigests(t, cl, parts, 3)
 }
+
+// TestLapseRightAfterAResumedTerm: n2 is cut from etcd past its window
+// but within its lease (the term resumes on the same record), then again
+// at once, past its lease (a lapse). Before the first cut a new process
+// of n3 registered and stopped without ever reaching n2. That process
+// registered while n2 was registered and in every view of it, so it
+// could send nothing meant for n2 without a feed there: n2's settlement
+// must not count it among the processes registered during the outage.
+// Before, the resumed term said n2 was registered at its record's
+// creation, not when the record was read back, and the settlement took
+// every process registered since for a gap that cannot say: after two
+// etcd pauses in a row, n2 and n4 failed every replica of three
+// partitions, the last live ones (rejoin chaos --net-faults on --seed
+// 1129202611, 10m).
+func TestLapseRightAfterAResumedTerm(t *testing.T) {
+	const ttl = 4 * time.Second
+	const parts = 2
+	var logs logCatch
+	var px *faultnet.Proxy
+	var refroze atomic.Bool
+	c, px := newClusterNViaProxy(t, 3, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
+		c.proxied, c.pairProxied = true, true
+		c.onLog = func(id int, r slog.Record) {
+			switch {
+			case id != 2:
+			case strings.HasPrefix(r.Message, "registration resumed on its lease"):
+				// Cut again before the resumed term's first update.
+				if refroze.CompareAndSwap(false, true) {
+					px.Freeze()
+				}
+				logs.add("settle", id, r)
+			case strings.HasPrefix(r.Message, "supervise: node lost its registration"):
+				logs.add("lost", id, r)
+			case r.Message == "replica failed, needs a rejoin":
+				logs.add("failed", id, r)
+			case strings.HasPrefix(r.Message, "registration lapsed"):
+				logs.add("settle", id, r)
+			}
+		}
+	})
+	cl := dialClient(t, c.direct(1))
+	waitWritable(t, cl, parts)
+	for i := range 100 {
+		upsert(t, cl, parts, i)
+	}
+	// n3's new process never reaches n2.
+	c.stop(3)
+	c.pairs[[2]int{3, 2}].Freeze()
+	c.pairs[[2]int{2, 3}].Freeze()
+	c.start(3)
+	waitRegistered(t, c, "n3", true, 10*time.Second, "n3's new process registered")
+	c.stop(3)
+	waitRegistered(t, c, "n3", false, 10*time.Second, "n3's record gone")
+
+	px.Freeze()
+	waitUntil(t, ttl, "n2's term lost", func() bool { return len(logs.seen("lost")) > 0 })
+	px.Thaw()
+	waitUntil(t, ttl, "n2's term resumed and n2 cut again", refroze.Load)
+	// The first cut ends within the lease, the second outlasts it.
+	waitRegistered(t, c, "n2", false, 3*ttl, "n2's lease to expire")
+	px.Thaw()
+	waitRegistered(t, c, "n2", true, 20*time.Second, "n2 registered again")
+	waitUntil(t, 20*time.Second, "n2's settlement of its lapse", func() bool {
+		for _, s := range logs.seen("settle") {
+			if strings.Contains(s, "registration lapsed") && (strings.Contains(s, "replicas settled") || strings.Contains(s, "stay live")) {
+				return true
+			}
+		}
+		return false
+	})
+	for _, s := range logs.seen("settle") {
+		t.Logf("%s", s)
+	}
+	if f := logs.seen("failed"); len(f) > 0 {
+		t.Fatalf("n2 failed replicas for a process registered before its outage: %v", f)
+	}
+	for i := 100; i < 150; i++ {
+		upsert(t, cl, parts, i)
+	}
+	checkDigests(t, cl, parts, 2)
+}

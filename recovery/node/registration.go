@@ -360,8 +360,13 @@ func (n *Node) holders(ctx context.Context, view *view, upto int64, hosted map[u
 		return nil, nil, nil
 	}
 	from := view.rev
-	for _, rec := range view.nodes {
-		from = min(from, rec.ViewRev)
+	for id, rec := range view.nodes {
+		// This node's own view is view itself; its record's ViewRev is
+		// older (0 while the record is its term's first write), and
+		// would leave the holders unknown.
+		if id != n.id {
+			from = min(from, rec.ViewRev)
+		}
 	}
 	if from <= 0 {
 		return nil, nil, nil

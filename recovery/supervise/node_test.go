@@ -179,6 +179,12 @@ func TestNodeShortOutageResumesLease(t *testing.T) {
 	case <-time.After(500*time.Millisecond + lossSlack):
 		t.Fatal("term did not end within its window")
 	}
+	// Another client writes meanwhile: the record still stands at that
+	// revision, and the resumed term says the node was registered then.
+	resp, err := newClient(t, e).Put(ctx, "/elsewhere", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
 	px.Thaw()
 	next, err := n.NextTerm(ctx, first)
 	if err != nil {
@@ -186,6 +192,10 @@ func TestNodeShortOutageResumesLease(t *testing.T) {
 	}
 	if next.Lapses != first.Lapses || next.Lease != first.Lease || next.Created != first.Created {
 		t.Fatalf("term after a short outage %+v, first %+v: want the same lease and record", next, first)
+	}
+	if rev := next.Revision(); rev < resp.Header.Revision || rev < first.Revision() {
+		t.Fatalf("resumed term registered at revision %d, want at least %d: the record stood then (created %d, the first term's last %d)",
+			rev, resp.Header.Revision, next.Created, first.Revision())
 	}
 }
 
