@@ -1006,6 +1006,13 @@ func TestLapseRightAfterAResumedTerm(t *testing.T) {
 	if f := logs.seen("failed"); len(f) > 0 {
 		t.Fatalf("n2 failed replicas for a process registered before its outage: %v", f)
 	}
+	// What every node's view may have held is known (from the others'
+	// records: n2's own says ViewRev 0 until its record changes).
+	for _, s := range logs.seen("settle") {
+		if strings.Contains(s, "holders unknown") {
+			t.Errorf("n2 settled without knowing its partitions' holders: %s", s)
+		}
+	}
 	for i := 100; i < 150; i++ {
 		upsert(t, cl, parts, i)
 	}
