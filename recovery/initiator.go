@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -374,6 +375,11 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string { return e.Text }
 
+// ErrNoLiveReplica refuses a call whose partition has no replica the
+// initiator may count on: none live in its view with a feed that takes
+// the txn. Nothing was sent.
+var ErrNoLiveReplica = errors.New("no live replica")
+
 // Submit sequences a call and sends its txn to every replica of its
 // partition on a node with an open feed; reply gets the answer once no
 // live replica is waited for. registered says whether the node holds its
@@ -424,7 +430,7 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 	}
 	in.targetsScratch = targets
 	if live == 0 {
-		return fmt.Errorf("partition %d has no live replica", req.Partition)
+		return fmt.Errorf("partition %d has %w", req.Partition, ErrNoLiveReplica)
 	}
 	id := in.gen.Next()
 	var c *pendingCall

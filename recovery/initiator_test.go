@@ -299,7 +299,7 @@ func TestInitiatorRefuses(t *testing.T) {
 	}
 	ti.view.Bootstrapped = true
 	ti.view.Placement[1][0].Live = false
-	if err := ti.Submit(ti.view, true, call(1), never); err == nil || !strings.Contains(err.Error(), "no live replica") {
+	if err := ti.Submit(ti.view, true, call(1), never); !errors.Is(err, ErrNoLiveReplica) {
 		t.Fatalf("no live replica: %v", err)
 	}
 	if len(ti.io.sent) != 0 || ti.Pending() != 0 {

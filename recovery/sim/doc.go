@@ -157,7 +157,14 @@
 //     takes no claim before (the node's settledTerm gate). A replica
 //     kept is compared with the oracle again; one failed is out of the
 //     run (its rejoin is not modelled). Half of them wait for the
-//     destination to be live.
+//     destination to be live. In half the lapsing runs where a source
+//     node dies (and feed logs never overflow), the loss waits for that
+//     death and hits the survivor while no destination is live: the
+//     only live replica, every txn meanwhile refused, kept by Settle's
+//     rule 6 (the settlement is given the other replicas live
+//     meanwhile, from the coordinator's records, as the node reads
+//     etcd's history). As in the node's view, a replica counts live only
+//     while its node is in the view.
 //     A cut side keeps running until it knows, and its messages may take
 //     a late route to a newer attempt's processor, which must reject them
 //     by epoch.

@@ -252,6 +252,20 @@ func (w *world) refusedJoining(in *initiator, err error) bool {
 	return true
 }
 
+// refusedNoLive reports whether err is in's core refusing a txn of the
+// workload because no replica it may count on is live in its view: the
+// only live source node out of the view (its registration lapsed), the
+// other dead or failed (registration.go's alone plan). A definite
+// failure, not a bug, when the view has indeed no live replica.
+func (w *world) refusedNoLive(in *initiator, err error) bool {
+	if !errors.Is(err, recovery.ErrNoLiveReplica) || slices.ContainsFunc(w.view.Placement[partitionID], func(rp recovery.ReplicaPlace) bool { return rp.Live }) {
+		return false
+	}
+	w.stats.RefusedNoLive++
+	w.tracef("i%d: txn refused: %v", in.id, err)
+	return true
+}
+
 // refusedRedialing reports whether err is in's core refusing a txn of
 // the workload for a feed it redials to a node out of its view: its
 // hello named what was missed until then, so nothing more may be

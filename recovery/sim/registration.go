@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
@@ -64,6 +65,11 @@ type regLossPlan struct {
 	joiner                bool
 	joinAfter, joinerFeed uint64
 	joinerSeed            uint64
+	// alone: in a run where a source node dies, the loss waits for the
+	// death, for the dead node's record to go and for the destination not
+	// to be live, and hits the other source node: its replica is the
+	// partition's only live one (recovery.Settle's rule 6).
+	alone bool
 }
 
 // planRegLoss draws the run's lost registration from r: the same number
@@ -95,6 +101,7 @@ func (w *world) planRegLoss(r *rand.Rand) {
 	}
 	p.joinerSeed = r.Uint64()
 	p.afterLive = r.IntN(2) == 0
+	p.alone = p.lapse && r.IntN(2) == 0
 }
 
 // regTTL is a node registration's lease: half the claim's, as a dead
@@ -117,6 +124,11 @@ type regLoss struct {
 	lapsed, back bool
 	waits        map[string]uint64
 	expired      map[string]bool
+	// others: the other nodes whose replica may have been live at some
+	// tick from the loss until the node registers again: its record live
+	// while its node had a record, as supervise.LiveBetween reads etcd's
+	// history (recovery.SettleInput.Others).
+	others []string
 }
 
 // initiatorNode names initiator in's node, whose one process has
@@ -128,16 +140,50 @@ func initiatorNode(in *initiator) string { return fmt.Sprintf("i%d", in.id) }
 // broken), the coordinator up, the workload still running.
 func (w *world) maybeLoseRegistration() {
 	p := &w.regPlan
-	if !p.on || w.regFired || w.tick < p.at || w.quiescing || w.coord.down(w.tick) || (p.afterLive && w.live == nil) {
+	if !p.on || w.regFired || w.tick < p.at || w.quiescing || w.coord.down(w.tick) {
 		return
 	}
-	for _, sr := range w.srcs {
-		if sr.dead || sr.failed || sr.loss != nil || sr.breaking() {
+	// Not with small feed logs: one that overflows while its feed to the
+	// only live replica is broken names txns that replica missed, which
+	// were acknowledged nowhere (the oracle heard them), and the replica
+	// fails for them (a hello's Missed): the partition is lost, and the
+	// run cannot finish (seed 3014971).
+	alone := p.alone && w.k.FeedLogBytesMax == 0 && (slices.ContainsFunc(w.faults, func(f *fault) bool { return f.kind == faultSourceDies }) ||
+		slices.ContainsFunc(w.srcs, func(sr *srcReplica) bool { return sr.dead }))
+	if p.afterLive && !alone && w.live == nil {
+		return
+	}
+	sr := w.srcs[p.node]
+	if alone {
+		// The survivor of the planned death, once that death came, its
+		// node's record went, and no destination is live.
+		var dead *srcReplica
+		for i, o := range w.srcs {
+			if o.dead {
+				dead = o
+			} else {
+				sr = o
+				p.node = i
+			}
+		}
+		if dead == nil || w.live != nil {
 			return
+		}
+		if _, recorded := w.coord.nodes[dead.id]; recorded {
+			return
+		}
+		if sr.failed || sr.loss != nil || sr.breaking() {
+			return
+		}
+		w.stats.RegLossesAlone++
+	} else {
+		for _, sr := range w.srcs {
+			if sr.dead || sr.failed || sr.loss != nil || sr.breaking() {
+				return
+			}
 		}
 	}
 	w.regFired = true
-	sr := w.srcs[p.node]
 	sr.loss = &regLoss{from: w.tick, until: w.tick + p.out, rev: w.coord.rev, waits: map[string]uint64{}, expired: map[string]bool{}}
 	sr.loss.before, sr.loss.connsFrom = w.feedsInto(sr), w.conns
 	w.coord.cut(w.tick, p.out, sr.id)
@@ -176,11 +222,14 @@ func (w *world) stepRegLoss() {
 				w.breakFeed(in, sr, gap)
 			}
 		}
+		if !l.back {
+			w.noteOthersLive(sr)
+		}
 		if _, ok := w.coord.nodes[sr.id]; !ok && !l.lapsed {
 			l.lapsed = true
 			w.stats.RegLapses++
 			w.tracef("%s node: registration lapsed (rev %d): the initiators take it for dead", sr.id, w.coord.rev)
-			delete(w.view.Nodes, sr.id)
+			w.setInView(sr.id, false)
 			w.redial()
 		}
 		if j := w.joiner; j != nil && !j.active && l.lapsed && !l.back && w.tick >= l.from+w.regTTL()+p.joinAfter {
@@ -240,7 +289,7 @@ func (w *world) registerAgain(sr *srcReplica) {
 	rev := w.coord.write()
 	w.coord.nodes[sr.id] = supervise.NodeRecord{ID: sr.id, Address: sr.id, Started: timeAt(0), LastActive: now, Status: supervise.NodeReady, Created: int64(rev)}
 	w.coord.history = append(w.coord.history, registration{node: sr.id, inc: 1, rev: rev})
-	w.view.Nodes[sr.id] = 1
+	w.setInView(sr.id, true)
 	w.tracef("%s node: registered again on a new record (rev %d)", sr.id, rev)
 	if j := w.joiner; j != nil && j.active {
 		j.openAt = w.tick + w.regPlan.joinerFeed + 1
@@ -296,6 +345,11 @@ func (w *world) settle(sr *srcReplica) {
 			in.Meanwhile = append(in.Meanwhile, recovery.SettleProcess{Node: r.node, Inc: r.inc})
 		}
 	}
+	in.Others = map[uint32][]string{partitionID: l.others}
+	if w.opts.Sabotage == SabotageSettleAlone {
+		// The planted bug: every replica taken for the only live one.
+		in.Others = map[uint32][]string{partitionID: nil}
+	}
 	if w.opts.Sabotage == SabotageSettleMissed {
 		// The planted bug: what the hellos said is not heard.
 		for _, byInc := range in.Told {
@@ -318,6 +372,10 @@ func (w *world) settle(sr *srcReplica) {
 		}
 		return
 	case recovery.SettleKeep:
+		if len(o.Alone) > 0 {
+			w.stats.SettledAlone++
+			w.tracef("%s node: its replica is the only one live since the loss: kept whatever %v say", sr.id, o.Gaps)
+		}
 		if sr.failed {
 			w.tracef("%s node: settled: nothing more missed (lapsed %v, gaps %v); its replica had failed already", sr.id, l.lapsed, o.Gaps)
 			break
@@ -374,6 +432,41 @@ func (w *world) failSource(sr *srcReplica, why string) {
 	// within a dial.
 	w.viewDirty = true
 	w.tracef("%s node: replica failed: %s", sr.id, why)
+}
+
+// setInView puts node into the initiators' view or takes it out of it.
+// As in the node's view (recovery/node's placementOf), a replica is live
+// only while its node is in the view and its record says live: an
+// initiator whose feed to a node out of its view is still open sends it
+// txns and waits for none of its answers.
+func (w *world) setInView(node string, in bool) {
+	if in {
+		w.view.Nodes[node] = 1
+	} else {
+		delete(w.view.Nodes, node)
+	}
+	live := false
+	for _, r := range w.coord.replicas {
+		if r.Node == node {
+			live = r.State == supervise.ReplicaLive
+		}
+	}
+	for i, rp := range w.view.Placement[partitionID] {
+		if rp.Node == node {
+			w.view.Placement[partitionID][i].Live = in && live
+		}
+	}
+}
+
+// noteOthersLive adds to sr's loss the nodes whose replica record says
+// live while their node has a record, now.
+func (w *world) noteOthersLive(sr *srcReplica) {
+	l := sr.loss
+	for _, r := range w.coord.replicas {
+		if _, recorded := w.coord.nodes[r.Node]; r.Node != sr.id && recorded && r.State == supervise.ReplicaLive && !slices.Contains(l.others, r.Node) {
+			l.others = append(l.others, r.Node)
+		}
+	}
 }
 
 // unsettled reports whether sr lost its registration and has not settled

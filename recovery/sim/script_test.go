@@ -345,6 +345,8 @@ func (s *script) write(t *testing.T, d *datadriven.TestData) string {
 			return fmt.Sprintf("i%d sends nothing: its join is not answered yet by %s\n", in.id, strings.Join(unfed.Nodes, ", "))
 		}
 		return fmt.Sprintf("i%d sends nothing: no feed to the %s node\n", in.id, strings.Join(names, " and "))
+	} else if errors.Is(err, recovery.ErrNoLiveReplica) {
+		return fmt.Sprintf("i%d sends nothing: %v\n", in.id, err)
 	} else if err != nil {
 		d.Fatalf(t, "write: %v", err)
 	}
@@ -871,12 +873,15 @@ func (s *script) check(t *testing.T, d *datadriven.TestData) string {
 
 // loseRegistration makes a source node lose its registration while its
 // process runs on (registration.go): lose-registration node=src2 out=N
-// [break=I [break-at=N]] [join-after=N] [joiner-feed=N]. It is cut off
+// [break=I [break-at=N]] [join-after=N] [joiner-feed=N] [alone]. It is cut off
 // from the coordinator for out ticks; its lease (half the claim's TTL)
 // lapses if that is longer; initiator I's feed to it breaks break-at
 // ticks into the outage (1 unless said); the
 // joiner (setup joiner) registers join-after ticks into a lapse, and its
-// feed to the node opens joiner-feed ticks after the node is back.
+// feed to the node opens joiner-feed ticks after the node is back. With
+// alone, the loss fires as soon as the other source node is dead and its
+// record gone, and the destination not live (regLossPlan.alone), which
+// the next run may wait for.
 func (s *script) loseRegistration(t *testing.T, d *datadriven.TestData) string {
 	w := s.w
 	var node string
@@ -889,6 +894,7 @@ func (s *script) loseRegistration(t *testing.T, d *datadriven.TestData) string {
 	}
 	p := &w.regPlan
 	p.on, p.node, p.at, p.out = true, i, w.tick, uint64(out)
+	p.alone = d.HasArg("alone")
 	p.lapse = p.out > w.regTTL()
 	p.breaks = make([]uint64, len(w.inits))
 	if d.HasArg("break") {
@@ -909,7 +915,7 @@ func (s *script) loseRegistration(t *testing.T, d *datadriven.TestData) string {
 	d.MaybeScanArgs(t, "joiner-feed", &feed)
 	p.joinAfter, p.joinerFeed = uint64(after), uint64(feed)
 	w.maybeLoseRegistration()
-	if !w.regFired {
+	if !w.regFired && !p.alone {
 		d.Fatalf(t, "lose-registration: the loss cannot fire now")
 	}
 	return ""

@@ -46,6 +46,12 @@ const (
 	// node (wire.Hello.Missed), so a replica that missed txns stays live:
 	// invariant (a) must fail where one did.
 	SabotageSettleMissed
+	// SabotageSettleAlone tells a lost registration's settlement that no
+	// other replica was live meanwhile (recovery.SettleInput.Others), so
+	// a replica that missed txns another replica acknowledged, from a node
+	// that cannot say it sent them, stays live: invariant (a) must fail
+	// where one did.
+	SabotageSettleAlone
 )
 
 // Result is what one seed did.
@@ -162,6 +168,13 @@ type Stats struct {
 	RegLosses, RegLapses, FeedsBroken, Joiners, JoinerRefused int
 	SettleWaits, SettledKept, SettledFailed, SettleUnknown    int
 	FailedOnRedial                                            int
+	// RegLossesAlone counts the losses that hit the only live replica
+	// (regLossPlan.alone), SettledAlone the settlements that kept a
+	// replica by recovery.Settle's rule 6 (its partition alone).
+	RegLossesAlone, SettledAlone int
+	// RefusedNoLive counts the workload's txns refused for no live
+	// replica in the initiators' view (recovery.ErrNoLiveReplica).
+	RefusedNoLive int
 	// FeedsResumed counts the broken feeds a redial took up where the
 	// replica stopped (docs/DESIGN.md "Feeds that resume"); GapsFilled
 	// those of them that had lost txns in flight, TxnsResent the txns
@@ -605,7 +618,7 @@ func (w *world) sendWorkload() {
 		txn := r.IntN(100) < w.k.TxnPct
 		switch {
 		case (sending && txn) || final:
-			if err := w.sendTxn(in, w.drawTxn(r), w.view); err != nil && !w.refusedRedialing(in, err) && !w.refusedJoining(in, err) {
+			if err := w.sendTxn(in, w.drawTxn(r), w.view); err != nil && !w.refusedRedialing(in, err) && !w.refusedJoining(in, err) && !w.refusedNoLive(in, err) {
 				w.violate("feed", "i%d refused a txn: %v", in.id, err)
 			}
 			in.core.Tick()  // a txn went out in this tick: no heartbeat due
@@ -666,7 +679,7 @@ func (w *world) stepCoordinator() {
 				// node's does from etcd, and stop waiting for it. With joins
 				// that is what lets them sequence again: a dead node never
 				// answers a join.
-				delete(w.view.Nodes, sr.id)
+				w.setInView(sr.id, false)
 				w.tracef("%s node: its registration ended (rev %d): the initiators take it for dead", sr.id, w.coord.rev)
 				w.redial()
 			}
