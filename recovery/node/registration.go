@@ -172,7 +172,7 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 				}
 			}
 			if err == nil {
-				in.Holders, in.Others, err = n.holders(ctx, out.view, t.Created, hosted)
+				in.Holders, in.Others, err = n.holders(ctx, out, t.Created, hosted)
 				if err == nil && in.Holders == nil {
 					n.log.Info("registration lapsed: its holders unknown (history compacted or no view then), every partition settles with every gap")
 				}
@@ -342,7 +342,7 @@ func (n *Node) freeSettled(o recovery.SettleOutcome, hosted map[uint32]*replica,
 }
 
 // holders returns, for each partition of hosted, every node that may have
-// sequenced its txns since the outage that began with view was, until
+// sequenced its txns since the outage that began with out.view was, until
 // the node's registration at revision upto: a node sequences a
 // partition's txns only while its own view has it hold a replica
 // (Node.sequence), and that view is at least as new as what its record
@@ -355,11 +355,15 @@ func (n *Node) freeSettled(o recovery.SettleOutcome, hosted map[uint32]*replica,
 // Others). Nil, and no error, if that history is compacted or a view said
 // nothing: every node may have sequenced every partition, and held it
 // live.
-func (n *Node) holders(ctx context.Context, view *view, upto int64, hosted map[uint32]*replica) (holders, others map[uint32][]string, err error) {
+func (n *Node) holders(ctx context.Context, out *outage, upto int64, hosted map[uint32]*replica) (holders, others map[uint32][]string, err error) {
+	view := out.view
 	if view == nil || len(view.nodes) == 0 {
 		return nil, nil, nil
 	}
-	from := view.rev
+	// From no later than the revision the node was last registered at
+	// either: its record went after it, and only a view without the
+	// record can have had a call sequenced without this node.
+	from := min(view.rev, out.rev)
 	for id, rec := range view.nodes {
 		// This node's own view is view itself; its record's ViewRev is
 		// older (0 while the record is its term's first write), and
