@@ -83,9 +83,12 @@ type InitiatorConfig struct {
 	BeatLeadQuietTicks int
 	// FeedLogBytesMax bounds each feed's log, the txns meant for one node
 	// that it has not acknowledged (a txn counts its params, its
-	// procedure name and 64 bytes); 0 means FeedLogBytesMax. Past it the
-	// oldest go, and a feed that broke before they reached the node can
-	// no longer resume: its replicas there rejoin.
+	// procedure name and 64 bytes); 0 means FeedLogBytesMax. Past it an
+	// open feed's oldest go, and a feed that broke before they reached
+	// the node can no longer resume: its replicas there rejoin. A feed
+	// that is not open takes no more: the node misses the txns of the
+	// partitions others serve (their replicas there rejoin), and a call
+	// it holds the only live replica of is refused (ErrFeedLogFull).
 	FeedLogBytesMax int
 	// Joins: the initiator joins a partition on a feed (wire.Join) and
 	// sends its txns there only once the receiver answered (Joined), so
@@ -204,7 +207,9 @@ type feedOut struct {
 	beatTop txnid.ID
 	// resume: the dial under way asks to take up a broken feed, so txns
 	// go into the log meanwhile and the node counts as fed.
-	resume bool
+	// missedOnDial: a txn was missed there (its log full) after that
+	// dial's hello named what was missed: the resume must not go ahead.
+	resume, missedOnDial bool
 	// log holds, in ID order, every txn meant for the node above kept
 	// that the node has not acknowledged (wire.FeedAck), sent or not;
 	// logBytes is its size as FeedLogBytesMax counts it. Of a process:
@@ -220,22 +225,30 @@ type feedOut struct {
 }
 
 // txnLogBytes is what one txn counts in a feed's log.
-func txnLogBytes(t *wire.Txn) int { return len(t.Params) + len(t.Proc) + 64 }
+func txnLogBytes(t *wire.Txn) int { return logBytes(t.Proc, t.Params) }
 
-// push adds t to the log, dropping the oldest past max; a dropped txn
-// that was not sent is missed (dropped reports its partition).
-func (f *feedOut) push(t *wire.Txn, max int, dropped func(p uint32)) {
+// logBytes is what a txn of proc and params counts in a feed's log.
+func logBytes(proc string, params []byte) int { return len(params) + len(proc) + 64 }
+
+// full reports whether a txn of n log bytes would overflow the log of a
+// feed that is not open: such a log takes no more (push), as its oldest
+// txns were never sent and dropping one would make the node miss it.
+func (f *feedOut) full(n, max int) bool {
+	return f.state != feedOpen && f.logBytes+n > max
+}
+
+// push adds t to the log; on an open feed it drops the oldest past max
+// (all of them sent; a node that broke off before it read them cannot
+// resume, FeedResumed's Kept).
+func (f *feedOut) push(t *wire.Txn, max int) {
 	f.log = append(f.log, t)
 	f.logBytes += txnLogBytes(t)
-	for f.logBytes > max && len(f.log) > 0 {
+	for f.state == feedOpen && f.logBytes > max && len(f.log) > 0 {
 		old := f.log[0]
 		f.log[0] = nil
 		f.log = f.log[1:]
 		f.logBytes -= txnLogBytes(old)
 		f.kept = old.ID
-		if f.state != feedOpen {
-			dropped(old.Partition)
-		}
 	}
 }
 
@@ -380,6 +393,12 @@ func (e *RefusedError) Error() string { return e.Text }
 // the txn. Nothing was sent.
 var ErrNoLiveReplica = errors.New("no live replica")
 
+// ErrFeedLogFull refuses a call whose partition's only live replicas
+// are behind feeds that broke, whose logs are full: logged past their
+// bound, the txn would be missed there and fail the partition's last
+// live copies. Nothing was sent.
+var ErrFeedLogFull = errors.New("its live replicas' feeds are down and their logs full: nothing was sent")
+
 // Submit sequences a call and sends its txn to every replica of its
 // partition on a node with an open feed; reply gets the answer once no
 // live replica is waited for. registered says whether the node holds its
@@ -432,6 +451,24 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 	if live == 0 {
 		return fmt.Errorf("partition %d has %w", req.Partition, ErrNoLiveReplica)
 	}
+	// A feed that is not open logs the txn only while its log has room.
+	// A node whose log is full misses the txn, and its replica fails when
+	// the feed opens again (the hello names the partition missed): the
+	// other live replicas answer the call. Where no other live replica
+	// would take it, the call is refused instead: the replica behind that
+	// feed is the partition's only live copy, and a network fault must
+	// not fail it (the simulator, seed 3014971: a small log overflowed
+	// into the only live replica, which then failed for txns acknowledged
+	// nowhere, and the partition was lost).
+	n, counted := logBytes(req.Proc, req.Params), live
+	for _, rp := range targets {
+		if in.feeds[rp.Node].full(n, in.cfg.FeedLogBytesMax) && rp.Live && (!in.cfg.Joins || in.feeds[rp.Node].joined[req.Partition]) {
+			counted--
+		}
+	}
+	if counted == 0 {
+		return fmt.Errorf("partition %d: %w", req.Partition, ErrFeedLogFull)
+	}
 	id := in.gen.Next()
 	var c *pendingCall
 	if reply != nil {
@@ -457,7 +494,12 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 		in.cfg.Knobs.Plant(txn)
 	}
 	for _, rp := range targets {
-		if in.skip(rp.Node, id) {
+		f := in.feeds[rp.Node]
+		if full := f.full(n, in.cfg.FeedLogBytesMax); full || in.skip(rp.Node, id) {
+			if full {
+				in.noteMissed(rp.Node, req.Partition)
+				f.missedOnDial = f.missedOnDial || f.resume
+			}
 			if c != nil {
 				delete(c.waiting, rp.Node)
 			}
@@ -465,8 +507,7 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 		}
 		// Logged first: a send that fails breaks the feed, and the txn
 		// goes out again when it resumes.
-		f := in.feeds[rp.Node]
-		f.push(txn, in.cfg.FeedLogBytesMax, func(p uint32) { in.noteMissed(rp.Node, p) })
+		f.push(txn, in.cfg.FeedLogBytesMax)
 		if f.state == feedOpen {
 			in.send(rp.Node, txn)
 		}
@@ -938,7 +979,7 @@ func (in *Initiator) SetView(v *InitiatorView) {
 		case f.state == feedLost:
 			// The same process: ask it to take the feed up where it
 			// stopped. The log goes on taking txns meanwhile.
-			f.state, f.resume = feedDialing, true
+			f.state, f.resume, f.missedOnDial = feedDialing, true, false
 			in.io.Dial(node, DialAsk{Inc: f.inc, Missed: in.Missed(node), Resume: true, Kept: f.kept})
 		}
 	}
@@ -993,12 +1034,13 @@ func (in *Initiator) FeedOpened(node string, floor txnid.ID) {
 // new. A call that waits for the node with its txn at or below at lost
 // its Done with the connection: the txn is there, so it stops waiting.
 //
-// The hello's Kept was the log's when the dial went out; the log takes
-// txns until the answer, and one that overflowed meanwhile dropped txns
-// above at, which the receiver never gets. Then the feed is closed with
-// nothing sent: the next dial asks to resume above what was dropped, and
-// the receiver, still at at, refuses and fails its replicas, whose
-// partitions the next hello names missed (simulator seed 5238).
+// The hello named what the node missed when the dial went out; the log
+// takes txns until the answer, and once full it misses the node the
+// txns meant for it (Submit). Then the feed is closed with nothing sent,
+// and the next dial's hello names those partitions too: the receiver
+// resumes and fails only their replicas. Before, a full log dropped its
+// oldest, above the hello's Kept, and the receiver, refused the next
+// resume, failed every replica (simulator seed 5238).
 func (in *Initiator) FeedResumed(node string, at txnid.ID) {
 	f := in.feeds[node]
 	if f == nil || f.state != feedDialing || !f.resume {
@@ -1008,7 +1050,7 @@ func (in *Initiator) FeedResumed(node string, at txnid.ID) {
 	// A join asked on the broken connection may have been answered
 	// there: it is asked again, and the receiver answers it again.
 	f.joining = nil
-	if f.kept > at {
+	if f.kept > at || f.missedOnDial {
 		in.io.Close(node)
 		return
 	}

@@ -946,11 +946,17 @@ func TestInitiatorAbandon(t *testing.T) {
 	}
 }
 
-// TestInitiatorFeedLogBound: past FeedLogBytesMax the oldest txns of a
-// broken feed's log go, the txns' partition is missed there, and the
-// dial to resume asks above the last one dropped, so the receiver, which
-// stopped below it, refuses and fails its replicas. A dial that fails
-// keeps the log; a new process of the node drops it.
+// TestInitiatorFeedLogBound: past FeedLogBytesMax a broken feed's log
+// takes no more. A txn of a partition other live replicas take is
+// missed there (the next hello names the partition) and the call waits
+// for the others only; the dial to resume asks above the same Kept, so
+// the receiver resumes and fails only the partitions named. A call whose
+// only live replica is behind the full log is refused, nothing sent
+// (ErrFeedLogFull): before, the oldest txns went, the receiver refused
+// the resume and failed every replica, the partition's last live copy
+// among them (the simulator, seed 3014971). A dial that fails keeps the
+// log; a refused resume starts it anew; a new process of the node drops
+// it.
 func TestInitiatorFeedLogBound(t *testing.T) {
 	ti := newTestInitiator(t, 1)
 	ti.cfg.FeedLogBytesMax = 3 * (len("upsert") + 64)
@@ -966,25 +972,32 @@ func TestInitiatorFeedLogBound(t *testing.T) {
 	if got := ti.Missed("n2"); !slices.Equal(got, []uint32{0}) {
 		t.Fatalf("n2 missed %v, want [0]", got)
 	}
+	if ti.LogBytes("n2") != ti.cfg.FeedLogBytesMax {
+		t.Fatalf("n2's log %d bytes, want its first 3 txns: %d", ti.LogBytes("n2"), ti.cfg.FeedLogBytesMax)
+	}
+	for _, id := range ids {
+		ti.OnDone("n1", &wire.Done{ID: id})
+		ti.OnDone("n3", &wire.Done{ID: id})
+	}
+	if len(ti.reply) != 2 || ti.reply[0].Err != "" || ti.reply[1].Err != "" {
+		t.Fatalf("replies %+v, want the 2 calls n2's log did not take answered by n1 and n3", ti.reply)
+	}
+	ti.reply = nil
 	ti.SetView(ti.view)
-	if want := fmt.Sprintf("n2 1 [0] resume above %v", ids[1]); ti.io.dials[len(ti.io.dials)-1] != want {
+	if want := "n2 1 [0] resume above t0.c0.i0"; ti.io.dials[len(ti.io.dials)-1] != want {
 		t.Fatalf("dials %v, want the last %q", ti.io.dials, want)
 	}
 	ti.DialFailed("n2")
 	ti.SetView(ti.view)
-	if want := fmt.Sprintf("n2 1 [0] resume above %v", ids[1]); ti.io.dials[len(ti.io.dials)-1] != want {
+	if want := "n2 1 [0] resume above t0.c0.i0"; ti.io.dials[len(ti.io.dials)-1] != want {
 		t.Fatalf("after a failed dial, dials %v, want the last %q", ti.io.dials, want)
 	}
 	// The receiver refuses: a floor, not a resume. The calls stop waiting
 	// for n2, each of unknown outcome whatever the others answered, and
 	// the log starts anew.
-	for _, id := range ids {
-		ti.OnDone("n1", &wire.Done{ID: id})
-		ti.OnDone("n3", &wire.Done{ID: id})
-	}
 	ti.FeedOpened("n2", txnid.Zero)
-	if len(ti.reply) != len(ids) || ti.LogBytes("n2") != 0 {
-		t.Fatalf("%d replies, log %d bytes; want %d replies, an empty log", len(ti.reply), ti.LogBytes("n2"), len(ids))
+	if len(ti.reply) != 3 || ti.LogBytes("n2") != 0 {
+		t.Fatalf("%d replies, log %d bytes; want 3 replies, an empty log", len(ti.reply), ti.LogBytes("n2"))
 	}
 	for _, r := range ti.reply {
 		if !r.Uncertain || !strings.Contains(r.Err, "did not take it up") {
@@ -992,28 +1005,52 @@ func TestInitiatorFeedLogBound(t *testing.T) {
 		}
 	}
 	ti.reply = nil
+	// n1 holds partition 1's only replica: once its broken feed's log is
+	// full, a call of partition 1 is refused with nothing sent, and
+	// nothing of partition 1 is missed there.
+	ti.FeedAcked("n1", ids[len(ids)-1])
+	ti.FeedLost("n1")
+	for i := range 4 {
+		err := ti.submit(t, 1, false)
+		if i < 3 && err != nil {
+			t.Fatalf("call %d of partition 1 with n1's log not full: %v", i, err)
+		}
+		if i == 3 && !errors.Is(err, ErrFeedLogFull) {
+			t.Fatalf("call of partition 1 with n1's log full: %v, want ErrFeedLogFull", err)
+		}
+	}
+	if got := ti.Missed("n1"); len(got) != 0 {
+		t.Fatalf("n1 missed %v, want nothing", got)
+	}
 	// A new process of n3 while its feed is broken: its log goes, and
 	// the calls stop waiting for it.
 	ti.FeedAcked("n3", ids[len(ids)-1])
 	ti.FeedLost("n3")
+	ti.view.Placement[1] = append(ti.view.Placement[1], ReplicaPlace{Node: "n2", Live: true})
+	if err := ti.submit(t, 1, false); err != nil {
+		t.Fatal(err)
+	}
 	if err := ti.submit(t, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	ti.OnDone("n1", &wire.Done{ID: ti.gen.Last()})
 	ti.OnDone("n2", &wire.Done{ID: ti.gen.Last()})
 	ti.view.Nodes["n3"] = 2
 	ti.SetView(ti.view)
-	if ti.Pending() != 0 || ti.LogBytes("n3") != 0 || ti.io.dials[len(ti.io.dials)-1] != "n3 2 []" {
-		t.Fatalf("pending %d, n3's log %d bytes, dials %v", ti.Pending(), ti.LogBytes("n3"), ti.io.dials)
+	if ti.LogBytes("n3") != 0 || ti.io.dials[len(ti.io.dials)-1] != "n3 2 []" {
+		t.Fatalf("n3's log %d bytes, dials %v", ti.LogBytes("n3"), ti.io.dials)
 	}
 }
 
-// TestInitiatorResumeAfterLogDropped: the log goes on taking txns while
-// a dial to resume is out, and one that overflows meanwhile drops txns
-// above the Kept its hello said. If the receiver then resumes from below
-// them, the feed is closed at once with nothing sent, so that the next
-// dial, above what was dropped, is refused (simulator seed 5238).
-func TestInitiatorResumeAfterLogDropped(t *testing.T) {
+// TestInitiatorResumeAfterLogFull: the log goes on taking txns while a
+// dial to resume is out, and once full misses the node what it does not
+// take, after that dial's hello named what was missed. The receiver's
+// resume must then not go ahead: the feed is closed at once with nothing
+// sent, and the next dial, asking above the same Kept, names the
+// partition, so the receiver resumes and fails only its replicas there.
+// Before, a full log dropped its oldest above the hello's Kept, and the
+// receiver, refused the next resume, failed every replica (simulator
+// seed 5238).
+func TestInitiatorResumeAfterLogFull(t *testing.T) {
 	ti := newTestInitiator(t, 1)
 	ti.cfg.FeedLogBytesMax = 2 * (len("upsert") + 64)
 	ti.openAll(t)
@@ -1036,8 +1073,12 @@ func TestInitiatorResumeAfterLogDropped(t *testing.T) {
 	}
 	ti.FeedLost("n2")
 	ti.SetView(ti.view)
-	if d := ti.io.dials[len(ti.io.dials)-1]; !strings.Contains(d, "n2 1 [0] resume above") || strings.HasSuffix(d, at.String()) {
-		t.Fatalf("dials %v; want the last to name partition 0 missed and ask above more than %v", ti.io.dials, at)
+	if d, want := ti.io.dials[len(ti.io.dials)-1], "n2 1 [0] resume above "+at.String(); d != want {
+		t.Fatalf("dials %v; want the last %q", ti.io.dials, want)
+	}
+	ti.FeedResumed("n2", at)
+	if got := ti.io.take("n2"); len(got) != 2 || len(ti.Missed("n2")) != 0 {
+		t.Fatalf("sent %v, missed %v after the resume; want the log's 2 txns, nothing missed", got, ti.Missed("n2"))
 	}
 }
 

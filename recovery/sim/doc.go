@@ -158,7 +158,7 @@
 //     kept is compared with the oracle again; one failed is out of the
 //     run (its rejoin is not modelled). Half of them wait for the
 //     destination to be live. In half the lapsing runs where a source
-//     node dies (and feed logs never overflow), the loss waits for that
+//     node dies, the loss waits for that
 //     death and hits the survivor while no destination is live: the
 //     only live replica, every txn meanwhile refused, kept by Settle's
 //     rule 6 (the settlement is given the other replicas live

@@ -253,15 +253,21 @@ func (w *world) refusedJoining(in *initiator, err error) bool {
 }
 
 // refusedNoLive reports whether err is in's core refusing a txn of the
-// workload because no replica it may count on is live in its view: the
-// only live source node out of the view (its registration lapsed), the
-// other dead or failed (registration.go's alone plan). A definite
-// failure, not a bug, when the view has indeed no live replica.
+// workload because no replica it may count on would take it: none is
+// live in its view (the only live source node out of the view, its
+// registration lapsed, the other dead or failed: registration.go's alone
+// plan), or the feeds to the live ones are broken with their logs full
+// (recovery.ErrFeedLogFull). A definite failure, not a bug, when the
+// view has indeed no live replica, or the core says its logs are full.
 func (w *world) refusedNoLive(in *initiator, err error) bool {
-	if !errors.Is(err, recovery.ErrNoLiveReplica) || slices.ContainsFunc(w.view.Placement[partitionID], func(rp recovery.ReplicaPlace) bool { return rp.Live }) {
+	switch {
+	case errors.Is(err, recovery.ErrFeedLogFull):
+		w.stats.RefusedLogFull++
+	case errors.Is(err, recovery.ErrNoLiveReplica) && !slices.ContainsFunc(w.view.Placement[partitionID], func(rp recovery.ReplicaPlace) bool { return rp.Live }):
+		w.stats.RefusedNoLive++
+	default:
 		return false
 	}
-	w.stats.RefusedNoLive++
 	w.tracef("i%d: txn refused: %v", in.id, err)
 	return true
 }

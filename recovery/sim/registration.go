@@ -143,12 +143,7 @@ func (w *world) maybeLoseRegistration() {
 	if !p.on || w.regFired || w.tick < p.at || w.quiescing || w.coord.down(w.tick) {
 		return
 	}
-	// Not with small feed logs: one that overflows while its feed to the
-	// only live replica is broken names txns that replica missed, which
-	// were acknowledged nowhere (the oracle heard them), and the replica
-	// fails for them (a hello's Missed): the partition is lost, and the
-	// run cannot finish (seed 3014971).
-	alone := p.alone && w.k.FeedLogBytesMax == 0 && (slices.ContainsFunc(w.faults, func(f *fault) bool { return f.kind == faultSourceDies }) ||
+	alone := p.alone && (slices.ContainsFunc(w.faults, func(f *fault) bool { return f.kind == faultSourceDies }) ||
 		slices.ContainsFunc(w.srcs, func(sr *srcReplica) bool { return sr.dead }))
 	if p.afterLive && !alone && w.live == nil {
 		return

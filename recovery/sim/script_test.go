@@ -345,7 +345,7 @@ func (s *script) write(t *testing.T, d *datadriven.TestData) string {
 			return fmt.Sprintf("i%d sends nothing: its join is not answered yet by %s\n", in.id, strings.Join(unfed.Nodes, ", "))
 		}
 		return fmt.Sprintf("i%d sends nothing: no feed to the %s node\n", in.id, strings.Join(names, " and "))
-	} else if errors.Is(err, recovery.ErrNoLiveReplica) {
+	} else if errors.Is(err, recovery.ErrNoLiveReplica) || errors.Is(err, recovery.ErrFeedLogFull) {
 		return fmt.Sprintf("i%d sends nothing: %v\n", in.id, err)
 	} else if err != nil {
 		d.Fatalf(t, "write: %v", err)

@@ -173,8 +173,10 @@ type Stats struct {
 	// replica by recovery.Settle's rule 6 (its partition alone).
 	RegLossesAlone, SettledAlone int
 	// RefusedNoLive counts the workload's txns refused for no live
-	// replica in the initiators' view (recovery.ErrNoLiveReplica).
-	RefusedNoLive int
+	// replica in the initiators' view (recovery.ErrNoLiveReplica),
+	// RefusedLogFull those refused for the feeds to the live ones broken
+	// with full logs (recovery.ErrFeedLogFull).
+	RefusedNoLive, RefusedLogFull int
 	// FeedsResumed counts the broken feeds a redial took up where the
 	// replica stopped (docs/DESIGN.md "Feeds that resume"); GapsFilled
 	// those of them that had lost txns in flight, TxnsResent the txns

@@ -61,7 +61,7 @@ func TestSeeds(t *testing.T) {
 		settledFailed, settleUnknown, failedOnRedial, missedOnly, resumed, graceOut, asks, leads, capped  int
 		feedsResumed, gapsFilled, resent, resumedMissed                                                   int
 		refusedJoining, fenced, tailRepaired, dstTailRepaired                                             int
-		regLossesAlone, settledAlone, refusedNoLive                                                       int
+		regLossesAlone, settledAlone, refusedNoLive, refusedLogFull                                       int
 		kinds                                                                                             [faultKinds]int
 		phases                                                                                            [phases]int
 	}
@@ -113,6 +113,7 @@ func TestSeeds(t *testing.T) {
 		count(&c.regLossesAlone, s.RegLossesAlone > 0)
 		count(&c.settledAlone, s.SettledAlone > 0)
 		count(&c.refusedNoLive, s.RefusedNoLive > 0)
+		count(&c.refusedLogFull, s.RefusedLogFull > 0)
 		count(&c.fenced, s.Fenced > 0)
 		count(&c.tailRepaired, s.TailTxnsRepaired > 0)
 		count(&c.dstTailRepaired, s.DstTailTxnsRepaired > 0)
@@ -184,14 +185,19 @@ func TestSeeds(t *testing.T) {
 	want("a lost registration resumed on its lease, its replica kept", c.regResumed, 5)
 	want("a lapsed node's replica kept live (every feed open throughout)", c.keptLapsed, 10)
 	want("an initiator's feed to a node away broken", c.feedsBroken, 5)
-	// Feeds that break and resume (feedbreak.go): 300 seeds gave 101
-	// resumed, 83 with a resend, 27 of them filling a gap of txns lost in
-	// flight, 17 failed for a hello's Missed, 13 refused.
+	// Feeds that break and resume (feedbreak.go): 300 seeds gave 108
+	// resumed, 77 with a resend, 26 of them filling a gap of txns lost in
+	// flight, 27 failed for a hello's Missed, 1 refused. A broken feed's
+	// full log takes no more (recovery.ErrFeedLogFull): before, it dropped
+	// its oldest and 13 were refused, 14 failed for a Missed.
 	want("a broken feed resumed (Initiator.FeedResumed)", c.feedsResumed, 50)
 	want("a resumed feed's log resent", c.resent, 40)
 	want("a resend that filled txns lost in flight", c.gapsFilled, 10)
 	want("a resumed feed's replica failed for its hello's Missed", c.resumedMissed, 5)
-	want("a replica failed on a redial that could not resume (its log overflowed)", c.failedOnRedial, 5)
+	want("a replica failed on a redial that could not resume (its open feed's log dropped what it had not read)", c.failedOnRedial, 1)
+	// A call refused for the only live replica's broken feed's full log
+	// (recovery.ErrFeedLogFull) came in none of the 300: its scenario is
+	// feed-resume.txt's second part.
 	want("a new initiator process registered while a node was away", c.joiners, 10)
 	want("a settlement waiting for a feed", c.settleWaits, 5)
 	want("a replica failed for the partitions a hello named (alone)", c.missedOnly, 3)
@@ -489,8 +495,9 @@ var regressionSeeds = []struct {
 	// The only live replica (the other source node dead) lost its
 	// registration while a small feed log overflowed on a broken feed to
 	// it: the replica failed for the txns it named missed, acknowledged
-	// nowhere, and no replica was left; the run never finished. Such runs
-	// no longer take the alone plan (regLossPlan.alone).
+	// nowhere, and no replica was left; the run never finished. A broken
+	// feed's full log now takes no more, and a call whose only live
+	// replica is behind it is refused (recovery.ErrFeedLogFull).
 	{3014971, "the only live replica lapsed with a feed log overflowing: nothing left to rejoin from"},
 }
 
