@@ -124,6 +124,9 @@ func VerifyProgress(ctx context.Context, c *client.Client, table string, r Repor
 		defer mu.Unlock()
 		res.Lost++
 		if len(res.Examples) < 10 {
+			if id, ok := r.AckedID[k]; ok {
+				why = fmt.Sprintf("acknowledged as txn %v, %s", id, why)
+			}
 			res.Examples = append(res.Examples, fmt.Sprintf("key %x: %s", k, why))
 		}
 	}

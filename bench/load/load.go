@@ -126,6 +126,10 @@ type Report struct {
 	// write with the highest txn ID, which is the value a replica holds
 	// unless an uncertain write (Maybe) came after it.
 	Acked map[string][]byte
+	// AckedID (with Config.Record): key -> the txn ID of that write, so
+	// that a lost one says when, and through which initiator, it was
+	// acknowledged.
+	AckedID map[string]txnid.ID
 	// Maybe (with Config.Record): key -> values of uncertain writes.
 	Maybe map[string][][]byte
 }
@@ -362,12 +366,11 @@ func (g *Generator) Wait() (Report, error) {
 		KeySpace: g.nextKey.Load(),
 	}
 	if g.cfg.Record {
-		r.Acked, r.Maybe = make(map[string][]byte), make(map[string][][]byte)
-		best := make(map[string]txnid.ID)
+		r.Acked, r.Maybe, r.AckedID = make(map[string][]byte), make(map[string][][]byte), make(map[string]txnid.ID)
 		for _, s := range g.shards {
 			for k, a := range s.acked {
-				if id, ok := best[k]; !ok || a.id > id {
-					best[k], r.Acked[k] = a.id, a.value
+				if id, ok := r.AckedID[k]; !ok || a.id > id {
+					r.AckedID[k], r.Acked[k] = a.id, a.value
 				}
 			}
 			for k, vs := range s.maybe {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,7 +191,7 @@ func TestLoadRunVerify(t *testing.T) {
 		r.Acked[k] = []byte("not it")
 		break
 	}
-	if vr, err := Verify(ctx, c, "kv", r); err != nil || vr.Lost != 1 || len(vr.Examples) != 1 {
+	if vr, err := Verify(ctx, c, "kv", r); err != nil || vr.Lost != 1 || len(vr.Examples) != 1 || !strings.Contains(vr.Examples[0], "acknowledged as txn t") {
 		t.Fatalf("verify of a wrong record %+v: %v", vr, err)
 	}
 }

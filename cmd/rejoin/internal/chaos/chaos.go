@@ -707,7 +707,7 @@ func (r *run) main(ctx context.Context, steps []Step) error {
 	r.sum.AckedWritesChecked, r.sum.AckedWritesLost, r.sum.LostExamples = vr.Checked, vr.Lost, vr.Examples
 	r.eventf("acknowledged writes read back: %d, lost: %d", vr.Checked, vr.Lost)
 	if vr.Lost > 0 {
-		r.fail("%d acknowledged writes lost, e.g. %s", vr.Lost, vr.Examples[0])
+		r.fail("%d acknowledged writes lost, e.g. %s", vr.Lost, strings.Join(vr.Examples[:min(3, len(vr.Examples))], "; "))
 	}
 	r.sum.Writes, r.sum.WriteErrors, r.sum.WritesUncertain = report.Txns, report.Errors, report.Uncertain
 
