@@ -214,12 +214,20 @@ func (w *world) resumeFeed(in *initiator, sr *srcReplica, why string) {
 	w.tracef("i%d: feed to %s resumes at %v", in.id, sr.id, at)
 	in.core.FeedResumed(sr.id, at)
 	if slices.Contains(in.feeds.closes, sr.id) {
-		// The log dropped txns above at while the dial was out: the
-		// core closes the feed, and the next redial is refused.
+		// A txn was missed there (its log full) while the dial was out:
+		// the core closes the feed, and its next hello names the
+		// partition. The node took the feed up all the same, failing
+		// what this hello named (serveFeed does before anything comes),
+		// and the core redials within a view's poll: the node is in
+		// reach.
 		in.feeds.closes = nil
 		w.stats.ResumesClosed++
-		w.tracef("i%d: feed to %s closed at once: the log dropped txns above %v while the dial was out", in.id, sr.id, at)
-		w.breakFeed(in, sr, w.feedGap())
+		w.tracef("i%d: feed to %s closed at once: a txn was missed there while the dial was out", in.id, sr.id)
+		if why != "" {
+			w.stats.FailedOnResumeMissed++
+			w.failSource(sr, why)
+		}
+		w.breakFeed(in, sr, 1)
 		return
 	}
 	resent := 0

@@ -199,9 +199,9 @@ type Stats struct {
 	// source replica took from a peer's tail, DstTailTxnsRepaired those
 	// the destination node's replica took.
 	TailTxnsRepaired, DstTailTxnsRepaired int
-	// ResumesClosed counts the resumed feeds the core closed at once, its
-	// log having dropped txns above the receiver's point while the dial
-	// was out (recovery.Initiator.FeedResumed).
+	// ResumesClosed counts the resumed feeds the core closed at once, a
+	// txn having been missed there (its log full) while the dial was out
+	// (recovery.Initiator.FeedResumed).
 	ResumesClosed int
 	// GateHeld counts the polls at which a source node found a new
 	// assignment and left it, its lost registration not settled yet.

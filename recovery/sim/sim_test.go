@@ -499,6 +499,13 @@ var regressionSeeds = []struct {
 	// feed's full log now takes no more, and a call whose only live
 	// replica is behind it is refused (recovery.ErrFeedLogFull).
 	{3014971, "the only live replica lapsed with a feed log overflowing: nothing left to rejoin from"},
+	// A resume the core closed at once (a txn missed there while the dial
+	// was out) was taken for a new break of up to 53 ticks, and the
+	// replica was not failed for what the hello named: the source waited
+	// out its stall window for the initiator, with no fault to explain it
+	// (CI start 2136613441, on the full log's change). The node fails what
+	// the hello names as it resumes, and the core redials at once.
+	{2136638235, "a resume closed at once: the hello's Missed not heard, the redial taken for a break"},
 }
 
 // TestRegressionSeeds replays every seed that once failed.
