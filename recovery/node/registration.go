@@ -377,11 +377,7 @@ func (n *Node) holders(ctx context.Context, out *outage, upto int64, hosted map[
 	}
 	hctx, cancel := context.WithTimeout(ctx, historyTimeout)
 	defer cancel()
-	placed, err := supervise.PlacedBetween(hctx, n.cli, from, upto)
-	var live map[uint32][]string
-	if err == nil {
-		live, err = supervise.LiveBetween(hctx, n.cli, from, upto)
-	}
+	placed, live, err := supervise.ReplicasBetween(hctx, n.cli, from, upto)
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return nil, nil, nil

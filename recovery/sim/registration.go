@@ -126,7 +126,7 @@ type regLoss struct {
 	expired      map[string]bool
 	// others: the other nodes whose replica may have been live at some
 	// tick from the loss until the node registers again: its record live
-	// while its node had a record, as supervise.LiveBetween reads etcd's
+	// while its node had a record, as supervise.ReplicasBetween reads etcd's
 	// history (recovery.SettleInput.Others).
 	others []string
 }

@@ -739,58 +739,32 @@ func RegisteredBetween(ctx context.Context, cli *clientv3.Client, after, upto in
 	return out, nil
 }
 
-// PlacedBetween returns, per partition, the nodes whose replica record of
-// it was created or deleted at revisions in (after, upto], from etcd's
-// history: with the placements at after and at upto, every node that held
-// a replica of the partition at some revision between. upto must be the
-// revision of a node record write (a term's Created), which ends the
-// read; the read is bounded by ctx. A history compacted past after is an
-// error (etcd's ErrCompacted).
-func PlacedBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) (map[uint32][]string, error) {
-	out := map[uint32][]string{}
-	if after >= upto {
-		return out, nil
-	}
-	ctx, cancel := context.WithCancel(ctx) // ends the watch
-	defer cancel()
-	err := historyBetween(ctx, WatchMembership(ctx, cli, after), "placements", after, upto,
-		func(ev *clientv3.Event) error {
-			kv := ev.Kv
-			created := ev.Type == clientv3.EventTypePut && kv.CreateRevision == kv.ModRevision
-			if !bytes.HasPrefix(kv.Key, []byte(replicasPrefix)) || !created && ev.Type != clientv3.EventTypeDelete {
-				return nil
-			}
-			p, node, err := parseRecordKey(kv.Key, replicasPrefix)
-			if err != nil {
-				return err
-			}
-			if !slices.Contains(out[p], node) {
-				out[p] = append(out[p], node)
-			}
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// LiveBetween returns, per partition, the nodes whose replica of it was
-// live for the cluster at some revision in [after, upto]: its record said
-// live while its node had a record, as a view at that revision counts it
+// ReplicasBetween reads etcd's history of the replica and node records
+// once, from revision after to upto, and returns two views of it per
+// partition. placed: the nodes whose replica record of the partition was
+// created or deleted at revisions in (after, upto]; with the placements
+// at after and at upto, every node that held a replica of it at some
+// revision between. live: the nodes whose replica of it was live for the
+// cluster at some revision in [after, upto], its record saying live while
+// its node had a record, as a view at that revision counts it
 // (recovery/node's placementOf), so an initiator may have answered a call
-// on its result alone. Records written by one transaction are taken one
+// on its result alone; records written by one transaction are taken one
 // event at a time, which can only add a node. upto must be the revision
-// of a node record write (a term's Created), which ends the read; the read
-// is bounded by ctx. A history compacted past after is an error (etcd's
-// ErrCompacted).
-func LiveBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) (map[uint32][]string, error) {
+// of a node record write (a term's Created), which ends the read; the
+// read is bounded by ctx. A history compacted past after is an error
+// (etcd's ErrCompacted).
+func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) (placed, live map[uint32][]string, err error) {
+	placed, live = map[uint32][]string{}, map[uint32][]string{}
 	registered := map[string]bool{}
-	live := map[string]map[uint32]bool{} // per node, its replicas' records saying live
-	out := map[uint32][]string{}
+	says := map[string]map[uint32]bool{} // per node, its replicas' records saying live
+	add := func(m map[uint32][]string, p uint32, node string) {
+		if !slices.Contains(m[p], node) {
+			m[p] = append(m[p], node)
+		}
+	}
 	note := func(p uint32, node string) {
-		if registered[node] && live[node][p] && !slices.Contains(out[p], node) {
-			out[p] = append(out[p], node)
+		if registered[node] && says[node][p] {
+			add(live, p, node)
 		}
 	}
 	setReplica := func(kv *mvccpb.KeyValue, deleted bool) error {
@@ -806,58 +780,65 @@ func LiveBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) (
 			}
 			is = r.State == ReplicaLive
 		}
-		if live[node] == nil {
-			live[node] = map[uint32]bool{}
+		if says[node] == nil {
+			says[node] = map[uint32]bool{}
 		}
-		live[node][p] = is
+		says[node][p] = is
 		note(p, node)
 		return nil
 	}
 	setNode := func(key []byte, deleted bool) {
 		node := string(bytes.TrimPrefix(key, []byte(nodesPrefix)))
 		registered[node] = !deleted
-		for p := range live[node] {
+		for p := range says[node] {
 			note(p, node)
 		}
 	}
 	nodes, _, err := rangeAt(ctx, cli, nodesPrefix, after)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, kv := range nodes {
 		setNode(kv.Key, false)
 	}
 	reps, _, err := rangeAt(ctx, cli, replicasPrefix, after)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, kv := range reps {
 		if err := setReplica(kv, false); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if after < upto {
 		ctx, cancel := context.WithCancel(ctx) // ends the watch
 		defer cancel()
-		err = historyBetween(ctx, WatchMembership(ctx, cli, after), "live replicas", after, upto,
+		err = historyBetween(ctx, WatchMembership(ctx, cli, after), "replica records", after, upto,
 			func(ev *clientv3.Event) error {
-				deleted := ev.Type == clientv3.EventTypeDelete
+				kv, deleted := ev.Kv, ev.Type == clientv3.EventTypeDelete
 				switch {
-				case bytes.HasPrefix(ev.Kv.Key, []byte(nodesPrefix)):
-					setNode(ev.Kv.Key, deleted)
-				case bytes.HasPrefix(ev.Kv.Key, []byte(replicasPrefix)):
-					return setReplica(ev.Kv, deleted)
+				case bytes.HasPrefix(kv.Key, []byte(nodesPrefix)):
+					setNode(kv.Key, deleted)
+				case bytes.HasPrefix(kv.Key, []byte(replicasPrefix)):
+					if deleted || kv.CreateRevision == kv.ModRevision {
+						p, node, err := parseRecordKey(kv.Key, replicasPrefix)
+						if err != nil {
+							return err
+						}
+						add(placed, p, node)
+					}
+					return setReplica(kv, deleted)
 				}
 				return nil
 			})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	for p := range out {
-		slices.Sort(out[p])
+	for p := range live {
+		slices.Sort(live[p])
 	}
-	return out, nil
+	return placed, live, nil
 }
 
 // historyBetween passes visit each event of wch, a watch from after+1

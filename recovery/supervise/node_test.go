@@ -434,24 +434,17 @@ func TestNodeReregisterOverLiveEarlierIncarnation(t *testing.T) {
 	}
 }
 
-// TestPlacedBetween: the nodes whose replica record of a partition was
-// created or deleted between two revisions (a move: one deleted, one
-// created), not those whose record only changed state; the read ends at
+// TestReplicasBetweenPlaced: ReplicasBetween's placed, the nodes whose
+// replica record of a partition was created or deleted between two
+// revisions (a move: one deleted, one created), not those whose record only changed state; the read ends at
 // the node record write given as its end, and a history compacted past
 // its start is etcd's ErrCompacted.
-func TestPlacedBetween(t *testing.T) {
+func TestReplicasBetweenPlaced(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
 	cli := newClient(t, e)
 	ctx := testCtx(t, 20*time.Second)
-	put := func(key, val string) int64 {
-		t.Helper()
-		resp, err := cli.Put(ctx, key, val)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
+	put := putRev(t, ctx, cli)
 	live, failed := `{"state":"live"}`, `{"state":"needs-rejoin"}`
 	for _, node := range []string{"n1", "n2", "n3"} {
 		put(ReplicaKey(1, node), live)
@@ -465,43 +458,36 @@ func TestPlacedBetween(t *testing.T) {
 	put(ReplicaKey(1, "n4"), live)
 	upto := put(NodeKey("n9"), `{"x":1}`)
 	put(ReplicaKey(2, "n5"), live) // after upto: not read
-	got, err := PlacedBetween(ctx, cli, before, upto)
+	got, _, err := ReplicasBetween(ctx, cli, before, upto)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || !slices.Equal(got[1], []string{"n2", "n4"}) {
-		t.Fatalf("PlacedBetween = %v, want partition 1: n2, n4", got)
+		t.Fatalf("placed = %v, want partition 1: n2, n4", got)
 	}
-	if got, err := PlacedBetween(ctx, cli, upto, upto); err != nil || len(got) != 0 {
-		t.Fatalf("PlacedBetween of an empty span = %v, %v", got, err)
+	if got, _, err := ReplicasBetween(ctx, cli, upto, upto); err != nil || len(got) != 0 {
+		t.Fatalf("placed of an empty span = %v, %v", got, err)
 	}
 	if _, err := cli.Compact(ctx, upto); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := PlacedBetween(ctx, cli, before, upto); !errors.Is(err, rpctypes.ErrCompacted) {
-		t.Fatalf("PlacedBetween past a compaction: %v, want ErrCompacted", err)
+	if _, _, err := ReplicasBetween(ctx, cli, before, upto); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("ReplicasBetween past a compaction: %v, want ErrCompacted", err)
 	}
 }
 
-// TestLiveBetween: the nodes whose replica of a partition was live for
-// the cluster (record live, node registered) at some revision between two
+// TestReplicasBetweenLive: ReplicasBetween's live, the nodes whose
+// replica of a partition was live for the cluster (record live, node registered) at some revision between two
 // revisions, the first included: a live record of a node not registered
 // counts from the node's registration, one failed before the span does
 // not count, one live at its start does though it failed since, one gone
 // live within the span does, and nothing after the span's end is read.
-func TestLiveBetween(t *testing.T) {
+func TestReplicasBetweenLive(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
 	cli := newClient(t, e)
 	ctx := testCtx(t, 20*time.Second)
-	put := func(key, val string) int64 {
-		t.Helper()
-		resp, err := cli.Put(ctx, key, val)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
+	put := putRev(t, ctx, cli)
 	node := `{"status":"ready"}`
 	live, failed := `{"state":"live"}`, `{"state":"needs-rejoin"}`
 	for _, n := range []string{"n1", "n2", "n3", "n4"} {
@@ -525,23 +511,36 @@ func TestLiveBetween(t *testing.T) {
 	put(NodeKey("n4"), node)
 	upto := put(NodeKey("n9"), node)
 	put(ReplicaKey(2, "n4"), live) // after upto: not read
-	got, err := LiveBetween(ctx, cli, after, upto)
+	_, got, err := ReplicasBetween(ctx, cli, after, upto)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[uint32][]string{1: {"n1", "n2", "n3"}, 2: {"n1", "n2", "n3"}}
 	if !maps.EqualFunc(got, want, slices.Equal) {
-		t.Fatalf("LiveBetween = %v, want %v", got, want)
+		t.Fatalf("live = %v, want %v", got, want)
 	}
-	got, err = LiveBetween(ctx, cli, upto, upto)
+	_, got, err = ReplicasBetween(ctx, cli, upto, upto)
 	want = map[uint32][]string{1: {"n1", "n2"}, 2: {"n2"}}
 	if err != nil || !maps.EqualFunc(got, want, slices.Equal) {
-		t.Fatalf("LiveBetween at one revision = %v, %v; want %v", got, err, want)
+		t.Fatalf("live at one revision = %v, %v; want %v", got, err, want)
 	}
 	if _, err := cli.Compact(ctx, upto); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LiveBetween(ctx, cli, after, upto); !errors.Is(err, rpctypes.ErrCompacted) {
-		t.Fatalf("LiveBetween past a compaction: %v, want ErrCompacted", err)
+	if _, _, err := ReplicasBetween(ctx, cli, after, upto); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("ReplicasBetween past a compaction: %v, want ErrCompacted", err)
+	}
+}
+
+// putRev returns a put through cli on ctx that returns the revision it
+// wrote at.
+func putRev(t *testing.T, ctx context.Context, cli *clientv3.Client) func(key, val string) int64 {
+	return func(key, val string) int64 {
+		t.Helper()
+		resp, err := cli.Put(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
 	}
 }
