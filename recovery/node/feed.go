@@ -230,6 +230,26 @@ func (f *feedIns) settling() bool {
 	return f.holding || f.holdAt != 0
 }
 
+// forget drops the results held of p: its replica here failed, and what
+// it ran may be what no live replica elsewhere will (a txn of this
+// process past the tail its peers agreed on, or one run on a state that
+// missed txns), so none of it may answer a call. Dropped at the failure,
+// not when the settlement frees or releases the partition: by then p may
+// have a replica rebuilt since, which stands while the failed one's
+// results, held under the same partition, must not go out with its own.
+func (f *feedIns) forget(p uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	kept := f.held[:0]
+	for _, h := range f.held {
+		if h.d.Partition != p {
+			kept = append(kept, h)
+		}
+	}
+	clear(f.held[len(kept):])
+	f.held = kept
+}
+
 // release sends the held results of the partitions keep says, drops the
 // others (their replicas failed), and stops holding.
 func (f *feedIns) release(keep func(p uint32) bool) {

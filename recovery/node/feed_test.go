@@ -569,3 +569,34 @@ func TestFeedInsHold(t *testing.T) {
 		t.Fatal("settling after the release")
 	}
 }
+
+// TestFailedReplicaSendsNothingHeld: a replica that fails while a lapse
+// holds its results sends none of them, whatever stands of its partition
+// when the settlement frees or releases it. Those decide by partition,
+// and by then a replica rebuilt since may stand there: the failed one's
+// results, held under the same partition, went out with its own (a
+// replica fails when it may have run what no live replica elsewhere
+// will, so an answer of it may acknowledge a write kept nowhere).
+func TestFailedReplicaSendsNothingHeld(t *testing.T) {
+	n := testNode(t, t.TempDir())
+	r, slots, done := beatReplica(t, n, 1, true)
+	n.feeds.holdFrom(time.Now())
+	r.run(testTxn(txnid.Make(100, 0, 1)))
+	slots[2].raise(txnid.Make(110, 0, 2))
+	r.maybePullBeats()
+	r.step()
+	n.feeds.mu.Lock()
+	held := len(n.feeds.held)
+	n.feeds.mu.Unlock()
+	if held != 1 {
+		t.Fatalf("%d results held, want the txn's", held)
+	}
+	r.fail("test: failed while its results are held")
+	// As freeSettled, once a replica rebuilt since stands, and the
+	// settlement's end.
+	n.feeds.free([]uint32{1})
+	n.feeds.release(func(uint32) bool { return true })
+	if got := ranIDs(done); len(got) > 0 {
+		t.Fatalf("sent the results of %v, held by a replica that failed since", got)
+	}
+}

@@ -534,6 +534,7 @@ func (r *replica) output(o recovery.Output) {
 		}
 	case recovery.OutFailed:
 		r.n.log.Error("replica failed, needs a rejoin", "partition", r.p, "why", o.Why)
+		r.n.feeds.forget(r.p)
 		r.dst = nil
 		r.n.replicaChanged(r, false, 0)
 		r.publish()
