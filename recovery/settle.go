@@ -32,6 +32,19 @@ import (
 //     once its feed is open now, which is waited for (Wait) until the
 //     driver's bound runs out (Expired). A process whose feed was open
 //     when the registration was lost sent everything on it until it ended.
+//     One that never opened a feed here says nothing of a partition no
+//     other replica of which was live for any view it may have had
+//     (SettleProcess.Others): an initiator sequences a txn only with a
+//     live replica in its view to answer it, and with a feed to every
+//     holder its view has alive, this node's replica included. It cannot
+//     say for the others. Before, it could not say for any: after an etcd
+//     pause that every node lapsed in, a node restarted meanwhile and cut
+//     from its peers registered, was fenced unheard, and the two other
+//     holders of three partitions each failed its replica for it, so no
+//     replica of them was left (rejoin chaos --net-faults on --seed
+//     20261202, 10m, +448 s). Its view, from its registration on, had
+//     one of them live only once that one had registered again, and
+//     then needed a feed there: the first to register again keeps.
 //  4. A history that could not be read (Compacted) cannot say either.
 //  5. If any gap cannot say, every replica fails; otherwise exactly the
 //     replicas of the partitions named fail.
@@ -91,6 +104,15 @@ type SettleTold struct {
 type SettleProcess struct {
 	Node string
 	Inc  uint64
+	// Others, if not nil, holds per partition the nodes other than this
+	// one whose replica of it may have been live for some view of this
+	// process: live for the cluster at some revision, at or after the
+	// process registered, that a view of the outage may have had, read as
+	// SettleInput.Others is. A process that never opened a feed here
+	// sequenced a partition's txns only with a live replica in its view:
+	// this node's, which needs a feed here first, or one of these (rule
+	// 3). Nil: any replica may have been live for it.
+	Others map[uint32][]string
 }
 
 // SettleInput is what a node knows when it settles.
@@ -202,14 +224,18 @@ func Settle(in *SettleInput) SettleOutcome {
 		return SettleOutcome{Verdict: SettleKeep}
 	}
 	out := SettleOutcome{Gaps: gaps, Missed: map[uint32][]string{}, Fail: map[uint32]string{}}
-	var waiting []string
+	var waiting, unknownAll []string
+	muted := map[string][]SettleProcess{} // per gap, its processes never heard here
 	for _, node := range gaps {
-		ps, known, wait := missedBy(in, node)
+		ps, known, wait, mute := missedBy(in, node)
 		switch {
 		case wait:
 			waiting = append(waiting, node)
 		case !known:
-			out.Unknown = append(out.Unknown, node)
+			unknownAll = append(unknownAll, node)
+		}
+		if len(mute) > 0 {
+			muted[node] = mute
 		}
 		for _, p := range ps {
 			if !slices.Contains(out.Missed[p], node) {
@@ -217,10 +243,28 @@ func Settle(in *SettleInput) SettleOutcome {
 			}
 		}
 	}
+	// The gaps that cannot say what they sent of each partition.
+	unknownOf := make(map[uint32][]string, len(in.Partitions))
+	for _, p := range in.Partitions {
+		unknown := in.concern(p, unknownAll)
+		for _, node := range gaps {
+			if slices.ContainsFunc(muted[node], func(m SettleProcess) bool { return m.Others == nil || len(m.Others[p]) > 0 }) && !slices.Contains(unknown, node) && len(in.concern(p, []string{node})) > 0 {
+				unknown = append(unknown, node)
+			}
+		}
+		slices.Sort(unknown)
+		unknownOf[p] = unknown
+		for _, node := range unknown {
+			if !slices.Contains(out.Unknown, node) {
+				out.Unknown = append(out.Unknown, node)
+			}
+		}
+	}
+	slices.Sort(out.Unknown)
 	// A partition fails as soon as one gap makes it fail; it is kept
 	// only once none of its gaps is waited for.
 	for _, p := range in.Partitions {
-		unknown, alone := in.concern(p, out.Unknown), in.alone(p)
+		unknown, alone := unknownOf[p], in.alone(p)
 		if in.Rebuilt[p] {
 			if len(unknown) > 0 || len(out.Missed[p]) > 0 || len(in.concern(p, waiting)) > 0 {
 				out.Rebuilt = append(out.Rebuilt, p)
@@ -320,11 +364,14 @@ func settleGaps(in *SettleInput) []string {
 
 // missedBy says what node's processes sequenced without a feed here:
 // those that registered meanwhile by what they told, the live one by its
-// open feed's hello. known is false when one of them cannot say; wait is
-// true when the live one's feed is not open yet and its wait not over.
-func missedBy(in *SettleInput, node string) (ps []uint32, known, wait bool) {
+// open feed's hello. known is false when the live one cannot say; wait is
+// true when its feed is not open yet and its wait not over. mute are the
+// processes that registered meanwhile and never opened a feed here: they
+// say only of the partitions no other replica of which was live for them
+// (SettleProcess.Others).
+func missedBy(in *SettleInput, node string) (ps []uint32, known, wait bool, mute []SettleProcess) {
 	if node == CompactedNode && in.Compacted {
-		return nil, false, false
+		return nil, false, false, nil
 	}
 	inc, alive := in.Alive[node] // the live process's; none if not alive
 	for _, m := range in.Meanwhile {
@@ -336,23 +383,24 @@ func missedBy(in *SettleInput, node string) (ps []uint32, known, wait bool) {
 		}
 		told, ok := in.Told[node][m.Inc]
 		if !ok {
-			return nil, false, false // it never opened a feed here
+			mute = append(mute, m) // it never opened a feed here
+			continue
 		}
 		ps = append(ps, told.Missed...) // none unless told since the outage
 	}
 	if !alive {
-		return ps, true, false
+		return ps, true, false, mute
 	}
 	for _, f := range in.Now {
 		if f.Node == node && f.Inc == inc {
 			// Every hello of it since the outage: a feed of it that
 			// opened and broke meanwhile told what the open one, which
 			// names only what came after, does not.
-			return append(ps, in.Told[node][inc].Missed...), true, false
+			return append(ps, in.Told[node][inc].Missed...), true, false, mute
 		}
 	}
 	if in.Expired[node] {
-		return nil, false, false
+		return ps, false, false, mute
 	}
-	return nil, false, true
+	return ps, false, true, mute
 }

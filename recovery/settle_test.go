@@ -292,3 +292,37 @@ func TestSettleRebuilt(t *testing.T) {
 		t.Fatalf("pending %v, rebuilt kept %v; want 1 and 2 pending, 3 kept", o.Pending, o.Rebuilt)
 	}
 }
+
+// TestSettleMuteProcess: a process that registered meanwhile and never
+// opened a feed here cannot say only for the partitions another replica
+// of which was live for some view of it (SettleProcess.Others): for the
+// others it needed a feed here to sequence anything. Unknown others: it
+// cannot say for any (rule 3).
+func TestSettleMuteProcess(t *testing.T) {
+	in := settleBase()
+	in.Meanwhile = []SettleProcess{{Node: "n5", Inc: 50, Others: map[uint32][]string{2: {"n4"}, 3: {}}}}
+	o := Settle(in)
+	wantVerdict(t, o, SettleFail, 2)
+	if !slices.Equal(o.Unknown, []string{"n5"}) || len(o.Alone) != 0 {
+		t.Fatalf("unknown %v, alone %v; want n5 unknown, none kept alone", o.Unknown, o.Alone)
+	}
+
+	// rejoin chaos --seed 20261202's shape: a process of the third holder
+	// registered while this node and the second were out, cut off and
+	// fenced unheard. For the node that registered again first, no other
+	// replica was live for any view of it: kept. For the second, the
+	// first was: failed, and the partition keeps one replica.
+	in.Meanwhile[0].Others = map[uint32][]string{}
+	wantVerdict(t, Settle(in), SettleKeep)
+	in.Meanwhile[0].Others = map[uint32][]string{1: {"n1"}, 2: {"n1"}, 3: {"n1"}}
+	wantVerdict(t, Settle(in), SettleFail, 1, 2, 3)
+
+	in.Meanwhile[0].Others = nil
+	wantVerdict(t, Settle(in), SettleFail, 1, 2, 3)
+
+	// What a process heard here names missed still fails, with one
+	// that cannot say for its partition beside it.
+	in.Meanwhile = []SettleProcess{{Node: "n5", Inc: 50, Others: map[uint32][]string{}}, {Node: "n5", Inc: 51}}
+	in.Told["n5"] = map[uint64]SettleTold{51: {Since: true, Missed: []uint32{3}}}
+	wantVerdict(t, Settle(in), SettleFail, 3)
+}

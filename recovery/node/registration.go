@@ -159,9 +159,9 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	if in.Lapsed {
 		for {
 			err := n.members.refresh()
+			var meanwhile []supervise.NodeRecord
 			if err == nil {
 				hctx, cancel := context.WithTimeout(ctx, historyTimeout)
-				var meanwhile []supervise.NodeRecord
 				meanwhile, err = supervise.RegisteredBetween(hctx, n.cli, out.rev, t.Created)
 				cancel()
 				in.Meanwhile, in.Compacted = nil, false
@@ -175,9 +175,19 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 				}
 			}
 			if err == nil {
-				in.Holders, in.Others, err = n.holders(ctx, out, t.Created, hosted)
+				var last supervise.LastLive
+				in.Holders, last, err = n.holders(ctx, out, t.Created, hosted)
 				if err == nil && in.Holders == nil {
 					n.log.Info("registration lapsed: its holders unknown (history compacted or no view then), every partition settles with every gap")
+				}
+				if in.Holders != nil {
+					// The replicas live for some view of the outage, and
+					// of each process registered meanwhile, from its
+					// registration on (its views are no older).
+					in.Others = n.othersLive(last, 0, hosted)
+					for i, rec := range meanwhile {
+						in.Meanwhile[i].Others = n.othersLive(last, rec.Created, hosted)
+					}
 				}
 			}
 			if err == nil {
@@ -354,12 +364,11 @@ func (n *Node) freeSettled(o recovery.SettleOutcome, hosted map[uint32]*replica,
 // registration (viewBehindTerm). So the holders then, now (the view read
 // after registering again), and every node whose replica record was
 // created or deleted since the oldest of those views (etcd's history).
-// others are, of the same views, the other nodes whose replica of the
-// partition any of them may have counted live (recovery.SettleInput's
-// Others). Nil, and no error, if that history is compacted or a view said
-// nothing: every node may have sequenced every partition, and held it
-// live.
-func (n *Node) holders(ctx context.Context, out *outage, upto int64, hosted map[uint32]*replica) (holders, others map[uint32][]string, err error) {
+// last says, of the same views, when each node's replica of each
+// partition was last live for the cluster (othersLive). Nil, and no
+// error, if that history is compacted or a view said nothing: every node
+// may have sequenced every partition, and held it live.
+func (n *Node) holders(ctx context.Context, out *outage, upto int64, hosted map[uint32]*replica) (holders map[uint32][]string, last supervise.LastLive, err error) {
 	view := out.view
 	if view == nil || len(view.nodes) == 0 {
 		return nil, nil, nil
@@ -389,14 +398,26 @@ func (n *Node) holders(ctx context.Context, out *outage, upto int64, hosted map[
 		return nil, nil, err
 	}
 	now := n.members.view()
-	holders, others = make(map[uint32][]string, len(hosted)), make(map[uint32][]string, len(hosted))
+	holders = make(map[uint32][]string, len(hosted))
 	for p := range hosted {
 		hs := slices.Concat(view.holders(p), now.holders(p), placed[p])
 		slices.Sort(hs)
 		holders[p] = slices.Compact(hs)
-		others[p] = slices.DeleteFunc(slices.Clone(live[p]), func(node string) bool { return node == n.id })
 	}
-	return holders, others, nil
+	return holders, live, nil
+}
+
+// othersLive returns, for each partition of hosted, the other nodes whose
+// replica of it last was live at or after revision since (0: at any
+// revision holders read; recovery.SettleInput's and SettleProcess's
+// Others).
+func (n *Node) othersLive(last supervise.LastLive, since int64, hosted map[uint32]*replica) map[uint32][]string {
+	live := last.Since(since)
+	others := make(map[uint32][]string, len(hosted))
+	for p := range hosted {
+		others[p] = slices.DeleteFunc(live[p], func(node string) bool { return node == n.id })
+	}
+	return others
 }
 
 // rebuiltSince returns the partitions of hosted whose replica went live

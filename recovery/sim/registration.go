@@ -127,8 +127,11 @@ type regLoss struct {
 	// others: the other nodes whose replica may have been live at some
 	// tick from the loss until the node registers again: its record live
 	// while its node had a record, as supervise.ReplicasBetween reads etcd's
-	// history (recovery.SettleInput.Others).
-	others []string
+	// history (recovery.SettleInput.Others); lastLive the revision each
+	// of them was last seen live at, for the processes registered
+	// meanwhile (recovery.SettleProcess.Others).
+	others   []string
+	lastLive map[string]uint64
 }
 
 // initiatorNode names initiator in's node, whose one process has
@@ -337,7 +340,15 @@ func (w *world) settle(sr *srcReplica) {
 		// The nodes with replicas run no initiator here: only an
 		// initiator's registration is one a settlement checks.
 		if r.initiator && r.rev > l.rev && r.rev <= created {
-			in.Meanwhile = append(in.Meanwhile, recovery.SettleProcess{Node: r.node, Inc: r.inc})
+			// The replicas live for some view of it: from its
+			// registration on.
+			others := []string{}
+			for _, node := range l.others {
+				if l.lastLive[node] >= r.rev {
+					others = append(others, node)
+				}
+			}
+			in.Meanwhile = append(in.Meanwhile, recovery.SettleProcess{Node: r.node, Inc: r.inc, Others: map[uint32][]string{partitionID: others}})
 		}
 	}
 	in.Others = map[uint32][]string{partitionID: l.others}
@@ -458,8 +469,14 @@ func (w *world) setInView(node string, in bool) {
 func (w *world) noteOthersLive(sr *srcReplica) {
 	l := sr.loss
 	for _, r := range w.coord.replicas {
-		if _, recorded := w.coord.nodes[r.Node]; r.Node != sr.id && recorded && r.State == supervise.ReplicaLive && !slices.Contains(l.others, r.Node) {
-			l.others = append(l.others, r.Node)
+		if _, recorded := w.coord.nodes[r.Node]; r.Node != sr.id && recorded && r.State == supervise.ReplicaLive {
+			if !slices.Contains(l.others, r.Node) {
+				l.others = append(l.others, r.Node)
+			}
+			if l.lastLive == nil {
+				l.lastLive = map[string]uint64{}
+			}
+			l.lastLive[r.Node] = w.coord.rev
 		}
 	}
 }

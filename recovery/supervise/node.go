@@ -748,26 +748,40 @@ func RegisteredBetween(ctx context.Context, cli *clientv3.Client, after, upto in
 // cluster at some revision in [after, upto], its record saying live while
 // its node had a record, as a view at that revision counts it
 // (recovery/node's placementOf), so an initiator may have answered a call
-// on its result alone; records written by one transaction are taken one
-// event at a time, which can only add a node. upto must be the revision
-// of a node record write (a term's Created), which ends the read; the
-// read is bounded by ctx. A history compacted past after is an error
-// (etcd's ErrCompacted).
-func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) (placed, live map[uint32][]string, err error) {
-	placed, live = map[uint32][]string{}, map[uint32][]string{}
+// on its result alone, each with the last such revision (LastLive);
+// records written by one transaction are taken one event at a time,
+// which can only add a node or raise its revision. upto must be the
+// revision of a node record write (a term's Created), which ends the
+// read; the read is bounded by ctx. A history compacted past after is an
+// error (etcd's ErrCompacted).
+func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int64) (placed map[uint32][]string, live LastLive, err error) {
+	placed, live = map[uint32][]string{}, LastLive{}
 	registered := map[string]bool{}
 	says := map[string]map[uint32]bool{} // per node, its replicas' records saying live
+	liveNow := map[uint32]map[string]bool{}
 	add := func(m map[uint32][]string, p uint32, node string) {
 		if !slices.Contains(m[p], node) {
 			m[p] = append(m[p], node)
 		}
 	}
-	note := func(p uint32, node string) {
-		if registered[node] && says[node][p] {
-			add(live, p, node)
+	// note brings what is live in line with the records after the write
+	// at rev: a replica live from rev was last live at rev so far, one no
+	// longer live from rev was last live just before it.
+	note := func(p uint32, node string, rev int64) {
+		is, was := registered[node] && says[node][p], liveNow[p][node]
+		if is == was {
+			return
 		}
+		if liveNow[p] == nil {
+			liveNow[p] = map[string]bool{}
+		}
+		liveNow[p][node] = is
+		if !is {
+			rev--
+		}
+		live.raise(p, node, rev)
 	}
-	setReplica := func(kv *mvccpb.KeyValue, deleted bool) error {
+	setReplica := func(kv *mvccpb.KeyValue, deleted bool, rev int64) error {
 		p, node, err := parseRecordKey(kv.Key, replicasPrefix)
 		if err != nil {
 			return err
@@ -784,14 +798,14 @@ func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int6
 			says[node] = map[uint32]bool{}
 		}
 		says[node][p] = is
-		note(p, node)
+		note(p, node, rev)
 		return nil
 	}
-	setNode := func(key []byte, deleted bool) {
+	setNode := func(key []byte, deleted bool, rev int64) {
 		node := string(bytes.TrimPrefix(key, []byte(nodesPrefix)))
 		registered[node] = !deleted
 		for p := range says[node] {
-			note(p, node)
+			note(p, node, rev)
 		}
 	}
 	nodes, _, err := rangeAt(ctx, cli, nodesPrefix, after)
@@ -799,14 +813,14 @@ func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int6
 		return nil, nil, err
 	}
 	for _, kv := range nodes {
-		setNode(kv.Key, false)
+		setNode(kv.Key, false, after)
 	}
 	reps, _, err := rangeAt(ctx, cli, replicasPrefix, after)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, kv := range reps {
-		if err := setReplica(kv, false); err != nil {
+		if err := setReplica(kv, false, after); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -818,7 +832,7 @@ func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int6
 				kv, deleted := ev.Kv, ev.Type == clientv3.EventTypeDelete
 				switch {
 				case bytes.HasPrefix(kv.Key, []byte(nodesPrefix)):
-					setNode(kv.Key, deleted)
+					setNode(kv.Key, deleted, kv.ModRevision)
 				case bytes.HasPrefix(kv.Key, []byte(replicasPrefix)):
 					if deleted || kv.CreateRevision == kv.ModRevision {
 						p, node, err := parseRecordKey(kv.Key, replicasPrefix)
@@ -827,7 +841,7 @@ func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int6
 						}
 						add(placed, p, node)
 					}
-					return setReplica(kv, deleted)
+					return setReplica(kv, deleted, kv.ModRevision)
 				}
 				return nil
 			})
@@ -835,10 +849,43 @@ func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int6
 			return nil, nil, err
 		}
 	}
-	for p := range live {
-		slices.Sort(live[p])
+	for p, nodes := range liveNow {
+		for node, is := range nodes {
+			if is {
+				live.raise(p, node, upto)
+			}
+		}
 	}
 	return placed, live, nil
+}
+
+// LastLive holds, per partition and node, the last revision of a read of
+// etcd's history (ReplicasBetween) at which the node's replica of the
+// partition was live for the cluster.
+type LastLive map[uint32]map[string]int64
+
+func (l LastLive) raise(p uint32, node string, rev int64) {
+	if l[p] == nil {
+		l[p] = map[string]int64{}
+	}
+	if rev > l[p][node] {
+		l[p][node] = rev
+	}
+}
+
+// Since returns, per partition, the nodes, in order, whose replica was
+// live at some revision of the read at or after rev.
+func (l LastLive) Since(rev int64) map[uint32][]string {
+	out := make(map[uint32][]string, len(l))
+	for p, nodes := range l {
+		for node, last := range nodes {
+			if last >= rev {
+				out[p] = append(out[p], node)
+			}
+		}
+		slices.Sort(out[p])
+	}
+	return out
 }
 
 // historyBetween passes visit each event of wch, a watch from after+1

@@ -499,29 +499,43 @@ func TestReplicasBetweenLive(t *testing.T) {
 	put(NodeKey("n9"), node)
 	put(ReplicaKey(1, "n2"), failed) // failed before the span
 	after := put(NodeKey("n9"), node)
-	put(ReplicaKey(2, "n1"), failed) // live at the span's start
-	put(ReplicaKey(1, "n2"), live)   // live again within it
-	put(NodeKey("n3"), node)         // n3 registers: its records say live
-	if _, err := cli.Delete(ctx, NodeKey("n3")); err != nil {
+	n1Failed := put(ReplicaKey(2, "n1"), failed) // live at the span's start
+	put(ReplicaKey(1, "n2"), live)               // live again within it
+	put(NodeKey("n3"), node)                     // n3 registers: its records say live
+	del, err := cli.Delete(ctx, NodeKey("n3"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	n3Gone := del.Header.Revision
 	// n4's record goes needs-rejoin before n4 registers: never live.
 	put(ReplicaKey(1, "n4"), failed)
 	put(ReplicaKey(2, "n4"), failed)
 	put(NodeKey("n4"), node)
 	upto := put(NodeKey("n9"), node)
 	put(ReplicaKey(2, "n4"), live) // after upto: not read
-	_, got, err := ReplicasBetween(ctx, cli, after, upto)
+	_, last, err := ReplicasBetween(ctx, cli, after, upto)
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := last.Since(after)
 	want := map[uint32][]string{1: {"n1", "n2", "n3"}, 2: {"n1", "n2", "n3"}}
 	if !maps.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("live = %v, want %v", got, want)
 	}
-	_, got, err = ReplicasBetween(ctx, cli, upto, upto)
+	// The last revision each was live at: until the span's end, or just
+	// before the write that ended it.
+	wantLast := LastLive{1: {"n1": upto, "n2": upto, "n3": n3Gone - 1}, 2: {"n1": n1Failed - 1, "n2": upto, "n3": n3Gone - 1}}
+	if !maps.EqualFunc(last, wantLast, maps.Equal) {
+		t.Fatalf("last live = %v, want %v", last, wantLast)
+	}
+	// Since a revision: only those live at or after it.
+	want = map[uint32][]string{1: {"n1", "n2", "n3"}, 2: {"n2", "n3"}}
+	if got := last.Since(n1Failed); !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("live since revision %d = %v, want %v", n1Failed, got, want)
+	}
+	_, last, err = ReplicasBetween(ctx, cli, upto, upto)
 	want = map[uint32][]string{1: {"n1", "n2"}, 2: {"n2"}}
-	if err != nil || !maps.EqualFunc(got, want, slices.Equal) {
+	if got := last.Since(upto); err != nil || !maps.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("live at one revision = %v, %v; want %v", got, err, want)
 	}
 	if _, err := cli.Compact(ctx, upto); err != nil {
