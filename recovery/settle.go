@@ -42,7 +42,7 @@ import (
 //     from its peers registered, was fenced unheard, and the two other
 //     holders of three partitions each failed its replica for it, so no
 //     replica of them was left (rejoin chaos --net-faults on --seed
-//     20261202, 10m, +448 s). Its view, from its registration on, had
+//     20261202, 10m, +461.7 s). Its view, from its registration on, had
 //     one of them live only once that one had registered again, and
 //     then needed a feed there: the first to register again keeps.
 //  4. A history that could not be read (Compacted) cannot say either.
