@@ -63,19 +63,6 @@ import (
 //     was told (rejoin chaos --net-faults on --seed 1129202611, 10m:
 //     three partitions lost so after a cluster-wide etcd pause). What a
 //     gap names missed still fails it.
-//  7. And a partition whose replica here was rebuilt since the node
-//     registered again (SettleInput.Rebuilt): it began empty after the
-//     outage, took its rows from a live source (a node serves no rejoin
-//     before its own lapse is settled) and every initiator's txns above
-//     its handoff from feeds its attempt heard, so nothing this node
-//     missed meanwhile is in it. A txn a gap sequenced without a feed here
-//     came before that gap's next feed here, so its ID lies below what
-//     the attempt first heard of the gap, and a handoff at or above that
-//     (the coverage check) has it from the source. Failed, it was rebuilt
-//     for nothing and its partition lost a copy while the faults went on
-//     (rejoin chaos --net-faults on --seed 20261130, 10m: n2's replica of
-//     partition 0, rebuilt after n2 registered again, failed by its
-//     settlement at +242 s).
 
 // SettleFeed is one feed in from an initiator's process.
 type SettleFeed struct {
@@ -158,9 +145,6 @@ type SettleInput struct {
 	// revision a view of the outage may have had. A partition with none
 	// here is alone (rule 6). Nil: any replica may have been live.
 	Others map[uint32][]string
-	// Rebuilt are the partitions whose replica here went live from a
-	// rejoin attempt begun after the node registered again (rule 7).
-	Rebuilt map[uint32]bool
 }
 
 // SettleVerdict is what a settlement decided.
@@ -207,9 +191,6 @@ type SettleOutcome struct {
 	// Alone are the partitions kept by rule 6 that a gap which cannot
 	// say, or is waited for, would have failed or held.
 	Alone []uint32
-	// Rebuilt are the partitions kept by rule 7 that the gaps would have
-	// failed or held.
-	Rebuilt []uint32
 }
 
 // Settle decides what a node's replicas missed while it was not
@@ -265,12 +246,6 @@ func Settle(in *SettleInput) SettleOutcome {
 	// only once none of its gaps is waited for.
 	for _, p := range in.Partitions {
 		unknown, alone := unknownOf[p], in.alone(p)
-		if in.Rebuilt[p] {
-			if len(unknown) > 0 || len(out.Missed[p]) > 0 || len(in.concern(p, waiting)) > 0 {
-				out.Rebuilt = append(out.Rebuilt, p)
-			}
-			continue
-		}
 		switch {
 		case len(unknown) > 0 && !alone:
 			out.Fail[p] = fmt.Sprintf("registration lapsed and the feeds of %v did not stay open throughout; %v cannot say what they sent meanwhile: txns may have been missed", gaps, unknown)

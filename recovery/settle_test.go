@@ -256,43 +256,6 @@ func TestSettleAlone(t *testing.T) {
 	}
 }
 
-// TestSettleRebuilt: a replica rebuilt since the node registered again
-// holds nothing of the outage (rule 7): neither a gap that cannot say,
-// nor one that names its partition missed, nor one waited for fails or
-// holds it; the other partitions settle as before.
-func TestSettleRebuilt(t *testing.T) {
-	in := settleBase()
-	in.Meanwhile = []SettleProcess{{Node: "n5", Inc: 50}} // never heard from here
-	in.Rebuilt = map[uint32]bool{2: true}
-	o := Settle(in)
-	wantVerdict(t, o, SettleFail, 1, 3)
-	if !slices.Equal(o.Rebuilt, []uint32{2}) {
-		t.Fatalf("rebuilt kept %v, want 2", o.Rebuilt)
-	}
-
-	// A gap names 3 missed: only 3 would fail, and it was rebuilt.
-	in.Meanwhile = nil
-	in.Now = append(in.Now, SettleFeed{Node: "n4", Inc: 40, Conn: 4})
-	in.Alive["n4"] = 40
-	in.Told["n4"] = map[uint64]SettleTold{40: {Since: true, Missed: []uint32{3}}}
-	in.Rebuilt = map[uint32]bool{3: true}
-	o = Settle(in)
-	wantVerdict(t, o, SettleKeep)
-	if !slices.Equal(o.Rebuilt, []uint32{3}) {
-		t.Fatalf("rebuilt kept %v, want 3", o.Rebuilt)
-	}
-
-	// n4's feed not open yet: the others wait for it, the rebuilt one
-	// does not.
-	in.Now = in.Now[:2]
-	in.Told = map[string]map[uint64]SettleTold{}
-	o = Settle(in)
-	wantVerdict(t, o, SettleWait)
-	if o.Pending[3] || !o.Pending[1] || !o.Pending[2] || !slices.Equal(o.Rebuilt, []uint32{3}) {
-		t.Fatalf("pending %v, rebuilt kept %v; want 1 and 2 pending, 3 kept", o.Pending, o.Rebuilt)
-	}
-}
-
 // TestSettleMuteProcess: a process that registered meanwhile and never
 // opened a feed here cannot say only for the partitions another replica
 // of which was live for some view of it (SettleProcess.Others): for the

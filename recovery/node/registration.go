@@ -153,9 +153,6 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	n.republish(ctx, true)
 	in := &recovery.SettleInput{Lapsed: t.Lapses != out.lapses, Expired: map[string]bool{}}
 	hosted := n.hosted()
-	// The node registered again before this: a replica built by an
-	// attempt begun since holds nothing of the outage (rule 7).
-	registered := time.Now()
 	if in.Lapsed {
 		for {
 			err := n.members.refresh()
@@ -211,7 +208,6 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	var o recovery.SettleOutcome
 	for {
 		n.settleRead(in, conns, out.tellsFrom)
-		in.Rebuilt = rebuiltSince(hosted, registered)
 		o = recovery.Settle(in)
 		if in.Lapsed {
 			n.freeSettled(o, hosted, failed)
@@ -259,7 +255,7 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	}
 	n.feeds.release(func(p uint32) bool { _, failed := o.Fail[p]; return !failed && stands[p] })
 	if len(o.Gaps) > 0 {
-		n.log.Info("registration lapsed: replicas settled", "gaps", o.Gaps, "unknown", o.Unknown, "partitions_missed", len(o.Missed), "failed", len(o.Fail), "kept_alone", o.Alone, "kept_rebuilt", o.Rebuilt)
+		n.log.Info("registration lapsed: replicas settled", "gaps", o.Gaps, "unknown", o.Unknown, "partitions_missed", len(o.Missed), "failed", len(o.Fail), "kept_alone", o.Alone)
 	}
 	return true
 }
@@ -418,22 +414,6 @@ func (n *Node) othersLive(last supervise.LastLive, since int64, hosted map[uint3
 		others[p] = slices.DeleteFunc(live[p], func(node string) bool { return node == n.id })
 	}
 	return others
-}
-
-// rebuiltSince returns the partitions of hosted whose replica went live
-// from a rejoin attempt begun after since (recovery.SettleInput's
-// Rebuilt).
-func rebuiltSince(hosted map[uint32]*replica, since time.Time) map[uint32]bool {
-	var out map[uint32]bool
-	for p, r := range hosted {
-		if ok, _ := ask(r, func(r *replica) bool { return r.core.State() == recovery.ReplicaLive && r.builtFrom.After(since) }); ok {
-			if out == nil {
-				out = map[uint32]bool{}
-			}
-			out[p] = true
-		}
-	}
-	return out
 }
 
 // missedWait bounds the wait, after a lapse, for the feed of a node that
