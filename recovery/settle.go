@@ -224,7 +224,15 @@ func Settle(in *SettleInput) SettleOutcome {
 			}
 		}
 	}
-	// The gaps that cannot say what they sent of each partition.
+	// The gaps that cannot say what they sent of each partition, and
+	// those that cannot say of any: the live process of a gap, or a
+	// silent one whose other live replicas are unknown.
+	out.Unknown = slices.Clone(unknownAll)
+	for _, node := range gaps {
+		if slices.ContainsFunc(muted[node], func(m SettleProcess) bool { return m.Others == nil }) && !slices.Contains(out.Unknown, node) {
+			out.Unknown = append(out.Unknown, node)
+		}
+	}
 	unknownOf := make(map[uint32][]string, len(in.Partitions))
 	for _, p := range in.Partitions {
 		unknown := in.concern(p, unknownAll)
