@@ -102,6 +102,13 @@ type SettleProcess struct {
 	Others map[uint32][]string
 }
 
+// mayHaveWritten reports whether m, a process that never opened a feed
+// here, may have sequenced txns of p without one: it had another live
+// replica of p in some view (Others), or which it had is unknown.
+func (m SettleProcess) mayHaveWritten(p uint32) bool {
+	return m.Others == nil || len(m.Others[p]) > 0
+}
+
 // SettleInput is what a node knows when it settles.
 type SettleInput struct {
 	// Lapsed: the registration was not resumed on its lease (a new
@@ -224,32 +231,34 @@ func Settle(in *SettleInput) SettleOutcome {
 			}
 		}
 	}
-	// The gaps that cannot say what they sent of each partition, and
-	// those that cannot say of any: the live process of a gap, or a
-	// silent one whose other live replicas are unknown.
+	// The gaps that cannot say what they sent of each partition: those
+	// that cannot say of any (the live process of a gap, or a silent one
+	// whose other live replicas are unknown), and those with a silent
+	// process that may have written it.
+	silentFor := func(p uint32) []string {
+		var nodes []string
+		for _, node := range gaps {
+			if slices.ContainsFunc(muted[node], func(m SettleProcess) bool { return m.mayHaveWritten(p) }) {
+				nodes = append(nodes, node)
+			}
+		}
+		return nodes
+	}
 	out.Unknown = slices.Clone(unknownAll)
 	for _, node := range gaps {
-		if slices.ContainsFunc(muted[node], func(m SettleProcess) bool { return m.Others == nil }) && !slices.Contains(out.Unknown, node) {
+		if slices.ContainsFunc(muted[node], func(m SettleProcess) bool { return m.Others == nil }) {
 			out.Unknown = append(out.Unknown, node)
 		}
 	}
 	unknownOf := make(map[uint32][]string, len(in.Partitions))
 	for _, p := range in.Partitions {
-		unknown := in.concern(p, unknownAll)
-		for _, node := range gaps {
-			if slices.ContainsFunc(muted[node], func(m SettleProcess) bool { return m.Others == nil || len(m.Others[p]) > 0 }) && !slices.Contains(unknown, node) && len(in.concern(p, []string{node})) > 0 {
-				unknown = append(unknown, node)
-			}
-		}
+		unknown := in.concern(p, slices.Concat(unknownAll, silentFor(p)))
 		slices.Sort(unknown)
-		unknownOf[p] = unknown
-		for _, node := range unknown {
-			if !slices.Contains(out.Unknown, node) {
-				out.Unknown = append(out.Unknown, node)
-			}
-		}
+		unknownOf[p] = slices.Compact(unknown)
+		out.Unknown = append(out.Unknown, unknownOf[p]...)
 	}
 	slices.Sort(out.Unknown)
+	out.Unknown = slices.Compact(out.Unknown)
 	// A partition fails as soon as one gap makes it fail; it is kept
 	// only once none of its gaps is waited for.
 	for _, p := range in.Partitions {

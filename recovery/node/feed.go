@@ -240,14 +240,7 @@ func (f *feedIns) settling() bool {
 func (f *feedIns) forget(p uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	kept := f.held[:0]
-	for _, h := range f.held {
-		if h.d.Partition != p {
-			kept = append(kept, h)
-		}
-	}
-	clear(f.held[len(kept):])
-	f.held = kept
+	f.held = slices.DeleteFunc(f.held, func(h heldDone) bool { return h.d.Partition == p })
 }
 
 // release sends the held results of the partitions keep says, drops the

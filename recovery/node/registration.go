@@ -157,18 +157,13 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 		for {
 			err := n.members.refresh()
 			var meanwhile []supervise.NodeRecord
+			in.Meanwhile, in.Compacted, in.Others = nil, false, nil
 			if err == nil {
 				hctx, cancel := context.WithTimeout(ctx, historyTimeout)
 				meanwhile, err = supervise.RegisteredBetween(hctx, n.cli, out.rev, t.Created)
 				cancel()
-				in.Meanwhile, in.Compacted = nil, false
-				switch {
-				case errors.Is(err, rpctypes.ErrCompacted):
+				if errors.Is(err, rpctypes.ErrCompacted) {
 					in.Compacted, err = true, nil
-				case err == nil:
-					for _, rec := range meanwhile {
-						in.Meanwhile = append(in.Meanwhile, recovery.SettleProcess{Node: rec.ID, Inc: uint64(incarnation(rec))})
-					}
 				}
 			}
 			if err == nil {
@@ -177,14 +172,18 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 				if err == nil && in.Holders == nil {
 					n.log.Info("registration lapsed: its holders unknown (history compacted or no view then), every partition settles with every gap")
 				}
+				// The replicas live for some view of the outage, and of
+				// each process registered meanwhile, from its
+				// registration on (its views are no older).
 				if in.Holders != nil {
-					// The replicas live for some view of the outage, and
-					// of each process registered meanwhile, from its
-					// registration on (its views are no older).
 					in.Others = n.othersLive(last, 0, hosted)
-					for i, rec := range meanwhile {
-						in.Meanwhile[i].Others = n.othersLive(last, rec.Created, hosted)
+				}
+				for _, rec := range meanwhile {
+					m := recovery.SettleProcess{Node: rec.ID, Inc: uint64(incarnation(rec))}
+					if in.Holders != nil {
+						m.Others = n.othersLive(last, rec.Created, hosted)
 					}
+					in.Meanwhile = append(in.Meanwhile, m)
 				}
 			}
 			if err == nil {
