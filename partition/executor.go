@@ -173,6 +173,11 @@ func (e *Executor) Heartbeat(id txnid.ID) error {
 // Safe returns the safe txn ID: nothing at or below it can still arrive.
 func (e *Executor) Safe() (txnid.ID, bool) { return e.safe() }
 
+// PeekSafe returns the safe txn ID as Safe does, without keeping it as
+// read (SafeUpTo): for a look nothing is decided on, such as a driver's
+// measurement, which must not move a joining initiator's floor.
+func (e *Executor) PeekSafe() (txnid.ID, bool) { return e.tracker.Safe() }
+
 // safe reads the tracker's safe txn ID and keeps the highest read.
 func (e *Executor) safe() (txnid.ID, bool) {
 	s, ok := e.tracker.Safe()

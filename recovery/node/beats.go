@@ -3,6 +3,7 @@ package node
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rejoin-db/rejoin/txnid"
 )
@@ -48,13 +49,24 @@ import (
 // Invariant: when the slot holds v, every txn of the feed with an ID
 // below v has been put into its replica's inbox (readFeed enqueues in
 // feed order, and the feed is in ID order).
-type beatSlot struct{ id atomic.Uint64 }
+//
+// at is when the reader last raised it (Unix nanoseconds), stored before
+// the value: a source's pacer measures a txn's wait from the arrival of
+// the heartbeat that let it run (paceWaits).
+type beatSlot struct {
+	id atomic.Uint64
+	at atomic.Int64
+}
 
 func (s *beatSlot) load() txnid.ID { return txnid.ID(s.id.Load()) }
+
+// raised is when the slot last rose.
+func (s *beatSlot) raised() time.Time { return time.Unix(0, s.at.Load()) }
 
 // raise stores id if it is above the slot's value; the feed's reader only.
 func (s *beatSlot) raise(id txnid.ID) {
 	if uint64(id) > s.id.Load() {
+		s.at.Store(time.Now().UnixNano())
 		s.id.Store(uint64(id))
 	}
 }
@@ -193,10 +205,14 @@ func (r *replica) applyBeats() {
 	r.checkBeatMode()
 	for _, b := range r.beats {
 		if b.seen > b.floor {
+			if r.paceT != nil {
+				r.paceT.took(b.slot.raised())
+			}
 			r.onBeat(b.seen)
 			b.floor = max(b.floor, b.seen)
 		}
 	}
+	r.paceLook()
 }
 
 // armBeats lists the replica to be woken by the next heartbeat, unless it

@@ -123,6 +123,84 @@ func paceLimit(bytesPerSec float64) rate.Limit {
 	return rate.Limit(bytesPerSec)
 }
 
-// paceWaits are the feed arrival times of a source replica's queued txns,
-// kept only while its snapshot is paced.
-type paceWaits map[txnid.ID]time.Time
+// paceWaits measures each txn's wait while a source replica's snapshot
+// is paced: from when it could have run to its Done. That is the later of
+// its own arrival and the arrival of what raised the partition's safe
+// point past it (a txn or a heartbeat of another holder). The wait for
+// another holder's word is the sequencing's, which the stream neither
+// causes nor shortens by slowing; counted, it held the stream at the
+// floor on a cluster whose every holder sequences (docs/DESIGN.md "The
+// rejoin takes what the writes leave"). What remains is the time the
+// replica's goroutine, the node's cores, took to come to it.
+type paceWaits struct {
+	// arrived: each queued txn's arrival.
+	arrived map[txnid.ID]time.Time
+	// marks: the safe point's rises while txns waited, in order, each
+	// with the arrival that raised it.
+	marks []paceMark
+	// last is the latest arrival taken in since the safe point was last
+	// looked at; zero if none.
+	last time.Time
+}
+
+type paceMark struct {
+	safe txnid.ID
+	at   time.Time
+}
+
+func newPaceWaits() *paceWaits {
+	return &paceWaits{arrived: map[txnid.ID]time.Time{}}
+}
+
+// txn notes txn id's arrival at t.
+func (w *paceWaits) txn(id txnid.ID, t time.Time) {
+	w.arrived[id] = t
+	w.took(t)
+}
+
+// took notes an arrival at t (a txn, a heartbeat) that may raise the
+// safe point.
+func (w *paceWaits) took(t time.Time) {
+	w.last = later(w.last, t)
+}
+
+// look notes the safe point after what was taken in, at now, and whether
+// txns are queued. A rise is owed to the latest arrival since the last
+// look (now if none, as for an initiator no longer waited for). With
+// nothing queued, no txn can come at or below the safe point, so no mark
+// is needed.
+func (w *paceWaits) look(safe txnid.ID, queued bool, now time.Time) {
+	at := w.last
+	w.last = time.Time{}
+	if !queued {
+		w.marks = w.marks[:0]
+		return
+	}
+	if n := len(w.marks); n > 0 && safe <= w.marks[n-1].safe {
+		return
+	}
+	if at.IsZero() {
+		at = now
+	}
+	w.marks = append(w.marks, paceMark{safe: safe, at: at})
+}
+
+// ran reports the wait of txn id, run at now; false for a txn that
+// arrived before the pacing began. IDs run in order, so the marks below
+// id are spent.
+func (w *paceWaits) ran(id txnid.ID, now time.Time) (time.Duration, bool) {
+	i := 0
+	for i < len(w.marks) && w.marks[i].safe < id {
+		i++
+	}
+	w.marks = w.marks[:copy(w.marks, w.marks[i:])]
+	t, ok := w.arrived[id]
+	if !ok {
+		return 0, false
+	}
+	delete(w.arrived, id)
+	if len(w.marks) > 0 {
+		t = later(t, w.marks[0].at)
+	}
+	return now.Sub(t), true
+}

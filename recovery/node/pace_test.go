@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -121,5 +122,56 @@ func TestLinkPace(t *testing.T) {
 	l.setPace(0)
 	if err := stream.WaitBytes(context.Background(), l.pace, 1<<30, nil, sender.Flush); err != nil {
 		t.Fatalf("unpaced: %v", err)
+	}
+}
+
+// TestPaceWaits: a txn's wait runs from when it could have run. One held
+// for another holder's heartbeat waited for the sequencing, not for the
+// stream: its wait starts at that heartbeat's arrival. One that could run
+// on arrival waits from its arrival. A txn that came before the pacing
+// began is not measured, and with nothing queued no rise is kept.
+func TestPaceWaits(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	id := func(ms int64, in txnid.Initiator) txnid.ID { return txnid.Make(ms, 0, in) }
+	w := newPaceWaits()
+
+	// a of initiator 1 waits for initiator 2, whose heartbeat comes 3 ms
+	// later; it runs half a millisecond after that.
+	a := id(100, 1)
+	w.txn(a, ms(0))
+	w.look(id(90, 2), true, ms(0))
+	w.took(ms(3))
+	w.look(id(110, 2), true, ms(3))
+	if got, ok := w.ran(a, ms(3).Add(500*time.Microsecond)); !ok || got != 500*time.Microsecond {
+		t.Fatalf("a held 3 ms for a heartbeat, run 0.5 ms after it: wait %v (%v), want 0.5ms", got, ok)
+	}
+
+	// b could run on arrival (the safe point is past it) and waited 4 ms
+	// for the replica to come to it.
+	b := id(105, 1)
+	w.txn(b, ms(4))
+	w.look(id(110, 2), true, ms(4))
+	if got, ok := w.ran(b, ms(8)); !ok || got != 4*time.Millisecond {
+		t.Fatalf("b ready on arrival, run 4 ms later: wait %v (%v), want 4ms", got, ok)
+	}
+
+	// A rise with no arrival since the last look (an initiator no longer
+	// waited for) is owed to the look's time.
+	c := id(200, 1)
+	w.txn(c, ms(10))
+	w.look(id(110, 2), true, ms(10))
+	w.look(id(300, 1), true, ms(12))
+	if got, _ := w.ran(c, ms(13)); got != time.Millisecond {
+		t.Fatalf("c let run by a look at 12 ms, run at 13: wait %v, want 1ms", got)
+	}
+
+	if _, ok := w.ran(id(250, 2), ms(14)); ok {
+		t.Fatal("a txn that came before the pacing was measured")
+	}
+	w.took(ms(15))
+	w.look(id(400, 2), false, ms(15))
+	if len(w.marks) != 0 {
+		t.Fatalf("marks kept with nothing queued: %v", w.marks)
 	}
 }

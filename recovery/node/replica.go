@@ -54,9 +54,9 @@ type replica struct {
 	// destination as the router of the feed.
 	dst *dstAttempt
 	src *srcAttempt
-	// paceT: the feed arrival of each txn queued while src's snapshot is
-	// paced (pace.go); nil otherwise.
-	paceT    paceWaits
+	// paceT measures the txns' waits while src's snapshot is paced
+	// (pace.go); nil otherwise.
+	paceT    *paceWaits
 	executed uint64
 	// tails: what the repair of a dead initiator's tail needs, the
 	// highest ID taken in from each initiator and its latest txns.
@@ -266,6 +266,7 @@ func (r *replica) loop() {
 func (r *replica) run(f event) {
 	f(r)
 	r.ran()
+	r.paceLook()
 }
 
 // wantsTick reports whether something of the replica counts ticks or
@@ -382,7 +383,7 @@ func (r *replica) tick() {
 // onTxnAt takes a txn its feed's reader read at t.
 func (r *replica) onTxnAt(inv partition.Invocation, t time.Time) {
 	if r.paceT != nil {
-		r.paceT[inv.ID] = t
+		r.paceT.txn(inv.ID, t)
 	}
 	r.onTxn(inv)
 }
@@ -465,9 +466,21 @@ func (r *replica) beforeSource() {
 
 // paced gives the pacer the wait of txn id, run now.
 func (r *replica) paced(id txnid.ID) {
-	if t, ok := r.paceT[id]; ok {
-		delete(r.paceT, id)
-		r.src.pace.observe(time.Since(t))
+	if wait, ok := r.paceT.ran(id, time.Now()); ok {
+		r.src.pace.observe(wait)
+	}
+}
+
+// paceLook gives the pacer the safe point after what the replica took in
+// (paceWaits.look).
+func (r *replica) paceLook() {
+	if r.paceT == nil {
+		return
+	}
+	if exec := r.core.Executor(); exec != nil {
+		if safe, ok := exec.PeekSafe(); ok {
+			r.paceT.look(safe, exec.Queued() > 0, time.Now())
+		}
 	}
 }
 

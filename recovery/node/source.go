@@ -515,7 +515,7 @@ func (r *replica) paceTick() {
 		return
 	}
 	if r.paceT == nil {
-		r.paceT = paceWaits{}
+		r.paceT = newPaceWaits()
 		att.pace.begin(time.Now(), att.link.written.Load())
 		return
 	}
