@@ -83,12 +83,12 @@ type InitiatorConfig struct {
 	BeatLeadQuietTicks int
 	// FeedLogBytesMax bounds each feed's log, the txns meant for one node
 	// that it has not acknowledged (a txn counts its params, its
-	// procedure name and 64 bytes); 0 means FeedLogBytesMax. Past it an
-	// open feed's oldest go, and a feed that broke before they reached
-	// the node can no longer resume: its replicas there rejoin. A feed
-	// that is not open takes no more: the node misses the txns of the
-	// partitions others serve (their replicas there rejoin), and a call
-	// it holds the only live replica of is refused (ErrFeedLogFull).
+	// procedure name and 64 bytes); 0 means FeedLogBytesMax. Past it a
+	// feed takes no more. Not open, the node misses the txns of the
+	// partitions others serve (the next hello names them; their replicas
+	// there rejoin), and a call it holds the only live replica of is
+	// refused (ErrFeedLogFull). Open, it cannot be told what it missed,
+	// so a call that would reach it is refused.
 	FeedLogBytesMax int
 	// Joins: the initiator joins a partition on a feed (wire.Join) and
 	// sends its txns there only once the receiver answered (Joined), so
@@ -230,26 +230,21 @@ func txnLogBytes(t *wire.Txn) int { return logBytes(t.Proc, t.Params) }
 // logBytes is what a txn of proc and params counts in a feed's log.
 func logBytes(proc string, params []byte) int { return len(params) + len(proc) + 64 }
 
-// full reports whether a txn of n log bytes would overflow the log of a
-// feed that is not open: such a log takes no more (push), as its oldest
-// txns were never sent and dropping one would make the node miss it.
+// full reports whether a txn of n log bytes would overflow the log. A
+// full log takes no more, open or not: its txns are all the node may
+// still lack, and one dropped would fail the node's replicas should the
+// feed break before they arrived, the partition's last live copy among
+// them (the simulator, seed 2031481811: an open feed's small log dropped
+// txns sent and not yet acknowledged, broke, and the only live replica
+// failed on the resume it could not take).
 func (f *feedOut) full(n, max int) bool {
-	return f.state != feedOpen && f.logBytes+n > max
+	return f.logBytes+n > max
 }
 
-// push adds t to the log; on an open feed it drops the oldest past max
-// (all of them sent; a node that broke off before it read them cannot
-// resume, FeedResumed's Kept).
-func (f *feedOut) push(t *wire.Txn, max int) {
+// push adds t to the log.
+func (f *feedOut) push(t *wire.Txn) {
 	f.log = append(f.log, t)
 	f.logBytes += txnLogBytes(t)
-	for f.state == feedOpen && f.logBytes > max && len(f.log) > 0 {
-		old := f.log[0]
-		f.log[0] = nil
-		f.log = f.log[1:]
-		f.logBytes -= txnLogBytes(old)
-		f.kept = old.ID
-	}
 }
 
 // ack drops the log's txns at or below id: the node has them.
@@ -393,11 +388,13 @@ func (e *RefusedError) Error() string { return e.Text }
 // the txn. Nothing was sent.
 var ErrNoLiveReplica = errors.New("no live replica")
 
-// ErrFeedLogFull refuses a call whose partition's only live replicas
-// are behind feeds that broke, whose logs are full: logged past their
-// bound, the txn would be missed there and fail the partition's last
-// live copies. Nothing was sent.
-var ErrFeedLogFull = errors.New("its live replicas' feeds are down and their logs full: nothing was sent")
+// ErrFeedLogFull refuses a call whose txn a feed's full log cannot take:
+// the partition's only live replicas are behind feeds that broke, where
+// a txn past the bound would be missed and fail the partition's last
+// live copies, or a replica is behind an open feed whose node has not
+// acknowledged a log's worth of txns, where a txn missed could not be
+// named. Nothing was sent.
+var ErrFeedLogFull = errors.New("a feed's log is full: nothing was sent")
 
 // Submit sequences a call and sends its txn to every replica of its
 // partition on a node with an open feed; reply gets the answer once no
@@ -460,14 +457,35 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 	// not fail it (the simulator, seed 3014971: a small log overflowed
 	// into the only live replica, which then failed for txns acknowledged
 	// nowhere, and the partition was lost).
+	//
+	// An open feed whose log is full cannot miss the txn: nothing would
+	// tell the node, whose replicas would run past it. The node is
+	// behind by a log's worth of acknowledgements (stopped, or its
+	// connection stalled). While the view has it alive, the call is
+	// refused until it catches up. Once taken for dead, it is not waited
+	// for, and its feed is closed as a dead process's would be: the rule
+	// above applies, and the hello of a redial once it is back names
+	// what it missed. Left open, a process stopped past its fence would
+	// refuse its partitions' calls for as long as it stays stopped.
 	n, counted := logBytes(req.Proc, req.Params), live
 	for _, rp := range targets {
-		if in.feeds[rp.Node].full(n, in.cfg.FeedLogBytesMax) && rp.Live && (!in.cfg.Joins || in.feeds[rp.Node].joined[req.Partition]) {
+		f := in.feeds[rp.Node]
+		if !f.full(n, in.cfg.FeedLogBytesMax) {
+			continue
+		}
+		if f.state == feedOpen {
+			if _, alive := v.Nodes[rp.Node]; alive {
+				return fmt.Errorf("partition %d: node %s has not acknowledged %d bytes of txns on its open feed: %w", req.Partition, rp.Node, f.logBytes, ErrFeedLogFull)
+			}
+			in.io.Close(rp.Node)
+			f.state = feedLost
+		}
+		if rp.Live && (!in.cfg.Joins || f.joined[req.Partition]) {
 			counted--
 		}
 	}
 	if counted == 0 {
-		return fmt.Errorf("partition %d: %w", req.Partition, ErrFeedLogFull)
+		return fmt.Errorf("partition %d: its live replicas' feeds are down and their logs full: %w", req.Partition, ErrFeedLogFull)
 	}
 	id := in.gen.Next()
 	var c *pendingCall
@@ -507,7 +525,7 @@ func (in *Initiator) Submit(v *InitiatorView, registered bool, req *wire.Call, r
 		}
 		// Logged first: a send that fails breaks the feed, and the txn
 		// goes out again when it resumes.
-		f.push(txn, in.cfg.FeedLogBytesMax)
+		f.push(txn)
 		if f.state == feedOpen {
 			in.send(rp.Node, txn)
 		}

@@ -968,6 +968,9 @@ func TestInitiatorFeedLogBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids = append(ids, ti.gen.Last())
+		// The open feeds' nodes read it (TestInitiatorOpenFeedLogFull).
+		ti.FeedAcked("n1", ti.gen.Last())
+		ti.FeedAcked("n3", ti.gen.Last())
 	}
 	if got := ti.Missed("n2"); !slices.Equal(got, []uint32{0}) {
 		t.Fatalf("n2 missed %v, want [0]", got)
@@ -1066,6 +1069,8 @@ func TestInitiatorResumeAfterLogFull(t *testing.T) {
 		if err := ti.submit(t, 0, false); err != nil {
 			t.Fatal(err)
 		}
+		ti.FeedAcked("n1", ti.gen.Last())
+		ti.FeedAcked("n3", ti.gen.Last())
 	}
 	ti.FeedResumed("n2", at)
 	if got := ti.io.take("n2"); len(got) != 0 || !slices.Equal(ti.io.closes, []string{"n2"}) {
@@ -1355,5 +1360,104 @@ func TestTails(t *testing.T) {
 	got, err := tl.After(3, id(5+TailKeptMax-2), 2)
 	if err != nil || !slices.Equal(ids(got), []txnid.ID{id(5 + TailKeptMax - 1), id(5 + TailKeptMax)}) {
 		t.Fatalf("after the kept ones' last but two: %v %v", ids(got), err)
+	}
+}
+
+// TestInitiatorOpenFeedLogFull: an open feed's log holds what its node
+// has not acknowledged, and once full it takes no more: a call whose txn
+// would reach that node is refused with nothing sent (ErrFeedLogFull)
+// until the node acknowledges, and nothing the log held is dropped. A
+// break then resumes where the node stopped and sends every txn again.
+// Before, the open feed's log dropped its oldest, sent and not yet
+// acknowledged; a break with one of them in flight left a resume the
+// node could not take, and it failed its replicas, the partition's only
+// live copy among them (the simulator, seed 2031481811).
+func TestInitiatorOpenFeedLogFull(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.cfg.FeedLogBytesMax = 3 * (len("upsert") + 64)
+	ti.openAll(t)
+	var ids []txnid.ID
+	for range 3 {
+		if err := ti.submit(t, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ti.gen.Last())
+	}
+	err := ti.submit(t, 1, false)
+	if !errors.Is(err, ErrFeedLogFull) || !strings.Contains(err.Error(), "node n1") {
+		t.Fatalf("a fourth call with n1's open log full: %v, want ErrFeedLogFull naming n1", err)
+	}
+	if ti.gen.Last() != ids[2] {
+		t.Fatalf("the refused call was sequenced: %v", ti.gen.Last())
+	}
+	if got := txnIDs(ti.io.take("n1")); !slices.Equal(got, ids) {
+		t.Fatalf("sent %v to n1, want %v", got, ids)
+	}
+	// n1 read the first: room for one more.
+	ti.FeedAcked("n1", ids[0])
+	if err := ti.submit(t, 1, false); err != nil {
+		t.Fatalf("a call once n1 acknowledged one: %v", err)
+	}
+	ids = append(ids, ti.gen.Last())
+	ti.io.take("n1")
+	// The feed breaks with the rest in flight, and resumes where n1
+	// stopped: every txn above goes again, none was dropped.
+	ti.FeedLost("n1")
+	ti.SetView(ti.view)
+	if want := fmt.Sprintf("n1 1 [] resume above %v", ids[0]); ti.io.dials[len(ti.io.dials)-1] != want {
+		t.Fatalf("dials %v, want the last %q", ti.io.dials, want)
+	}
+	ti.FeedResumed("n1", ids[0])
+	if len(ti.io.closes) != 0 {
+		t.Fatalf("feeds closed %v: the resume was refused", ti.io.closes)
+	}
+	if got := txnIDs(ti.io.take("n1")); !slices.Equal(got, ids[1:]) {
+		t.Fatalf("sent again %v, want %v", got, ids[1:])
+	}
+}
+
+// TestInitiatorOpenFeedLogFullTakenForDead: a node whose open feed's log
+// is full and that the view no longer has (taken for dead: stopped past
+// its fence, its connection still up) is not waited for. Its feed is
+// closed as a dead process's would be, the call goes on to the other
+// replicas, and the partition is named missed for its next hello. Left
+// open, the full log would refuse the partition's calls for as long as
+// the process stays stopped.
+func TestInitiatorOpenFeedLogFullTakenForDead(t *testing.T) {
+	ti := newTestInitiator(t, 1)
+	ti.cfg.FeedLogBytesMax = 3 * (len("upsert") + 64)
+	ti.openAll(t)
+	for range 3 {
+		if err := ti.submit(t, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ti.FeedAcked("n2", ti.gen.Last())
+		ti.FeedAcked("n3", ti.gen.Last())
+	}
+	if err := ti.submit(t, 0, false); !errors.Is(err, ErrFeedLogFull) {
+		t.Fatalf("n1's open log full, n1 alive: %v, want ErrFeedLogFull", err)
+	}
+	delete(ti.view.Nodes, "n1")
+	ti.SetView(ti.view)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		ti.io.take(n)
+	}
+	if err := ti.submit(t, 0, false); err != nil {
+		t.Fatalf("n1 taken for dead with its open log full: %v, want the call sequenced", err)
+	}
+	if !slices.Equal(ti.io.closes, []string{"n1"}) {
+		t.Fatalf("closed %v, want n1's feed", ti.io.closes)
+	}
+	if got := ti.Missed("n1"); !slices.Equal(got, []uint32{0}) {
+		t.Fatalf("n1 missed %v, want [0]", got)
+	}
+	id := ti.gen.Last()
+	if got := txnIDs(ti.io.take("n1")); len(got) != 0 {
+		t.Fatalf("sent %v to n1", got)
+	}
+	for _, n := range []string{"n2", "n3"} {
+		if got := txnIDs(ti.io.take(n)); !slices.Equal(got, []txnid.ID{id}) {
+			t.Fatalf("sent %v to %s, want [%v]", got, n, id)
+		}
 	}
 }

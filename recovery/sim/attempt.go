@@ -81,7 +81,8 @@ type attempt struct {
 	replicaFailed bool
 	startTick     uint64
 	// feedBreaks counts the breaks of feeds into the source node while
-	// the attempt ran (feedbreak.go). One gap stays under the stall
+	// the attempt ran, and those still out when it began (feedbreak.go).
+	// One gap stays under the stall
 	// window; two in a row may not, and the source, waiting for an
 	// initiator's txns to reach its boundary, times out.
 	feedBreaks int
@@ -225,6 +226,16 @@ func (w *world) startAttempt(sr *srcReplica, x *holder, srcDelay uint64) *attemp
 		w.violate("c", "attempt %d needed, but %d faults allow at most %d: %s", worked+1, w.k.Faults, bound, w.where())
 	}
 	a := &attempt{srcUpAt: w.tick + srcDelay, x: x, sn: sr, startTick: w.tick, silenced: w.silentNow()}
+	// A feed into the source node out since before the attempt counts
+	// as a break of its own: its gap and one in the attempt's time add
+	// up past the stall window as two breaks within it do (seed
+	// 1300001662: a 57-tick gap begun 10 ticks before the attempt, then
+	// one of 35).
+	for i := range sr.broke {
+		if sr.broke[i] || sr.dialing[i] != nil {
+			a.feedBreaks++
+		}
+	}
 	if x != nil {
 		a.epoch = x.epoch
 	} else {

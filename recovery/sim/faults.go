@@ -293,6 +293,16 @@ func (w *world) sourceDies(a *attempt, dstLearn int) {
 	// revokes it with the new assignment.
 	w.coord.nodeDies(w.tick, uint64(max(1, w.k.ClaimTTLTicks/2)), sr.id)
 	w.tracef("%s node dies: its replica, its processors and its holder are gone", sr.id)
+	// Its connections close with it: every initiator's open feed there
+	// breaks, as recovery/node's feed sees the reset, and is never
+	// redialled (the node is dead). Left open, the feed's log would take
+	// txns no one acknowledges until it is full, and refuse the
+	// partition's calls (recovery.ErrFeedLogFull).
+	for _, in := range w.inits {
+		if !in.silent && in.core.Fed(sr.id) {
+			w.breakFeed(in, sr, untilRedial)
+		}
+	}
 	w.cut(a, 0, dstLearn, false)
 }
 

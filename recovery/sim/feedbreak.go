@@ -301,13 +301,16 @@ func (w *world) refusedRedialing(in *initiator, err error) bool {
 }
 
 // readFeed records what sr's node read on in's feed, and acknowledges it
-// as the node's feed writer does (wire.FeedAck): not after every item,
-// and late, drawn from the feed stream, so a log is sometimes long when
-// its feed breaks.
+// as the node's feed writer does (wire.FeedAck): not after every item
+// while more are there to read, and late, drawn from the feed stream, so
+// a log is sometimes long when its feed breaks. The last item read is
+// always acknowledged, as the node's writer does at its flush: an open
+// feed's full log refuses calls (recovery.ErrFeedLogFull) until its node
+// acknowledges, and one never acknowledged would refuse them for good.
 func (w *world) readFeed(l *feedLink, id txnid.ID) {
 	sr, in := l.src, l.in
 	sr.recv[in.idx] = max(sr.recv[in.idx], id)
-	if w.k.FeedAckPct < 100 && w.feedDraw(99) >= w.k.FeedAckPct {
+	if l.due(w.tick) && w.k.FeedAckPct < 100 && w.feedDraw(99) >= w.k.FeedAckPct {
 		return
 	}
 	at := max(l.lastAck, w.tick+uint64(w.feedDraw(w.k.FeedAckDelayMax)))

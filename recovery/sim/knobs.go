@@ -82,7 +82,8 @@ type Knobs struct {
 	// overflows while its feed is broken and the feed cannot resume.
 	FeedLogBytesMax int
 	// FeedAckPct is the chance that a source node acknowledges a feed
-	// item it read (wire.FeedAck, everything up to it), FeedAckDelayMax
+	// item it read with more due behind it (wire.FeedAck, everything up
+	// to it; the last one due is always acknowledged), FeedAckDelayMax
 	// bounds the ticks the ack takes back: rare or slow acks leave a log
 	// long when its feed breaks.
 	FeedAckPct, FeedAckDelayMax int

@@ -194,7 +194,12 @@ func TestSeeds(t *testing.T) {
 	want("a resumed feed's log resent", c.resent, 40)
 	want("a resend that filled txns lost in flight", c.gapsFilled, 10)
 	want("a resumed feed's replica failed for its hello's Missed", c.resumedMissed, 5)
-	want("a replica failed on a redial that could not resume (its open feed's log dropped what it had not read)", c.failedOnRedial, 1)
+	// An open feed's log no longer drops what its node has not read
+	// (recovery.ErrFeedLogFull refuses the call instead), so no resume
+	// is refused: before, 1 or more seeds of 300 failed a replica so.
+	if c.failedOnRedial > 0 {
+		t.Errorf("%d of %d seeds failed a replica on a redial that could not resume", c.failedOnRedial, n)
+	}
 	// A call refused for the only live replica's broken feed's full log
 	// (recovery.ErrFeedLogFull) came in none of the 300: its scenario is
 	// feed-resume.txt's second part.
@@ -291,6 +296,10 @@ func TestEquivalence(t *testing.T) {
 			r := Run(seed, Options{Tweak: func(k *Knobs) {
 				k.BlockBytesMax, k.Codec = v.block, v.codec
 				k.WorkloadTicks, k.LiveTicks = workloadTicks, 0
+				// A small feed log refuses calls while its node has not
+				// acknowledged (recovery.ErrFeedLogFull), which the
+				// stream's timing decides: the txns taken would differ.
+				k.FeedLogBytesMax = 0
 			}})
 			if r.Err != nil {
 				t.Fatalf("seed %d, block %d B, codec %s: %v", seed, v.block, v.codec, r.Err)
@@ -492,6 +501,10 @@ var regressionSeeds = []struct {
 	// for a bug, since either gap alone stays under the window (CI, start
 	// 934334624). Breaks that compound now explain a timeout.
 	{934334737, "two feed breaks into the source in a row: the timeout was the faults'"},
+	// The same with the first gap begun before the attempt: counted only
+	// from the attempt's start, one break was seen and the timeout taken
+	// for a bug (found on 5d1387b, which it fails too).
+	{1300001662, "a feed out since before the attempt, then another break"},
 	// The only live replica (the other source node dead) lost its
 	// registration while a small feed log overflowed on a broken feed to
 	// it: the replica failed for the txns it named missed, acknowledged
@@ -499,6 +512,12 @@ var regressionSeeds = []struct {
 	// feed's full log now takes no more, and a call whose only live
 	// replica is behind it is refused (recovery.ErrFeedLogFull).
 	{3014971, "the only live replica lapsed with a feed log overflowing: nothing left to rejoin from"},
+	// An open feed's small log dropped its oldest, sent and not yet
+	// acknowledged, and broke with one of them in flight: the partition's
+	// only live replica, kept by its lapse's settlement, failed on the
+	// resume it could not take, and the rejoin never ended. An open
+	// feed's full log now refuses the call instead.
+	{2031481811, "an open feed's log dropped what the only live replica had not read"},
 	// A resume the core closed at once (a txn missed there while the dial
 	// was out) was taken for a new break of up to 53 ticks, and the
 	// replica was not failed for what the hello named: the source waited
