@@ -535,7 +535,12 @@ func (w *world) newDstReplica(fence uint64) *recovery.Replica {
 	w.dstTails = recovery.Tails{}
 	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Fence: fence, DropResults: true,
 		NewExecutor: func() (*partition.Executor, error) {
-			w.dstExec = w.newReplica(fed)
+			// Empty of initiators: the core adds those it tracks, as
+			// recovery/node's replica does. An initiator with a feed
+			// open there that never joined the partition (Knobs.Joins:
+			// a joiner whose calls were refused before it joined) must
+			// not be waited for: it never sends there (seed 2141312834).
+			w.dstExec = w.newReplica(func(*initiator) bool { return false })
 			return w.dstExec, nil
 		}})
 	if err != nil {

@@ -518,6 +518,14 @@ var regressionSeeds = []struct {
 	// resume it could not take, and the rejoin never ended. An open
 	// feed's full log now refuses the call instead.
 	{2031481811, "an open feed's log dropped what the only live replica had not read"},
+	// A joiner whose calls were all refused (a holder out of its view)
+	// never joined the partition anywhere, but its feed to the
+	// destination node was open when an attempt began there: the
+	// simulator's executor tracked every initiator with an open feed, not
+	// only those the replica core tracks, and the live destination waited
+	// for the joiner for good (found by CI's range for ffa07f6; a latent
+	// bug of the simulator, which the timing of 5d1387b did not meet).
+	{2141312834, "a destination's new executor tracked a joiner that never joined there"},
 	// A resume the core closed at once (a txn missed there while the dial
 	// was out) was taken for a new break of up to 53 ticks, and the
 	// replica was not failed for what the hello named: the source waited
