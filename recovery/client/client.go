@@ -404,6 +404,15 @@ func (c *Client) call(ctx context.Context, p uint32, proc string, params []wire.
 	return Result{}, fmt.Errorf("%w: %s on partition %d: %w", ErrNoNode, proc, p, lastErr)
 }
 
+// Holders returns the nodes holding a replica of partition p in the
+// order a call of p tries them (layout.SequencerOrder), as of the
+// client's last read of the placement.
+func (c *Client) Holders(p uint32) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return layout.SequencerOrder(p, c.holders[p])
+}
+
 // holdersFirst returns nodes in the order a call of partition p tries
 // them: its holders in layout.SequencerOrder (the node that sequences it
 // takes the call without a forward, and without a second initiator whose

@@ -222,3 +222,31 @@ func TestProbeFailsIn(t *testing.T) {
 		t.Errorf("a partition without failures: %q", got)
 	}
 }
+
+// TestProbeNext: after a failure a probe tries its partition's holders in
+// the client's order, then the other nodes after the one that failed,
+// each at most once until a success; once all have failed it starts
+// again from the holders.
+func TestProbeNext(t *testing.T) {
+	holders := []string{"n3", "n1", "n5"}
+	failed := make([]bool, 5)
+	at := 0 // n1, the partition's home lane, fails
+	var got []int
+	for range 6 {
+		failed[at] = true
+		at = probeNext(holders, failed, at)
+		got = append(got, at)
+	}
+	// n3, n5 (n1 failed), then n2 and n4; then every node has failed and
+	// the round starts over from the holders: n3, n1.
+	if want := []int{2, 4, 1, 3, 2, 0}; !slices.Equal(got, want) {
+		t.Fatalf("lanes tried %v, want %v", got, want)
+	}
+	// A success clears the round (probes.run): the next failure goes to
+	// the first holder again.
+	clear(failed)
+	failed[1] = true
+	if got := probeNext(holders, failed, 1); got != 2 {
+		t.Fatalf("after n2 failed: lane %d, want 2 (n3)", got)
+	}
+}

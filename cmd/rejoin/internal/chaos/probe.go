@@ -3,10 +3,12 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -20,7 +22,8 @@ import (
 // over a node's stop in partitions it held no replica of). A probe sends
 // one call at a time through one node, bounded by probeTimeout, and on a
 // failure goes on through the next node, as a client of the whole
-// cluster would.
+// cluster would: the partition's holders first, in the order the client
+// (recovery/client) tries them, then the others (probeNext).
 type probes struct {
 	l      *lanes
 	cancel context.CancelFunc
@@ -86,11 +89,14 @@ func startProbes(ctx context.Context, l *lanes, partitions uint32) (*probes, err
 
 func (pr *probes) run(ctx context.Context, p uint32, key wire.Value) {
 	at := int(p) % len(pr.l.cs)
+	// failed are the nodes failed since the last success.
+	failed := make([]bool, len(pr.l.cs))
 	for seq := 0; ctx.Err() == nil; seq++ {
 		cctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		_, err := pr.l.cs[at].Upsert(cctx, volumeTable, key, wire.Bytes([]byte(strconv.Itoa(seq))))
 		cancel()
 		if err == nil {
+			clear(failed)
 			pr.l.done.add(p, time.Now())
 			if !sleepCtx(ctx, probeEvery) {
 				return
@@ -98,8 +104,9 @@ func (pr *probes) run(ctx context.Context, p uint32, key wire.Value) {
 			continue
 		}
 		pr.noteFail(p, at+1, err)
+		failed[at] = true
+		at = probeNext(pr.l.cs[at].Holders(p), failed, at)
 		// A quick refusal (a node not registered yet) must not spin.
-		at = (at + 1) % len(pr.l.cs)
 		if !sleepCtx(ctx, probeRetryPause) {
 			return
 		}
@@ -162,4 +169,44 @@ const probeErrBytesMax = 200
 func (pr *probes) stop() {
 	pr.cancel()
 	pr.wg.Wait()
+}
+
+// probeNext is the lane a probe tries after a failure: the first of the
+// partition's holders (nodes "n1".. as lanes 0..), in the client's
+// order, that has not failed since the last success, else the first
+// other node after at that has not; once every node has failed, the
+// round starts again (failed cleared) from the holders. A client of the
+// whole cluster goes where the partition lives: going round every node
+// in a fixed order instead, a probe met two stalled nodes that hold no
+// replica of its partition one after the other, 250 ms each, and the
+// partition, served throughout, counted 0.57 s without a successful op
+// (chaos seeds 20261206 and 20261207).
+func probeNext(holders []string, failed []bool, at int) int {
+	n := len(failed)
+	for _, h := range holders {
+		if i := slices.Index(laneNames(n), h); i >= 0 && !failed[i] {
+			return i
+		}
+	}
+	for k := 1; k <= n; k++ {
+		if i := (at + k) % n; !failed[i] {
+			return i
+		}
+	}
+	clear(failed)
+	for _, h := range holders {
+		if i := slices.Index(laneNames(n), h); i >= 0 {
+			return i
+		}
+	}
+	return (at + 1) % n
+}
+
+// laneNames are the node names of lanes 0..n-1 (openLanes).
+func laneNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = node.NodeName(i + 1)
+	}
+	return names
 }
