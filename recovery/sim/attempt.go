@@ -82,9 +82,9 @@ type attempt struct {
 	startTick     uint64
 	// feedBreaks counts the breaks of feeds into the source node while
 	// the attempt ran, and those still out when it began (feedbreak.go).
-	// One gap stays under the stall
-	// window; two in a row may not, and the source, waiting for an
-	// initiator's txns to reach its boundary, times out.
+	// One gap stays under the stall window; two in a row may not, and the
+	// source, waiting for an initiator's txns to reach its boundary,
+	// times out.
 	feedBreaks int
 	// silenced: an initiator went silent while it ran, or was silent when
 	// it started (silent.go): every replica holds until the fence, and

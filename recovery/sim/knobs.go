@@ -79,7 +79,8 @@ type Knobs struct {
 	// FeedLogBytesMax bounds each initiator's feed logs
 	// (recovery.InitiatorConfig.FeedLogBytesMax; 0: the default, which a
 	// run never fills). Some runs get one of a few txns, so that a log
-	// overflows while its feed is broken and the feed cannot resume.
+	// fills: a broken feed's misses the node or refuses the call, an open
+	// one's refuses it until the node acknowledges.
 	FeedLogBytesMax int
 	// FeedAckPct is the chance that a source node acknowledges a feed
 	// item it read with more due behind it (wire.FeedAck, everything up

@@ -183,23 +183,23 @@ func (pr *probes) stop() {
 // (chaos seeds 20261206 and 20261207).
 func probeNext(holders []string, failed []bool, at int) int {
 	n := len(failed)
+	names := laneNames(n)
+	var order []int
 	for _, h := range holders {
-		if i := slices.Index(laneNames(n), h); i >= 0 && !failed[i] {
-			return i
+		if i := slices.Index(names, h); i >= 0 {
+			order = append(order, i)
 		}
 	}
 	for k := 1; k <= n; k++ {
-		if i := (at + k) % n; !failed[i] {
+		order = append(order, (at+k)%n)
+	}
+	for _, i := range order {
+		if !failed[i] {
 			return i
 		}
 	}
 	clear(failed)
-	for _, h := range holders {
-		if i := slices.Index(laneNames(n), h); i >= 0 {
-			return i
-		}
-	}
-	return (at + 1) % n
+	return order[0]
 }
 
 // laneNames are the node names of lanes 0..n-1 (openLanes).
