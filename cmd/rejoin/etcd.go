@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,7 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 	"github.com/rejoin-db/rejoin/recovery/claim"
@@ -72,17 +72,13 @@ func runEtcd(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "rejoin etcd: --certs-dir: %v\n", err)
 			return errUsage
 		}
+		opts.Setup = setupLocalAccess
 	}
 	e, err := claim.StartEmbedded(*dir, opts)
 	if err != nil {
 		return err
 	}
 	defer e.Stop()
-	if opts.TLS != nil && !e.AuthEnabled() {
-		if err := setupLocalAccess(ctx, e); err != nil {
-			return err
-		}
-	}
 	fmt.Fprintln(stdout, demo.EtcdReadyPrefix+strings.Join(e.Endpoints(), ","))
 	<-ctx.Done()
 	return nil
@@ -102,24 +98,19 @@ func embeddedTLS(dir string) (*claim.EmbeddedTLS, error) {
 	return t, nil
 }
 
-// localAccessTimeout bounds the setup of a new etcd's authentication.
-const localAccessTimeout = 30 * time.Second
-
 // setupLocalAccess turns on etcd's authentication of a new embedded etcd
 // (docs/DESIGN.md "Who may write etcd"): the roles, the admin
 // (client:root, etcd's root role), and no node or client user yet, which
-// the admin adds (init, replace, access). It runs in this process, before
-// any client may connect as anyone: until it is on, every certificate of
-// the CA may do anything.
-func setupLocalAccess(ctx context.Context, e *claim.Embedded) error {
-	ctx, cancel := context.WithTimeout(ctx, localAccessTimeout)
-	defer cancel()
-	lc := e.LocalClient()
-	if lc == nil {
-		return errors.New("rejoin etcd: stopped before its access was set up")
+// the admin adds (init, replace, access). It runs in this process before
+// the client port serves (claim.EmbeddedOptions.Setup): until
+// authentication is on, every certificate of the CA may do anything, and
+// with the port open meanwhile any of them could have written what it
+// liked before the first start's setup ended.
+func setupLocalAccess(ctx context.Context, cli *clientv3.Client, authEnabled bool) error {
+	if authEnabled {
+		return nil
 	}
-	defer lc.Close()
-	if err := supervise.SetupAccess(ctx, lc, supervise.Access{Enable: true}); err != nil {
+	if err := supervise.SetupAccess(ctx, cli, supervise.Access{Enable: true}); err != nil {
 		return fmt.Errorf("rejoin etcd: set up etcd's roles: %w", err)
 	}
 	return nil

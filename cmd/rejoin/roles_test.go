@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +108,92 @@ func TestEtcdRolesEndToEnd(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ca.key")); err == nil {
 		t.Error("the CA's key is in the certificates directory")
+	}
+}
+
+// TestEtcdServesOnlyOnceAuthIsOn: a new `rejoin etcd --certs-dir` turns
+// etcd's authentication on before its port takes a connection. A
+// certificate of the cluster's CA with no etcd user (a scraper's) tries
+// to write the cluster's config from before the process starts until it
+// is ready: every try fails, and the config is not there. Before, the
+// port served while the process set its roles up, and any certificate of
+// the CA could write what it liked then.
+func TestEtcdServesOnlyOnceAuthIsOn(t *testing.T) {
+	bin := rejoinBinary(t)
+	w := &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}, ids: map[string]string{}}
+	defer w.stopAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w.ctx = ctx
+	dir := filepath.Join(w.dir, "certs")
+	for _, c := range [][]string{{"create-ca"}, {"create-etcd"}, {"create-client", "root"}, {"create-client", "scraper"}} {
+		w.run(append(append([]string{"cert"}, c...), "--certs-dir", dir)...)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ep := fmt.Sprintf("https://127.0.0.1:%d", port)
+	scraperCreds, err := certs.Load(dir, certs.ClientID("scraper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	tries := make(chan [2]int, 1)
+	go func() {
+		// A client dialled the moment the port answers: gRPC's redial
+		// backoff after refused connections would come too late.
+		n, wrote := 0, 0
+		defer func() { tries <- [2]int{n, wrote} }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 100*time.Millisecond)
+			if err != nil {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			c.Close()
+			scraper, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: time.Second, Logger: zap.NewNop(), TLS: scraperCreds.EtcdClientConfig()})
+			if err != nil {
+				continue
+			}
+			pctx, pcancel := context.WithTimeout(ctx, time.Second)
+			_, err = scraper.Put(pctx, "/rejoin/cluster", "written before auth")
+			pcancel()
+			scraper.Close()
+			n++
+			if err == nil {
+				wrote++
+			}
+		}
+	}()
+	w.startEtcd([]string{"etcd", "--data", filepath.Join(w.dir, "etcd"), "--port", strconv.Itoa(port), "--certs-dir", dir})
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	got := <-tries
+	if got[1] > 0 || got[0] < 2 {
+		t.Fatalf("%d of %d writes with a certificate of no etcd user succeeded while etcd started, want none of at least 2", got[1], got[0])
+	}
+	rootCreds, err := certs.Load(dir, certs.ClientID(supervise.AdminClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: rootCreds.EtcdClientConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	resp, err := root.Get(ctx, "/rejoin/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Fatalf("the cluster's config %q was written while etcd started", resp.Kvs[0].Value)
 	}
 }

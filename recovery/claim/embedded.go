@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,7 +66,19 @@ type EmbeddedOptions struct {
 	// --client-cert-auth): whoever may write to etcd controls placement,
 	// addresses and claims.
 	TLS *EmbeddedTLS
+	// Setup, if set, runs once before the client port serves anyone,
+	// with a client of the server within this process (as LocalClient)
+	// and whether its authentication is on: it is how a new server
+	// turns its authentication on before any certificate of the CA may
+	// write as it likes. The server first starts with its client URL on
+	// a unix socket in a directory of its own (mode 0700), runs Setup,
+	// stops, and only then starts on ClientPort. An error of Setup ends
+	// the start.
+	Setup func(ctx context.Context, cli *clientv3.Client, authEnabled bool) error
 }
+
+// embedSetupTimeout bounds EmbeddedOptions.Setup.
+const embedSetupTimeout = 30 * time.Second
 
 // EmbeddedTLS are the embedded server's TLS files, PEM.
 type EmbeddedTLS struct {
@@ -97,6 +111,9 @@ type Embedded struct {
 	streams    *streamStopper
 	clientPort int
 	peerPort   int
+	// sock, while set, is the unix socket the client URL listens on
+	// instead of clientPort (setUp).
+	sock string
 }
 
 // StartEmbedded starts a single-member etcd whose data lives in dir (created
@@ -117,6 +134,11 @@ func StartEmbedded(dir string, opts EmbeddedOptions) (*Embedded, error) {
 		level := zap.NewAtomicLevelAt(zapcore.ErrorLevel)
 		e.log, e.level = quietLogger(level), &level
 	}
+	if opts.Setup != nil {
+		if err := e.setUp(); err != nil {
+			return nil, err
+		}
+	}
 	picked := opts.ClientPort == 0 || opts.PeerPort == 0
 	var err error
 	for range embedStartAttemptsMax {
@@ -135,6 +157,40 @@ func StartEmbedded(dir string, opts EmbeddedOptions) (*Embedded, error) {
 		}
 	}
 	return nil, err
+}
+
+// setUp runs opts.Setup on the server started with its client URL on a
+// private unix socket, then stops it (EmbeddedOptions.Setup). Before,
+// `rejoin etcd` served its port for the moment its setup took, on a new
+// data directory, to any certificate of the CA, with every permission.
+func (e *Embedded) setUp() error {
+	sockDir, err := os.MkdirTemp("", "rejoin-etcd-setup-")
+	if err != nil {
+		return fmt.Errorf("claim: embedded etcd setup: %w", err)
+	}
+	defer os.RemoveAll(sockDir)
+	e.sock = filepath.Join(sockDir, "client.sock")
+	defer func() { e.sock = "" }()
+	for range embedStartAttemptsMax {
+		if e.peerPort, err = pickPort(e.opts.PeerPort); err != nil {
+			return err
+		}
+		if err = e.start(); err == nil || e.opts.PeerPort != 0 || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer e.Stop()
+	cli := e.LocalClient()
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), embedSetupTimeout)
+	defer cancel()
+	if err := e.opts.Setup(ctx, cli, e.AuthEnabled()); err != nil {
+		return fmt.Errorf("claim: embedded etcd setup: %w", err)
+	}
+	return nil
 }
 
 // Endpoints returns the client URLs to give clientv3.
@@ -261,10 +317,16 @@ func (e *Embedded) start() error {
 	cfg.Name = e.opts.Name
 	cfg.Dir = e.dir
 	curl, purl := mustURL(e.clientURL()), mustURL(loopbackURL(e.peerPort))
+	if e.sock != "" {
+		curl = url.URL{Scheme: "unix", Path: e.sock}
+	}
 	if t := e.opts.TLS; t != nil {
 		info := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile, ClientCertAuth: true}
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
 		purl.Scheme = "https"
+		if e.sock != "" {
+			curl.Scheme = "unixs"
+		}
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{curl}, []url.URL{curl}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{purl}, []url.URL{purl}

@@ -2,10 +2,17 @@ package claim
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -51,5 +58,80 @@ func TestEmbeddedRestart(t *testing.T) {
 	quiet := EmbeddedOptions{ClientPort: e.clientPort, PeerPort: e.peerPort, ReadyTimeout: 5 * time.Second, Logger: zap.NewNop()}
 	if _, err := StartEmbedded(e.dir, quiet); err == nil {
 		t.Fatal("second server on the same dir and ports started")
+	}
+}
+
+// TestEmbeddedSetupBeforeServing: EmbeddedOptions.Setup runs while the
+// client port serves no one (a dial there is refused), with a client
+// that writes, and what it wrote is there once the port serves; the
+// setup's unix socket and its directory are gone afterwards. A failing
+// setup ends the start with its error and nothing left serving.
+func TestEmbeddedSetupBeforeServing(t *testing.T) {
+	checkLeaks(t)
+	port, err := pickPort(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	socks := func() []string {
+		m, err := filepath.Glob(filepath.Join(os.TempDir(), "rejoin-etcd-setup-*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	before := socks()
+	var during []string
+	ran := 0
+	setup := func(ctx context.Context, cli *clientv3.Client, authEnabled bool) error {
+		ran++
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return fmt.Errorf("the client port %s took a connection during the setup", addr)
+		}
+		if authEnabled {
+			return errors.New("auth on in a new server")
+		}
+		_, err := cli.Put(ctx, "set-up", "yes")
+		return err
+	}
+	dir := t.TempDir()
+	e, err := StartEmbedded(dir, EmbeddedOptions{ClientPort: port, UnsafeNoFsync: true, Logger: zap.NewNop(),
+		Setup: func(ctx context.Context, cli *clientv3.Client, on bool) error {
+			during = socks()
+			return setup(ctx, cli, on)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran != 1 {
+		t.Fatalf("setup ran %d times, want once", ran)
+	}
+	if len(during) != len(before)+1 {
+		t.Errorf("socket directories during the setup %v, before %v: want one more", during, before)
+	}
+	if after := socks(); len(after) != len(before) {
+		t.Errorf("socket directories after the setup %v, before %v: left behind", after, before)
+	}
+	cli := newClient(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, err := cli.Get(ctx, "set-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "yes" {
+		t.Fatalf("after the setup: %v, want set-up=yes", got.Kvs)
+	}
+	e.Stop()
+
+	_, err = StartEmbedded(dir, EmbeddedOptions{ClientPort: port, UnsafeNoFsync: true, Logger: zap.NewNop(),
+		Setup: func(context.Context, *clientv3.Client, bool) error { return errors.New("no roles today") }})
+	if err == nil || !strings.Contains(err.Error(), "no roles today") {
+		t.Fatalf("a failing setup: start returned %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("%s serves after a failed setup", addr)
 	}
 }
