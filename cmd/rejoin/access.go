@@ -40,7 +40,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 func runAccess(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("access", stderr)
 	etcd := newEtcdFlags(fs)
-	newClientCertsFlags(fs, etcd, etcdCertsDirUsage)
+	newClientCertsFlags(fs, etcd, etcdCertsDirUsage, supervise.AdminClient)
 	var nodes, clients, admins listFlag
 	fs.Var(&nodes, "node", "a node `N` (n<N>) to give its etcd user; repeatable")
 	fs.Var(&clients, "reader", "a client `NAME` to give a read-only etcd user (a scraper, a status watcher); repeatable")

@@ -147,12 +147,21 @@ type clientCertsFlags struct {
 	certsDir, name string
 }
 
+// appClient is the client name of the commands that read and write the
+// data (put, get, load, status, verify): a reader in etcd, which init
+// gives its user. The admin's (supervise.AdminClient, root) is the
+// default of the commands that change the cluster (init, replace, drain,
+// rebalance, undo-move, access) only: a client command run as the admin
+// could do anything the admin may in etcd, so by default every user of
+// the CLI was the admin.
+const appClient = "app"
+
 // newClientCertsFlags binds --certs-dir (described by dirUsage) and
-// --client, and makes them etcd's defaults.
-func newClientCertsFlags(fs *flag.FlagSet, etcd *etcdFlags, dirUsage string) *clientCertsFlags {
+// --client, def by default, and makes them etcd's defaults.
+func newClientCertsFlags(fs *flag.FlagSet, etcd *etcdFlags, dirUsage, def string) *clientCertsFlags {
 	f := &clientCertsFlags{}
 	fs.StringVar(&f.certsDir, "certs-dir", os.Getenv(envCertsDir), dirUsage+" ($REJOIN_CERTS_DIR if not given)")
-	fs.StringVar(&f.name, "client", envOr(envClient, "root"), "client certificate `name` in --certs-dir ($REJOIN_CLIENT if not given)")
+	fs.StringVar(&f.name, "client", envOr(envClient, def), "client certificate `name` in --certs-dir ($REJOIN_CLIENT if not given)")
 	etcd.useCertsDir(&f.certsDir, func() certs.Identity { return certs.ClientID(f.name) })
 	return f
 }
@@ -171,7 +180,7 @@ type clientTLSFlags struct {
 
 func newClientTLSFlags(fs *flag.FlagSet, etcd *etcdFlags) *clientTLSFlags {
 	f := &clientTLSFlags{clientCertsFlags: newClientCertsFlags(fs, etcd,
-		"certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`): the nodes', and for an https:// --etcd etcd's, client certificate")}
+		"certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`): the nodes', and for an https:// --etcd etcd's, client certificate", appClient)}
 	fs.BoolVar(&f.insecure, "insecure", false, "dial the nodes without TLS (nodes run with --insecure)")
 	return f
 }

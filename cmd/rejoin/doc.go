@@ -33,7 +33,9 @@
 // Every command that reaches etcd takes --etcd. With an https:// endpoint
 // and --certs-dir DIR, its etcd client checks etcd's certificate against
 // DIR/ca.crt and presents its own from DIR: a node its node.n<N>, a client
-// command client.<NAME> (--client, root by default); --etcd-cacert,
+// command client.<NAME> (--client: by default app for the commands that
+// read and write the data, root, the admin, for those that change the
+// cluster); --etcd-cacert,
 // --etcd-cert and --etcd-key name other files and win over these. One
 // function holds the rule for every command (etcdFlags.useCertsDir), and
 // a file it needs that is missing is named before any dial.

@@ -56,7 +56,7 @@ type moveFlags struct {
 
 func newMoveFlags(fs *flag.FlagSet) *moveFlags {
 	etcd := newEtcdFlags(fs)
-	newClientCertsFlags(fs, etcd, etcdCertsDirUsage)
+	newClientCertsFlags(fs, etcd, etcdCertsDirUsage, supervise.AdminClient)
 	return &moveFlags{
 		etcd:     etcd,
 		inFlight: fs.Int("moves-max", supervise.MoveInFlightMaxDefault, "moves under way at once (1: one partition at a time)"),

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
 // etcdCertsDir is a certificates directory with a CA, node n2's and
@@ -22,7 +23,7 @@ func etcdCertsDir(t *testing.T) string {
 	if _, err := certs.CreateCA(dir, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []certs.Identity{certs.NodeID(2), certs.ClientID("root")} {
+	for _, id := range []certs.Identity{certs.NodeID(2), certs.ClientID("root"), certs.ClientID(appClient)} {
 		if _, _, err := certs.Create(dir, id, certs.IssueOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -78,8 +79,21 @@ func TestEtcdCertsDirDefault(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
-	if id := etcdClientIdentity(t, ec.TLS); id != certs.ClientID("root") {
-		t.Fatalf("the shell's etcd client presents %s", id)
+	if id := etcdClientIdentity(t, ec.TLS); id != certs.ClientID(appClient) {
+		t.Fatalf("the shell's etcd client presents %s, want the client commands' %s, not the admin's", id, certs.ClientID(appClient))
+	}
+	// An admin command's is the admin's.
+	fs = newFlagSet("access", &bytes.Buffer{})
+	adm := newEtcdFlags(fs)
+	newClientCertsFlags(fs, adm, etcdCertsDirUsage, supervise.AdminClient)
+	if err := fs.Parse([]string{"--etcd", "https://127.0.0.1:2379", "--certs-dir", dir}); err != nil {
+		t.Fatal(err)
+	}
+	if ec, err = adm.config(); err != nil {
+		t.Fatal(err)
+	}
+	if id := etcdClientIdentity(t, ec.TLS); id != certs.ClientID(supervise.AdminClient) {
+		t.Fatalf("an admin command's etcd client presents %s", id)
 	}
 
 	fs = newFlagSet("get", &bytes.Buffer{})
@@ -126,8 +140,8 @@ func TestEtcdCertsDirOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := etcdClientIdentity(t, c); id != certs.ClientID("root") {
-		t.Fatalf("--etcd-cacert alone: the etcd client presents %s, want the directory's client root", id)
+	if id := etcdClientIdentity(t, c); id != certs.ClientID(appClient) {
+		t.Fatalf("--etcd-cacert alone: the etcd client presents %s, want the directory's client app", id)
 	}
 	ours, err := os.ReadFile(filepath.Join(dir, certs.CACertFile))
 	if err != nil {

@@ -133,13 +133,13 @@ func parseNodes(s string) ([]string, error) {
 func runInit(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("init", stderr)
 	etcd := newEtcdFlags(fs)
-	newClientCertsFlags(fs, etcd, etcdCertsDirUsage)
+	newClientCertsFlags(fs, etcd, etcdCertsDirUsage, supervise.AdminClient)
 	partitions := fs.Uint("partitions", 4, "partitions (1..65536)")
 	replicas := fs.Int("replicas", 2, "replicas of each partition, each on its own node")
 	nodesFlag := fs.String("nodes", "3", "the nodes: a `count` (n1..nN) or a comma-separated list of node ids")
 	var tables tableFlags
 	fs.Var(&tables, "table", "a table, `NAME(COLUMN TYPE [key], ...)`; repeatable (default kv(k bytes key, v bytes))")
-	etcdAuth := fs.Bool("etcd-auth", false, "set up etcd's roles and the users of the admin (client root) and of the nodes of --nodes, and turn etcd's authentication on (an etcd of your own that requires client certificates, --client-cert-auth: etcd then takes a certificate's CommonName as its user); run before auth is on, or as etcd's root")
+	etcdAuth := fs.Bool("etcd-auth", false, "set up etcd's roles and the users of the admin (client root), of the nodes of --nodes and of the client commands (client app, a reader), and turn etcd's authentication on (an etcd of your own that requires client certificates, --client-cert-auth: etcd then takes a certificate's CommonName as its user); run before auth is on, or as etcd's root")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of the whole init")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, initUsage)
@@ -175,10 +175,11 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	defer done()
 	start := time.Now()
 	// The nodes' etcd users first: with auth on, a node without one cannot
-	// register (the cluster's own etcd, rejoin etcd, has it on already).
+	// register (the cluster's own etcd, rejoin etcd, has it on already);
+	// and the client commands' (appClient), a reader.
 	on, err := supervise.AuthEnabled(ctx, cli)
 	if err == nil && (on || *etcdAuth) {
-		err = supervise.SetupAccess(ctx, cli, supervise.Access{Nodes: nodes, Enable: *etcdAuth})
+		err = supervise.SetupAccess(ctx, cli, supervise.Access{Nodes: nodes, Clients: []string{appClient}, Enable: *etcdAuth})
 	}
 	if err != nil {
 		return etcd.explain(etcdErr(ctx, etcd.endpoints, *timeout, err))

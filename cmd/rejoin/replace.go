@@ -48,7 +48,7 @@ func parseNodeID(flagName, s string) (string, error) {
 func runReplace(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("replace", stderr)
 	etcd := newEtcdFlags(fs)
-	newClientCertsFlags(fs, etcd, etcdCertsDirUsage)
+	newClientCertsFlags(fs, etcd, etcdCertsDirUsage, supervise.AdminClient)
 	deadFlag := fs.String("dead", "", "the `node` that died for good")
 	withFlag := fs.String("with", "", "the `node` that takes its replicas; not running")
 	wait := fs.Duration("wait", 30*time.Second, "how long to wait for the dead node's lease to end")

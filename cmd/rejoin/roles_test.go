@@ -38,7 +38,7 @@ func TestEtcdRolesEndToEnd(t *testing.T) {
 	w.ctx = ctx
 	dir := filepath.Join(w.dir, "certs")
 	for _, c := range [][]string{{"create-ca"}, {"create-etcd"}, {"create-node", "1"}, {"create-node", "2"}, {"create-node", "3"},
-		{"create-client", "root"}, {"create-client", "scraper"}} {
+		{"create-client", "root"}, {"create-client", "scraper"}, {"create-client", "app"}} {
 		w.run(append(append([]string{"cert"}, c...), "--certs-dir", dir)...)
 	}
 	w.startEtcd([]string{"etcd", "--data", filepath.Join(w.dir, "etcd"), "--port", "0", "--certs-dir", dir})
@@ -96,6 +96,36 @@ func TestEtcdRolesEndToEnd(t *testing.T) {
 	}
 	if out := w.run(append([]string{"get"}, append(e, "hello")...)...); strings.TrimSpace(out) != "world" {
 		t.Fatalf("get: %q", out)
+	}
+	// The client commands run as app, a reader that init gave its user,
+	// not as the admin: with a directory holding app's certificate and no
+	// admin's, they work; app's certificate writes nothing in etcd.
+	appDir := filepath.Join(w.dir, "app-certs")
+	if err := os.MkdirAll(appDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{certs.CACertFile, "client.app.crt", "client.app.key"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(appDir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ea := []string{"--etcd", w.etcd, "--certs-dir", appDir}
+	if out := w.run(append([]string{"put"}, append(ea, "hello", "app")...)...); strings.TrimSpace(out) != "OK" {
+		t.Fatalf("put as app: %q", out)
+	}
+	w.run(append([]string{"status"}, ea...)...)
+	app := as(certs.ClientID("app"))
+	_, err = app.Put(ctx, "/rejoin/cluster", "{}")
+	denied("app's certificate writes the config", err)
+	c = exec.CommandContext(ctx, bin, append([]string{"access", "--reader", "x"}, ea...)...)
+	errOut.Reset()
+	c.Stderr = &errOut
+	if err := c.Run(); err == nil || !strings.Contains(errOut.String(), "client.root") {
+		t.Errorf("access with no admin's certificate: %v, stderr %q; want it to look for client.root's", err, errOut.String())
 	}
 
 	// n3 was never given its etcd user.

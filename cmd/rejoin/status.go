@@ -66,7 +66,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	etcd := newEtcdFlags(fs)
-	cf := newClientCertsFlags(fs, etcd, "certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`): etcd's client certificate for an https:// --etcd, and the nodes' where their admin HTTP is off loopback (served over TLS)")
+	cf := newClientCertsFlags(fs, etcd, "certificates `directory` with ca.crt and client.<NAME>.crt and .key (`rejoin cert create-client NAME`): etcd's client certificate for an https:// --etcd, and the nodes' where their admin HTTP is off loopback (served over TLS)", appClient)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound of the whole reading")
 	nodeTimeout := fs.Duration("node-timeout", clusterview.StatusTimeoutDefault, "bound of each node's GET /status")

@@ -27,7 +27,7 @@ flags:
 func runUndoMove(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("undo-move", stderr)
 	etcd := newEtcdFlags(fs)
-	newClientCertsFlags(fs, etcd, etcdCertsDirUsage)
+	newClientCertsFlags(fs, etcd, etcdCertsDirUsage, supervise.AdminClient)
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of the whole command")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, undoMoveUsage)
