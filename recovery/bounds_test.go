@@ -113,9 +113,17 @@ func TestSourceHoldsForDestination(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Until both have ended: the source is done with the HandoffAck.
+	// HoldsPartition says when the source holds its replica: under the
+	// hold, and in the handoff's pause (a driver whose connection broke
+	// gives the attempt up rather than hold on).
+	sawHold, sawPause := false, false
 	for i := 0; i < 200000 && !(r.dest.State().Final() && r.source.State().Final()); i++ {
 		if r.src.Queued() < inflight {
 			r.feed(true)
+		}
+		if r.source.HoldsPartition() {
+			sawHold = sawHold || r.source.State() != StateHandingOff
+			sawPause = sawPause || r.source.State() == StateHandingOff
 		}
 		r.stepSource(1 + r.rng.IntN(3))
 		if i%3 == 0 {
@@ -135,6 +143,10 @@ func TestSourceHoldsForDestination(t *testing.T) {
 	if sm.PeerHoldTicks == 0 {
 		t.Fatal("the source never held for the destination")
 	}
+	if !sawHold || r.source.HoldsPartition() {
+		t.Fatalf("HoldsPartition: seen under the hold %v, after the end %v; want true, then false", sawHold, r.source.HoldsPartition())
+	}
+	t.Logf("HoldsPartition seen in the handoff's pause: %v", sawPause)
 	drainExec(r.src)
 	drainExec(r.dst)
 	if r.src.LastExecuted() != r.dst.LastExecuted() {

@@ -447,6 +447,23 @@ func (s *Source) finishHandoff() {
 	s.release()
 }
 
+// HoldsPartition reports whether the source keeps its replica from
+// executing now: under the destination's hold (wire.Hold) while it
+// streams, or from the final delta until the Handoff is sent. The
+// destination needs it, and only while it can hear from the source: a
+// driver whose connection to the destination broke ends the attempt
+// rather than hold the partition's writes for as long as it tries to
+// resume (recovery/node's runSource).
+func (s *Source) HoldsPartition() bool {
+	switch s.state {
+	case StateAwaitingBoundary, StateStreaming, StateCatchingUp:
+		return s.peerHold
+	case StateHandingOff:
+		return !s.released
+	}
+	return false
+}
+
 // Pending reports whether the last Pump stopped at PumpBlocksMax with the
 // window open: the driver pumps again before it waits for an event, or
 // the stream would move a block per event. It may find nothing left to

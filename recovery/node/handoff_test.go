@@ -330,3 +330,110 @@ func TestLiveDestinationCompletesAfterOutage(t *testing.T) {
 	}
 	checkDigests(t, cl, 1, 2)
 }
+
+// TestBrokenRejoinHoldsNoLonger: the destination's buffer passes its mark
+// and the source holds its partition for it (wire.Hold, writes wait);
+// then every connection into the destination resets, and each new one
+// for longer than the source's resume grace. The partition's live
+// replica is the source's: writes through it go on within brokenHoldMax
+// and a check or two, once the source gives the attempt up, not after
+// resumeGrace (rejoin chaos --net-faults on --seed 20261208: 3.95 s
+// without a successful op on a partition whose live replicas were up,
+// held by a source for a destination killed in the handoff's pause).
+// Reachable again, the destination rejoins, with equal digests.
+func TestBrokenRejoinHoldsNoLonger(t *testing.T) {
+	// Three nodes: n3, which holds no replica, hears n1 throughout, so
+	// n2's report of n1, whose feed into n2 is cut, fences no one. Of
+	// two, n2's word alone would fence n1, which holds the partition's
+	// live replica, and no write would pass until the cut ended.
+	c := newClusterWith(t, 3, 0, layout.Config{Partitions: 1, Replicas: 2, Tables: []layout.Table{layout.KV()}}, func(c *cluster) { c.proxied = true })
+	slow := func(cfg *Config) {
+		cfg.Codec = wire.CodecNone // the limit counts the rows' own bytes
+		cfg.RateBytesPerSec = 300 << 10
+	}
+	c.startCfg(1, slow)
+	c.startCfg(2, slow)
+	c.startCfg(3, slow)
+	cl := dialClient(t, c.direct(1))
+	waitWritable(t, cl, 1)
+	loadRows(t, cl, 10000, 1000) // 10 MB: half a minute at the limit
+	c.stop(2)
+	a2 := c.startCfg(2, func(cfg *Config) {
+		slow(cfg)
+		cfg.RejoinBufferBytesMax = 1 << 20 // the hold at half of it
+	})
+	// One writer, its completions timed, over 200 keys (the partition
+	// stays at the size loaded), at most 500 a second: the destination's
+	// buffer passes its mark mid-stream. A write held past the call's
+	// bound is answered as of unknown outcome; the writer goes on.
+	var mu sync.Mutex
+	var done []time.Time
+	stop := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				wrote <- nil
+				return
+			default:
+			}
+			key := wire.Bytes(fmt.Appendf(nil, "w-%03d", i%200))
+			if _, err := cl.call(0, partition.ProcUpsert, false, wire.String("kv"), key, wire.Bytes(make([]byte, 1000))); err != nil {
+				if !strings.Contains(err.Error(), "outcome is unknown") {
+					wrote <- err
+					return
+				}
+				continue // held past the call's bound (Config.CallWait)
+			}
+			mu.Lock()
+			done = append(done, time.Now())
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	waitUntil(t, 30*time.Second, "n1 to hold its partition for n2", func() bool {
+		for _, r := range nodeStatus(t, c.nodes[1].addrs).Replicas {
+			for _, s := range r.Sources {
+				if s.PeerHoldMs > 0 && !strings.Contains(s.Phase, "handing") && s.Phase != "done" && s.Phase != "aborted" {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	cut := time.Now()
+	c.proxies[2].Reset(2 * resumeGrace)
+	waitUntil(t, 2*resumeGrace, "a write after the cut", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) > 0 && done[len(done)-1].After(cut)
+	})
+	mu.Lock()
+	var first time.Time
+	for _, d := range done {
+		if d.After(cut) {
+			first = d
+			break
+		}
+	}
+	mu.Unlock()
+	gap := first.Sub(cut)
+	t.Logf("first write through n1 %s after the cut (brokenHoldMax %s, resumeGrace %s)", gap.Round(time.Millisecond), brokenHoldMax, resumeGrace)
+	if gap >= resumeGrace-time.Second {
+		t.Errorf("the first write came %s after the cut: the source held its partition for a destination it could not reach", gap.Round(time.Millisecond))
+	}
+	// No more writes: the next attempt is held by nothing.
+	close(stop)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 90*time.Second, "n2's replica live", func() bool {
+		return nodeStatus(t, a2).Replicas[0].State == StateLive
+	})
+	waitUntil(t, 10*time.Second, "n1's digest call waits for every replica", func() bool {
+		r, err := cl.call(0, partition.ProcDigest, true)
+		return err == nil && len(r.Each) == 2
+	})
+	checkDigests(t, cl, 1, 2)
+}

@@ -24,6 +24,16 @@ import (
 // redialling, before it gives the attempt up.
 const resumeGrace = 5 * time.Second
 
+// brokenHoldMax is how long a source whose connection to the destination
+// broke keeps holding its partition's txns for it (the destination's
+// hold, or the handoff's pause) before it gives the attempt up: the
+// writes of a partition with a live replica here must not wait out
+// resumeGrace for a destination that may be gone (watchBroken).
+const brokenHoldMax = time.Second
+
+// brokenCheckEvery is how often watchBroken looks.
+const brokenCheckEvery = 100 * time.Millisecond
+
 // srcAttempt is one rejoin this node serves as source. proc and the
 // fault hold belong to the replica goroutine; the rest is set before the
 // attempt starts or is atomic.
@@ -362,6 +372,9 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 	})
 	var lastErr error
 	var brokeAt time.Time
+	// unwatch stops the watch of the broken connection under way.
+	unwatch := func() {}
+	defer func() { unwatch() }()
 	for ctx.Err() == nil && !ended(att.end) {
 		conn, err := n.dialRejoin(ctx, att)
 		if err != nil {
@@ -378,6 +391,7 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 			}
 			continue
 		}
+		unwatch()
 		att.link.attach(conn)
 		first := !started
 		err, ok := ask(r, func(r *replica) error {
@@ -414,6 +428,9 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 		if !ended(att.end) {
 			brokeAt = time.Now()
 			log.Info("rejoin connection broke; resuming", "partition", att.task.Partition)
+			wctx, stop := context.WithCancel(ctx)
+			unwatch = stop
+			n.goRun(func() { n.watchBroken(wctx, r, att, brokeAt) })
 		}
 	}
 	if started && !ended(att.end) {
@@ -430,6 +447,47 @@ func (n *Node) runSource(r *replica, att *srcAttempt) {
 	}
 	att.link.close()
 	n.finishAttempt(att, lastErr)
+}
+
+// watchBroken ends a source attempt whose connection broke at brokeAt,
+// while it tries to resume, once it has held its partition's txns for
+// the destination for brokenHoldMax (Source.HoldsPartition): the
+// destination's hold, or the handoff's pause, serves a destination that
+// hears the source, and the partition's writes wait for them. Before, a
+// source held on for resumeGrace: a destination killed in the handoff's
+// pause (and back at once, a new process with no attempt to resume) held
+// a partition whose other replicas were up for 3.95 s (rejoin chaos
+// --net-faults on --seed 20261208, +553.09 s; the bound is 3 s). It
+// stops with ctx, or once the attempt ends.
+func (n *Node) watchBroken(ctx context.Context, r *replica, att *srcAttempt, brokeAt time.Time) {
+	t := time.NewTicker(brokenCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-att.end:
+			return
+		case <-t.C:
+		}
+		why := ""
+		if held := time.Since(brokeAt); held >= brokenHoldMax {
+			if holds, _ := ask(r, func(r *replica) bool { return r.src == att && att.proc.HoldsPartition() }); holds {
+				why = fmt.Sprintf("the partition's txns held %s for %s with no connection to it", held.Round(time.Millisecond), att.task.Dest)
+			}
+		}
+		if why == "" {
+			continue
+		}
+		n.log.Info("rejoin attempt given up while its connection is broken", "task", att.task, "epoch", att.epoch, "why", why)
+		r.do(func(r *replica) {
+			if r.src == att {
+				r.core.AbortSource(att.epoch, wire.AbortConnLost, why)
+				r.drain()
+			}
+		})
+		return
+	}
 }
 
 // finishAttempt reports the outcome in etcd and releases the claim.

@@ -731,9 +731,19 @@ func (w *world) closeBeforeSource(a *attempt, err error) {
 // destination drops what it has, the source sends again what may have
 // been lost); one that finds it gone or ended fails and is tried again
 // later; past the grace the source aborts, as recovery/node's runSource
-// does.
+// does, and sooner, past BrokenHoldTicks, if it holds its partition for
+// the destination meanwhile, as its watchBroken does.
 func (w *world) redials() {
 	for _, a := range w.atts {
+		if a.redialAt != 0 && a.src != nil && !a.src.State().Final() && !a.sn.dead && a.src.HoldsPartition() &&
+			w.tick-a.redialFrom >= uint64(w.k.BrokenHoldTicks) {
+			a.redialAt = 0
+			w.stats.HoldsGivenUp++
+			w.tracef("src e%d: held its partition %d ticks with no connection", a.epoch, w.tick-a.redialFrom)
+			a.sn.core.AbortSource(a.epoch, wire.AbortConnLost, "held the partition with no connection to the destination")
+			w.afterCall(a)
+			continue
+		}
 		if a.redialAt == 0 || w.tick < a.redialAt || w.pausedNow(a) {
 			continue
 		}

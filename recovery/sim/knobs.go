@@ -62,7 +62,10 @@ type Knobs struct {
 	// ResumeGraceTicks: how long a source whose connection broke redials
 	// the destination to resume the attempt before it aborts it
 	// (recovery/node's resumeGrace); below or above the stall window.
-	ResumeGraceTicks int
+	// BrokenHoldTicks: how long of that it may hold its partition for
+	// the destination (recovery.Source.HoldsPartition) before it aborts
+	// (recovery/node's brokenHoldMax).
+	ResumeGraceTicks, BrokenHoldTicks int
 	// BeatAsks: an initiator that sequences a txn asks every other one for
 	// a heartbeat above it, as recovery/node's initiator does (BeatAsk on
 	// its feeds); the asked one answers through Initiator.BeatPast.
@@ -217,6 +220,7 @@ func drawKnobs(r *rand.Rand) Knobs {
 	k.Sources = 2
 	k.StaleTicks = k.StallTicksMax + 2*k.ClaimWindowTicks
 	k.ResumeGraceTicks = k.StallTicksMax/4 + (7*k.ElectionTicksMax)%k.StallTicksMax
+	k.BrokenHoldTicks = max(1, k.ResumeGraceTicks/5)
 	k.BeatAsks = k.StallTicksMax%2 == 0
 	k.BeatLeadTicks = [...]int{0, 0, 3, 40}[k.ClaimTTLTicks%4]
 	k.BeatLeadQuietTicks = 1 + k.KeepaliveTicks%8

@@ -117,8 +117,10 @@ type Stats struct {
 	// as the node's replica loop does.
 	PumpsCapped int
 	// Resumed counts attempts resumed on a new connection after a cut;
-	// GraceExpired, sources that aborted after redialling for the grace.
-	Resumed, GraceExpired int
+	// GraceExpired, sources that aborted after redialling for the grace;
+	// HoldsGivenUp, sources that aborted sooner, holding their partition
+	// for a destination they could not reach (Knobs.BrokenHoldTicks).
+	Resumed, GraceExpired, HoldsGivenUp int
 	// DigestChecks counts comparisons of the live replicas at a common txn.
 	DigestChecks int
 	// Claims counts claims made; ClaimsExpired those deleted when their

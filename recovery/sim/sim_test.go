@@ -59,6 +59,7 @@ func TestSeeds(t *testing.T) {
 		touches, requeues, refused, staleResets, revokes, cutOffs                                         int
 		regLosses, regLapses, regResumed, feedsBroken, joiners, settleWaits, kept, keptLapsed             int
 		settledFailed, settleUnknown, failedOnRedial, missedOnly, resumed, graceOut, asks, leads, capped  int
+		holdsGivenUp                                                                                      int
 		feedsResumed, gapsFilled, resent, resumedMissed                                                   int
 		refusedJoining, fenced, tailRepaired, dstTailRepaired                                             int
 		regLossesAlone, settledAlone, refusedNoLive, refusedLogFull                                       int
@@ -82,6 +83,7 @@ func TestSeeds(t *testing.T) {
 		count(&c.leads, r.Knobs.BeatLeadTicks > 0 && s.BeatsAhead > 0)
 		count(&c.capped, r.Knobs.PumpBlocksMax > 0 && s.PumpsCapped > 0)
 		count(&c.graceOut, s.GraceExpired > 0)
+		count(&c.holdsGivenUp, s.HoldsGivenUp > 0)
 		count(&c.dropped, s.TxnsDropped > 0)
 		count(&c.multiAttempt, r.Attempts > 1)
 		count(&c.deletes, s.Deletes > 0)
@@ -159,6 +161,7 @@ func TestSeeds(t *testing.T) {
 	want("a cut side left to time out", c.unnoticed, 5)
 	want("an attempt resumed on a new connection after a cut", c.resumed, 10)
 	want("a source's redials out of their grace", c.graceOut, 5)
+	t.Logf("sources that gave up holding their partition for a destination out of reach: %d runs", c.holdsGivenUp)
 	want("heartbeats on demand (Initiator.BeatPast)", c.asks, 100)
 	want("heartbeats leading the clock (InitiatorConfig.BeatLeadMillis)", c.leads, 100)
 	want("source pumps stopped at SourceConfig.PumpBlocksMax", c.capped, 60)
