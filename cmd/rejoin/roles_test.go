@@ -30,7 +30,7 @@ import (
 // to get one.
 func TestEtcdRolesEndToEnd(t *testing.T) {
 	bin := rejoinBinary(t)
-	w := &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}, ids: map[string]string{}}
+	w := newRolesWalk(t, bin)
 	defer checkNoNodes(t)
 	defer w.stopAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -51,18 +51,7 @@ func TestEtcdRolesEndToEnd(t *testing.T) {
 		t.Fatalf("put: %q", out)
 	}
 
-	as := func(id certs.Identity) *clientv3.Client {
-		c, err := certs.Load(dir, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{w.etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: c.EtcdClientConfig()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		return cli
-	}
+	as := func(id certs.Identity) *clientv3.Client { return etcdAs(t, dir, w.etcd, id) }
 	denied := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
@@ -150,7 +139,7 @@ func TestEtcdRolesEndToEnd(t *testing.T) {
 // the CA could write what it liked then.
 func TestEtcdServesOnlyOnceAuthIsOn(t *testing.T) {
 	bin := rejoinBinary(t)
-	w := &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}, ids: map[string]string{}}
+	w := newRolesWalk(t, bin)
 	defer w.stopAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -210,20 +199,32 @@ func TestEtcdServesOnlyOnceAuthIsOn(t *testing.T) {
 	if got[1] > 0 || got[0] < 2 {
 		t.Fatalf("%d of %d writes with a certificate of no etcd user succeeded while etcd started, want none of at least 2", got[1], got[0])
 	}
-	rootCreds, err := certs.Load(dir, certs.ClientID(supervise.AdminClient))
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: rootCreds.EtcdClientConfig()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	resp, err := root.Get(ctx, "/rejoin/cluster")
+	resp, err := etcdAs(t, dir, ep, certs.ClientID(supervise.AdminClient)).Get(ctx, "/rejoin/cluster")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) != 0 {
 		t.Fatalf("the cluster's config %q was written while etcd started", resp.Kvs[0].Value)
 	}
+}
+
+// newRolesWalk is a walk of the etcd roles' tests, run with bin.
+func newRolesWalk(t *testing.T, bin string) *walk {
+	return &walk{t: t, bin: bin, dir: t.TempDir(), vars: map[string]string{}, procs: map[string]*exec.Cmd{}, ids: map[string]string{}}
+}
+
+// etcdAs is an etcd client of endpoint with the certificate of id from
+// the certificates directory dir, closed when the test ends.
+func etcdAs(t *testing.T, dir, endpoint string, id certs.Identity) *clientv3.Client {
+	t.Helper()
+	c, err := certs.Load(dir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: c.EtcdClientConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }

@@ -139,24 +139,34 @@ func StartEmbedded(dir string, opts EmbeddedOptions) (*Embedded, error) {
 			return nil, err
 		}
 	}
-	picked := opts.ClientPort == 0 || opts.PeerPort == 0
+	if err := e.startOnPorts(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// startOnPorts starts the server on the options' ports, picking free ones
+// for those left 0 and picking again when another process took one
+// between the pick and the start.
+func (e *Embedded) startOnPorts() error {
+	picked := e.opts.ClientPort == 0 || e.opts.PeerPort == 0
 	var err error
 	for range embedStartAttemptsMax {
-		e.clientPort, e.peerPort = opts.ClientPort, opts.PeerPort
+		e.clientPort, e.peerPort = e.opts.ClientPort, e.opts.PeerPort
 		if e.clientPort, err = pickPort(e.clientPort); err != nil {
-			return nil, err
+			return err
 		}
 		if e.peerPort, err = pickPort(e.peerPort); err != nil {
-			return nil, err
+			return err
 		}
 		if err = e.start(); err == nil {
-			return e, nil
+			return nil
 		}
 		if !picked || !errors.Is(err, syscall.EADDRINUSE) {
 			break // a fixed port in use, or not a port race at all
 		}
 	}
-	return nil, err
+	return err
 }
 
 // setUp runs opts.Setup on the server started with its client URL on a
@@ -171,15 +181,7 @@ func (e *Embedded) setUp() error {
 	defer os.RemoveAll(sockDir)
 	e.sock = filepath.Join(sockDir, "client.sock")
 	defer func() { e.sock = "" }()
-	for range embedStartAttemptsMax {
-		if e.peerPort, err = pickPort(e.opts.PeerPort); err != nil {
-			return err
-		}
-		if err = e.start(); err == nil || e.opts.PeerPort != 0 || !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
-	}
-	if err != nil {
+	if err := e.startOnPorts(); err != nil {
 		return err
 	}
 	defer e.Stop()

@@ -470,15 +470,14 @@ func (n *Node) watchBroken(ctx context.Context, r *replica, att *srcAttempt, bro
 			return
 		case <-t.C:
 		}
-		why := ""
-		if held := time.Since(brokeAt); held >= brokenHoldMax {
-			if holds, _ := ask(r, func(r *replica) bool { return r.src == att && att.proc.HoldsPartition() }); holds {
-				why = fmt.Sprintf("the partition's txns held %s for %s with no connection to it", held.Round(time.Millisecond), att.task.Dest)
-			}
-		}
-		if why == "" {
+		held := time.Since(brokeAt)
+		if held < brokenHoldMax {
 			continue
 		}
+		if holds, _ := ask(r, func(r *replica) bool { return r.src == att && att.proc.HoldsPartition() }); !holds {
+			continue
+		}
+		why := fmt.Sprintf("the partition's txns held %s for %s with no connection to it", held.Round(time.Millisecond), att.task.Dest)
 		n.log.Info("rejoin attempt given up while its connection is broken", "task", att.task, "epoch", att.epoch, "why", why)
 		r.do(func(r *replica) {
 			if r.src == att {
