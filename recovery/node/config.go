@@ -461,6 +461,11 @@ type testingKnobs struct {
 	// peer, which a test freezes to cut this node off from its peers
 	// without cutting them off from each other.
 	peerAddr func(node, addr string) string
+	// noCutFence turns off the fences for a cut between two nodes
+	// (supervise.CutDue) and the registration gate's wait for such a cut
+	// to heal: for tests of what a cut left standing does, which the
+	// cut's fence would otherwise end within seconds.
+	noCutFence bool
 	// listener wraps the node's TCP listener: one whose Accept fails
 	// now and then, as it does when the process runs out of descriptors.
 	listener func(net.Listener) net.Listener

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -36,6 +37,14 @@ const fenceEvery = 100 * time.Millisecond
 // fenceTryEvery bounds how often the node tries to fence one process.
 const fenceTryEvery = 500 * time.Millisecond
 
+// cutAfter is how long a report on a node stands in this node's views
+// before this node fences it as supervise.CutDue's pick. The reports of one fault come
+// in over a loop or two of each reporter (each files its own once its
+// feed has been silent suspectAfter): picked on the first of them, a 2|3
+// split could fence a node of the three before the rest came in and a
+// majority fenced the two.
+const cutAfter = 500 * time.Millisecond
+
 // fenceCallTimeout bounds each etcd call of the loop.
 const fenceCallTimeout = time.Second
 
@@ -50,6 +59,7 @@ func (n *Node) fences() {
 	mine := map[string]reportMine{}
 	tried := map[string]time.Time{}
 	unfed := map[string]time.Time{}
+	reportedSince := map[string]time.Time{} // node@inc → when first seen reported
 	t := time.NewTicker(fenceEvery)
 	defer t.Stop()
 	for {
@@ -74,31 +84,63 @@ func (n *Node) fences() {
 		}
 		suspects := n.suspects(time.Now(), n.reg.Term().Began(), v, unfed)
 		n.reportSuspects(v, suspects, mine)
+		fenced := false
 		for _, d := range v.due {
-			rec, ok := v.nodes[d.Node]
-			if !ok || d.Node == n.id || suspects[d.Node] != incarnation(rec) || !slices.Contains(d.Reporters, n.id) || time.Since(tried[d.Node]) < fenceTryEvery {
-				continue
-			}
-			var reporters []supervise.NodeRecord
-			for _, id := range d.Reporters {
-				reporters = append(reporters, v.nodes[id])
-			}
-			tried[d.Node] = time.Now()
-			ctx, cancel := context.WithTimeout(n.ctx, fenceCallTimeout)
-			ok, err := supervise.FenceNode(ctx, n.cli, n.id, rec, reporters)
-			cancel()
-			if err != nil {
-				n.limited.Log(slog.LevelWarn, "fence/"+d.Node, "fencing a node a majority reports failed; retrying", "node", d.Node, "err", err)
-				continue
-			}
-			if ok {
-				n.log.Warn("node fenced: a majority of the cluster hears nothing from it", "node", d.Node, "inc", incarnation(rec), "reporters", d.Reporters)
+			if fenced = n.tryFence(v, d, suspects, tried, "node fenced: a majority of the cluster hears nothing from it"); fenced {
 				// The next fence waits for a view with this one in:
 				// its reporters may have been fenced by another.
 				break
 			}
 		}
+		// Reported since: a cut's pick may be named only once the one
+		// before it is fenced, and its reports stood as long.
+		now := time.Now()
+		for key := range reportedSince {
+			node, inc, _ := strings.Cut(key, "@")
+			if _, ok := v.reportedBy[node]; !ok || inc != fmt.Sprint(incarnation(v.nodes[node])) {
+				delete(reportedSince, key)
+			}
+		}
+		for node := range v.reportedBy {
+			key := fmt.Sprintf("%s@%d", node, incarnation(v.nodes[node]))
+			if _, ok := reportedSince[key]; !ok {
+				reportedSince[key] = now
+			}
+		}
+		if fenced || len(v.due) > 0 || !v.cutDue || n.cfg.knobs.noCutFence {
+			continue
+		}
+		since := reportedSince[fmt.Sprintf("%s@%d", v.cut.Node, incarnation(v.nodes[v.cut.Node]))]
+		if now.Sub(since) >= cutAfter {
+			n.tryFence(v, v.cut, suspects, tried, "node fenced: a cut between nodes that no majority reports (supervise.CutDue)")
+		}
 	}
+}
+
+// tryFence fences d's node if this node is among its reporters and
+// reports that process itself now, at most every fenceTryEvery; it
+// reports whether the fence went through, and logs it as msg.
+func (n *Node) tryFence(v *view, d supervise.Due, suspects map[string]int64, tried map[string]time.Time, msg string) bool {
+	rec, ok := v.nodes[d.Node]
+	if !ok || d.Node == n.id || suspects[d.Node] != incarnation(rec) || !slices.Contains(d.Reporters, n.id) || time.Since(tried[d.Node]) < fenceTryEvery {
+		return false
+	}
+	var reporters []supervise.NodeRecord
+	for _, id := range d.Reporters {
+		reporters = append(reporters, v.nodes[id])
+	}
+	tried[d.Node] = time.Now()
+	ctx, cancel := context.WithTimeout(n.ctx, fenceCallTimeout)
+	ok, err := supervise.FenceNode(ctx, n.cli, n.id, rec, reporters)
+	cancel()
+	if err != nil {
+		n.limited.Log(slog.LevelWarn, "fence/"+d.Node, "fencing a reported node failed; retrying", "node", d.Node, "err", err)
+		return false
+	}
+	if ok {
+		n.log.Warn(msg, "node", d.Node, "inc", incarnation(rec), "reporters", d.Reporters)
+	}
+	return ok
 }
 
 // suspects lists the processes this node would report: each one alive
@@ -326,8 +368,12 @@ func (m *members) fencedAs(node string, inc uint64) bool {
 // (supervise.DueOnceReported): registered, it reports them and the
 // nodes cut off are fenced, where no one could fence them while it
 // stayed out (rejoin chaos --net-faults on --seed 697575384;
-// TestFencedNodeBackOnTheMajoritySide). It clears its fence as it
-// passes.
+// TestFencedNodeBackOnTheMajoritySide). And a node it cannot reach
+// that no registered node reports is no fault of the rest: a link cut
+// between the two, for which supervise.CutDue fenced this node, and
+// registered across it, the two would report each other and the
+// partitions they share wait until it was fenced again, over and over
+// while the cut lasts. It clears its fence as it passes.
 func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	f, ok, err := supervise.ReadFence(ctx, n.cli, n.id)
 	if err != nil {
@@ -353,12 +399,32 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 			return fmt.Errorf("node %s fenced by its peers (%s's transaction): feeds opened since to %d of %d live nodes, not a majority (none to %v)", n.id, f.By, len(fed), others, unfed)
 		}
 		why = fmt.Sprintf("the nodes it reaches are a majority of the cluster, and its report completes the fence of each it does not (%v)", unfed)
+	} else if quiet := n.members.unreported(unfed); len(quiet) > 0 && !n.cfg.knobs.noCutFence {
+		return fmt.Errorf("node %s fenced by its peers (%s's transaction): no feed opened since to %v, which no registered node reports: a cut between the two, which would fence one of them again", n.id, f.By, quiet)
 	}
 	if err := supervise.ClearFence(ctx, n.cli, f); err != nil {
 		return err
 	}
 	n.log.Warn("fence cleared: registering again", "fenced_by", f.By, "because", why)
 	return nil
+}
+
+// unreported lists the nodes of nodes that no registered node reports, in
+// the records read last.
+func (m *members) unreported(nodes []string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.recs == nil {
+		return nodes
+	}
+	by := supervise.ReportedBy(m.recs)
+	var out []string
+	for _, node := range nodes {
+		if len(by[node]) == 0 {
+			out = append(out, node)
+		}
+	}
+	return out
 }
 
 // dueOnceReported is supervise.DueOnceReported on the records read last,

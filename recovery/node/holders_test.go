@@ -272,15 +272,16 @@ func checkAwayGaps(t *testing.T, ws []*feedWriter, from, to time.Time, node, dur
 // TestStalledReplicaSaysWhatItWaitsFor: a replica that holds a txn it
 // cannot run for a second logs which initiator it waits for, and what it
 // took from it and what its feed brought. Here n2's feed into n1 is cut
-// (n2 itself stays up, so nobody fences it): n1's replica of a partition
-// both hold waits for initiator 2's heartbeat past a write through n1.
+// (n2 itself stays up, and the fence for a cut between two nodes is off
+// here, so nobody fences it): n1's replica of a partition both hold
+// waits for initiator 2's heartbeat past a write through n1.
 // A stall of the chaos run (a partition without a faulted replica, 1.8 s
 // without a successful op) left no line saying why.
 func TestStalledReplicaSaysWhatItWaitsFor(t *testing.T) {
 	const parts = 3
 	var logs logCatch
 	c := newClusterWith(t, 3, 3, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
-		c.proxied, c.pairProxied = true, true
+		c.proxied, c.pairProxied, c.noCutFence = true, true, true
 		c.onLog = func(id int, r slog.Record) {
 			if strings.HasPrefix(r.Message, "replica holds txns it cannot run") {
 				logs.add("wait", id, r)

@@ -58,10 +58,16 @@ type view struct {
 	// fences are the fences standing, by node; reported are the
 	// processes this node reports, by node; due are the nodes a
 	// majority reports, to fence (docs/DESIGN.md "Fencing by the peers'
-	// word").
-	fences   map[string]supervise.Fence
-	reported map[string]int64
-	due      []supervise.Due
+	// word"); cut, if cutDue, the node to fence for reports no majority
+	// backs (supervise.CutDue, DESIGN "A cut between two nodes");
+	// reportedBy, the registered nodes that report each registered node
+	// (supervise.ReportedBy).
+	fences     map[string]supervise.Fence
+	reported   map[string]int64
+	due        []supervise.Due
+	cut        supervise.Due
+	cutDue     bool
+	reportedBy map[string][]string
 }
 
 // holders lists the nodes holding a replica of p, in the placement's
@@ -236,6 +242,8 @@ func (m *members) maybeRebuild(ctx context.Context) error {
 		}
 	}
 	v.due = supervise.FencesDue(m.recs)
+	v.cut, v.cutDue = supervise.CutDue(m.recs)
+	v.reportedBy = supervise.ReportedBy(m.recs)
 	m.noteGoneLocked(old, v, time.Now())
 	m.v, m.nodesChanged, m.placementChanged = v, false, false
 	return nil

@@ -71,6 +71,9 @@ type cluster struct {
 	// freezing proxies[1] (what n2 and n3 both dial) cannot.
 	pairProxied bool
 	pairs       map[[2]int]*faultnet.Proxy
+	// noCutFence turns the fences for a cut between two nodes off on
+	// every node (knobs.noCutFence).
+	noCutFence bool
 	// onLog, if set, sees every record a node logs at Info and above.
 	onLog func(id int, r slog.Record)
 }
@@ -170,6 +173,7 @@ func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
 			return addr
 		}
 	}
+	cfg.knobs.noCutFence = c.noCutFence
 	if set != nil {
 		set(&cfg)
 	}

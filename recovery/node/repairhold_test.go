@@ -32,7 +32,10 @@ import (
 //     heals.
 //
 // Either way, after the heal every replica ends live with one digest and
-// every acknowledged write, and no replica of n1 or n3 failed.
+// every acknowledged write, and no replica of n1 or n3 failed. The fence
+// for a cut between two nodes is off: it would fence n3 within seconds
+// of the cut, and the repair's hold is what holds where no fence comes
+// (TestCutLinkFencesOne has the fence).
 func TestTailRepairHoldsForLivePeers(t *testing.T) {
 	const ttl = 2 * time.Second
 	const parts = 4
@@ -54,7 +57,7 @@ func TestTailRepairHoldsForLivePeers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs logCatch
 			c, etcdPx := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
-				c.proxied, c.pairProxied = true, true
+				c.proxied, c.pairProxied, c.noCutFence = true, true, true
 				c.onLog = func(id int, r slog.Record) {
 					if r.Message == "replica failed, needs a rejoin" && id != 2 {
 						logs.add("failures", id, r)
@@ -123,12 +126,14 @@ func TestTailRepairHoldsForLivePeers(t *testing.T) {
 // the replica waits. Then p is cut from every peer and fenced. r's
 // replica is then the partition's last live one and must take writes
 // at once, not after the pause under way: it did only at the next ask,
-// up to the whole pause after the fence.
+// up to the whole pause after the fence. The fence for a cut between two
+// nodes is off: it would fence p for its cut from r alone, before the
+// pause grew.
 func TestRepairEndsAtThePeersFence(t *testing.T) {
 	const parts = 5
 	const retryMax = 6 * time.Second
 	c := newClusterWith(t, 5, 0, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
-		c.proxied, c.pairProxied = true, true
+		c.proxied, c.pairProxied, c.noCutFence = true, true, true
 	})
 	for id := 1; id <= 5; id++ {
 		c.startCfg(id, func(cfg *Config) { cfg.knobs.repairRetryMax = retryMax })

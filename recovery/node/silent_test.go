@@ -499,7 +499,9 @@ func testFencedNodeBack(t *testing.T, repairedFirst bool) {
 // they hold none of the txns n3 ran on without. Failed again, a partition
 // lost its last live replica when the answer came from a node fenced
 // since, whose own replica then failed at its settlement (rejoin chaos
-// --seed 271828, 10m: partition 3 gone for good).
+// --seed 271828, 10m: partition 3 gone for good). The fence for a cut
+// between two nodes is off: with it, n4, which cannot feed n3, would stay
+// out until its path to n3 healed, and registered, be fenced again.
 func TestFencedAnswerSparesReplicasRebuiltSince(t *testing.T) {
 	const parts = 4
 	const p, x = 4, 3 // the fenced process's node, the late answerer's
@@ -509,7 +511,7 @@ func TestFencedAnswerSparesReplicasRebuiltSince(t *testing.T) {
 	failed, rebuilt := map[string]bool{}, map[string]bool{}
 	answeredBy := map[string]bool{}
 	c := newClusterWith(t, 4, 0, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
-		c.proxied, c.pairProxied = true, true
+		c.proxied, c.pairProxied, c.noCutFence = true, true, true
 		c.onLog = func(id int, r slog.Record) {
 			if id != p {
 				return

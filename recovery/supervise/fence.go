@@ -17,8 +17,10 @@ import (
 // report the same process, any of them fences it in one etcd transaction
 // that removes its record and writes its fence. Every node then takes the
 // process for dead at once, without waiting for its lease, and the fenced
-// process registers again only once it has a feed open to every live
-// node, clearing its fence as it does.
+// process registers again only once it reaches enough of the live nodes
+// (the node's registration gate), clearing its fence as it does. Reports
+// that no majority backs, a link cut between two nodes, fence the node
+// CutDue names (DESIGN "A cut between two nodes").
 //
 // The keys lie between the node and the replica records, so the
 // membership's one watch brings them in revision order with the rest.
@@ -173,6 +175,62 @@ func FencesDue(m *Membership) []Due {
 	}
 	slices.SortFunc(due, func(a, b Due) int { return strings.Compare(a.Node, b.Node) })
 	return due
+}
+
+// CutDue is the node to fence when reports stand that no majority backs:
+// a link cut between two registered nodes that both reach the rest (a
+// bridge's two sides, a single link). Each reports the other, neither is
+// reported by a majority, and every partition with a replica on both
+// waits for the two for as long as the cut lasts. As VoltDB's mesh
+// arbiter does (AgreementSeeker's kill picker: the site most reported,
+// ties to the highest id, until the rest is fully connected), it names
+// the registered node with the most counted reports, made and received,
+// ties to the greatest node id; the fence loop fences it once it stood
+// a while, and the next view's reports name the next, until no report
+// stands between registered nodes. Reports made count as well as
+// received: a node cut off from every peer reports all of them at once,
+// as its feeds all go silent together, while the others' reports of it
+// come in one by one, and counted by reports received alone, a pick made
+// before they were all in fenced one of its peers.
+//
+// None while a majority fence is due (FencesDue decides those), or when
+// no registered node reports the one picked: a node that hears no one
+// while all hear it (a one-way cut) is fenced by no one, as before, for
+// the node that could fence it would be one it reports.
+func CutDue(m *Membership) (Due, bool) {
+	by, others := tally(m)
+	if len(by) == 0 {
+		return Due{}, false
+	}
+	degree := map[string]int{}
+	for node, reporters := range by {
+		if 2*len(reporters) > others {
+			return Due{}, false
+		}
+		degree[node] += len(reporters)
+		for _, r := range reporters {
+			degree[r]++
+		}
+	}
+	pick := ""
+	for node, d := range degree {
+		if pick == "" || d > degree[pick] || d == degree[pick] && node > pick {
+			pick = node
+		}
+	}
+	reporters := slices.Clone(by[pick])
+	if len(reporters) == 0 {
+		return Due{}, false
+	}
+	slices.Sort(reporters)
+	return Due{Node: pick, Reporters: reporters}, true
+}
+
+// ReportedBy lists, by registered node, the registered nodes that report
+// its registered process: the reports that count.
+func ReportedBy(m *Membership) map[string][]string {
+	by, _ := tally(m)
+	return by
 }
 
 // DueOnceReported reports whether node, not registered now, with the

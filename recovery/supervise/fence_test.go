@@ -139,6 +139,72 @@ func TestDueOnceReported(t *testing.T) {
 	}
 }
 
+// TestCutDue: reports that no majority backs name one node to fence,
+// the one with the most reports made and received, ties to the greatest
+// id, until none stands between registered nodes (docs/DESIGN.md "A cut
+// between two nodes"); a majority due, or a pick nobody reports, names
+// none.
+func TestCutDue(t *testing.T) {
+	at := func(s int64) time.Time { return time.Unix(s, 0).UTC() }
+	all5 := []string{"n1", "n2", "n3", "n4", "n5"}
+	m := func(registered []string, reports ...[2]string) *Membership {
+		mm := &Membership{Nodes: map[string]NodeRecord{}, Reports: map[string]Report{}, Replicas: map[string]Replica{}}
+		for i, id := range all5 {
+			mm.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: ReplicaLive}
+			if slices.Contains(registered, id) {
+				mm.Nodes[id] = NodeRecord{ID: id, Started: at(int64(100 + i))}
+			}
+		}
+		for _, r := range reports {
+			mm.Reports[ReportKey(r[0], r[1])] = Report{Suspect: r[0], Reporter: r[1], Inc: at(int64(100 + slices.Index(all5, r[0]))).UnixNano()}
+		}
+		return mm
+	}
+	// {n1,n4} | {n2,n3}, n5 the bridge: each side reports the other.
+	bridge := [][2]string{
+		{"n2", "n1"}, {"n3", "n1"}, {"n2", "n4"}, {"n3", "n4"},
+		{"n1", "n2"}, {"n4", "n2"}, {"n1", "n3"}, {"n4", "n3"}}
+	for _, tc := range []struct {
+		name      string
+		m         *Membership
+		want      string
+		reporters []string
+	}{
+		{name: "no report", m: m(all5)},
+		{name: "single link", m: m(all5, [2]string{"n2", "n3"}, [2]string{"n3", "n2"}), want: "n3", reporters: []string{"n2"}},
+		{name: "bridge", m: m(all5, bridge...), want: "n4", reporters: []string{"n2", "n3"}},
+		// n4 fenced: its reports no longer count, and the other node of
+		// its side is the one left between the two.
+		{name: "bridge, one side's first fenced", m: m([]string{"n1", "n2", "n3", "n5"}, bridge...), want: "n1", reporters: []string{"n2", "n3"}},
+		{name: "bridge, one side fenced", m: m([]string{"n2", "n3", "n5"}, bridge...)},
+		// n1 cut off from every peer, one of whose reports of it is in:
+		// it reports all four, so it is the pick, not n5, greater but
+		// reported once and reporting once.
+		{name: "one cut off, reports coming in", m: m(all5,
+			[2]string{"n2", "n1"}, [2]string{"n3", "n1"}, [2]string{"n4", "n1"}, [2]string{"n5", "n1"}, [2]string{"n1", "n5"}), want: "n1", reporters: []string{"n5"}},
+		{name: "a majority due", m: m(all5,
+			[2]string{"n1", "n2"}, [2]string{"n1", "n3"}, [2]string{"n1", "n4"}, [2]string{"n2", "n3"}, [2]string{"n3", "n2"})},
+		// n3 hears nothing from n2, which hears it: n3 is the pick
+		// (ties to the greater id) and nobody reports it.
+		{name: "one way, the pick unreported", m: m(all5, [2]string{"n2", "n3"})},
+		{name: "one way", m: m(all5, [2]string{"n3", "n2"}), want: "n3", reporters: []string{"n2"}},
+		{name: "reporter not registered", m: m([]string{"n1", "n3", "n4", "n5"}, [2]string{"n2", "n3"}, [2]string{"n3", "n2"})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, ok := CutDue(tc.m)
+			if tc.want == "" {
+				if ok {
+					t.Fatalf("CutDue = %+v, want none", d)
+				}
+				return
+			}
+			if !ok || d.Node != tc.want || !slices.Equal(d.Reporters, tc.reporters) {
+				t.Fatalf("CutDue = %+v, %v; want %s reported by %v", d, ok, tc.want, tc.reporters)
+			}
+		})
+	}
+}
+
 // TestFenceNode: a fence removes the suspect's record and writes its
 // fence in one transaction, which the membership follows; a fence whose
 // reporter's record is gone (the fencer's own included) writes nothing,

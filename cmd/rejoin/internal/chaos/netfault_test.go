@@ -137,8 +137,14 @@ func TestStepStrings(t *testing.T) {
 			t.Errorf("String = %q, want %q", got, tt.line)
 		}
 	}
-	if got := (Step{Action: ActNetBridge, Node: 3, Side: []int{1}}).CutOff(5); !slices.Equal(got, []int{1, 2, 4, 5}) {
-		t.Errorf("a bridge cuts off %v, want all but the bridge", got)
+	if got := (Step{Action: ActNetBridge, Node: 3, Side: []int{1}}).CutOff(5); !slices.Equal(got, []int{1}) {
+		t.Errorf("a bridge {n1} | {n2,n4,n5} cuts off %v, want the smaller side", got)
+	}
+	if got := (Step{Action: ActNetBridge, Node: 3, Side: []int{4, 1}}).CutOff(5); !slices.Equal(got, []int{2, 5}) {
+		t.Errorf("a bridge {n1,n4} | {n2,n5} cuts off %v, want {n2,n5}, the side with the greatest node", got)
+	}
+	if got := (Step{Action: ActNetBridge, Node: 3, Side: []int{5, 1}}).CutOff(5); !slices.Equal(got, []int{1, 5}) {
+		t.Errorf("a bridge {n1,n5} | {n2,n4} cuts off %v, want {n1,n5}, the side with the greatest node", got)
 	}
 	if got := (Step{Action: ActNetHalves, Side: []int{2, 4}}).CutOff(5); !slices.Equal(got, []int{2, 4}) {
 		t.Errorf("halves cut off %v, want the minority", got)

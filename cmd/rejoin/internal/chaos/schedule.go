@@ -141,17 +141,26 @@ func (s Step) Cut(nodes int) Cut {
 }
 
 // CutOff are the nodes a network step leaves on the short side: the
-// node cut from its peers or etcd, a minority half, both sides of a
-// bridge (neither sees a majority without the bridge).
+// node cut from its peers or etcd, a minority half, and the side of a
+// bridge the nodes fence (docs/DESIGN.md "A cut between two nodes"): the
+// smaller, which the other side and the bridge report, a majority; of
+// two of one size, the one with the greatest node id, as
+// supervise.CutDue breaks its ties.
 func (s Step) CutOff(nodes int) []int {
 	c := s.Cut(nodes)
-	if s.Action == ActNetHalves {
+	switch s.Action {
+	case ActNetHalves:
 		return c.A
+	case ActNetBridge:
+		a, b := slices.Clone(c.A), slices.Clone(c.B)
+		slices.Sort(a)
+		slices.Sort(b)
+		if len(b) < len(a) || len(a) == len(b) && b[len(b)-1] > a[len(a)-1] {
+			a = b
+		}
+		return a
 	}
 	out := slices.Concat(c.A, c.Etcd)
-	if s.Action == ActNetBridge {
-		out = append(out, c.B...)
-	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
