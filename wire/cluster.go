@@ -16,7 +16,9 @@ import (
 //   - HelloFeed: Txns and Beats from an initiator to a replica, Dones back;
 //   - HelloRejoin: the rejoin messages above, both ways;
 //   - HelloRepair: Repairs from a replica to a peer replica, each answered
-//     by the Txns it asks for, in ID order, and a RepairEnd.
+//     by the Txns it asks for, in ID order, and a RepairEnd;
+//   - HelloReach: nothing; the node answers the Hello with its own and
+//     closes: a process not registered yet learns that it reaches a peer.
 //
 // They belong to no rejoin attempt and carry no MsgHeader: their Header
 // method returns the zero MsgHeader, and MsgType.Rejoin tells them apart
@@ -70,6 +72,7 @@ const (
 	HelloFeed   HelloKind = 2 // initiator node -> replica node: Txns, Beats; Dones back
 	HelloRejoin HelloKind = 3 // source node -> destination node: one rejoin attempt
 	HelloRepair HelloKind = 4 // replica node -> replica node: repair a dead initiator's unacknowledged tail of one partition
+	HelloReach  HelloKind = 5 // node -> node: answered with a Hello and closed; a starting process checks it reaches its peers
 )
 
 func (k HelloKind) String() string {
@@ -82,12 +85,14 @@ func (k HelloKind) String() string {
 		return "rejoin"
 	case HelloRepair:
 		return "repair"
+	case HelloReach:
+		return "reach"
 	}
 	return "hello(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Valid reports whether k is one of the kinds above.
-func (k HelloKind) Valid() bool { return k >= HelloClient && k <= HelloRepair }
+func (k HelloKind) Valid() bool { return k >= HelloClient && k <= HelloReach }
 
 // Hello is the first frame of every cluster connection, from the dialer;
 // the node answers with a Hello of the same Kind and its own Node id, or

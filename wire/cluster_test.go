@@ -98,7 +98,7 @@ func TestClusterDecodeErrors(t *testing.T) {
 		{"hello missed partition over uint32", MsgHello, []byte{0x99, 2, 0xa2, 'n', '1', 1, 0, 0, 0x91, 0xcf, 1, 0, 0, 0, 0, 0, 0, 0}, ErrMalformed},
 		{"hello missed not an array", MsgHello, []byte{0x99, 2, 0xa2, 'n', '1', 1, 0, 0, 0}, ErrMalformed},
 		{"hello kind 0", MsgHello, patch(hello, 1, 0), ErrMalformed},
-		{"hello kind 5", MsgHello, patch(hello, 1, 5), ErrMalformed},
+		{"hello kind 6", MsgHello, patch(hello, 1, 6), ErrMalformed},
 		{"hello initiator over uint16", MsgHello, []byte{0x99, 2, 0xa0, 0xce, 0, 1, 0, 0, 0, 0, 0x90}, ErrMalformed},
 		{"hello node too long", MsgHello, append(append([]byte{0x99, 2}, long(NodeBytesMax+1)...), 1, 0, 0, 0x90), ErrTooLarge},
 		{"hello node str8 of 2", MsgHello, []byte{0x99, 2, 0xd9, 2, 'n', '1', 1, 0, 0, 0x90}, ErrNonCanonical},
@@ -289,7 +289,7 @@ func TestErrText(t *testing.T) {
 
 func TestHelloKind(t *testing.T) {
 	for k := range HelloKind(255) {
-		if k.Valid() != (k == HelloClient || k == HelloFeed || k == HelloRejoin || k == HelloRepair) || k.String() == "" {
+		if k.Valid() != (k == HelloClient || k == HelloFeed || k == HelloRejoin || k == HelloRepair || k == HelloReach) || k.String() == "" {
 			t.Fatalf("kind %d: valid %v, %q", k, k.Valid(), k)
 		}
 	}

@@ -240,7 +240,7 @@ func TestAbortTextCut(t *testing.T) {
 func TestEnumStrings(t *testing.T) {
 	for _, s := range []string{
 		MsgType(0).String(), MsgBlock.String(), MsgType(200).String(), MsgReply.String(), MsgRepairEnd.String(), MsgHandoffAck.String(), MsgBeatAsk.String(), MsgFeedAck.String(), MsgFenced.String(), MsgJoin.String(), MsgJoined.String(),
-		HelloKind(0).String(), HelloFeed.String(), HelloRepair.String(),
+		HelloKind(0).String(), HelloFeed.String(), HelloRepair.String(), HelloReach.String(),
 		BlockKind(0).String(), BlockUpserts.String(),
 		CodecS2.String(), Codec(9).String(),
 		AbortStaleEpoch.String(), AbortReason(math.MaxUint8).String(),

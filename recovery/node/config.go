@@ -461,6 +461,10 @@ type testingKnobs struct {
 	// peer, which a test freezes to cut this node off from its peers
 	// without cutting them off from each other.
 	peerAddr func(node, addr string) string
+	// noReachGate lets a new process register without reaching its
+	// peers first (reachPeers): for tests of a process registered while
+	// cut off, as one cut off right after it reached its peers is.
+	noReachGate bool
 	// noCutFence turns off the fences for a cut between two nodes
 	// (supervise.CutDue) and the registration gate's wait for such a cut
 	// to heal: for tests of what a cut left standing does, which the

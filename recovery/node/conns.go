@@ -566,6 +566,10 @@ func (n *Node) serve(c *stream.Conn, p peer, authed func() bool) {
 			return
 		}
 		n.serveRepair(c, h.Node)
+	case wire.HelloReach:
+		// A process not registered yet checks it reaches this node
+		// (reachPeers): the answer is all it needs.
+		_ = c.Send(n.ctx, &wire.Hello{Kind: h.Kind, Node: n.id})
 	default:
 		refuse("unknown hello kind %d", h.Kind)
 	}

@@ -344,9 +344,8 @@ func (m *members) fencedAs(node string, inc uint64) bool {
 }
 
 // mayRegister is the registration's gate (supervise.NodeOptions): a
-// process fenced registers again only once its initiator has a feed to a
-// majority of the other nodes alive that opened after the node took it
-// for dead: one that node answered wire.Fenced during the last term or
+// process fenced registers again only once its initiator has a feed to
+// every other node alive that opened after the node took it for dead: one that node answered wire.Fenced during the last term or
 // since (or told so ahead of the floor: fencedEarly), or one opened
 // since the last term ended (a node that saw the
 // fence before the feed closed takes the process in without Fenced).
@@ -357,23 +356,17 @@ func (m *members) fencedAs(node string, inc uint64) bool {
 // never counted them, as nothing reopened them again, and never
 // registered (rejoin chaos --net-faults on --seed 175139113;
 // TestFencedBeforeItsTermEnded).
-// A majority and not all: a node fenced and then cut from one peer that
-// is cut from the rest as well waited for it, and its reports, which
-// count only once it is registered, were the ones missing to fence that
-// peer (rejoin chaos --net-faults on --seed 370535702: a partition 16 s
-// without service). A node it cannot reach among the rest is reported
-// and fenced like any other. Or else: with the nodes it reaches a
-// majority of the cluster, and each node it does not reach reported by
+// Not all, though: a node fenced and then cut from one peer that is cut
+// from the rest as well waited for it, and its reports, which count only
+// once it is registered, were the ones missing to fence that peer (rejoin
+// chaos --net-faults on --seed 370535702: a partition 16 s without
+// service). So it registers when the nodes it reaches are, with it, a
+// majority of the cluster and each node it does not reach is reported by
 // enough of the others that its own report completes the fence
-// (supervise.DueOnceReported): registered, it reports them and the
-// nodes cut off are fenced, where no one could fence them while it
-// stayed out (rejoin chaos --net-faults on --seed 697575384;
-// TestFencedNodeBackOnTheMajoritySide). And a node it cannot reach
-// that no registered node reports is no fault of the rest: a link cut
-// between the two, for which supervise.CutDue fenced this node, and
-// registered across it, the two would report each other and the
-// partitions they share wait until it was fenced again, over and over
-// while the cut lasts. It clears its fence as it passes.
+// (registrationGate, supervise.DueOnceReported): registered, it reports
+// them and they are fenced, where no one could fence them while it stayed
+// out (rejoin chaos --net-faults on --seed 697575384;
+// TestFencedNodeBackOnTheMajoritySide). It clears its fence as it passes.
 func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	f, ok, err := supervise.ReadFence(ctx, n.cli, n.id)
 	if err != nil {
@@ -392,15 +385,9 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 		return fmt.Errorf("node %s fenced by its peers: its feeds are not up yet", n.id)
 	}
 	unfed, fed := n.init.unfed(v, prev.Ended(), prev.Began())
-	slices.Sort(unfed)
-	why := "feeds open to a majority of the live nodes"
-	if others := len(unfed) + len(fed); others > 0 && 2*len(fed) <= others {
-		if !n.members.dueOnceReported(fed, unfed) {
-			return fmt.Errorf("node %s fenced by its peers (%s's transaction): feeds opened since to %d of %d live nodes, not a majority (none to %v)", n.id, f.By, len(fed), others, unfed)
-		}
-		why = fmt.Sprintf("the nodes it reaches are a majority of the cluster, and its report completes the fence of each it does not (%v)", unfed)
-	} else if quiet := n.members.unreported(unfed); len(quiet) > 0 && !n.cfg.knobs.noCutFence {
-		return fmt.Errorf("node %s fenced by its peers (%s's transaction): no feed opened since to %v, which no registered node reports: a cut between the two, which would fence one of them again", n.id, f.By, quiet)
+	why, err := n.members.gate(n.id, fed, unfed, n.cfg.knobs.noCutFence)
+	if err != nil {
+		return fmt.Errorf("node %s fenced by its peers (%s's transaction): %w", n.id, f.By, err)
 	}
 	if err := supervise.ClearFence(ctx, n.cli, f); err != nil {
 		return err
@@ -409,30 +396,42 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	return nil
 }
 
-// unreported lists the nodes of nodes that no registered node reports, in
-// the records read last.
-func (m *members) unreported(nodes []string) []string {
+// gate is registrationGate on the records read last.
+func (m *members) gate(id string, fed, unfed []string, noCutFence bool) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.recs == nil {
-		return nodes
-	}
-	by := supervise.ReportedBy(m.recs)
-	var out []string
-	for _, node := range nodes {
-		if len(by[node]) == 0 {
-			out = append(out, node)
-		}
-	}
-	return out
+	return registrationGate(m.recs, id, fed, unfed, noCutFence)
 }
 
-// dueOnceReported is supervise.DueOnceReported on the records read last,
-// for this node.
-func (m *members) dueOnceReported(reached, suspects []string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.recs != nil && supervise.DueOnceReported(m.recs, m.n.id, reached, suspects)
+// registrationGate decides whether node id, not registered, may register
+// while it reaches the live nodes fed (a feed open, or a HelloReach
+// answered) and not those of unfed (mayRegister, reachPeers), in recs:
+// it reaches them all; or the nodes it reaches are, with it, a majority
+// of the cluster, and its own report completes the fence of each of the
+// rest (supervise.DueOnceReported). It says why it may, or why not.
+//
+// A majority reached is not enough: a node it cannot reach that fewer
+// report is a cut between the two (DESIGN "A cut between two nodes"),
+// and registered across it, the two report each other and one is fenced
+// again. Among five, n2 cut from n1 alone, fenced for it, registered again
+// and was fenced six times in 8 s (TestCutLinkFencedStaysOut); and a node
+// fenced for one side of a bridge, back in on the word of a node of its
+// own side that reported the other, turned the next fence onto the other
+// side (rejoin chaos --net-faults on --seed 20261210, +8.5 s).
+func registrationGate(recs *supervise.Membership, id string, fed, unfed []string, noCutFence bool) (string, error) {
+	slices.Sort(unfed)
+	others := len(unfed) + len(fed)
+	switch {
+	case len(unfed) == 0:
+		return "it reaches every live node", nil
+	case recs != nil && supervise.DueOnceReported(recs, id, fed, unfed):
+		return fmt.Sprintf("the nodes it reaches are a majority of the cluster, and its report completes the fence of each it does not (%v)", unfed), nil
+	case 2*len(fed) <= others:
+		return "", fmt.Errorf("it reaches %d of %d live nodes, not a majority (not %v)", len(fed), others, unfed)
+	case noCutFence:
+		return "it reaches a majority of the live nodes", nil
+	}
+	return "", fmt.Errorf("it does not reach %v, and its report would not complete their fence: a cut between it and them", unfed)
 }
 
 // unfed lists the nodes alive in v, this one aside, that the initiator

@@ -64,6 +64,10 @@ func TestRestartedCutOffNodeStallsOnlyItsPartitions(t *testing.T) {
 	const parts = 6
 	c, _ := newClusterN2ViaProxyWith(t, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
+		// A new process registers only once it reaches its peers
+		// (reachPeers); this test is of one registered while cut off,
+		// as one cut off right after it reached them is.
+		c.noReachGate = true
 	})
 	onN2 := partitionsOn(t, c, "n2")
 	cl := dialClient(t, c.direct(1))
@@ -97,6 +101,10 @@ func TestFencedNodeBackBesideCutOffNewProcess(t *testing.T) {
 	var logs logCatch
 	c, etcdPx := newClusterNViaProxy(t, 4, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, ttl, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
+		// A new process registers only once it reaches its peers
+		// (reachPeers); this test is of one registered while cut off,
+		// as one cut off right after it reached them is.
+		c.noReachGate = true
 		c.onLog = func(id int, r slog.Record) {
 			if r.Message == "process fenced by its peers' reports: taken for dead here" {
 				logs.add("taken", id, r)
@@ -429,6 +437,10 @@ func TestWaitingCallHoldsNoOtherCall(t *testing.T) {
 	const parts = 6
 	c := newClusterWith(t, 3, 3, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
+		// A new process registers only once it reaches its peers
+		// (reachPeers); this test is of one registered while cut off,
+		// as one cut off right after it reached them is.
+		c.noReachGate = true
 	})
 	on1, on2 := partitionsOn(t, c, "n1"), partitionsOn(t, c, "n2")
 	held, free := uint32(parts), uint32(parts)
@@ -637,6 +649,10 @@ func TestCutOffHoldersRefusedAtOnce(t *testing.T) {
 	const parts = 8
 	c := newClusterWith(t, 5, 5, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
+		// A new process registers only once it reaches its peers
+		// (reachPeers); this test is of one registered while cut off,
+		// as one cut off right after it reached them is.
+		c.noReachGate = true
 	})
 	holders := holdersByPartition(t, c, 5)
 	x, p, q := 0, uint32(0), uint32(0)
@@ -706,6 +722,10 @@ func TestDialEndsAtTheFence(t *testing.T) {
 	const dialWait = 6 * time.Second
 	c := newClusterWith(t, 5, 0, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
+		// A new process registers only once it reaches its peers
+		// (reachPeers); this test is of one registered while cut off,
+		// as one cut off right after it reached them is.
+		c.noReachGate = true
 	})
 	for id := 1; id <= 5; id++ {
 		c.startCfg(id, func(cfg *Config) { cfg.knobs.feedDialWait = dialWait })
@@ -781,6 +801,10 @@ func TestFencedHealedAtOnceRegisters(t *testing.T) {
 	tookDead := map[int]bool{}
 	c := newClusterWith(t, 3, 0, layout.Config{Partitions: parts, Replicas: 3, Tables: []layout.Table{layout.KV()}}, func(c *cluster) {
 		c.proxied, c.pairProxied = true, true
+		// A new process registers only once it reaches its peers
+		// (reachPeers); this test is of one registered while cut off,
+		// as one cut off right after it reached them is.
+		c.noReachGate = true
 		c.onLog = func(id int, r slog.Record) {
 			if id == x || r.Message != "process fenced by its peers' reports: taken for dead here" {
 				return

@@ -228,6 +228,13 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if d := cfg.knobs.beforeRegister; d > 0 {
 		time.Sleep(d)
 	}
+	// Registered, it is one every call of its partitions waits for: not
+	// before it reaches its peers (reachPeers).
+	if !cfg.knobs.noReachGate {
+		if err := n.reachPeers(ctx); err != nil {
+			return err
+		}
+	}
 	var reg *supervise.Node
 	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
 		reg, err = supervise.Register(ctx, cli, n.id, supervise.NodeOptions{

@@ -72,8 +72,10 @@ type cluster struct {
 	pairProxied bool
 	pairs       map[[2]int]*faultnet.Proxy
 	// noCutFence turns the fences for a cut between two nodes off on
-	// every node (knobs.noCutFence).
-	noCutFence bool
+	// every node (knobs.noCutFence); noReachGate lets every new process
+	// register without reaching its peers (knobs.noReachGate).
+	noCutFence  bool
+	noReachGate bool
 	// onLog, if set, sees every record a node logs at Info and above.
 	onLog func(id int, r slog.Record)
 }
@@ -173,7 +175,7 @@ func (c *cluster) startCfg(id int, set func(*Config)) Addrs {
 			return addr
 		}
 	}
-	cfg.knobs.noCutFence = c.noCutFence
+	cfg.knobs.noCutFence, cfg.knobs.noReachGate = c.noCutFence, c.noReachGate
 	if set != nil {
 		set(&cfg)
 	}

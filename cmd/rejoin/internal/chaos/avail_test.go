@@ -186,6 +186,25 @@ func TestAvailabilityBeyondTolerance(t *testing.T) {
 	}
 }
 
+// TestBridgeBeyondTolerance: a bridge alone faults the side the nodes
+// fence, two of five, within what the cluster tolerates; with another
+// fault on top it faults both sides, as which one is fenced then depends
+// on that fault's timing.
+func TestBridgeBeyondTolerance(t *testing.T) {
+	bridge := Step{Action: ActNetBridge, Node: 5, Side: []int{1, 4}}
+	w := Window{Action: ActNetBridge, Start: 1 * time.Second, End: 10 * time.Second, Nodes: bridge.CutOff(5), Other: bridge.BridgeOther(5)}
+	if !slices.Equal(w.Nodes, []int{1, 4}) || !slices.Equal(w.Other, []int{2, 3}) {
+		t.Fatalf("bridge {n1,n4} | {n2,n3}: cut off %v, other %v", w.Nodes, w.Other)
+	}
+	if got := beyondTolerance([]Window{w}, 2); len(got) != 0 {
+		t.Errorf("a bridge alone: beyond %v, want none", got)
+	}
+	stop := Window{Action: ActStop, Start: 3 * time.Second, End: 5 * time.Second, Nodes: []int{1}}
+	if got := beyondTolerance([]Window{w, stop}, 2); !slices.Equal(got, []span{{3 * time.Second, 5 * time.Second}}) {
+		t.Errorf("a bridge and a stop of a node on its fenced side: beyond %v, want 3s..5s", got)
+	}
+}
+
 // TestCompletions: completions are kept by partition, from t0.
 func TestCompletions(t *testing.T) {
 	t0 := time.Now()

@@ -41,6 +41,7 @@ type faultWindow struct {
 	start, end time.Time
 	hit        []uint32
 	nodes      []int
+	other      []int // Window.Other
 }
 
 // openWindowLocked records that a fault of action starts now, hitting
@@ -68,7 +69,7 @@ func (ns *nemesis) Windows(t0, end time.Time) []Window {
 		if e.IsZero() {
 			e = end
 		}
-		out[i] = Window{Action: w.action, Start: w.start.Sub(t0), End: e.Sub(t0), Hit: w.hit, Nodes: w.nodes}
+		out[i] = Window{Action: w.action, Start: w.start.Sub(t0), End: e.Sub(t0), Hit: w.hit, Nodes: w.nodes, Other: w.other}
 	}
 	return out
 }
@@ -298,6 +299,7 @@ func (ns *nemesis) doNet(ctx context.Context, s Step) string {
 	ns.netOn, ns.cutOff = true, off
 	ns.done++
 	win := ns.openWindowLocked(s.Action, hitBy(v, nil, s.Cut(ns.n)), s.CutOff(ns.n))
+	ns.windows[win].other = s.BridgeOther(ns.n)
 	ns.logf("net fault: %s for %.2fs", what, s.For.Seconds())
 	ns.after(s.For, func() {
 		ns.mu.Lock()

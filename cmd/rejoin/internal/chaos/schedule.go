@@ -165,6 +165,25 @@ func (s Step) CutOff(nodes int) []int {
 	return slices.Compact(out)
 }
 
+// BridgeOther is, for a bridge, the side CutOff does not name: which
+// side the nodes fence depends on the reports, and with another fault on
+// top, on its timing too (Window.Other). Nil for other steps.
+func (s Step) BridgeOther(nodes int) []int {
+	if s.Action != ActNetBridge {
+		return nil
+	}
+	c := s.Cut(nodes)
+	off := s.CutOff(nodes)
+	var out []int
+	for _, id := range slices.Concat(c.A, c.B) {
+		if !slices.Contains(off, id) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func nodeSet(ids []int) string {
 	ss := make([]string, len(ids))
 	for i, id := range ids {
