@@ -68,6 +68,16 @@ func TestEmbeddedRestart(t *testing.T) {
 // setup ends the start with its error and nothing left serving.
 func TestEmbeddedSetupBeforeServing(t *testing.T) {
 	checkLeaks(t)
+	// The socket directories counted are this test's own: another
+	// package's tests start embedded servers beside it (a .ci/run saw
+	// two during the setup, the other cmd/rejoin's). Short, for the
+	// socket's path.
+	tmp, err := os.MkdirTemp("", "rjt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	t.Setenv("TMPDIR", tmp)
 	port, err := pickPort(0)
 	if err != nil {
 		t.Fatal(err)
