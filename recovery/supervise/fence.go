@@ -196,10 +196,15 @@ func FencesDue(m *Membership) []Due {
 // None while a majority fence is due (FencesDue decides those), or when
 // no registered node reports the one picked: a node that hears no one
 // while all hear it (a one-way cut) is fenced by no one, as before, for
-// the node that could fence it would be one it reports.
+// the node that could fence it would be one it reports. And none that
+// would leave no majority of the cluster registered: where every
+// connection resets, or a cut comes on top of nodes already out, the
+// picks would go on until one node was left, acknowledging writes on its
+// replicas alone; the partitions wait for the nodes to come back instead,
+// as a majority fence would.
 func CutDue(m *Membership) (Due, bool) {
 	by, others := tally(m)
-	if len(by) == 0 {
+	if len(by) == 0 || 2*(len(m.Nodes)-1) <= others+1 {
 		return Due{}, false
 	}
 	degree := map[string]int{}

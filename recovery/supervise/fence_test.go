@@ -189,6 +189,12 @@ func TestCutDue(t *testing.T) {
 		{name: "one way, the pick unreported", m: m(all5, [2]string{"n2", "n3"})},
 		{name: "one way", m: m(all5, [2]string{"n3", "n2"}), want: "n3", reporters: []string{"n2"}},
 		{name: "reporter not registered", m: m([]string{"n1", "n3", "n4", "n5"}, [2]string{"n2", "n3"}, [2]string{"n3", "n2"})},
+		// n1 and n2 out, and n3, n4 and n5 all report each other: a fence
+		// would leave two of five registered.
+		{name: "no majority left", m: m([]string{"n3", "n4", "n5"},
+			[2]string{"n3", "n4"}, [2]string{"n3", "n5"}, [2]string{"n4", "n3"}, [2]string{"n4", "n5"}, [2]string{"n5", "n3"}, [2]string{"n5", "n4"})},
+		// n2 out, and a single link cut between n3 and n4: three stay.
+		{name: "single link, one node out", m: m([]string{"n1", "n3", "n4", "n5"}, [2]string{"n3", "n4"}, [2]string{"n4", "n3"}), want: "n4", reporters: []string{"n3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, ok := CutDue(tc.m)
