@@ -196,22 +196,56 @@ func FencesDue(m *Membership) []Due {
 // None while a majority fence is due (FencesDue decides those), or when
 // no registered node reports the one picked: a node that hears no one
 // while all hear it (a one-way cut) is fenced by no one, as before, for
-// the node that could fence it would be one it reports. And none that
-// would leave no majority of the cluster registered: where every
-// connection resets, or a cut comes on top of nodes already out, the
-// picks would go on until one node was left, acknowledging writes on its
-// replicas alone; the partitions wait for the nodes to come back instead,
-// as a majority fence would.
+// the node that could fence it would be one it reports. And none unless
+// the picks, played out, end with a majority of the cluster registered:
+// where every connection resets, or a cut comes on top of nodes already
+// out, the picks would go on until one node was left, acknowledging
+// writes on its replicas alone, and stopped at the majority they fence
+// nodes and leave the cut standing among the rest. Five nodes, n2 out and
+// {n1,n3} cut from {n4,n5}: n5 was fenced, n4 still cut from n1 and n3,
+// and n2, back on n4's side, reached one live node of four and stayed
+// out, where with n5 registered its report completed the fences of n1
+// and n3 (TestFencedNodeBackMidRepair, failed so under -race). The
+// partitions wait for the nodes to come back instead, as a majority
+// fence would.
 func CutDue(m *Membership) (Due, bool) {
 	by, others := tally(m)
-	if len(by) == 0 || 2*(len(m.Nodes)-1) <= others+1 {
+	if len(by) == 0 {
 		return Due{}, false
 	}
-	degree := map[string]int{}
-	for node, reporters := range by {
+	for _, reporters := range by {
 		if 2*len(reporters) > others {
 			return Due{}, false
 		}
+	}
+	first, ok := cutPick(by)
+	if !ok {
+		return Due{}, false
+	}
+	left := len(m.Nodes)
+	for pick, ok := first, true; ok; pick, ok = cutPick(by) {
+		p := pick.Node
+		left--
+		delete(by, p)
+		for node, reporters := range by {
+			if by[node] = slices.DeleteFunc(reporters, func(r string) bool { return r == p }); len(by[node]) == 0 {
+				delete(by, node)
+			}
+		}
+	}
+	if len(by) > 0 || 2*left <= others+1 {
+		return Due{}, false
+	}
+	return first, true
+}
+
+// cutPick is CutDue's pick among the reports by: the node with the most
+// reports, made and received, ties to the greatest id, with the nodes
+// reporting it; false when there is no report or nobody reports the
+// pick.
+func cutPick(by map[string][]string) (Due, bool) {
+	degree := map[string]int{}
+	for node, reporters := range by {
 		degree[node] += len(reporters)
 		for _, r := range reporters {
 			degree[r]++
@@ -223,10 +257,10 @@ func CutDue(m *Membership) (Due, bool) {
 			pick = node
 		}
 	}
-	reporters := slices.Clone(by[pick])
-	if len(reporters) == 0 {
+	if len(by[pick]) == 0 {
 		return Due{}, false
 	}
+	reporters := slices.Clone(by[pick])
 	slices.Sort(reporters)
 	return Due{Node: pick, Reporters: reporters}, true
 }

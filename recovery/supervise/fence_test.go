@@ -193,6 +193,18 @@ func TestCutDue(t *testing.T) {
 		// would leave two of five registered.
 		{name: "no majority left", m: m([]string{"n3", "n4", "n5"},
 			[2]string{"n3", "n4"}, [2]string{"n3", "n5"}, [2]string{"n4", "n3"}, [2]string{"n4", "n5"}, [2]string{"n5", "n3"}, [2]string{"n5", "n4"})},
+		// n2 out and {n1,n3} cut from {n4,n5}: fencing n5, then n4,
+		// leaves two of five, and n5 alone fenced leaves the cut
+		// standing; n2, back beside n4 and n5, completes the fences of
+		// n1 and n3 instead.
+		{name: "split, one node out", m: m([]string{"n1", "n3", "n4", "n5"},
+			[2]string{"n1", "n4"}, [2]string{"n1", "n5"}, [2]string{"n3", "n4"}, [2]string{"n3", "n5"},
+			[2]string{"n4", "n1"}, [2]string{"n4", "n3"}, [2]string{"n5", "n1"}, [2]string{"n5", "n3"})},
+		// The same split, its reports still coming in: n4 reports n1
+		// and n3, n1 reports n4. Fencing n4 ends the cut with three of
+		// five registered.
+		{name: "split, one node out, reports coming in", m: m([]string{"n1", "n3", "n4", "n5"},
+			[2]string{"n1", "n4"}, [2]string{"n3", "n4"}, [2]string{"n4", "n1"}), want: "n4", reporters: []string{"n1"}},
 		// n2 out, and a single link cut between n3 and n4: three stay.
 		{name: "single link, one node out", m: m([]string{"n1", "n3", "n4", "n5"}, [2]string{"n3", "n4"}, [2]string{"n4", "n3"}), want: "n4", reporters: []string{"n3"}},
 	} {
