@@ -309,6 +309,29 @@ func (c *Conn) ioErr(op string, err error) error {
 	return fmt.Errorf("stream: %s: %w", op, err)
 }
 
+// SetReadDeadline sets the deadline of the Recv under way and the next
+// ones, for a connection with no stall window (Recv moves its own
+// deadline otherwise): a time past stops a reader blocked in Recv, which
+// returns ErrStalled, with a frame it was reading part way lost.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	return c.nc.SetReadDeadline(t)
+}
+
+// DiscardUntilEOF reads and drops whatever comes until the peer closes
+// its side or deadline passes, and says which (nil for the close). A
+// Close with input unread sends a TCP reset, which may take the frames
+// sent last with it before the peer reads them: a side that has said its
+// last word reads until the peer's close first.
+func (c *Conn) DiscardUntilEOF(deadline time.Time) error {
+	if err := c.nc.SetReadDeadline(deadline); err != nil {
+		return c.ioErr("recv", err)
+	}
+	if _, err := io.Copy(io.Discard, c.r); err != nil {
+		return c.ioErr("recv", err)
+	}
+	return nil
+}
+
 // Close closes the connection; a blocked Send or Recv returns ErrClosed.
 func (c *Conn) Close() error {
 	var err error

@@ -236,6 +236,12 @@ type Call struct {
 
 // Reply answers the Call numbered Req: the txn's ID and result, or Err; with
 // Call.Each, every replica's result.
+//
+// Req 0 with RefusedStopping is a stopping node's last word on a client
+// connection (a goaway, as HTTP/2 has): it read no call after the last it
+// answered, so a call sent on the connection and not answered before it
+// ran nowhere, and the client may send it to another node. Calls are
+// numbered from 1: no call is answered so.
 type Reply struct {
 	Req  uint64
 	ID   txnid.ID

@@ -369,6 +369,25 @@ func (cn *conn) write() {
 // fail breaks the connection: every call in flight fails with
 // ErrUncertain, and the node dials anew on its next call.
 func (cn *conn) fail(cause error) {
+	cn.end(cause, func(pc *pendingCall, cause error) answer {
+		return answer{err: fmt.Errorf("%w: %s via node %s: connection broken: %w", ErrUncertain, pc.proc, cn.n.id, cause)}
+	})
+}
+
+// goneAway ends the connection on the node's goaway r (wire.Reply): the
+// node read no call after the last it answered, so every call in flight
+// here ran nowhere and fails as refused, and the caller sends it to
+// another node. The node is stopping: calls go elsewhere for a while.
+func (cn *conn) goneAway(r *wire.Reply) {
+	cn.n.stopping()
+	cn.end(fmt.Errorf("%w: %w: %s", ErrRefused, ErrStopping, r.Err), func(pc *pendingCall, _ error) answer {
+		return decodeReply(cn.n.id, pc.proc, r)
+	})
+}
+
+// end breaks the connection with cause, and answers every call in flight
+// with answerOf's answer.
+func (cn *conn) end(cause error, answerOf func(*pendingCall, error) answer) {
 	cn.mu.Lock()
 	if cn.broken != nil {
 		cn.mu.Unlock()
@@ -389,7 +408,7 @@ func (cn *conn) fail(cause error) {
 	}
 	cn.n.mu.Unlock()
 	for _, pc := range pending {
-		pc.ch <- answer{err: fmt.Errorf("%w: %s via node %s: connection broken: %w", ErrUncertain, pc.proc, cn.n.id, cause)}
+		pc.ch <- answerOf(pc, cause)
 	}
 }
 
@@ -405,6 +424,10 @@ func (cn *conn) read() {
 		r, ok := m.(*wire.Reply)
 		if !ok {
 			cn.fail(fmt.Errorf("%w: got %T on a client connection", ErrProtocol, m))
+			return
+		}
+		if r.Req == 0 && r.Refused == wire.RefusedStopping {
+			cn.goneAway(r)
 			return
 		}
 		cn.mu.Lock()

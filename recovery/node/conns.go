@@ -368,6 +368,8 @@ func replyBytes(r *wire.Reply) int64 {
 type clientReply struct {
 	r     *wire.Reply
 	bytes int64
+	// goaway: r is the connection's last word (goAway).
+	goaway bool
 }
 
 func (n *Node) streamConfig() stream.Config {
@@ -580,6 +582,8 @@ func (n *Node) serve(c *stream.Conn, p peer, authed func() bool) {
 // not yet written fit in ClientBytesMax; past it, it stops reading until
 // replies drain, and TCP holds the client back (docs/DESIGN.md "Bounds").
 func (n *Node) serveClient(c *stream.Conn) {
+	n.clientConns.Add(1)
+	defer n.clientConns.Add(-1)
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
 	b := newClientBudget(n.cfg.ClientBytesMax)
@@ -590,6 +594,7 @@ func (n *Node) serveClient(c *stream.Conn) {
 	var heard atomic.Int64
 	heard.Store(time.Now().UnixNano())
 	stop, writerDone, idleDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	wentAway := make(chan struct{}) // the goaway written (goAway)
 	go func() {
 		defer close(writerDone)
 		defer cancel() // a reader waiting for the budget stops too
@@ -597,6 +602,9 @@ func (n *Node) serveClient(c *stream.Conn) {
 			func(r clientReply) {
 				b.release(r.bytes)
 				heard.Store(time.Now().UnixNano())
+				if r.goaway {
+					close(wentAway)
+				}
 			})
 	}()
 	go func() {
@@ -609,11 +617,20 @@ func (n *Node) serveClient(c *stream.Conn) {
 		<-writerDone
 		<-idleDone // the writer cancelled ctx
 	}()
+	// A graceful stop's goaway stops the reader where it is: a call read
+	// part way is not read, and runs nowhere.
+	if n.goaway != nil {
+		stopRecv := context.AfterFunc(n.goaway, func() { _ = c.SetReadDeadline(time.Unix(1, 0)) })
+		defer stopRecv()
+	}
 	hook := n.cfg.knobs.clientBytes
 	calls := 0
 	for {
 		m, err := c.Recv()
 		if err != nil {
+			if n.goaway != nil && n.goaway.Err() != nil {
+				n.goAway(c, b, q, wentAway)
+			}
 			return
 		}
 		heard.Store(time.Now().UnixNano())

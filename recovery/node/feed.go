@@ -1398,13 +1398,16 @@ func (n *Node) sequence(req *wire.Call, reply func(*wire.Reply), forwarded bool)
 func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forwarded, wait bool) bool {
 	n := in.n
 	n.lastCall.Store(time.Now().UnixNano())
+	// Counted until answered: a graceful stop waits for it (drainCalls).
+	// Counted before stopping is read, as drainCalls sets stopping before
+	// it reads the count: one of the two sees the other.
+	n.inCalls.Add(1)
 	if n.stopping.Load() {
+		n.inCalls.Add(-1)
 		reply(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("node %s is stopping: it takes no new call (nothing was sequenced; another node takes it)", n.id),
 			Refused: wire.RefusedStopping})
 		return true
 	}
-	// Counted until answered: a graceful stop waits for it (drainCalls).
-	n.inCalls.Add(1)
 	send := func(r *wire.Reply) {
 		n.inCalls.Add(-1)
 		reply(r)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
@@ -151,4 +153,134 @@ func TestStopAskedThroughEtcd(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("the stop request after the stop: %v, %v", resp.Kvs, err)
 	}
+}
+
+// TestStopSaysGoaway: a client connection pipelining calls into a node
+// as it stops gracefully ends with the node's goaway (a Reply numbered 0,
+// wire.RefusedStopping) and then the node's close, nothing in between;
+// every call answered before it ran or was refused, and every call left
+// unanswered ran nowhere: its key is on no replica. Without the goaway
+// the connection just closed, and a client could not tell the calls the
+// node had not read from those it had (TestGracefulStopUnderLoad, under
+// -race in CI: one write uncertain).
+func TestStopSaysGoaway(t *testing.T) {
+	const parts = 2
+	const callsMax = 20000
+	c := newCluster(t, 2, layout.Config{Partitions: parts, Replicas: 2, Tables: []layout.Table{layout.KV()}})
+	check := dialClient(t, c.nodes[2].addrs.TCP)
+	waitWritable(t, check, parts)
+	rc := dialClient(t, c.nodes[1].addrs.TCP)
+	keyOf := func(req uint64) (uint32, wire.Value) {
+		key := wire.Bytes(fmt.Appendf(nil, "goaway-%06d", req))
+		p, err := partition.RouteValues([]wire.Value{key}, parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, key
+	}
+	var sent atomic.Uint64
+	stopSending, refusedSeen := make(chan struct{}), make(chan struct{})
+	sendDone := make(chan struct{})
+	go func() {
+		defer close(sendDone)
+		enc := wire.NewTupleEncoder()
+		burst := uint64(0) // the last call of the burst after the pause
+		for req := uint64(1); req <= callsMax && (burst == 0 || req <= burst); req++ {
+			select {
+			case <-stopSending:
+				return
+			case <-refusedSeen:
+				if burst == 0 {
+					// A client sends on after the node said it stops, past
+					// the quiet the node waits for: its calls come as the
+					// node stops reading.
+					time.Sleep(callsQuiet + 100*time.Millisecond)
+					burst = req + 100
+				}
+			default:
+			}
+			p, key := keyOf(req)
+			params, err := enc.AppendTuple(nil, []wire.Value{wire.String("kv"), key, wire.Bytes([]byte("v"))})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := rc.conn.Send(context.Background(), &wire.Call{Req: req, Partition: p, Proc: partition.ProcUpsert, Params: params}); err != nil {
+				return
+			}
+			sent.Store(req)
+			if req%64 == 0 {
+				time.Sleep(time.Millisecond) // a pipeline, not a flood
+			}
+		}
+	}()
+	answered := map[uint64]wire.Refusal{}
+	var goaway *wire.Reply
+	refused := 0
+	recvDone := make(chan error, 1)
+	go func() {
+		defer close(stopSending)
+		for {
+			m, err := rc.conn.Recv()
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			r, ok := m.(*wire.Reply)
+			switch {
+			case !ok:
+				recvDone <- fmt.Errorf("got %v", m)
+				return
+			case goaway != nil:
+				recvDone <- fmt.Errorf("reply %d after the goaway", r.Req)
+				return
+			case r.Req == 0:
+				if r.Refused != wire.RefusedStopping {
+					recvDone <- fmt.Errorf("reply numbered 0, refused %v: %s", r.Refused, r.Err)
+					return
+				}
+				goaway = &wire.Reply{Refused: r.Refused, Err: r.Err}
+			case r.Err != "" && r.Refused == wire.RefusedNone:
+				recvDone <- fmt.Errorf("call %d: %s", r.Req, r.Err)
+				return
+			default:
+				answered[r.Req] = r.Refused
+				if r.Refused == wire.RefusedStopping && refused == 0 {
+					close(refusedSeen)
+				}
+				if r.Refused != wire.RefusedNone {
+					refused++
+				}
+			}
+		}
+	}()
+	waitUntil(t, 10*time.Second, "calls flowing", func() bool { return sent.Load() > 500 })
+	c.stop(1)
+	err := <-recvDone
+	<-sendDone
+	if goaway == nil {
+		t.Fatalf("the connection ended without a goaway: %v (%d calls sent, %d answered)", err, sent.Load(), len(answered))
+	}
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("after the goaway: %v, want the node's close", err)
+	}
+	ran, unanswered := 0, 0
+	for req := uint64(1); req <= sent.Load(); req++ {
+		p, key := keyOf(req)
+		why, ok := answered[req]
+		if ok && why == wire.RefusedNone {
+			ran++
+			if _, err := check.call(p, partition.ProcRead, false, wire.String("kv"), key); err != nil {
+				t.Fatalf("call %d acknowledged before the goaway: read on n2: %v", req, err)
+			}
+			continue
+		}
+		if !ok {
+			unanswered++
+		}
+		if _, err := check.call(p, partition.ProcRead, false, wire.String("kv"), key); err == nil {
+			t.Fatalf("call %d (refused %v, answered %v) ran: its key is on n2", req, why, ok)
+		}
+	}
+	t.Logf("%d calls sent: %d ran, %d refused, %d not answered before the goaway (%q)", sent.Load(), ran, refused, unanswered, goaway.Err)
 }

@@ -38,6 +38,12 @@ type Node struct {
 	stopping atomic.Bool
 	inCalls  atomic.Int64
 	lastCall atomic.Int64
+	// goaway ends when a graceful stop has answered its calls: each
+	// client connection stops reading, and says so (goAway);
+	// clientConns counts the connections still open.
+	goaway      context.Context
+	goawayNow   context.CancelFunc
+	clientConns atomic.Int64
 	// askStop stops the node as its context ending would (watchStop).
 	askStop context.CancelFunc
 	log     *slog.Logger
@@ -135,6 +141,8 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	defer askStop()
 	n := &Node{askStop: askStop, cfg: cfg, id: NodeName(cfg.ID), started: time.Now(), opened: map[uint32]bool{}, unpub: map[uint32]bool{},
 		applySlots: make(chan struct{}, cfg.ApplyMax), slots: slots{max: cfg.ConnsMax, clientsMax: cfg.ConnsMax - cfg.NodeConnsReserved}}
+	n.goaway, n.goawayNow = context.WithCancel(context.Background())
+	defer n.goawayNow()
 	n.log = cfg.Log.With("node", n.id)
 	n.limited = newLimitedLog(n.log, logEveryDefault)
 	n.members.n, n.feeds.n = n, n

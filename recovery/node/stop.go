@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/stream"
+	"github.com/rejoin-db/rejoin/wire"
 )
 
 // StopMax bounds a node's stop from the moment it is asked to stop: the
@@ -122,9 +125,11 @@ func (n *Node) drainCalls(ctx context.Context) {
 		switch {
 		case inFlight <= 0 && quiet:
 			n.log.Info("node stopping: no call in flight", "waited", time.Since(start).Round(time.Millisecond))
+			n.goAwayAll(ctx)
 			return
 		case time.Since(start) >= CallsDrainMax:
 			n.log.Warn("node stopping: calls still unanswered at the bound; their clients find them uncertain", "in_flight", inFlight, "bound", CallsDrainMax)
+			n.goAwayAll(ctx)
 			return
 		}
 		select {
@@ -133,6 +138,75 @@ func (n *Node) drainCalls(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// goawayMax bounds the last part of a graceful stop: every client
+// connection's goaway (goAway) sent, and the client's close read.
+const goawayMax = time.Second
+
+// goAwayAll ends drainCalls: every client connection stops reading and
+// says so to its client once its calls are answered (goAway). The
+// refusals and the quiet drainCalls waits for leave a window all the
+// same: a call a client sent as the node closed came to a connection
+// closed under it, and was uncertain to the client though it ran nowhere
+// (TestGracefulStopUnderLoad, under -race in CI: "upsert via node n4:
+// connection broken: stream: recv: EOF"). It returns once every client
+// connection has closed, at goawayMax, or when ctx ends.
+func (n *Node) goAwayAll(ctx context.Context) {
+	if n.goawayNow == nil {
+		return
+	}
+	n.goawayNow()
+	start := time.Now()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for n.clientConns.Load() > 0 && time.Since(start) < goawayMax {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+	if left := n.clientConns.Load(); left > 0 {
+		n.log.Warn("node stopping: client connections still open at the goaway's bound; a call unanswered on them is uncertain to its client", "open", left, "bound", goawayMax)
+	}
+}
+
+// goAway is a client connection's end in a graceful stop, its reader
+// stopped: once every call it read is answered on the wire, it sends the
+// goaway (wire.Reply: a call the client has no answer to ran nowhere),
+// closes its sending side, and reads until the client closes its own, as
+// a close with input unread sends a reset that may take the goaway with
+// it. A call still unanswered at goawayMax, or a connection broken, ends
+// it as a stop ended one before: the client finds what it has no answer
+// to uncertain.
+func (n *Node) goAway(c *stream.Conn, b *clientBudget, q chan<- clientReply, sent <-chan struct{}) {
+	deadline := time.Now().Add(goawayMax)
+	t := time.NewTimer(goawayMax)
+	defer t.Stop()
+	for !b.idle() {
+		select {
+		case <-b.freed:
+		case <-t.C:
+			return
+		}
+	}
+	bye := &wire.Reply{Refused: wire.RefusedStopping,
+		Err: fmt.Sprintf("node %s is stopping: it read no call after the last it answered on this connection, so a call not answered ran nowhere", n.id)}
+	select {
+	case q <- clientReply{r: bye, goaway: true}:
+	default:
+		return // not idle after all: a bug, and the close says it
+	}
+	select {
+	case <-sent:
+	case <-t.C:
+		return
+	}
+	if c.CloseWrite() != nil {
+		return
+	}
+	_ = c.DiscardUntilEOF(deadline)
 }
 
 // watchStop stops the node gracefully when etcd holds a stop request for
