@@ -24,7 +24,7 @@ import (
 // registers, its replicas rejoin, and every replica ends live with one
 // digest and every acknowledged write.
 func TestCutLinkFencesOne(t *testing.T) {
-	testCut(t, 3, []int{1}, []int{2}, []int{2})
+	testCut(t, 3, []int{1}, []int{2}, []int{2}, true)
 }
 
 // TestCutLinkFencedStaysOut: as TestCutLinkFencesOne among five nodes,
@@ -34,7 +34,7 @@ func TestCutLinkFencesOne(t *testing.T) {
 // few seconds while the cut lasted, each time stalling the partitions
 // the two share.
 func TestCutLinkFencedStaysOut(t *testing.T) {
-	testCut(t, 5, []int{1}, []int{2}, []int{2})
+	testCut(t, 5, []int{1}, []int{2}, []int{2}, true)
 }
 
 // TestBridgeFencesOneSide: five nodes, {n1,n4} cut from {n2,n3} while
@@ -44,14 +44,27 @@ func TestCutLinkFencedStaysOut(t *testing.T) {
 // every partition; n1 and n4, which reach n5 and each other, a majority
 // with them, stay out until the heal.
 func TestBridgeFencesOneSide(t *testing.T) {
-	testCut(t, 5, []int{1, 4}, []int{2, 3}, []int{1, 4})
+	testCut(t, 5, []int{1, 4}, []int{2, 3}, []int{1, 4}, true)
+}
+
+// TestOneWayCutFencesTheSilent: three nodes; every connection n1 dials
+// to n2 (its feed there among them) is cut, while n2's into n1 flows. n2
+// hears nothing from n1 and reports it; n1 hears n2 and reports no one.
+// The pick went by reports made and received, one each, ties to the
+// greater id: n2, whom nobody reports, so nobody was fenced, and the
+// partitions n1 sequences waited for n2's replicas for the whole cut
+// (seen failing: 7.9 s without a write through n2 or n3 in the 8 s cut;
+// 2.3 s now). Now the pick is
+// among the nodes reported: n1, fenced by n2's word.
+func TestOneWayCutFencesTheSilent(t *testing.T) {
+	testCut(t, 3, []int{1}, []int{2}, []int{1}, false)
 }
 
 // testCut cuts every link between the nodes of a and those of b, both
-// ways, for a while, with writes through the nodes not fenced, and wants
-// the nodes fenced to be fenced, service back within a bound, and
-// everything live and equal after the heal.
-func testCut(t *testing.T, nodes int, a, b, fenced []int) {
+// ways, or only those a's nodes dial, for a while, with writes through
+// the nodes not fenced, and wants the nodes fenced to be fenced, service
+// back within a bound, and everything live and equal after the heal.
+func testCut(t *testing.T, nodes int, a, b, fenced []int, bothWays bool) {
 	const ttl = 2 * time.Second
 	const parts = 4
 	const cut = 8 * time.Second
@@ -93,7 +106,10 @@ func testCut(t *testing.T, nodes int, a, b, fenced []int) {
 	var links []*faultnet.Proxy
 	for _, x := range a {
 		for _, y := range b {
-			links = append(links, c.pairs[[2]int{x, y}], c.pairs[[2]int{y, x}])
+			links = append(links, c.pairs[[2]int{x, y}])
+			if bothWays {
+				links = append(links, c.pairs[[2]int{y, x}])
+			}
 		}
 	}
 	thaw := freezeAll(links)

@@ -193,10 +193,15 @@ func FencesDue(m *Membership) []Due {
 // come in one by one, and counted by reports received alone, a pick made
 // before they were all in fenced one of its peers.
 //
-// None while a majority fence is due (FencesDue decides those), or when
-// no registered node reports the one picked: a node that hears no one
-// while all hear it (a one-way cut) is fenced by no one, as before, for
-// the node that could fence it would be one it reports. And none unless
+// The pick is among the nodes reported. In a one-way cut, where n2
+// hears nothing from n1 while n1 hears n2, each has one report, made or
+// received; the tie went to the greater id, n2, whom nobody reports, so
+// nobody was fenced, and the partitions n1 sequences waited for n2's
+// replicas for the whole cut (TestOneWayCutFencesTheSilent). The node
+// reported is the one whose word does not come through: its reporter
+// fences it.
+//
+// None while a majority fence is due (FencesDue decides those). And none unless
 // the picks, played out, end with a majority of the cluster registered:
 // where every connection resets, or a cut comes on top of nodes already
 // out, the picks would go on until one node was left, acknowledging
@@ -239,10 +244,9 @@ func CutDue(m *Membership) (Due, bool) {
 	return first, true
 }
 
-// cutPick is CutDue's pick among the reports by: the node with the most
-// reports, made and received, ties to the greatest id, with the nodes
-// reporting it; false when there is no report or nobody reports the
-// pick.
+// cutPick is CutDue's pick among the reports by: of the nodes reported,
+// the one with the most reports, made and received, ties to the greatest
+// id, with the nodes reporting it; false when there is no report.
 func cutPick(by map[string][]string) (Due, bool) {
 	degree := map[string]int{}
 	for node, reporters := range by {
@@ -252,12 +256,12 @@ func cutPick(by map[string][]string) (Due, bool) {
 		}
 	}
 	pick := ""
-	for node, d := range degree {
-		if pick == "" || d > degree[pick] || d == degree[pick] && node > pick {
+	for node := range by {
+		if d := degree[node]; pick == "" || d > degree[pick] || d == degree[pick] && node > pick {
 			pick = node
 		}
 	}
-	if len(by[pick]) == 0 {
+	if pick == "" {
 		return Due{}, false
 	}
 	reporters := slices.Clone(by[pick])

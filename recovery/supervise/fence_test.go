@@ -184,9 +184,9 @@ func TestCutDue(t *testing.T) {
 			[2]string{"n2", "n1"}, [2]string{"n3", "n1"}, [2]string{"n4", "n1"}, [2]string{"n5", "n1"}, [2]string{"n1", "n5"}), want: "n1", reporters: []string{"n5"}},
 		{name: "a majority due", m: m(all5,
 			[2]string{"n1", "n2"}, [2]string{"n1", "n3"}, [2]string{"n1", "n4"}, [2]string{"n2", "n3"}, [2]string{"n3", "n2"})},
-		// n3 hears nothing from n2, which hears it: n3 is the pick
-		// (ties to the greater id) and nobody reports it.
-		{name: "one way, the pick unreported", m: m(all5, [2]string{"n2", "n3"})},
+		// n3 hears nothing from n2, which hears it: of the two, one
+		// report each, the one reported is the pick, not the greater id.
+		{name: "one way, the lesser id reported", m: m(all5, [2]string{"n2", "n3"}), want: "n2", reporters: []string{"n3"}},
 		{name: "one way", m: m(all5, [2]string{"n3", "n2"}), want: "n3", reporters: []string{"n2"}},
 		{name: "reporter not registered", m: m([]string{"n1", "n3", "n4", "n5"}, [2]string{"n2", "n3"}, [2]string{"n3", "n2"})},
 		// n1 and n2 out, and n3, n4 and n5 all report each other: a fence
