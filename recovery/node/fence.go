@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -37,12 +36,13 @@ const fenceEvery = 100 * time.Millisecond
 // fenceTryEvery bounds how often the node tries to fence one process.
 const fenceTryEvery = 500 * time.Millisecond
 
-// cutAfter is how long a report on a node stands in this node's views
-// before this node fences it as supervise.CutDue's pick. The reports of one fault come
-// in over a loop or two of each reporter (each files its own once its
-// feed has been silent suspectAfter): picked on the first of them, a 2|3
-// split could fence a node of the three before the rest came in and a
-// majority fenced the two.
+// cutAfter is how long a process stays among the cut's picks in this
+// node's views (supervise.CutPlan) before this node fences it as the
+// first (supervise.Fencer). The reports of one fault come in over a loop
+// or two of each reporter (each files its own once its feed has been
+// silent suspectAfter): picked on the first of them, a 2|3 split could
+// fence a node of the three before the rest came in and a majority
+// fenced the two.
 const cutAfter = 500 * time.Millisecond
 
 // fenceCallTimeout bounds each etcd call of the loop.
@@ -53,13 +53,13 @@ type reportMine struct {
 	lease clientv3.LeaseID
 }
 
-// fences runs the fence loop until the node stops.
+// fences runs the fence loop until the node stops: what to fence is
+// supervise.Fencer's, the etcd calls are this loop's.
 func (n *Node) fences() {
 	applied := map[string]int64{} // node → the fence revision applied here
 	mine := map[string]reportMine{}
-	tried := map[string]time.Time{}
 	unfed := map[string]time.Time{}
-	reportedSince := map[string]time.Time{} // node@inc → when first seen reported
+	f := supervise.NewFencer(n.id, cutAfter, fenceTryEvery, n.cfg.knobs.noCutFence)
 	t := time.NewTicker(fenceEvery)
 	defer t.Stop()
 	for {
@@ -82,54 +82,32 @@ func (n *Node) fences() {
 		if n.reg == nil || !n.reg.Registered() {
 			continue
 		}
-		suspects := n.suspects(time.Now(), n.reg.Term().Began(), v, unfed)
+		now := time.Now()
+		suspects := n.suspects(now, n.reg.Term().Began(), v, unfed)
 		n.reportSuspects(v, suspects, mine)
-		fenced := false
-		for _, d := range v.due {
-			if fenced = n.tryFence(v, d, suspects, tried, "node fenced: a majority of the cluster hears nothing from it"); fenced {
-				// The next fence waits for a view with this one in:
-				// its reporters may have been fenced by another.
+		for _, try := range f.Next(now, v.fence, suspects) {
+			f.Tried(now, try.Node)
+			msg := "node fenced: a majority of the cluster hears nothing from it"
+			if try.Cut {
+				msg = "node fenced: a cut between nodes that no majority reports (supervise.CutDue)"
+			}
+			// The next fence waits for a view with this one in: its
+			// reporters may have been fenced by another.
+			if n.tryFence(v, try.Due, msg) {
 				break
 			}
-		}
-		// Reported since: a cut's pick may be named only once the one
-		// before it is fenced, and its reports stood as long.
-		now := time.Now()
-		for key := range reportedSince {
-			node, inc, _ := strings.Cut(key, "@")
-			if _, ok := v.reportedBy[node]; !ok || inc != fmt.Sprint(incarnation(v.nodes[node])) {
-				delete(reportedSince, key)
-			}
-		}
-		for node := range v.reportedBy {
-			key := fmt.Sprintf("%s@%d", node, incarnation(v.nodes[node]))
-			if _, ok := reportedSince[key]; !ok {
-				reportedSince[key] = now
-			}
-		}
-		if fenced || len(v.due) > 0 || !v.cutDue || n.cfg.knobs.noCutFence {
-			continue
-		}
-		since := reportedSince[fmt.Sprintf("%s@%d", v.cut.Node, incarnation(v.nodes[v.cut.Node]))]
-		if now.Sub(since) >= cutAfter {
-			n.tryFence(v, v.cut, suspects, tried, "node fenced: a cut between nodes that no majority reports (supervise.CutDue)")
 		}
 	}
 }
 
-// tryFence fences d's node if this node is among its reporters and
-// reports that process itself now, at most every fenceTryEvery; it
-// reports whether the fence went through, and logs it as msg.
-func (n *Node) tryFence(v *view, d supervise.Due, suspects map[string]int64, tried map[string]time.Time, msg string) bool {
-	rec, ok := v.nodes[d.Node]
-	if !ok || d.Node == n.id || suspects[d.Node] != incarnation(rec) || !slices.Contains(d.Reporters, n.id) || time.Since(tried[d.Node]) < fenceTryEvery {
-		return false
-	}
+// tryFence fences d's node by the guarded transaction (supervise.FenceNode)
+// and reports whether it went through; it logs it as msg.
+func (n *Node) tryFence(v *view, d supervise.Due, msg string) bool {
+	rec := v.fence.Nodes[d.Node]
 	var reporters []supervise.NodeRecord
 	for _, id := range d.Reporters {
-		reporters = append(reporters, v.nodes[id])
+		reporters = append(reporters, v.fence.Nodes[id])
 	}
-	tried[d.Node] = time.Now()
 	ctx, cancel := context.WithTimeout(n.ctx, fenceCallTimeout)
 	ok, err := supervise.FenceNode(ctx, n.cli, n.id, rec, reporters)
 	cancel()
@@ -203,12 +181,16 @@ func (n *Node) suspects(now, since time.Time, v *view, unfed map[string]time.Tim
 				}
 				unfed[key] = first
 			}
-			if now.Sub(later(first, since)) >= suspectAfter {
+			if now.Sub(later(first, since)) >= suspectAfter || n.reportNow(node, inc, false) {
 				out[node] = inc
 			}
 			continue
 		}
 		at := fi.silentSince.Load()
+		if n.reportNow(node, inc, at == 0) {
+			out[node] = inc
+			continue
+		}
 		if at == 0 || now.Sub(later(time.Unix(0, at), since)) < suspectAfter {
 			continue
 		}
@@ -363,7 +345,7 @@ func (m *members) fencedAs(node string, inc uint64) bool {
 // service). So it registers when the nodes it reaches are, with it, a
 // majority of the cluster and each node it does not reach is reported by
 // enough of the others that its own report completes the fence
-// (registrationGate, supervise.DueOnceReported): registered, it reports
+// (supervise.MayRegister, DueOnceReported): registered, it reports
 // them and they are fenced, where no one could fence them while it stayed
 // out (rejoin chaos --net-faults on --seed 697575384;
 // TestFencedNodeBackOnTheMajoritySide). It clears its fence as it passes.
@@ -385,53 +367,56 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 		return fmt.Errorf("node %s fenced by its peers: its feeds are not up yet", n.id)
 	}
 	unfed, fed := n.init.unfed(v, prev.Ended(), prev.Began())
-	why, err := n.members.gate(n.id, fed, unfed, n.cfg.knobs.noCutFence)
+	g, err := n.members.gate(n.id, fed, unfed, n.cfg.knobs.noCutFence)
 	if err != nil {
 		return fmt.Errorf("node %s fenced by its peers (%s's transaction): %w", n.id, f.By, err)
 	}
 	if err := supervise.ClearFence(ctx, n.cli, f); err != nil {
 		return err
 	}
-	n.log.Warn("fence cleared: registering again", "fenced_by", f.By, "because", why)
+	n.reportOnRegistering(g.Report, v.nodes)
+	n.log.Warn("fence cleared: registering again", "fenced_by", f.By, "because", g.Why)
 	return nil
 }
 
-// gate is registrationGate on the records read last.
-func (m *members) gate(id string, fed, unfed []string, noCutFence bool) (string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return registrationGate(m.recs, id, fed, unfed, noCutFence)
+// atOnce are the processes this node reports as soon as it is
+// registered, by node: those its registration gate counted its report
+// on (supervise.Gate.Report).
+type atOnce struct {
+	mu    sync.Mutex
+	procs map[string]int64
 }
 
-// registrationGate decides whether node id, not registered, may register
-// while it reaches the live nodes fed (a feed open, or a HelloReach
-// answered) and not those of unfed (mayRegister, reachPeers), in recs:
-// it reaches them all; or the nodes it reaches are, with it, a majority
-// of the cluster, and its own report completes the fence of each of the
-// rest (supervise.DueOnceReported). It says why it may, or why not.
-//
-// A majority reached is not enough: a node it cannot reach that fewer
-// report is a cut between the two (DESIGN "A cut between two nodes"),
-// and registered across it, the two report each other and one is fenced
-// again. Among five, n2 cut from n1 alone, fenced for it, registered again
-// and was fenced six times in 8 s (TestCutLinkFencedStaysOut); and a node
-// fenced for one side of a bridge, back in on the word of a node of its
-// own side that reported the other, turned the next fence onto the other
-// side (rejoin chaos --net-faults on --seed 20261210, +8.5 s).
-func registrationGate(recs *supervise.Membership, id string, fed, unfed []string, noCutFence bool) (string, error) {
-	slices.Sort(unfed)
-	others := len(unfed) + len(fed)
-	switch {
-	case len(unfed) == 0:
-		return "it reaches every live node", nil
-	case recs != nil && supervise.DueOnceReported(recs, id, fed, unfed):
-		return fmt.Sprintf("the nodes it reaches are a majority of the cluster, and its report completes the fence of each it does not (%v)", unfed), nil
-	case 2*len(fed) <= others:
-		return "", fmt.Errorf("it reaches %d of %d live nodes, not a majority (not %v)", len(fed), others, unfed)
-	case noCutFence:
-		return "it reaches a majority of the live nodes", nil
+// reportOnRegistering notes the processes of nodes, as recs has them,
+// to report at once.
+func (n *Node) reportOnRegistering(nodes []string, recs map[string]supervise.NodeRecord) {
+	n.atOnce.mu.Lock()
+	defer n.atOnce.mu.Unlock()
+	n.atOnce.procs = map[string]int64{}
+	for _, id := range nodes {
+		if rec, ok := recs[id]; ok {
+			n.atOnce.procs[id] = incarnation(rec)
+		}
 	}
-	return "", fmt.Errorf("it does not reach %v, and its report would not complete their fence: a cut between it and them", unfed)
+}
+
+// reportNow reports whether node's process inc is one to report at once;
+// heard says a feed of it here is open and not silent, which ends that.
+func (n *Node) reportNow(node string, inc int64, heard bool) bool {
+	n.atOnce.mu.Lock()
+	defer n.atOnce.mu.Unlock()
+	p, ok := n.atOnce.procs[node]
+	if ok && heard {
+		delete(n.atOnce.procs, node)
+	}
+	return ok && p == inc && !heard
+}
+
+// gate is supervise.MayRegister on the records read last.
+func (m *members) gate(id string, fed, unfed []string, noCutFence bool) (supervise.Gate, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return supervise.MayRegister(m.recs, id, fed, unfed, noCutFence)
 }
 
 // unfed lists the nodes alive in v, this one aside, that the initiator

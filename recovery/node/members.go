@@ -56,18 +56,13 @@ type view struct {
 	// rev is the etcd revision of the records the view was built from.
 	rev int64
 	// fences are the fences standing, by node; reported are the
-	// processes this node reports, by node; due are the nodes a
-	// majority reports, to fence (docs/DESIGN.md "Fencing by the peers'
-	// word"); cut, if cutDue, the node to fence for reports no majority
-	// backs (supervise.CutDue, DESIGN "A cut between two nodes");
-	// reportedBy, the registered nodes that report each registered node
-	// (supervise.ReportedBy).
-	fences     map[string]supervise.Fence
-	reported   map[string]int64
-	due        []supervise.Due
-	cut        supervise.Due
-	cutDue     bool
-	reportedBy map[string][]string
+	// processes this node reports, by node; fence is what the fence
+	// loop reads (supervise.FenceView: the fences a majority backs,
+	// docs/DESIGN.md "Fencing by the peers' word", and the cut's, "A cut
+	// between two nodes").
+	fences   map[string]supervise.Fence
+	reported map[string]int64
+	fence    supervise.FenceView
 }
 
 // holders lists the nodes holding a replica of p, in the placement's
@@ -131,7 +126,7 @@ func (m *members) address(node string) (string, error) {
 // across the process's re-registrations. A feed is tied to it, not to one
 // registration, so a node that re-registers after losing etcd keeps its
 // feeds and misses no txn.
-func incarnation(rec supervise.NodeRecord) int64 { return rec.Started.UnixNano() }
+func incarnation(rec supervise.NodeRecord) int64 { return supervise.ProcessOf(rec) }
 
 // listTimeout bounds one list of the membership: with etcd unreachable
 // the view stays as last read (frozen) and the list is tried again. A
@@ -241,9 +236,7 @@ func (m *members) maybeRebuild(ctx context.Context) error {
 			v.reported[r.Suspect] = r.Inc
 		}
 	}
-	v.due = supervise.FencesDue(m.recs)
-	v.cut, v.cutDue = supervise.CutDue(m.recs)
-	v.reportedBy = supervise.ReportedBy(m.recs)
+	v.fence = supervise.NewFenceView(m.recs)
 	m.noteGoneLocked(old, v, time.Now())
 	m.v, m.nodesChanged, m.placementChanged = v, false, false
 	return nil

@@ -41,6 +41,8 @@ type Node struct {
 	// goaway ends when a graceful stop has answered its calls: each
 	// client connection stops reading, and says so (goAway);
 	// clientConns counts the connections still open.
+	// atOnce: the processes to report as soon as it is registered.
+	atOnce      atOnce
 	goaway      context.Context
 	goawayNow   context.CancelFunc
 	clientConns atomic.Int64

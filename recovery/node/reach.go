@@ -20,7 +20,7 @@ import (
 // --net-faults on --seed 991340239: 3.58 s; --seed 20261208 replayed:
 // 3.16 s, two processes restarted in turn on the cut-off side of a
 // split). The gate is the one a fenced process passes to register again
-// (registrationGate), on a HelloReach answered by each peer instead of a
+// (supervise.MayRegister), on a HelloReach answered by each peer instead of a
 // feed, which the initiator opens only once the node is registered.
 
 // reachEvery is how often a process that does not reach its peers yet
@@ -33,7 +33,7 @@ const (
 // reachLogEvery is how often the wait says why it goes on.
 const reachLogEvery = 5 * time.Second
 
-// reachPeers returns once registrationGate lets this process register
+// reachPeers returns once supervise.MayRegister lets this process register
 // with the peers it reaches, or when ctx ends.
 func (n *Node) reachPeers(ctx context.Context) error {
 	var logged time.Time
@@ -47,10 +47,11 @@ func (n *Node) reachPeers(ctx context.Context) error {
 			return err
 		}
 		fed, unfed := n.reach(ctx, recs)
-		why, err := registrationGate(recs, n.id, fed, unfed, n.cfg.knobs.noCutFence)
+		g, err := supervise.MayRegister(recs, n.id, fed, unfed, n.cfg.knobs.noCutFence)
 		if err == nil {
+			n.reportOnRegistering(g.Report, recs.Nodes)
 			if tries > 1 {
-				n.log.Info("peers reached: registering", "because", why, "waited", time.Since(started).Round(time.Millisecond))
+				n.log.Info("peers reached: registering", "because", g.Why, "waited", time.Since(started).Round(time.Millisecond))
 			}
 			return nil
 		}

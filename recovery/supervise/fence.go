@@ -214,34 +214,41 @@ func FencesDue(m *Membership) []Due {
 // partitions wait for the nodes to come back instead, as a majority
 // fence would.
 func CutDue(m *Membership) (Due, bool) {
+	plan := CutPlan(m)
+	if len(plan) == 0 {
+		return Due{}, false
+	}
+	return plan[0], true
+}
+
+// CutPlan is CutDue's picks played out: each pick taken out with its
+// reports, the next picked from what is left, until no report stands;
+// none if a majority's fence is due or the picks would leave no majority
+// of the cluster registered. The first is CutDue's.
+func CutPlan(m *Membership) []Due {
 	by, others := tally(m)
 	if len(by) == 0 {
-		return Due{}, false
+		return nil
 	}
 	for _, reporters := range by {
 		if 2*len(reporters) > others {
-			return Due{}, false
+			return nil
 		}
 	}
-	first, ok := cutPick(by)
-	if !ok {
-		return Due{}, false
-	}
-	left := len(m.Nodes)
-	for pick, ok := first, true; ok; pick, ok = cutPick(by) {
-		p := pick.Node
-		left--
-		delete(by, p)
+	var plan []Due
+	for pick, ok := cutPick(by); ok; pick, ok = cutPick(by) {
+		plan = append(plan, pick)
+		delete(by, pick.Node)
 		for node, reporters := range by {
-			if by[node] = slices.DeleteFunc(reporters, func(r string) bool { return r == p }); len(by[node]) == 0 {
+			if by[node] = slices.DeleteFunc(reporters, func(r string) bool { return r == pick.Node }); len(by[node]) == 0 {
 				delete(by, node)
 			}
 		}
 	}
-	if len(by) > 0 || 2*left <= others+1 {
-		return Due{}, false
+	if 2*(len(m.Nodes)-len(plan)) <= others+1 {
+		return nil
 	}
-	return first, true
+	return plan
 }
 
 // cutPick is CutDue's pick among the reports by: of the nodes reported,
