@@ -190,13 +190,19 @@
 //     from its live peers by the product's rules (recovery.TailRepair,
 //     recovery.Tails) before it stops waiting for it; the oracle shows a
 //     survivor left short.
+//   - The fence's decision, apart (fencing.go, RunFencing,
+//     TestFencingSeeds): three to seven nodes under isolations, links cut
+//     one way or both, splits, bridges, pauses and kills report one
+//     another, fence by supervise.Fencer under supervise.FenceNode's
+//     guard, and register again by supervise.MayRegister; the membership
+//     alone, with no partition in it.
 //
 // # What it does not model
 //
 // More than two sources, a destination that dies for good, initiators
-// that fail in a seeded run, the fence's decision (peers' reports, a
-// majority) and a fenced process's return (wire.Fenced, the gate on its
-// registration), initiators that join in a seeded run but the one that
+// that fail in a seeded run, the fence's decision within a rejoin run
+// (fencing.go models it apart) and a fenced process's answer
+// (wire.Fenced), initiators that join in a seeded run but the one that
 // registers while a source node is away (a script's late initiator
 // does too: setup late=N, open-feed; its dials fail until then), the
 // rejoin of a replica a settlement failed,
