@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -379,16 +380,17 @@ func (n *Node) mayRegister(ctx context.Context, prev *supervise.Term) error {
 	return nil
 }
 
-// atOnce are the processes this node reports as soon as it is
-// registered, by node: those its registration gate counted its report
-// on (supervise.Gate.Report).
+// atOnce are the processes this node reports as it registers, by node:
+// those its registration gate counted its report on (supervise.Gate.Report),
+// reported in the registration's own transaction
+// (reportsOnRegistering) and by the fence loop until heard (reportNow).
 type atOnce struct {
 	mu    sync.Mutex
 	procs map[string]int64
 }
 
 // reportOnRegistering notes the processes of nodes, as recs has them,
-// to report at once.
+// to report as this node registers.
 func (n *Node) reportOnRegistering(nodes []string, recs map[string]supervise.NodeRecord) {
 	n.atOnce.mu.Lock()
 	defer n.atOnce.mu.Unlock()
@@ -398,6 +400,14 @@ func (n *Node) reportOnRegistering(nodes []string, recs map[string]supervise.Nod
 			n.atOnce.procs[id] = incarnation(rec)
 		}
 	}
+}
+
+// reportsOnRegistering are the processes to report in the registration's
+// own transaction (supervise.NodeOptions.ReportOnRegister).
+func (n *Node) reportsOnRegistering() map[string]int64 {
+	n.atOnce.mu.Lock()
+	defer n.atOnce.mu.Unlock()
+	return maps.Clone(n.atOnce.procs)
 }
 
 // reportNow reports whether node's process inc is one to report at once;

@@ -249,7 +249,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	if err := n.startStep(ctx, "register", func(ctx context.Context) (err error) {
 		reg, err = supervise.Register(ctx, cli, n.id, supervise.NodeOptions{
 			Address: n.addrs.TCP, HTTP: n.addrs.HTTP, TTL: cfg.NodeTTL, OutgoingMax: cfg.OutgoingMax, Started: n.started, Log: n.log,
-			ViewRev: n.members.viewRev, MayRegister: n.mayRegister,
+			ViewRev: n.members.viewRev, MayRegister: n.mayRegister, ReportOnRegister: n.reportsOnRegistering,
 		})
 		return err
 	}); err != nil {

@@ -422,11 +422,13 @@ func (w *fencing) step(n *fenceNode) error {
 			return nil
 		}
 		n.atOnce = map[string]bool{}
-		for _, id := range g.Report {
-			n.atOnce[fmt.Sprintf("%s@%d", id, v.Nodes[id].Created)] = true
-		}
 		w.register(n)
 		w.tracef("%s registers: %s", n.id, g.Why)
+		// Its reports go in the registration's transaction.
+		for _, id := range g.Report {
+			n.atOnce[fmt.Sprintf("%s@%d", id, v.Nodes[id].Created)] = true
+			w.m.Reports[supervise.ReportKey(id, n.id)] = supervise.Report{Suspect: id, Reporter: n.id, Inc: v.Nodes[id].Started.UnixNano()}
+		}
 		return nil
 	}
 	// Suspects: each registered process not heard for suspectAfter,

@@ -325,3 +325,57 @@ func TestFenceNode(t *testing.T) {
 		t.Fatalf("n2 did not register again once its fence was cleared: %v", err)
 	}
 }
+
+// TestReportOnRegister: the reports a registration gate counted on go in
+// the transaction that creates the record, on its lease: no revision
+// shows the node registered without them, and they go with the lease.
+func TestReportOnRegister(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	cli := newClient(t, e)
+	ctx := testCtx(t, 30*time.Second)
+	n1, err := Register(ctx, cli, "n1", NodeOptions{Address: "a:1", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n1.Close(ctx)
+	m, err := ListMembership(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc := m.Nodes["n1"].Started.UnixNano()
+	n2, err := Register(ctx, cli, "n2", NodeOptions{Address: "a:2", Log: testLog(t),
+		ReportOnRegister: func() map[string]int64 { return map[string]int64{"n1": inc} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err = ListMembership(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, ok := m.Reports[ReportKey("n1", "n2")]
+	if !ok || rep.Inc != inc {
+		t.Fatalf("n2's report on n1 after its registration: %+v, %v", rep, ok)
+	}
+	// The record's creation and the report are one revision.
+	resp, err := cli.Get(ctx, ReportKey("n1", "n2"))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("report: %v, %d keys", err, len(resp.Kvs))
+	}
+	if got, want := resp.Kvs[0].CreateRevision, m.Nodes["n2"].Created; got != want {
+		t.Fatalf("report created at revision %d, the record at %d", got, want)
+	}
+	if resp.Kvs[0].Lease == 0 || resp.Kvs[0].Lease != m.Nodes["n2"].Lease {
+		t.Fatalf("report on lease %x, the record on %x", resp.Kvs[0].Lease, m.Nodes["n2"].Lease)
+	}
+	if err := n2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err = ListMembership(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Reports[ReportKey("n1", "n2")]; ok {
+		t.Fatal("n2's report outlived its registration")
+	}
+}
