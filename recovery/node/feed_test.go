@@ -172,6 +172,10 @@ func TestFirstStartSlowToRegister(t *testing.T) {
 func TestNoWriteWithoutFeedToLiveReplica(t *testing.T) {
 	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
 	c := newClusterStarting(t, 3, 0, cfg)
+	// A feed that never opens is a one-way cut, whose fence
+	// (supervise.CutDue) takes its initiator out within 2 s: the test is
+	// of what the initiator does while it stays in.
+	c.noCutFence = true
 	c.startCfg(1, func(cfg *Config) { cfg.knobs.noFeedTo = func(node string) bool { return node == NodeName(3) } })
 	c.start(2)
 	c.start(3)
@@ -202,7 +206,10 @@ func TestNoWriteWithoutFeedToLiveReplica(t *testing.T) {
 // start; n3 went live without the newcomer's feed.
 func TestRejoinWaitsForLateFeed(t *testing.T) {
 	cfg := layout.Config{Partitions: 1, Replicas: 3, Tables: []layout.Table{layout.KV()}}
-	c := newCluster(t, 3, cfg)
+	// A feed that never opens is a one-way cut, whose fence
+	// (supervise.CutDue) takes its initiator out within 2 s: the test is
+	// of what the initiator does while it stays in.
+	c := newClusterWith(t, 3, 3, cfg, func(c *cluster) { c.noCutFence = true })
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, 1)
 	rows := make([]wire.Value, 0, 2+2*400)
@@ -363,7 +370,10 @@ func TestRestartBelowItsLastBeat(t *testing.T) {
 func TestFeedLostFromSupersededProcess(t *testing.T) {
 	const ttl = 2 * time.Second
 	cfg := layout.Config{Partitions: 2, Replicas: 3, Tables: []layout.Table{layout.KV()}}
-	c := newClusterWith(t, 3, 2, cfg, func(c *cluster) { c.nodeTTL = ttl })
+	// A feed that never opens is a one-way cut, whose fence
+	// (supervise.CutDue) takes its initiator out within 2 s: the test is
+	// of what the others do with its old process's feed meanwhile.
+	c := newClusterWith(t, 3, 2, cfg, func(c *cluster) { c.nodeTTL, c.noCutFence = ttl, true })
 	c.startCfg(3, func(cfg *Config) { cfg.knobs.crash = true })
 	cl := dialClient(t, c.nodes[1].addrs.TCP)
 	waitWritable(t, cl, 2)

@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -22,9 +23,10 @@ type FenceView struct {
 	Cut   []Due
 }
 
-// NewFenceView reads m's fences due.
+// NewFenceView reads m's fences due. The view is a copy: m may change
+// under the node's watch while the fence loop reads it.
 func NewFenceView(m *Membership) FenceView {
-	return FenceView{Nodes: m.Nodes, Due: FencesDue(m), Cut: CutPlan(m)}
+	return FenceView{Nodes: maps.Clone(m.Nodes), Due: FencesDue(m), Cut: CutPlan(m)}
 }
 
 // ProcessOf is rec's process, as reports name it: its Started in Unix
