@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/recovery/layout"
-	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream/faultnet"
 )
 
@@ -221,15 +219,7 @@ func TestBackToFenceReportsAtOnce(t *testing.T) {
 	thaw := freezeAll(links)
 	defer thaw()
 	waitUntil(t, 15*time.Second, "n1 and n3 reporting each other", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		m, err := supervise.ListMembership(ctx, c.admin)
-		if err != nil {
-			return false
-		}
-		_, a := m.Reports[supervise.ReportKey("n1", "n3")]
-		_, b := m.Reports[supervise.ReportKey("n3", "n1")]
-		return a && b
+		return reportsStand(c, [2]string{"n1", "n3"}, [2]string{"n3", "n1"})
 	})
 	// The cut stands with n4 out: no fence leaves two of four.
 	time.Sleep(time.Second)

@@ -389,6 +389,23 @@ func recordString(id int, r slog.Record) string {
 	return b.String()
 }
 
+// reportsStand reports whether etcd holds every report named, each a
+// suspect and its reporter.
+func reportsStand(c *cluster, reports ...[2]string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m, err := supervise.ListMembership(ctx, c.admin)
+	if err != nil {
+		return false
+	}
+	for _, r := range reports {
+		if _, ok := m.Reports[supervise.ReportKey(r[0], r[1])]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // TestFencedNodeBackOnTheMajoritySide: five nodes. n2 is cut from its
 // peers until they fence it; then the cluster splits {n1,n3} | {n4,n5},
 // and n2 comes back on the side of n4 and n5 (etcd answers everyone). n4 and n5
@@ -449,20 +466,7 @@ func testFencedNodeBack(t *testing.T, repairedFirst bool) {
 	thawSplit := freezeAll(split)
 	defer thawSplit()
 	waitUntil(t, 15*time.Second, "n4 and n5 reporting n1 and n3", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		m, err := supervise.ListMembership(ctx, c.admin)
-		if err != nil {
-			return false
-		}
-		for _, s := range []string{"n1", "n3"} {
-			for _, r := range []string{"n4", "n5"} {
-				if _, ok := m.Reports[supervise.ReportKey(s, r)]; !ok {
-					return false
-				}
-			}
-		}
-		return true
+		return reportsStand(c, [2]string{"n1", "n4"}, [2]string{"n1", "n5"}, [2]string{"n3", "n4"}, [2]string{"n3", "n5"})
 	})
 	if fenceStands(c, "n1") || fenceStands(c, "n3") {
 		t.Fatal("n1 or n3 fenced by two reporters of four")

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -143,8 +144,8 @@ func RunFencing(seed uint64, k FenceKnobs) (res FenceResult) {
 		m: &supervise.Membership{Nodes: map[string]supervise.NodeRecord{}, Replicas: map[string]supervise.Replica{},
 			Reports: map[string]supervise.Report{}, Fences: map[string]supervise.Fence{}}}
 	for i := range k.Nodes {
-		n := &fenceNode{id: fmt.Sprintf("n%d", i+1), started: int64(i+1) * int64(time.Second), heard: make([]int, k.Nodes), seen: map[string]int{},
-			f: supervise.NewFencer(fmt.Sprintf("n%d", i+1), w.dur(k.CutAfter), w.dur(k.TryEvery), false)}
+		n := &fenceNode{id: fmt.Sprintf("n%d", i+1), started: int64(i+1) * int64(time.Second), heard: make([]int, k.Nodes), seen: map[string]int{}}
+		n.f = w.fencer(n.id)
 		w.nodes = append(w.nodes, n)
 		w.register(n)
 		// The cluster counts every node holding a replica (tally).
@@ -184,6 +185,11 @@ func RunFencing(seed uint64, k FenceKnobs) (res FenceResult) {
 		}
 	}
 	return res
+}
+
+// fencer is a new process's fence loop, with the node's settings.
+func (w *fencing) fencer(id string) *supervise.Fencer {
+	return supervise.NewFencer(id, w.dur(w.k.CutAfter), w.dur(w.k.TryEvery), false)
 }
 
 func (w *fencing) dur(ticks int) time.Duration { return time.Duration(ticks) * 100 * time.Millisecond }
@@ -315,7 +321,7 @@ func (w *fencing) heal(f *fenceFault) {
 		n := w.nodes[f.node]
 		n.dead = false
 		n.started += int64(time.Hour)
-		n.f = supervise.NewFencer(n.id, w.dur(w.k.CutAfter), w.dur(w.k.TryEvery), false)
+		n.f = w.fencer(n.id)
 		n.seen = map[string]int{}
 		for b := range n.heard {
 			n.heard[b] = 0
@@ -374,13 +380,9 @@ func (w *fencing) expire() {
 	}
 }
 
-func (w *fencing) nodeByID(id string) *fenceNode {
-	for _, n := range w.nodes {
-		if n.id == id {
-			return n
-		}
-	}
-	return nil
+// index is node id's place in w.nodes.
+func (w *fencing) index(id string) int {
+	return slices.IndexFunc(w.nodes, func(n *fenceNode) bool { return n.id == id })
 }
 
 // view is n's view of etcd this tick: up to ViewLagMax ticks late, and
@@ -409,7 +411,7 @@ func (w *fencing) step(n *fenceNode) error {
 			if id == n.id {
 				continue
 			}
-			b := slices.IndexFunc(w.nodes, func(x *fenceNode) bool { return x.id == id })
+			b := w.index(id)
 			// A HelloReach answered: a round trip, within the tick.
 			if w.nodes[b].heard[idx] == w.tick && n.heard[b] == w.tick {
 				fed = append(fed, id)
@@ -439,7 +441,7 @@ func (w *fencing) step(n *fenceNode) error {
 		if id == n.id {
 			continue
 		}
-		b := slices.IndexFunc(w.nodes, func(x *fenceNode) bool { return x.id == id })
+		b := w.index(id)
 		key := fmt.Sprintf("%s@%d", id, rec.Created)
 		if _, ok := n.seen[key]; !ok {
 			n.seen[key] = w.tick
@@ -483,7 +485,7 @@ func (w *fencing) step(n *fenceNode) error {
 			}
 		}
 		w.tracef("%s fences %s (%s, reported by %v)", n.id, try.Node, kind, try.Reporters)
-		f := w.nodeByID(try.Node)
+		f := w.nodes[w.index(try.Node)]
 		if rec.Started.UnixNano() == f.started {
 			// Twice: two fenced nodes that register at once each read
 			// the membership without the other, and a cut between them
@@ -550,20 +552,10 @@ func (w *fencing) check(faults []*fenceFault, cut [][]bool) error {
 			}
 		}
 		if len(w.m.Reports) > 0 {
-			return fmt.Errorf("tick %d: %d ticks after the last heal, reports stand: %v", w.tick, w.k.HealBound, slices.Collect(mapKeys(w.m.Reports)))
+			return fmt.Errorf("tick %d: %d ticks after the last heal, reports stand: %v", w.tick, w.k.HealBound, slices.Sorted(maps.Keys(w.m.Reports)))
 		}
 	}
 	return nil
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // unheard names a pair of registered processes where one does not hear
@@ -617,16 +609,6 @@ func (w *fencing) majorityCanHear(cut [][]bool) bool {
 }
 
 func cloneMembership(m *supervise.Membership) *supervise.Membership {
-	c := &supervise.Membership{Rev: m.Rev, Nodes: map[string]supervise.NodeRecord{}, Replicas: m.Replicas,
-		Reports: map[string]supervise.Report{}, Fences: map[string]supervise.Fence{}}
-	for k, v := range m.Nodes {
-		c.Nodes[k] = v
-	}
-	for k, v := range m.Reports {
-		c.Reports[k] = v
-	}
-	for k, v := range m.Fences {
-		c.Fences[k] = v
-	}
-	return c
+	return &supervise.Membership{Rev: m.Rev, Nodes: maps.Clone(m.Nodes), Replicas: m.Replicas,
+		Reports: maps.Clone(m.Reports), Fences: maps.Clone(m.Fences)}
 }

@@ -276,13 +276,6 @@ func cutPick(by map[string][]string) (Due, bool) {
 	return Due{Node: pick, Reporters: reporters}, true
 }
 
-// ReportedBy lists, by registered node, the registered nodes that report
-// its registered process: the reports that count.
-func ReportedBy(m *Membership) map[string][]string {
-	by, _ := tally(m)
-	return by
-}
-
 // DueOnceReported reports whether node, not registered now, with the
 // nodes it reaches (reached) is a majority of the cluster, and each of
 // suspects, registered nodes, would be due for a fence (FencesDue) once
