@@ -180,7 +180,31 @@ type Generator struct {
 	version atomic.Uint64
 	issued  atomic.Int64 // writes issued, against Config.Writes
 	missed  atomic.Int64
+	// lastAck is when the latest write was acknowledged (Unix
+	// nanoseconds, 0 before the first), gapMax the longest time between
+	// two acknowledgements since TakeGapMax.
+	lastAck, gapMax atomic.Int64
 }
+
+// noteAck counts the time since the acknowledgement before this one.
+func (g *Generator) noteAck(now time.Time) {
+	at := now.UnixNano()
+	prev := g.lastAck.Swap(at)
+	if prev == 0 {
+		return
+	}
+	for d := at - prev; ; {
+		m := g.gapMax.Load()
+		if d <= m || g.gapMax.CompareAndSwap(m, d) {
+			return
+		}
+	}
+}
+
+// TakeGapMax returns the longest time between two acknowledged writes
+// that ended since the last call (or the start), and starts the count
+// again: the longest a fault kept every caller from being served.
+func (g *Generator) TakeGapMax() time.Duration { return time.Duration(g.gapMax.Swap(0)) }
 
 // Start starts a load through c; stop it with Stop or Wait.
 func Start(ctx context.Context, c *client.Client, cfg Config) (*Generator, error) {
@@ -302,13 +326,15 @@ func (g *Generator) write(ctx, callCtx context.Context, s *shard, tokens <-chan 
 		val := Value(i, ver, cfg.ValueBytes)
 		t0 := time.Now()
 		id, err := g.put(callCtx, cfg.Table, key, val)
-		lat := time.Since(t0)
+		end := time.Now()
+		lat := end.Sub(t0)
 		if err != nil && callCtx.Err() != nil && !errors.Is(err, client.ErrUncertain) {
 			return // the caller's context ended before the call went out
 		}
 		s.mu.Lock()
 		switch {
 		case err == nil:
+			g.noteAck(end)
 			s.txns++
 			s.hist.Record(lat)
 			if s.acked != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/client/clienttest"
+	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
 
@@ -360,5 +361,44 @@ func TestVerifyRetriesRefusals(t *testing.T) {
 	}
 	if refused.Load() == 0 {
 		t.Fatal("no read was refused")
+	}
+}
+
+// TestGapMax: a stretch in which no write is acknowledged, every caller
+// held by the store, is the longest gap TakeGapMax gives, counted once.
+func TestGapMax(t *testing.T) {
+	checkLeaks(t)
+	const hold = 300 * time.Millisecond
+	var held atomic.Bool
+	var release sync.Once
+	gate := make(chan struct{})
+	put := func(ctx context.Context, table string, key, value []byte) (txnid.ID, error) {
+		if held.Load() {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return txnid.Zero, ctx.Err()
+			}
+		}
+		return txnid.Zero, nil
+	}
+	ctx := testCtx(t, 30*time.Second)
+	g, err := StartPut(ctx, put, Config{Concurrency: 4, Keys: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	time.Sleep(50 * time.Millisecond)
+	g.TakeGapMax()
+	held.Store(true)
+	time.Sleep(hold)
+	held.Store(false)
+	release.Do(func() { close(gate) })
+	time.Sleep(50 * time.Millisecond)
+	if d := g.TakeGapMax(); d < hold {
+		t.Fatalf("gap %s, want at least the %s hold", d, hold)
+	}
+	if d := g.TakeGapMax(); d >= hold {
+		t.Fatalf("gap %s counted again after it was taken", d)
 	}
 }

@@ -404,9 +404,10 @@ type testingKnobs struct {
 	// beforeRegister holds the start this long between
 	// recording the incarnation and registering.
 	beforeRegister time.Duration
-	// crash stops the node without a goodbye to etcd: its
-	// record stays until its lease ends or a newer process of the node
-	// takes it over, as after a SIGKILL.
+	// crash stops the node without a goodbye, to etcd or to its
+	// callers (no drain of the calls): its record stays until its lease
+	// ends, it is fenced, or a newer process of the node takes it over,
+	// as after a SIGKILL.
 	crash bool
 	// noTasks keeps the node from opening rejoin tasks:
 	// its replicas that need a rejoin stay so.

@@ -314,6 +314,11 @@ type feedIn struct {
 	// before it ended: the node reports a process silent here for
 	// suspectAfter (fence.go).
 	silentSince atomic.Int64
+	// endedAt (Unix nanoseconds) is when the connection ended by a close
+	// or a reset, not a stall: 0 otherwise. With the process's record
+	// unchanged in etcd meanwhile, the process is reported at once
+	// (recordQuiet).
+	endedAt atomic.Int64
 }
 
 // read records id as read on the feed. The feed's IDs only grow, and
@@ -560,6 +565,8 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 	silent := time.Now()
 	if errors.Is(err, stream.ErrStalled) {
 		silent = silent.Add(-n.feedStall())
+	} else {
+		fi.endedAt.Store(silent.UnixNano())
 	}
 	fi.silentSince.Store(silent.UnixNano())
 	n.feedLost(fi)

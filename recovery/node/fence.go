@@ -84,8 +84,8 @@ func (n *Node) fences() {
 			continue
 		}
 		now := time.Now()
-		suspects := n.suspects(now, n.reg.Term().Began(), v, unfed)
-		n.reportSuspects(v, suspects, mine)
+		suspects, quick := n.suspectsWhy(now, n.reg.Term().Began(), v, unfed)
+		n.reportSuspects(v, suspects, quick, mine)
 		for _, try := range f.Next(now, v.fence, suspects) {
 			f.Tried(now, try.Node)
 			msg := "node fenced: a majority of the cluster hears nothing from it"
@@ -141,6 +141,13 @@ func (n *Node) tryFence(v *view, d supervise.Due, msg string) bool {
 // them (TestFencedNodeBackOnTheMajoritySide, one run in two under
 // -race).
 func (n *Node) suspects(now, since time.Time, v *view, unfed map[string]time.Time) map[string]int64 {
+	out, _ := n.suspectsWhy(now, since, v, unfed)
+	return out
+}
+
+// suspectsWhy is suspects, with the nodes among them reported for a feed
+// that ended while their record stood still (endedAndQuiet).
+func (n *Node) suspectsWhy(now, since time.Time, v *view, unfed map[string]time.Time) (out map[string]int64, quick map[string]bool) {
 	latest := map[string]*feedIn{}
 	n.feeds.mu.Lock()
 	for _, fi := range n.feeds.last {
@@ -149,7 +156,7 @@ func (n *Node) suspects(now, since time.Time, v *view, unfed map[string]time.Tim
 		}
 	}
 	n.feeds.mu.Unlock()
-	out := map[string]int64{}
+	out, quick = map[string]int64{}, map[string]bool{}
 	seen := map[string]bool{}
 	for node, rec := range v.nodes {
 		inc := incarnation(rec)
@@ -192,6 +199,10 @@ func (n *Node) suspects(now, since time.Time, v *view, unfed map[string]time.Tim
 			out[node] = inc
 			continue
 		}
+		if n.endedAndQuiet(fi, node, now, since) {
+			out[node], quick[node] = inc, true
+			continue
+		}
 		if at == 0 || now.Sub(later(time.Unix(0, at), since)) < suspectAfter {
 			continue
 		}
@@ -207,7 +218,44 @@ func (n *Node) suspects(now, since time.Time, v *view, unfed map[string]time.Tim
 			delete(unfed, key)
 		}
 	}
-	return out
+	return out, quick
+}
+
+// recordQuiet is how long a process's record stands unchanged in this
+// node's views, after its feed here ended by a close or a reset and no
+// redial took it up, before this node reports it at once rather than
+// suspectAfter after the end: three of its activity updates
+// (supervise.ActivityEvery). A process that lives and reaches etcd
+// updates its record meanwhile, so a reset between live processes
+// that reach etcd waits suspectAfter as before, and resumes
+// (TestFeedResetsLoseNothing); a killed process's connections end at
+// once and it writes nothing more, so the partitions it held wait for
+// about half a second, not for suspectAfter (TestKillFencedByQuiet).
+const recordQuiet = 3 * supervise.ActivityEvery
+
+// endedGrace is how long after a feed's end by a close or a reset a
+// redial of a live process has to take it up before the end counts:
+// one comes within milliseconds.
+const endedGrace = 200 * time.Millisecond
+
+// endedAndQuiet reports whether node's process, whose latest feed here
+// is fi, is gone by the look of both its connection and etcd (docs/
+// DESIGN.md "A kill found by its silence in etcd"): fi ended by a close
+// or a reset endedGrace ago or more and was not taken up, and the
+// process's record has stood unchanged recordQuiet while this node's
+// own changed. No time counts from before since, as with suspectAfter.
+func (n *Node) endedAndQuiet(fi *feedIn, node string, now, since time.Time) bool {
+	at := fi.endedAt.Load()
+	if at == 0 || now.Sub(later(time.Unix(0, at), since)) < endedGrace {
+		return false
+	}
+	select {
+	case <-fi.resolved:
+		return false
+	default:
+	}
+	quiet, ok := n.members.quietFor(node, n.id, now)
+	return ok && quiet >= recordQuiet && now.Sub(since) >= recordQuiet
 }
 
 func later(a, b time.Time) time.Time {
@@ -231,7 +279,7 @@ func untracked(fi *feedIn) bool {
 // reportSuspects brings this node's reports in etcd to suspects: each
 // under the current term's lease, withdrawn once the process is heard
 // from again or gone.
-func (n *Node) reportSuspects(v *view, suspects map[string]int64, mine map[string]reportMine) {
+func (n *Node) reportSuspects(v *view, suspects map[string]int64, quick map[string]bool, mine map[string]reportMine) {
 	lease := n.reg.Lease()
 	call := func(f func(ctx context.Context) error) error {
 		ctx, cancel := context.WithTimeout(n.ctx, fenceCallTimeout)
@@ -247,7 +295,11 @@ func (n *Node) reportSuspects(v *view, suspects map[string]int64, mine map[strin
 			continue
 		}
 		mine[node] = reportMine{inc, lease}
-		n.log.Warn("node reported: its feed here stays lost", "node", node, "inc", inc)
+		if quick[node] {
+			n.log.Warn("node reported: its feed here ended and its record stands still in etcd", "node", node, "inc", inc)
+		} else {
+			n.log.Warn("node reported: its feed here stays lost", "node", node, "inc", inc)
+		}
 	}
 	withdraw := map[string]bool{}
 	for node := range mine {

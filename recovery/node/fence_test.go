@@ -427,3 +427,53 @@ func TestSuspectsCountFromTheRegistration(t *testing.T) {
 		t.Errorf("registered %v ago: suspects %v, want n2 and n3", suspectAfter, got)
 	}
 }
+
+// TestSuspectsEndedAndQuiet: a process whose feed here ended by a close
+// or a reset, not taken up since, and whose record has stood unchanged
+// for recordQuiet while this node's own moved on, is a suspect at once,
+// not suspectAfter after the end: a killed process. One whose record
+// moved after the end lives and reaches etcd (a reset between nodes),
+// one whose feed stalled may be paused, and a view whose own record
+// stands still says nothing: each waits suspectAfter.
+func TestSuspectsEndedAndQuiet(t *testing.T) {
+	now := time.Now()
+	started := now.Add(-time.Minute)
+	inc := started.UnixNano()
+	v := &view{nodes: map[string]supervise.NodeRecord{"n1": {ID: "n1", Started: now}, "n2": {ID: "n2", Started: started}}}
+	type tc struct {
+		name              string
+		endedFor, stalled time.Duration // one of the two
+		n2Touched         time.Duration // ago
+		n1Touched         time.Duration
+		taken             bool // a redial took the feed up
+		want              bool
+	}
+	for _, c := range []tc{
+		{name: "killed", endedFor: 300 * time.Millisecond, n2Touched: recordQuiet + 100*time.Millisecond, n1Touched: 50 * time.Millisecond, want: true},
+		{name: "record moved since the end", endedFor: 300 * time.Millisecond, n2Touched: 100 * time.Millisecond, n1Touched: 50 * time.Millisecond},
+		{name: "record quiet, but ended just now", endedFor: 50 * time.Millisecond, n2Touched: time.Second, n1Touched: 50 * time.Millisecond},
+		{name: "own record quiet too", endedFor: 300 * time.Millisecond, n2Touched: time.Second, n1Touched: time.Second},
+		{name: "stalled, not ended", stalled: 300 * time.Millisecond, n2Touched: time.Second, n1Touched: 50 * time.Millisecond},
+		{name: "taken up by a redial", endedFor: 300 * time.Millisecond, n2Touched: time.Second, n1Touched: 50 * time.Millisecond, taken: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fi := &feedIn{in: 2, node: "n2", inc: uint64(inc), resolved: make(chan struct{})}
+			if c.taken {
+				close(fi.resolved)
+			}
+			if c.endedFor > 0 {
+				fi.endedAt.Store(now.Add(-c.endedFor).UnixNano())
+				fi.silentSince.Store(now.Add(-c.endedFor).UnixNano())
+			} else {
+				fi.silentSince.Store(now.Add(-c.stalled - feedStallWindow).UnixNano())
+			}
+			n := &Node{id: "n1"}
+			n.members.touchedAt = map[string]time.Time{"n1": now.Add(-c.n1Touched), "n2": now.Add(-c.n2Touched)}
+			n.feeds.last = map[txnid.Initiator]*feedIn{2: fi}
+			got, quick := n.suspectsWhy(now, time.Time{}, v, map[string]time.Time{})
+			if (got["n2"] == inc) != c.want || quick["n2"] != c.want {
+				t.Errorf("suspects %v (quick %v), want n2: %v", got, quick, c.want)
+			}
+		})
+	}
+}

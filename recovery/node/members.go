@@ -40,6 +40,11 @@ type members struct {
 	// first is when the first view was built (goneFor).
 	goneAt map[string]time.Time
 	first  time.Time
+	// touchedAt is when a view first held each node's record as last
+	// written (its ModRevision), by this node's clock: a registered
+	// process updates it every supervise.ActivityEvery while it reaches
+	// etcd (recordQuiet).
+	touchedAt map[string]time.Time
 }
 
 type view struct {
@@ -237,9 +242,52 @@ func (m *members) maybeRebuild(ctx context.Context) error {
 		}
 	}
 	v.fence = supervise.NewFenceView(m.recs)
-	m.noteGoneLocked(old, v, time.Now())
+	now := time.Now()
+	m.noteTouchedLocked(old, v, now)
+	m.noteGoneLocked(old, v, now)
 	m.v, m.nodesChanged, m.placementChanged = v, false, false
 	return nil
+}
+
+// noteTouchedLocked notes when each node's record, as v has it, was
+// first seen; m.mu held.
+func (m *members) noteTouchedLocked(old, v *view, now time.Time) {
+	if m.touchedAt == nil {
+		m.touchedAt = map[string]time.Time{}
+	}
+	for id, rec := range v.nodes {
+		if o, ok := old.nodesOrNil()[id]; !ok || o.ModRevision != rec.ModRevision {
+			m.touchedAt[id] = now
+		}
+	}
+	for id := range m.touchedAt {
+		if _, ok := v.nodes[id]; !ok {
+			delete(m.touchedAt, id)
+		}
+	}
+}
+
+// nodesOrNil is v's nodes, nil for no view.
+func (v *view) nodesOrNil() map[string]supervise.NodeRecord {
+	if v == nil {
+		return nil
+	}
+	return v.nodes
+}
+
+// quietFor reports how long node's record has stood unchanged in this
+// node's views, and whether this node's own record changed in them
+// within recordQuiet: a watch that brings nothing says nothing of the
+// others. False for a node the view does not have.
+func (m *members) quietFor(node, self string, now time.Time) (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.touchedAt[node]
+	mine, me := m.touchedAt[self]
+	if !ok || !me || now.Sub(mine) >= recordQuiet {
+		return 0, false
+	}
+	return now.Sub(at), true
 }
 
 // noteGoneLocked notes when the nodes alive in old and not in v left the

@@ -268,7 +268,9 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	stopWatch := context.AfterFunc(reg.Context(), ncancel)
 	defer stopWatch()
 	drainWatch := context.AfterFunc(ctx, func() {
-		n.drainCalls(nctx)
+		if !n.cfg.knobs.crash {
+			n.drainCalls(nctx)
+		}
 		ncancel()
 	})
 	defer drainWatch()

@@ -14,7 +14,8 @@ import (
 // The fence decision, seeded (docs/DESIGN.md "Fencing by the peers'
 // word", "A cut between two nodes", "A process that starts cut off").
 // Nodes hear one another or not as the network faults of a seed say;
-// each reports the processes it has not heard for suspectAfter, fences
+// each reports the processes it has not heard for suspectAfter (a killed
+// one sooner: EndedAfter), fences
 // what its supervise.Fencer names by the guarded transaction's rule
 // (supervise.FenceNode: every record it read unchanged), and, not
 // registered, registers once supervise.MayRegister lets it, on the nodes
@@ -38,7 +39,10 @@ type FenceKnobs struct {
 	Faults int
 	// SuspectAfter, CutAfter, TryEvery: the node's suspectAfter,
 	// cutAfter and fenceTryEvery; TTL the registration lease's.
-	SuspectAfter, CutAfter, TryEvery, TTL int
+	// EndedAfter: how long a killed process goes unreported, its
+	// connections ended and its record standing still (the node's
+	// recordQuiet, endedAndQuiet).
+	SuspectAfter, CutAfter, TryEvery, TTL, EndedAfter int
 	// ViewLagMax bounds how many ticks a node's view of etcd lags.
 	ViewLagMax int
 	// OverlapPct is the chance that a fault comes on top of the one
@@ -52,7 +56,7 @@ type FenceKnobs struct {
 
 // DefaultFenceKnobs are the node's defaults, in ticks.
 func DefaultFenceKnobs() FenceKnobs {
-	return FenceKnobs{Nodes: 5, Faults: 4, SuspectAfter: 15, CutAfter: 5, TryEvery: 5, TTL: 30, ViewLagMax: 2, OverlapPct: 30,
+	return FenceKnobs{Nodes: 5, Faults: 4, SuspectAfter: 15, CutAfter: 5, TryEvery: 5, TTL: 30, EndedAfter: 6, ViewLagMax: 2, OverlapPct: 30,
 		Bound: 50, HealBound: 80}
 }
 
@@ -450,7 +454,11 @@ func (w *fencing) step(n *fenceNode) error {
 		if n.atOnce[key] && n.heard[b] >= n.regAt {
 			delete(n.atOnce, key)
 		}
-		if w.tick-from >= w.k.SuspectAfter || n.atOnce[key] {
+		after := w.k.SuspectAfter
+		if x := w.nodes[b]; x.dead && rec.Started.UnixNano() == x.started {
+			after = min(after, w.k.EndedAfter)
+		}
+		if w.tick-from >= after || n.atOnce[key] {
 			suspects[id] = rec.Started.UnixNano()
 		}
 	}

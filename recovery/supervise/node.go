@@ -28,6 +28,12 @@ const (
 	// ActivityChecksPerWindow is how many activity updates a window holds:
 	// one failed update must not lose the node.
 	ActivityChecksPerWindow = 4
+	// ActivityEvery caps the period of a registered node's activity
+	// updates, whatever its window: its peers take a record that stays
+	// unchanged for a few of them, beside a feed that ended, for a
+	// process gone (docs/DESIGN.md "A kill found by its silence in
+	// etcd"), and need the period to be one they know.
+	ActivityEvery = 200 * time.Millisecond
 	// HeldClaimsMax bounds the claims a node gives up on loss.
 	HeldClaimsMax = 1024
 	// giveUpTimeout bounds the releases and the lease revoke a lost node
@@ -623,7 +629,8 @@ func (n *Node) releaseAll(held []*claim.Claim) {
 }
 
 // keep is one term's driver: it drains the lease keepalive and updates the
-// record's last activity ActivityChecksPerWindow times per window, until
+// record's last activity ActivityChecksPerWindow times per window, or
+// every ActivityEvery if that is sooner, until
 // the term is lost (the cause is returned) or the Node ends (nil).
 //
 // Invariant: lastOK is the send time of the latest update etcd applied (at
@@ -631,7 +638,7 @@ func (n *Node) releaseAll(held []*claim.Claim) {
 // next update is never scheduled past lastOK + window, and the term is
 // declared lost by then unless an update succeeds.
 func (n *Node) keep(t *Term) error {
-	interval := n.window / ActivityChecksPerWindow
+	interval := min(n.window/ActivityChecksPerWindow, ActivityEvery)
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	lastOK := t.since

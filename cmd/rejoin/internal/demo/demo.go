@@ -246,6 +246,10 @@ type Summary struct {
 	WriteP99MsDuring   float64 `json:"write_p99_ms_during"`
 	// WritesPerSecOutage is between the kill and the restart.
 	WritesPerSecOutage float64 `json:"writes_per_sec_outage"`
+	// WriteGapMaxSeconds is the longest time without an acknowledged
+	// write from the kill until every replica is live: how long the
+	// fault held the writer's callers, whatever the outage's length.
+	WriteGapMaxSeconds float64 `json:"write_gap_max_seconds"`
 	// WriteErrors failed for sure; WritesUncertain got no answer (each may
 	// or may not have happened; the read-back accepts either).
 	WriteErrors     int64 `json:"write_errors"`
@@ -614,6 +618,7 @@ func (r *run) main(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.g.TakeGapMax() // the gaps from the kill on
 	if err := r.ps.killNode(victimID); err != nil {
 		return err
 	}
@@ -667,6 +672,7 @@ func (r *run) main(ctx context.Context) error {
 	r.plot.mark("all live")
 	finishBars()
 	r.sum.RejoinSeconds = allLive.Sub(restartAt).Seconds()
+	r.sum.WriteGapMaxSeconds = w.g.TakeGapMax().Seconds()
 	during := w.Phase()
 	r.during = during
 	r.sum.WritesPerSecDuring, r.sum.WriteP99MsDuring = during.PerSec, ms(during.P99)

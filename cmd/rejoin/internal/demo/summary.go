@@ -53,6 +53,7 @@ func WriteText(w io.Writer, s Summary) error {
 		s.StreamSeconds, s.RowsPerSec, s.MBPerSec, s.HandoffPauseMs, s.Attempts, s.TaskAttempts, s.BlocksResent, s.PaceStarts)
 	fmt.Fprintf(w, "writes      before %.0f/s (p99 %.2f ms); during rejoin %.0f/s (p99 %.2f ms); while down %.0f/s; %d failed, %d uncertain\n",
 		s.WritesPerSecBefore, s.WriteP99MsBefore, s.WritesPerSecDuring, s.WriteP99MsDuring, s.WritesPerSecOutage, s.WriteErrors, s.WritesUncertain)
+	fmt.Fprintf(w, "            longest without an acknowledged write from the kill on: %.2f s\n", s.WriteGapMaxSeconds)
 	if err := writeChecks(w, s); err != nil {
 		return err
 	}
