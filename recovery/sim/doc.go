@@ -2,7 +2,7 @@
 // deterministic simulator of one partition being rebuilt on a new replica
 // while its transactions keep flowing, with the faults that can hit the
 // rejoin on the way (TigerBeetle's VOPR and FoundationDB's simulation are
-// the models; STYLE.md rule 14).
+// the models; docs/STYLE.md rule 14).
 //
 // # Who calls it
 //

@@ -270,7 +270,7 @@ func at(lines []string, i int) string {
 	return "(end)"
 }
 
-// TestEquivalence (STYLE.md rule 15): the same seeded workload, rejoined
+// TestEquivalence (docs/STYLE.md rule 15): the same seeded workload, rejoined
 // with blocks of one row, 64 KiB and 4 MiB, with and without compression,
 // ends with every replica at the same final txn with the same digest.
 // Faults and network timing differ between the variants (they follow the

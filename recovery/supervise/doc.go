@@ -1,6 +1,6 @@
-// Package supervise is the parent of every rejoin (DESIGN.md step 9, seed
-// 001) and the master-only health task of startup recovery (step 10, seed
-// 004): it keeps a registry of live nodes, picks for each rejoin task a
+// Package supervise is the parent of every rejoin (docs/DESIGN.md "The
+// rejoin protocol", step 9) and the master-only health task of startup
+// recovery (step 10): it keeps a registry of live nodes, picks for each rejoin task a
 // source among the live replicas of its partition, reassigns the task as a
 // new attempt when that source dies, declines or loses its claim, and
 // runs one supervisor at a time, elected through etcd.
