@@ -255,8 +255,12 @@ func (m *members) noteTouchedLocked(old, v *view, now time.Time) {
 	if m.touchedAt == nil {
 		m.touchedAt = map[string]time.Time{}
 	}
+	var prev map[string]supervise.NodeRecord
+	if old != nil {
+		prev = old.nodes
+	}
 	for id, rec := range v.nodes {
-		if o, ok := old.nodesOrNil()[id]; !ok || o.ModRevision != rec.ModRevision {
+		if o, ok := prev[id]; !ok || o.ModRevision != rec.ModRevision {
 			m.touchedAt[id] = now
 		}
 	}
@@ -265,14 +269,6 @@ func (m *members) noteTouchedLocked(old, v *view, now time.Time) {
 			delete(m.touchedAt, id)
 		}
 	}
-}
-
-// nodesOrNil is v's nodes, nil for no view.
-func (v *view) nodesOrNil() map[string]supervise.NodeRecord {
-	if v == nil {
-		return nil
-	}
-	return v.nodes
 }
 
 // quietFor reports how long node's record has stood unchanged in this
