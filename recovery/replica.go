@@ -24,17 +24,23 @@ import (
 // A replica starts live (it holds its partition) or needs-rejoin. A source
 // attempt is served only while live and does not change the state; the
 // replica failing ends it.
+//
+// It is the one lifecycle every layer speaks: the node's durable record
+// stores its number (package nodestate), the placement in etcd and the
+// node's /status its name (MarshalText), so a state read anywhere compares
+// with these constants and never with a string.
 type ReplicaState uint8
 
+// The numbers are stored in every node's data directory; never renumber.
 const (
 	// ReplicaNeedsRejoin: the replica holds nothing it may execute; its
 	// feed is dropped until a destination attempt starts.
-	ReplicaNeedsRejoin ReplicaState = iota + 1
+	ReplicaNeedsRejoin ReplicaState = 1
 	// ReplicaRejoining: a destination attempt rebuilds the replica and
 	// buffers its feed.
-	ReplicaRejoining
+	ReplicaRejoining ReplicaState = 2
 	// ReplicaLive: the replica executes its feed.
-	ReplicaLive
+	ReplicaLive ReplicaState = 3
 )
 
 var replicaStateNames = [...]string{
@@ -48,6 +54,35 @@ func (s ReplicaState) String() string {
 		return replicaStateNames[s]
 	}
 	return fmt.Sprintf("replica-state(%d)", uint8(s))
+}
+
+// Valid reports whether s is one of the three states.
+func (s ReplicaState) Valid() bool {
+	return int(s) < len(replicaStateNames) && replicaStateNames[s] != ""
+}
+
+// ErrReplicaState: a replica state's name or number is none of the three.
+var ErrReplicaState = errors.New("recovery: unknown replica state")
+
+// MarshalText writes the state's name ("live", "rejoining",
+// "needs-rejoin"), as etcd's placement records and /status carry it.
+func (s ReplicaState) MarshalText() ([]byte, error) {
+	if !s.Valid() {
+		return nil, fmt.Errorf("%w: %d", ErrReplicaState, uint8(s))
+	}
+	return []byte(replicaStateNames[s]), nil
+}
+
+// UnmarshalText reads a state's name; any other text is ErrReplicaState
+// and leaves s as it was.
+func (s *ReplicaState) UnmarshalText(text []byte) error {
+	for i, name := range replicaStateNames {
+		if name != "" && name == string(text) {
+			*s = ReplicaState(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q", ErrReplicaState, text)
 }
 
 // replicaMoves is the replica's table of legal moves. Superseding a

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -103,6 +104,46 @@ func TestReplicaMoves(t *testing.T) {
 	}
 	if got := ReplicaNeedsRejoin.String() + "," + ReplicaRejoining.String() + "," + ReplicaLive.String(); got != "needs-rejoin,rejoining,live" {
 		t.Fatalf("names %q", got)
+	}
+}
+
+// TestReplicaStateText: the names are what etcd's placement records and
+// /status have always carried, and the numbers what every data directory
+// stores; any other name or number is refused, not read as a state.
+func TestReplicaStateText(t *testing.T) {
+	for s, want := range map[ReplicaState]struct {
+		n    uint8
+		json string
+	}{
+		ReplicaNeedsRejoin: {1, `{"state":"needs-rejoin"}`},
+		ReplicaRejoining:   {2, `{"state":"rejoining"}`},
+		ReplicaLive:        {3, `{"state":"live"}`},
+	} {
+		type record struct {
+			State ReplicaState `json:"state"`
+		}
+		if uint8(s) != want.n {
+			t.Errorf("%v is %d, stored as %d", s, uint8(s), want.n)
+		}
+		b, err := json.Marshal(record{s})
+		if err != nil || string(b) != want.json {
+			t.Errorf("%v: %s, %v; want %s", s, b, err, want.json)
+		}
+		var back record
+		if err := json.Unmarshal(b, &back); err != nil || back.State != s {
+			t.Errorf("%s: read back %v, %v", b, back.State, err)
+		}
+	}
+	for _, bad := range []string{"", "Live", "live ", "done", "replica-state(3)"} {
+		s := ReplicaLive
+		if err := s.UnmarshalText([]byte(bad)); !errors.Is(err, ErrReplicaState) || s != ReplicaLive {
+			t.Errorf("%q: %v, state %v", bad, err, s)
+		}
+	}
+	for _, bad := range []ReplicaState{0, 4, 255} {
+		if b, err := bad.MarshalText(); !errors.Is(err, ErrReplicaState) || bad.Valid() {
+			t.Errorf("%d: %q, %v, valid %v", uint8(bad), b, err, bad.Valid())
+		}
 	}
 }
 

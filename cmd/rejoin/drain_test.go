@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
@@ -162,8 +163,8 @@ func TestMoveCommands(t *testing.T) {
 			reps, err := supervise.Replicas(fake, cli)
 			if err == nil {
 				for _, r := range reps {
-					if r.Node == "n3" && r.State != supervise.ReplicaLive {
-						_ = supervise.UpdateReplica(fake, cli, supervise.Replica{Partition: r.Partition, Node: "n3", State: supervise.ReplicaLive})
+					if r.Node == "n3" && r.State != recovery.ReplicaLive {
+						_ = supervise.UpdateReplica(fake, cli, supervise.Replica{Partition: r.Partition, Node: "n3", State: recovery.ReplicaLive})
 					}
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
@@ -68,7 +69,7 @@ func rejoinRows(statuses map[string]node.Status, prev map[attemptKey]sample, now
 			// A live replica's attempt is done, though a node reports it
 			// not ended while its connection lasts: counted, a cluster with
 			// every replica live showed '21 rejoining'.
-			if d == nil || !d.Ended.IsZero() || rs.State == node.StateLive {
+			if d == nil || !d.Ended.IsZero() || rs.State == recovery.ReplicaLive {
 				continue
 			}
 			r := rejoinRow{Partition: rs.Partition, Source: d.Peer, Dest: dest, Epoch: d.Epoch, Phase: d.Phase, Rows: d.Rows, Bytes: d.Bytes, Held: d.Held}

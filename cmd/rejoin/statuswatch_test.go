@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/client/clienttest"
 	"github.com/rejoin-db/rejoin/recovery/node"
@@ -48,17 +49,17 @@ func TestStatusWatch(t *testing.T) {
 		return srv
 	}
 	n1 := serve(func() node.Status {
-		return node.Status{Node: "n1", Replicas: []node.ReplicaStatus{{Partition: 3, State: node.StateLive,
+		return node.Status{Node: "n1", Replicas: []node.ReplicaStatus{{Partition: 3, State: recovery.ReplicaLive,
 			Sources: []node.RejoinStatus{{Role: "source", Peer: "n2", Epoch: 7, Phase: "streaming", LogBytesPeak: 2_500_000, ThrottledMs: 40, Started: started}}}}}
 	})
 	n2 := serve(func() node.Status {
 		i := answers.Add(1)
 		return node.Status{Node: "n2", Replicas: []node.ReplicaStatus{
-			{Partition: 3, State: node.StateRejoining, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 7, Phase: "streaming", Rows: 1000 * i, Bytes: 1_000_000 * i, Started: started}},
-			{Partition: 1, State: node.StateLive, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 2, Phase: "live", Started: started, Ended: started.Add(time.Second)}},
+			{Partition: 3, State: recovery.ReplicaRejoining, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 7, Phase: "streaming", Rows: 1000 * i, Bytes: 1_000_000 * i, Started: started}},
+			{Partition: 1, State: recovery.ReplicaLive, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 2, Phase: "live", Started: started, Ended: started.Add(time.Second)}},
 			// Live, its attempt not ended yet as the node reports it: done,
 			// not under way.
-			{Partition: 2, State: node.StateLive, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 3, Phase: "live", Started: started}},
+			{Partition: 2, State: recovery.ReplicaLive, Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n1", Epoch: 3, Phase: "live", Started: started}},
 		}}
 	})
 	for id, srv := range map[string]*httptest.Server{"n1": n1, "n2": n2} {

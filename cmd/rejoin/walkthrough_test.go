@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
-	"github.com/rejoin-db/rejoin/recovery/node"
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 // TestWalkthrough runs README's "Run it as a database" section as written:
@@ -552,7 +552,7 @@ func (w *walk) statusShows() (bool, string) {
 			return false, fmt.Sprintf("%d nodes, %d replicas, %d moves under way", len(up), len(v.Replicas), len(v.Moves))
 		}
 		for _, r := range v.Replicas {
-			if r.Placement != "live" || !r.Alive || !r.Reported || r.State != node.StateLive {
+			if r.Placement != recovery.ReplicaLive || !r.Alive || !r.Reported || r.State != recovery.ReplicaLive {
 				return false, fmt.Sprintf("replica %d on %s: %+v", r.Partition, r.Node, r)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
@@ -69,7 +70,7 @@ func checkPlacement(t *testing.T, ctx context.Context, cli *clientv3.Client, wan
 	}
 	got := map[uint32][]string{}
 	for _, r := range reps {
-		if r.State != supervise.ReplicaLive {
+		if r.State != recovery.ReplicaLive {
 			t.Fatalf("replica %d on %s is %s", r.Partition, r.Node, r.State)
 		}
 		got[r.Partition] = append(got[r.Partition], r.Node)

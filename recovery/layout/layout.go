@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -141,7 +142,7 @@ func Init(ctx context.Context, cli *clientv3.Client, cfg Config, nodes []string)
 	if err != nil {
 		return err
 	}
-	rv, err := json.Marshal(supervise.Replica{State: supervise.ReplicaLive})
+	rv, err := json.Marshal(supervise.Replica{State: recovery.ReplicaLive})
 	if err != nil {
 		return err
 	}

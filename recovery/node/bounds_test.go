@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
 	"github.com/rejoin-db/rejoin/stream"
@@ -332,9 +333,9 @@ func TestRejoinBufferHoldsSource(t *testing.T) {
 		}
 		rs := st.Replicas[0]
 		if rs.Rejoin == nil {
-			return 0, rs.State == StateRejoining, nil
+			return 0, rs.State == recovery.ReplicaRejoining, nil
 		}
-		return rs.Rejoin.BufferBytesPeak, rs.State == StateRejoining, nil
+		return rs.Rejoin.BufferBytesPeak, rs.State == recovery.ReplicaRejoining, nil
 	}
 	waitBuffered := func(above int64) (int64, error) {
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
@@ -385,7 +386,7 @@ func TestRejoinBufferHoldsSource(t *testing.T) {
 	if n := done.Load(); n >= writes {
 		t.Fatalf("all %d writes answered while the source held", n)
 	}
-	if dst.State != StateRejoining || dst.Rejoin.Err != "" {
+	if dst.State != recovery.ReplicaRejoining || dst.Rejoin.Err != "" {
 		t.Fatalf("destination %s (%s), want still rejoining", dst.State, dst.Rejoin.Err)
 	}
 	if p := dst.Rejoin.BufferBytesPeak; p <= bufferMax/2 || p > bufferMax {
@@ -394,7 +395,7 @@ func TestRejoinBufferHoldsSource(t *testing.T) {
 
 	fault(t, c.nodes[1].addrs, "/fault/release?partition=0")
 	waitUntil(t, 30*time.Second, "the destination live", func() bool {
-		return nodeStatus(t, a2).Replicas[0].State == StateLive
+		return nodeStatus(t, a2).Replicas[0].State == recovery.ReplicaLive
 	})
 	select {
 	case err := <-werr:

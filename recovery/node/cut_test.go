@@ -95,14 +95,7 @@ func testCut(t *testing.T, nodes int, a, b, fenced []int, bothWays bool) {
 	waitWritable(t, cl, parts)
 	ws, stopWriters := startFeedWriters(t, c, parts, writers, 2*time.Millisecond)
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through every node", func() bool {
-		for _, w := range ws {
-			if w.count() < 50 {
-				return false
-			}
-		}
-		return true
-	})
+	waitWriting(t, ws, "writes through every node")
 
 	var links []*faultnet.Proxy
 	for _, x := range a {

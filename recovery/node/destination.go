@@ -300,7 +300,7 @@ func (n *Node) openTasks(ctx context.Context) {
 		}
 		var need []uint32
 		for p, r := range n.hosted() {
-			if st := r.status.Load(); st != nil && st.State != StateLive && n.placedSeen(r) {
+			if st := r.status.Load(); st != nil && st.State != recovery.ReplicaLive && n.placedSeen(r) {
 				need = append(need, p)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/stream"
 	"github.com/rejoin-db/rejoin/txnid"
@@ -81,7 +82,7 @@ func TestQuickRestartDuringTailRepair(t *testing.T) {
 	for time.Now().Before(deadline) {
 		for _, id := range []int{1, 2} {
 			st := nodeStatus(t, c.nodes[id].addrs)
-			if r := st.Replicas[0]; r.State != StateLive || r.Rejoin != nil {
+			if r := st.Replicas[0]; r.State != recovery.ReplicaLive || r.Rejoin != nil {
 				t.Fatalf("survivor n%d's replica: state %s, rejoin %+v", id, r.State, r.Rejoin)
 			}
 		}
@@ -258,7 +259,7 @@ func TestRejoinWaitsForLateFeed(t *testing.T) {
 	fault(t, c.nodes[src].addrs, "/fault/release?partition=0")
 	waitUntil(t, 30*time.Second, "an attempt of n3 aborted as uncovered", func() bool {
 		r := nodeStatus(t, a3).Replicas[0]
-		if r.State == StateLive {
+		if r.State == recovery.ReplicaLive {
 			t.Fatalf("n3's replica went live with no feed from n%d: %+v", late, r.Rejoin)
 		}
 		return r.Rejoin != nil && strings.Contains(r.Rejoin.Err, "uncovered")
@@ -304,7 +305,7 @@ func TestInitiatorBehindJoins(t *testing.T) {
 	}
 	for _, id := range []int{1, 2} {
 		for _, rs := range nodeStatus(t, c.nodes[id].addrs).Replicas {
-			if rs.State != StateLive {
+			if rs.State != recovery.ReplicaLive {
 				t.Fatalf("%s's replica of partition %d is %s after n3's writes", NodeName(id), rs.Partition, rs.State)
 			}
 		}
@@ -392,7 +393,7 @@ func TestFeedLostFromSupersededProcess(t *testing.T) {
 	deadline := time.Now().Add(4*ttl + 2*time.Second)
 	for time.Now().Before(deadline) {
 		for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
-			if rs.State != StateLive || rs.Rejoin != nil {
+			if rs.State != recovery.ReplicaLive || rs.Rejoin != nil {
 				t.Fatalf("n2's replica of partition %d: state %s, rejoin %+v: failed for the lost feed of a process superseded by a newer one", rs.Partition, rs.State, rs.Rejoin)
 			}
 		}

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -148,7 +150,7 @@ func testFeedResets(t *testing.T, reset []int, rounds int) {
 	}
 	for id := 1; id <= 3; id++ {
 		for _, r := range nodeStatus(t, c.nodes[id].addrs).Replicas {
-			if r.State != StateLive || r.Rejoin != nil {
+			if r.State != recovery.ReplicaLive || r.Rejoin != nil {
 				t.Errorf("n%d's replica of partition %d is %s, rejoin %+v", id, r.Partition, r.State, r.Rejoin)
 			}
 		}
@@ -157,7 +159,6 @@ func testFeedResets(t *testing.T, reset []int, rounds int) {
 	checkAcked(t, cl, parts, ws)
 }
 
-// stopFeedWriters stops ws and waits for each to end its call.
 // startFeedWriters starts a feedWriter through each of nodes, each
 // pausing pause between writes, and returns them with a stop that stops
 // them once, however often it is called.
@@ -320,6 +321,15 @@ func (w *feedWriter) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.acked)
+}
+
+// waitWriting waits until every writer of ws has 50 writes acknowledged:
+// each partition path a fault will cross is known to work before it.
+func waitWriting(t *testing.T, ws []*feedWriter, what string) {
+	t.Helper()
+	waitUntil(t, 15*time.Second, what, func() bool {
+		return !slices.ContainsFunc(ws, func(w *feedWriter) bool { return w.count() < 50 })
+	})
 }
 
 func (w *feedWriter) run(parts uint32) {

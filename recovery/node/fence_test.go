@@ -338,7 +338,7 @@ func TestPartitionNodeFailureEndsRejoin(t *testing.T) {
 	var live RejoinStatus
 	waitUntil(t, 40*time.Second, "n3 live", func() bool {
 		st := nodeStatus(t, a3).Replicas[0]
-		if st.State == StateLive && st.Rejoin != nil {
+		if st.State == recovery.ReplicaLive && st.Rejoin != nil {
 			live = *st.Rejoin
 			return true
 		}

@@ -79,7 +79,7 @@ func TestSlowRejoinFinishesInOneAttempt(t *testing.T) {
 	started := time.Now()
 	a2 := c.startCfg(2, slow)
 	waitUntil(t, 45*time.Second, "n2's replica live", func() bool {
-		return nodeStatus(t, a2).Replicas[0].State == StateLive
+		return nodeStatus(t, a2).Replicas[0].State == recovery.ReplicaLive
 	})
 	took := time.Since(started)
 	if took < 3*staleAfter {
@@ -152,7 +152,7 @@ func TestFailedHandoffRejoinsAgain(t *testing.T) {
 		if err == nil && rec.Status == claim.StatusPending && rec.Note != "" {
 			notes[rec.Note] = true
 		}
-		return nodeStatus(t, a2).Replicas[0].State == StateLive
+		return nodeStatus(t, a2).Replicas[0].State == recovery.ReplicaLive
 	})
 	var sawLost, sawMismatch bool
 	for note := range notes {
@@ -269,7 +269,7 @@ func TestLostHandoffAckStaysDone(t *testing.T) {
 	c.stop(2)
 	a2 := c.startCfg(2, func(cfg *Config) { cfg.knobs.loseHandoffAck = true })
 	waitUntil(t, 30*time.Second, "n2's replica live", func() bool {
-		return nodeStatus(t, a2).Replicas[0].State == StateLive
+		return nodeStatus(t, a2).Replicas[0].State == recovery.ReplicaLive
 	})
 	// The source gives up waiting for the ack after its stall window.
 	var src RejoinStatus
@@ -291,7 +291,7 @@ func TestLostHandoffAckStaysDone(t *testing.T) {
 	if rec.Status != claim.StatusDone || rec.Attempts != 1 {
 		t.Fatalf("task %s after %d attempts (note %q); want done after 1", rec.Status, rec.Attempts, rec.Note)
 	}
-	if st := nodeStatus(t, a2).Replicas[0]; st.State != StateLive || st.Rejoin == nil || st.Rejoin.Epoch != src.Epoch {
+	if st := nodeStatus(t, a2).Replicas[0]; st.State != recovery.ReplicaLive || st.Rejoin == nil || st.Rejoin.Epoch != src.Epoch {
 		t.Fatalf("n2's replica %s after the source's abort", st.State)
 	}
 	for i := range 50 {
@@ -317,12 +317,12 @@ func TestLiveDestinationCompletesAfterOutage(t *testing.T) {
 	c.stop(2)
 	a2 := c.startCfg(2, func(cfg *Config) { cfg.knobs.loseHandoffAck, cfg.knobs.completeFails = true, 6 })
 	waitUntil(t, 30*time.Second, "n2's replica live", func() bool {
-		return nodeStatus(t, a2).Replicas[0].State == StateLive
+		return nodeStatus(t, a2).Replicas[0].State == recovery.ReplicaLive
 	})
 	waitUntil(t, 30*time.Second, "the task done", func() bool {
 		return taskRecord(t, c).Status == claim.StatusDone
 	})
-	if st := nodeStatus(t, a2).Replicas[0]; st.State != StateLive {
+	if st := nodeStatus(t, a2).Replicas[0]; st.State != recovery.ReplicaLive {
 		t.Fatalf("n2's replica %s after the task was done", st.State)
 	}
 	for i := range 50 {
@@ -429,7 +429,7 @@ func TestBrokenRejoinHoldsNoLonger(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, 90*time.Second, "n2's replica live", func() bool {
-		return nodeStatus(t, a2).Replicas[0].State == StateLive
+		return nodeStatus(t, a2).Replicas[0].State == recovery.ReplicaLive
 	})
 	waitUntil(t, 10*time.Second, "n1's digest call waits for every replica", func() bool {
 		r, err := cl.call(0, partition.ProcDigest, true)

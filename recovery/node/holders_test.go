@@ -214,9 +214,7 @@ func partitionsOn(t *testing.T, c *cluster, node string) map[uint32]bool {
 func startAwayWriters(t *testing.T, c *cluster, parts uint32, on map[uint32]bool, nodes []int) ([]*feedWriter, func()) {
 	t.Helper()
 	ws, stop := startFeedWritersOnly(t, c, parts, nodes, 2*time.Millisecond, func(p uint32) bool { return !on[p] })
-	waitUntil(t, 15*time.Second, "writes through every writer's node", func() bool {
-		return !slices.ContainsFunc(ws, func(w *feedWriter) bool { return w.count() < 50 })
-	})
+	waitWriting(t, ws, "writes through every writer's node")
 	return ws, stop
 }
 

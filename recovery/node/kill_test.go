@@ -34,14 +34,7 @@ func TestKillFencedByQuiet(t *testing.T) {
 	waitWritable(t, cl, parts)
 	ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 2}, 2*time.Millisecond)
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through n1 and n2", func() bool {
-		for _, w := range ws {
-			if w.count() < 50 {
-				return false
-			}
-		}
-		return true
-	})
+	waitWriting(t, ws, "writes through n1 and n2")
 
 	killed := time.Now()
 	c.stop(3)

@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
@@ -339,7 +340,7 @@ func placementOf(reps map[string]supervise.Replica, alive map[string]supervise.N
 	for _, k := range keys {
 		r := reps[k]
 		_, ok := alive[r.Node]
-		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == supervise.ReplicaLive, created: r.Created, rev: r.ModRevision})
+		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == recovery.ReplicaLive, created: r.Created, rev: r.ModRevision})
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
@@ -103,7 +104,7 @@ func TestMembershipFollowsChanges(t *testing.T) {
 		v := n.members.view()
 		return n.members.alive("n2") && live(v, 7, "n2")
 	})
-	if err := supervise.SetReplica(ctx, cli, supervise.Replica{Partition: 7, Node: "n2", State: supervise.ReplicaNeedsRejoin}); err != nil {
+	if err := supervise.SetReplica(ctx, cli, supervise.Replica{Partition: 7, Node: "n2", State: recovery.ReplicaNeedsRejoin}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 10*time.Second, "the view to see n2's replica of 7 need a rejoin", func() bool {

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 // metrics are the node's Prometheus metrics. Counters are kept as events
@@ -88,10 +90,10 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, rs := range c.n.Status().Replicas {
 		p := strconv.FormatUint(uint64(rs.Partition), 10)
 		live := 0.0
-		if rs.State == StateLive {
+		if rs.State == recovery.ReplicaLive {
 			live = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, live, p, rs.State)
+		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, live, p, rs.State.String())
 		ch <- prometheus.MustNewConstMetric(descRows2, prometheus.GaugeValue, float64(rs.Rows), p)
 		atts := rs.Sources
 		if rs.Rejoin != nil {

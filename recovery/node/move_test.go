@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/nodestate"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
@@ -33,7 +34,7 @@ func liveCounts(ctx context.Context, c *cluster) (map[uint32]int, error) {
 	}
 	out := map[uint32]int{}
 	for _, r := range reps {
-		if up[r.Node] && r.State == supervise.ReplicaLive {
+		if up[r.Node] && r.State == recovery.ReplicaLive {
 			out[r.Partition]++
 		}
 	}
@@ -245,12 +246,12 @@ func TestRestartedDuringMoveWaitsForViews(t *testing.T) {
 	// Partition 0 placed on n3 from the start; partition 1 moved onto n3
 	// later.
 	if err := supervise.SetReplicas(ctx, cli, []supervise.Replica{
-		{Partition: 0, Node: "n1", State: supervise.ReplicaLive}, {Partition: 0, Node: "n3", State: supervise.ReplicaLive},
-		{Partition: 1, Node: "n1", State: supervise.ReplicaLive}, {Partition: 1, Node: "n2", State: supervise.ReplicaLive},
+		{Partition: 0, Node: "n1", State: recovery.ReplicaLive}, {Partition: 0, Node: "n3", State: recovery.ReplicaLive},
+		{Partition: 1, Node: "n1", State: recovery.ReplicaLive}, {Partition: 1, Node: "n2", State: recovery.ReplicaLive},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := supervise.SetReplicas(ctx, cli, []supervise.Replica{{Partition: 1, Node: "n3", State: supervise.ReplicaNeedsRejoin}}); err != nil {
+	if err := supervise.SetReplicas(ctx, cli, []supervise.Replica{{Partition: 1, Node: "n3", State: recovery.ReplicaNeedsRejoin}}); err != nil {
 		t.Fatal(err)
 	}
 	reps, err := supervise.Replicas(ctx, cli)
@@ -344,7 +345,7 @@ func TestReconcileReplacesPlacedAgain(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the old replica's loop did not end")
 	}
-	if live, ok := ask(r, func(r *replica) bool { return r.core.State().String() == StateLive }); !ok || live {
+	if live, ok := ask(r, func(r *replica) bool { return r.core.State() == recovery.ReplicaLive }); !ok || live {
 		t.Fatalf("the new replica of partition 3 is live (%v, answered %v): it must rejoin", live, ok)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/nodestate"
@@ -445,10 +446,10 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 		if rp.Node != n.id {
 			continue
 		}
-		state := nodestate.Live
-		if inc.Bootstrapped || rp.State != supervise.ReplicaLive {
-			state = nodestate.NeedsRejoin
-			rejoin = append(rejoin, supervise.Replica{Partition: rp.Partition, Node: n.id, State: supervise.ReplicaNeedsRejoin})
+		state := recovery.ReplicaLive
+		if inc.Bootstrapped || rp.State != recovery.ReplicaLive {
+			state = recovery.ReplicaNeedsRejoin
+			rejoin = append(rejoin, supervise.Replica{Partition: rp.Partition, Node: n.id, State: recovery.ReplicaNeedsRejoin})
 		}
 		states = append(states, nodestate.Replica{Partition: rp.Partition, State: state})
 	}
@@ -466,7 +467,7 @@ func (n *Node) hostReplicas(ctx context.Context, report nodestate.StartReport) e
 	}
 	hosted := make(map[uint32]*replica, len(states))
 	for _, st := range states {
-		r, err := newReplica(n, st.Partition, st.State == nodestate.Live)
+		r, err := newReplica(n, st.Partition, st.State == recovery.ReplicaLive)
 		if err != nil {
 			return err
 		}
@@ -499,7 +500,7 @@ func placedNodes(reps []supervise.Replica) []string {
 
 // replicaRejoining records an attempt's start (an interim state).
 func (n *Node) replicaRejoining(p uint32, epoch uint64) {
-	if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: nodestate.Rejoining, Epoch: epoch}); err != nil {
+	if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: recovery.ReplicaRejoining, Epoch: epoch}); err != nil {
 		n.log.Error("record replica state", "partition", p, "err", err)
 	}
 }
@@ -511,9 +512,9 @@ func (n *Node) replicaRejoining(p uint32, epoch uint64) {
 // is another replica.
 func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
 	p, created := r.p, r.created
-	state, sstate := nodestate.NeedsRejoin, supervise.ReplicaNeedsRejoin
+	state, sstate := recovery.ReplicaNeedsRejoin, recovery.ReplicaNeedsRejoin
 	if live {
-		state, sstate = nodestate.Live, supervise.ReplicaLive
+		state, sstate = recovery.ReplicaLive, recovery.ReplicaLive
 	}
 	if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: state, Epoch: epoch}); err != nil {
 		n.log.Error("record replica state", "partition", p, "err", err)

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node/certs"
@@ -493,7 +494,7 @@ func supervisorReplicas(c *cluster) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, r := range reps {
-		out[fmt.Sprintf("%d/%s", r.Partition, r.Node)] = r.State == supervise.ReplicaLive
+		out[fmt.Sprintf("%d/%s", r.Partition, r.Node)] = r.State == recovery.ReplicaLive
 	}
 	return out, nil
 }
@@ -584,7 +585,7 @@ func TestCutLinkResumes(t *testing.T) {
 	waitUntil(t, 30*time.Second, "the destination live", func() bool {
 		st := nodeStatus(t, a2)
 		dst = st.Replicas[0].Rejoin
-		return st.Replicas[0].State == StateLive
+		return st.Replicas[0].State == recovery.ReplicaLive
 	})
 	// The source publishes its status on its own ticks: wait for it to
 	// say its attempt is over before reading what it streamed.
@@ -705,7 +706,7 @@ func TestDeadInitiatorTailRepaired(t *testing.T) {
 	checkDigests(t, cl1, 1, 2)
 	st := nodeStatus(t, c.nodes[2].addrs)
 	t.Logf("torn txn %v; n2 rows %d, state %s", id, st.Replicas[0].Rows, st.Replicas[0].State)
-	if st.Replicas[0].State != StateLive {
+	if st.Replicas[0].State != recovery.ReplicaLive {
 		t.Fatalf("n2's replica is %s", st.Replicas[0].State)
 	}
 }
@@ -730,7 +731,7 @@ func TestWipedDataDirRejoins(t *testing.T) {
 		t.Fatal("n3 hosts no replica")
 	}
 	for _, r := range st.Replicas {
-		if r.State == StateLive && r.Rejoin == nil {
+		if r.State == recovery.ReplicaLive && r.Rejoin == nil {
 			t.Fatalf("n3 started with partition %d live and empty (%d rows)", r.Partition, r.Rows)
 		}
 	}
@@ -766,8 +767,8 @@ func TestRepairPeerHoldsNothing(t *testing.T) {
 	for i := 100; i < 200; i++ {
 		upsert(t, cl1, 1, i)
 	}
-	if st := nodeStatus(t, c.nodes[3].addrs).Replicas[0].State; st != StateNeedsRejoin {
-		t.Fatalf("n3's replica is %s, want %s", st, StateNeedsRejoin)
+	if st := nodeStatus(t, c.nodes[3].addrs).Replicas[0].State; st != recovery.ReplicaNeedsRejoin {
+		t.Fatalf("n3's replica is %s, want %s", st, recovery.ReplicaNeedsRejoin)
 	}
 	c.stop(1)
 	// n2 repairs n1's tail from n3 (alive, holding nothing); a failed
@@ -775,7 +776,7 @@ func TestRepairPeerHoldsNothing(t *testing.T) {
 	// watch past that.
 	deadline := time.Now().Add(3*4*time.Second + 5*time.Second)
 	for time.Now().Before(deadline) {
-		if st := nodeStatus(t, c.nodes[2].addrs).Replicas[0]; st.State != StateLive {
+		if st := nodeStatus(t, c.nodes[2].addrs).Replicas[0]; st.State != recovery.ReplicaLive {
 			t.Fatalf("n2's replica, the last live one, is %s", st.State)
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream/faultnet"
@@ -355,7 +356,7 @@ func TestLapseFailsOnlyMissedPartitions(t *testing.T) {
 	waitUntil(t, 60*time.Second, "n2's replica of the partition n4 wrote to rebuilt", func() bool {
 		for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
 			if int(rs.Partition) == missP {
-				return rs.Rejoin != nil && rs.State == StateLive
+				return rs.Rejoin != nil && rs.State == recovery.ReplicaLive
 			}
 		}
 		return false
@@ -474,7 +475,7 @@ func TestEtcdCutNodeStallsBriefly(t *testing.T) {
 	waitWritable(t, cl, parts)
 	ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
+	waitWriting(t, ws, "writes through n1 and n3")
 	etcdPx.Freeze()
 	frozen := time.Now()
 	time.Sleep(10 * time.Second)
@@ -519,7 +520,7 @@ func TestEtcdCutWithinLeaseHoldsNoResult(t *testing.T) {
 	waitWritable(t, cl, parts)
 	ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool { return ws[0].count() >= 50 && ws[1].count() >= 50 })
+	waitWriting(t, ws, "writes through n1 and n3")
 	etcdPx.Freeze()
 	frozen := time.Now()
 	time.Sleep(cut)
@@ -641,7 +642,7 @@ func TestLapseSettlesApartFromACutNode(t *testing.T) {
 	waitWritable(t, cl, parts)
 	ws, stopWriters := startFeedWritersOnly(t, c, parts, []int{1}, 2*time.Millisecond, func(p uint32) bool { return !on4[p] })
 	defer stopWriters()
-	waitUntil(t, 15*time.Second, "writes through n1", func() bool { return ws[0].count() >= 50 })
+	waitWriting(t, ws, "writes through n1")
 	etcdPx.Freeze()
 	time.Sleep(3 * ttl)
 	// n4 cut from its peers a little before etcd is back: its feeds
@@ -735,7 +736,7 @@ func TestLapseFailsMissedAtOnce(t *testing.T) {
 	waitUntil(t, 30*time.Second, "n2's replica of the missed partition failed and n3 fenced", func() bool {
 		if failedAt.IsZero() {
 			for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
-				if int(rs.Partition) == missP && (rs.State != StateLive || rs.Rejoin != nil) {
+				if int(rs.Partition) == missP && (rs.State != recovery.ReplicaLive || rs.Rejoin != nil) {
 					failedAt = time.Now()
 				}
 			}
@@ -798,7 +799,7 @@ func TestFailedWhileCutPublishedBeforeSettling(t *testing.T) {
 	// etcd, out of its reach, still has them live.
 	waitUntil(t, 15*time.Second, "n2's replicas failed", func() bool {
 		for _, rs := range nodeStatus(t, c.nodes[2].addrs).Replicas {
-			if rs.State == StateLive {
+			if rs.State == recovery.ReplicaLive {
 				return false
 			}
 		}

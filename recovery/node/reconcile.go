@@ -5,6 +5,7 @@ import (
 	"maps"
 	"sort"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/nodestate"
 )
 
@@ -84,7 +85,7 @@ func (n *Node) reconcile(v *view) {
 	for _, p := range add {
 		// Needs-rejoin, as a restarted node's replica: the move wrote
 		// its record so, and it holds nothing yet.
-		if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: nodestate.NeedsRejoin}); err != nil {
+		if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: recovery.ReplicaNeedsRejoin}); err != nil {
 			n.log.Error("record a replica moved here", "partition", p, "err", err)
 			continue
 		}
@@ -141,7 +142,7 @@ func (n *Node) dropReplica(r *replica) {
 	delete(n.opened, r.p)
 	n.openMu.Unlock()
 	n.unpublished(r.p, false)
-	if err := n.store.SetReplica(nodestate.Replica{Partition: r.p, State: nodestate.NeedsRejoin}); err != nil {
+	if err := n.store.SetReplica(nodestate.Replica{Partition: r.p, State: recovery.ReplicaNeedsRejoin}); err != nil {
 		n.log.Error("record a replica moved off", "partition", r.p, "err", err)
 	}
 	r.do(func(r *replica) {

@@ -513,18 +513,18 @@ func (n *Node) republish(ctx context.Context, failedOnly bool) {
 		// Under pubMu, read and written as one: a change published
 		// meanwhile is not overwritten by the state read before it.
 		r.pubMu.Lock()
-		state, ok := ask(r, func(r *replica) string { return r.core.State().String() })
+		state, ok := ask(r, func(r *replica) recovery.ReplicaState { return r.core.State() })
 		if !ok {
 			r.pubMu.Unlock()
 			return
 		}
-		sstate := supervise.ReplicaNeedsRejoin
-		if state == StateLive {
+		sstate := recovery.ReplicaNeedsRejoin
+		if state == recovery.ReplicaLive {
 			if failedOnly {
 				r.pubMu.Unlock()
 				continue
 			}
-			sstate = supervise.ReplicaLive
+			sstate = recovery.ReplicaLive
 		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := supervise.UpdateReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: r.created})

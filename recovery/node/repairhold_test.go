@@ -69,9 +69,7 @@ func TestTailRepairHoldsForLivePeers(t *testing.T) {
 			waitWritable(t, cl, parts)
 			ws, stopWriters := startFeedWriters(t, c, parts, []int{1, 3}, 2*time.Millisecond)
 			defer stopWriters()
-			waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool {
-				return ws[0].count() >= 50 && ws[1].count() >= 50
-			})
+			waitWriting(t, ws, "writes through n1 and n3")
 
 			thaw := freezeAll(tc.cut(c, etcdPx))
 			defer thaw()

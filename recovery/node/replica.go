@@ -568,7 +568,7 @@ func (r *replica) rows() int64 {
 
 // publish refreshes the status others read.
 func (r *replica) publish() {
-	st := &ReplicaStatus{Partition: r.p, State: r.core.State().String(), TxnsExecuted: r.executed}
+	st := &ReplicaStatus{Partition: r.p, State: r.core.State(), TxnsExecuted: r.executed}
 	if exec := r.core.Executor(); exec != nil && r.core.State() == recovery.ReplicaLive {
 		st.Rows = r.rows()
 		st.Digest = exec.Partition().Digest()

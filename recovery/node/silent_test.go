@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/stream/faultnet"
@@ -77,9 +78,7 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 		wn2, stopN2 = startFeedWriters(t, c, parts, []int{2}, 2*time.Millisecond)
 		defer stopN2()
 	}
-	waitUntil(t, 15*time.Second, "writes through n1 and n3", func() bool {
-		return ws[0].count() >= 50 && ws[1].count() >= 50
-	})
+	waitWriting(t, ws, "writes through n1 and n3")
 
 	// Every path of n2's: to etcd (if cutEtcd), what it dials, what
 	// dials it (the pairs), and its advertised proxy, which nothing
@@ -155,7 +154,7 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 		}
 		for id := 1; id <= 3; id++ {
 			for _, r := range nodeStatus(t, c.nodes[id].addrs).Replicas {
-				if r.State != StateLive {
+				if r.State != recovery.ReplicaLive {
 					return false
 				}
 			}
@@ -198,7 +197,7 @@ func testSilentNode(t *testing.T, cutEtcd bool) {
 	for id := 1; id <= 3; id++ {
 		for _, r := range nodeStatus(t, c.nodes[id].addrs).Replicas {
 			switch {
-			case r.State != StateLive:
+			case r.State != recovery.ReplicaLive:
 				t.Errorf("n%d's replica of partition %d is %s", id, r.Partition, r.State)
 			case id == 2 && r.Rejoin == nil:
 				t.Errorf("n2's replica of partition %d, fenced, is live without a rejoin", r.Partition)

@@ -1,6 +1,10 @@
 package node
 
-import "time"
+import (
+	"time"
+
+	"github.com/rejoin-db/rejoin/recovery"
+)
 
 // Status is what a node reports on GET /status: itself and every replica
 // it hosts. It is read by `rejoin status`, `rejoin demo` (progress bars)
@@ -19,22 +23,16 @@ type Status struct {
 	Replicas     []ReplicaStatus `json:"replicas"`
 }
 
-// Replica states as reported.
-const (
-	StateLive        = "live"
-	StateRejoining   = "rejoining"
-	StateNeedsRejoin = "needs-rejoin"
-)
-
 // ReplicaStatus is one replica: its content and the rejoins it takes part
 // in, as destination (Rejoin) or source (Sources).
 type ReplicaStatus struct {
-	Partition    uint32 `json:"partition"`
-	State        string `json:"state"`
-	Rows         int64  `json:"rows"`
-	Digest       uint64 `json:"digest"`
-	LastExecuted uint64 `json:"last_executed"`
-	TxnsExecuted uint64 `json:"txns_executed"`
+	Partition uint32 `json:"partition"`
+	// State is reported by name ("live", "rejoining", "needs-rejoin").
+	State        recovery.ReplicaState `json:"state"`
+	Rows         int64                 `json:"rows"`
+	Digest       uint64                `json:"digest"`
+	LastExecuted uint64                `json:"last_executed"`
+	TxnsExecuted uint64                `json:"txns_executed"`
 	// Settling: the node lost its registration and has not yet settled
 	// what its replicas may have missed meanwhile (registration.go). The
 	// replica's answers are held, and it may still fail: it is not a copy

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -28,7 +29,7 @@ func TestIdleReplicaNotTicked(t *testing.T) {
 		n.goRun(r.loop)
 	}
 	// Events still run at once on an idle replica.
-	if st, ok := ask(live, func(r *replica) string { return r.core.State().String() }); !ok || st != "live" {
+	if st, ok := ask(live, func(r *replica) recovery.ReplicaState { return r.core.State() }); !ok || st != recovery.ReplicaLive {
 		t.Fatalf("live replica answered %q, %v", st, ok)
 	}
 	idleWindow := 30 * tickEvery

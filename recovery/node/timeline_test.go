@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rejoin-db/rejoin/partition"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -36,8 +37,8 @@ func at(i int) time.Time { return t0.Add(time.Duration(i) * TimelineEvery) }
 // attempt's final phase ends its timeline, and nothing is added after.
 func TestTimelineSamples(t *testing.T) {
 	tl := newTimelines(100, 8)
-	dst := &ReplicaStatus{Partition: 3, State: StateRejoining}
-	src := &ReplicaStatus{Partition: 4, State: StateLive}
+	dst := &ReplicaStatus{Partition: 3, State: recovery.ReplicaRejoining}
+	src := &ReplicaStatus{Partition: 4, State: recovery.ReplicaLive}
 	steps := []struct {
 		phase            string
 		rows, logBytes   int64
@@ -294,7 +295,7 @@ func TestTimelineHTTP(t *testing.T) {
 		if len(srcs) == 1 {
 			src = srcs[0]
 		}
-		return nodeStatus(t, a2).Replicas[0].State == StateLive && src.Phase == "done"
+		return nodeStatus(t, a2).Replicas[0].State == recovery.ReplicaLive && src.Phase == "done"
 	})
 	dst := *nodeStatus(t, a2).Replicas[0].Rejoin
 	time.Sleep(3 * TimelineEvery) // the recorder sees the ends

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 // FuzzDecodeRecord feeds one stored key and value to the decoders of the
@@ -14,7 +16,7 @@ import (
 //
 //	go test -run='^$' -fuzz='^FuzzDecodeRecord$' -fuzztime=250000x ./recovery/nodestate/
 func FuzzDecodeRecord(f *testing.F) {
-	f.Add(replicaKey(7), encodeReplica(Replica{Partition: 7, State: Rejoining, Epoch: 42}))
+	f.Add(replicaKey(7), encodeReplica(Replica{Partition: 7, State: recovery.ReplicaRejoining, Epoch: 42}))
 	f.Add(keyStart, encodeStart(t0))
 	f.Add(epochKey(7), encodeEpoch(1<<40))
 	f.Fuzz(func(t *testing.T, key, v []byte) {

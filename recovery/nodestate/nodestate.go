@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 // Errors of the record, classified with errors.Is.
@@ -26,36 +28,11 @@ var (
 	ErrStaleEpoch = errors.New("nodestate: stale epoch")
 )
 
-// ReplicaState is the durable state of one partition replica.
-type ReplicaState uint8
-
-// The numbers are stored; never renumber.
-const (
-	// NeedsRejoin: the replica holds nothing and must be rebuilt.
-	NeedsRejoin ReplicaState = 1
-	// Rejoining: a rejoin attempt is under way (an interim state).
-	Rejoining ReplicaState = 2
-	// Live: the replica executes the partition's transactions.
-	Live ReplicaState = 3
-)
-
-func (s ReplicaState) String() string {
-	switch s {
-	case NeedsRejoin:
-		return "needs-rejoin"
-	case Rejoining:
-		return "rejoining"
-	case Live:
-		return "live"
-	}
-	return fmt.Sprintf("replica-state(%d)", uint8(s))
-}
-
 // Replica is the durable record of one partition replica on this node.
 type Replica struct {
 	Partition uint32
-	State     ReplicaState
-	// Epoch is the fencing epoch of the rejoin attempt while Rejoining.
+	State     recovery.ReplicaState
+	// Epoch is the fencing epoch of the rejoin attempt while rejoining.
 	Epoch uint64
 }
 
@@ -161,12 +138,12 @@ func (s *Store) start(now time.Time) (StartReport, error) {
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, r := range replicas {
-		if r.State == Rejoining {
+		if r.State == recovery.ReplicaRejoining {
 			rep.Interrupted = append(rep.Interrupted, r)
 		}
-		if r.State != NeedsRejoin {
+		if r.State != recovery.ReplicaNeedsRejoin {
 			rep.Reset++
-			if err := b.Set(replicaKey(r.Partition), encodeReplica(Replica{Partition: r.Partition, State: NeedsRejoin}), nil); err != nil {
+			if err := b.Set(replicaKey(r.Partition), encodeReplica(Replica{Partition: r.Partition, State: recovery.ReplicaNeedsRejoin}), nil); err != nil {
 				return rep, err
 			}
 		}
@@ -216,7 +193,7 @@ func (s *Store) SetReplica(r Replica) error {
 	if s.db == nil {
 		return ErrClosed
 	}
-	if r.State < NeedsRejoin || r.State > Live {
+	if !r.State.Valid() {
 		return fmt.Errorf("nodestate: replica %d: invalid state %v", r.Partition, r.State)
 	}
 	if err := s.db.Set(replicaKey(r.Partition), encodeReplica(r), pebble.Sync); err != nil {
@@ -234,7 +211,7 @@ func (s *Store) SetReplicas(rs []Replica) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, r := range rs {
-		if r.State < NeedsRejoin || r.State > Live {
+		if !r.State.Valid() {
 			return fmt.Errorf("nodestate: replica %d: invalid state %v", r.Partition, r.State)
 		}
 		if err := b.Set(replicaKey(r.Partition), encodeReplica(r), nil); err != nil {
@@ -352,10 +329,10 @@ func decodeReplica(key, v []byte) (Replica, error) {
 	}
 	r := Replica{
 		Partition: binary.BigEndian.Uint32(key[len(replicaLower):]),
-		State:     ReplicaState(v[0]),
+		State:     recovery.ReplicaState(v[0]),
 		Epoch:     binary.BigEndian.Uint64(v[1:]),
 	}
-	if r.State < NeedsRejoin || r.State > Live {
+	if !r.State.Valid() {
 		return Replica{}, fmt.Errorf("%w: replica %d in state %d", ErrCorrupt, r.Partition, v[0])
 	}
 	return r, nil

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 // childDirEnv makes the test binary act as a node process that writes its
@@ -34,7 +36,7 @@ func runChild(dir string) int {
 		fmt.Println("open:", err)
 		return 1
 	}
-	for _, r := range []Replica{{Partition: 1, State: Live}, {Partition: 2, State: Rejoining, Epoch: 42}, {Partition: 3, State: NeedsRejoin}} {
+	for _, r := range []Replica{{Partition: 1, State: recovery.ReplicaLive}, {Partition: 2, State: recovery.ReplicaRejoining, Epoch: 42}, {Partition: 3, State: recovery.ReplicaNeedsRejoin}} {
 		if err := s.SetReplica(r); err != nil {
 			fmt.Println("set:", err)
 			return 1
@@ -99,7 +101,7 @@ func TestSIGKILLIsUnexpectedShutdown(t *testing.T) {
 	if rep.First || !rep.Unexpected || rep.LastStart.IsZero() {
 		t.Fatalf("report %+v: want an unexpected shutdown of a known node", rep)
 	}
-	if want := []Replica{{Partition: 2, State: Rejoining, Epoch: 42}}; !reflect.DeepEqual(rep.Interrupted, want) {
+	if want := []Replica{{Partition: 2, State: recovery.ReplicaRejoining, Epoch: 42}}; !reflect.DeepEqual(rep.Interrupted, want) {
 		t.Fatalf("interrupted %v, want %v", rep.Interrupted, want)
 	}
 	if rep.Reset != 2 {
@@ -109,7 +111,7 @@ func TestSIGKILLIsUnexpectedShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Replica{{Partition: 1, State: NeedsRejoin}, {Partition: 2, State: NeedsRejoin}, {Partition: 3, State: NeedsRejoin}}
+	want := []Replica{{Partition: 1, State: recovery.ReplicaNeedsRejoin}, {Partition: 2, State: recovery.ReplicaNeedsRejoin}, {Partition: 3, State: recovery.ReplicaNeedsRejoin}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas after restart %v, want every one needs-rejoin", got)
 	}
@@ -146,14 +148,14 @@ func TestRecordLifecycle(t *testing.T) {
 	if err := s.SetReplica(Replica{Partition: 9, State: 0}); err == nil {
 		t.Fatal("invalid state accepted")
 	}
-	if err := s.SetReplica(Replica{Partition: 300, State: Live}); err != nil {
+	if err := s.SetReplica(Replica{Partition: 300, State: recovery.ReplicaLive}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetReplica(Replica{Partition: 2, State: Rejoining, Epoch: 5}); err != nil {
+	if err := s.SetReplica(Replica{Partition: 2, State: recovery.ReplicaRejoining, Epoch: 5}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := s.Replicas()
-	if want := []Replica{{Partition: 2, State: Rejoining, Epoch: 5}, {Partition: 300, State: Live}}; !reflect.DeepEqual(got, want) {
+	if want := []Replica{{Partition: 2, State: recovery.ReplicaRejoining, Epoch: 5}, {Partition: 300, State: recovery.ReplicaLive}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas %v, want %v", got, want)
 	}
 	if err := s.Close(); err != nil {
@@ -162,7 +164,7 @@ func TestRecordLifecycle(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
-	if err := s.SetReplica(Replica{Partition: 1, State: Live}); !errors.Is(err, ErrClosed) {
+	if err := s.SetReplica(Replica{Partition: 1, State: recovery.ReplicaLive}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("write after close: %v, want ErrClosed", err)
 	}
 	// Another node may not take this directory over.
@@ -191,13 +193,13 @@ func TestSetReplicas(t *testing.T) {
 	}
 	var want []Replica
 	for p := range uint32(3000) {
-		want = append(want, Replica{Partition: p, State: NeedsRejoin})
+		want = append(want, Replica{Partition: p, State: recovery.ReplicaNeedsRejoin})
 	}
-	want[7].State = Live
+	want[7].State = recovery.ReplicaLive
 	if err := s.SetReplicas(want); err != nil {
 		t.Fatal(err)
 	}
-	bad := []Replica{{Partition: 5000, State: Live}, {Partition: 5001, State: 0}}
+	bad := []Replica{{Partition: 5000, State: recovery.ReplicaLive}, {Partition: 5001, State: 0}}
 	if err := s.SetReplicas(bad); err == nil {
 		t.Fatal("invalid state accepted")
 	}
@@ -243,7 +245,7 @@ func TestEpochFence(t *testing.T) {
 	if err := s.RaiseEpoch(6, 3); err != nil {
 		t.Fatalf("another partition: %v", err)
 	}
-	if err := s.SetReplica(Replica{Partition: 5, State: Rejoining, Epoch: 12}); err != nil {
+	if err := s.SetReplica(Replica{Partition: 5, State: recovery.ReplicaRejoining, Epoch: 12}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -272,7 +274,7 @@ func TestEpochFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []Replica{{Partition: 5, State: NeedsRejoin}}; !reflect.DeepEqual(got, want) {
+	if want := []Replica{{Partition: 5, State: recovery.ReplicaNeedsRejoin}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas %v: an epoch key must not read as a replica", got)
 	}
 	// A first start in another cluster forgets them all, and only them.

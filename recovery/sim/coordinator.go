@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
@@ -105,10 +106,10 @@ func newCoordinator(tick uint64, srcs []*srcReplica) coordinator {
 	now := timeAt(tick)
 	for _, sr := range srcs {
 		c.order = append(c.order, sr.id)
-		c.replicas = append(c.replicas, supervise.Replica{Partition: partitionID, Node: sr.id, State: supervise.ReplicaLive})
+		c.replicas = append(c.replicas, supervise.Replica{Partition: partitionID, Node: sr.id, State: recovery.ReplicaLive})
 	}
 	c.order = append(c.order, dstNode)
-	c.replicas = append(c.replicas, supervise.Replica{Partition: partitionID, Node: dstNode, State: supervise.ReplicaNeedsRejoin})
+	c.replicas = append(c.replicas, supervise.Replica{Partition: partitionID, Node: dstNode, State: recovery.ReplicaNeedsRejoin})
 	for _, id := range c.order {
 		c.nodes[id] = supervise.NodeRecord{ID: id, Address: id, Started: now, LastActive: now, Status: supervise.NodeReady, Created: int64(c.write())}
 	}
@@ -302,7 +303,7 @@ func (c *coordinator) complete(tick uint64, a claim.Attempt) (claim.Record, erro
 		c.claim = nil // in the same transaction: no write of its own
 	}
 	// The destination's replica is live: the placement says so.
-	c.replicas[len(c.replicas)-1].State = supervise.ReplicaLive
+	c.replicas[len(c.replicas)-1].State = recovery.ReplicaLive
 	return next, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
@@ -153,7 +154,7 @@ func RunFencing(seed uint64, k FenceKnobs) (res FenceResult) {
 		w.nodes = append(w.nodes, n)
 		w.register(n)
 		// The cluster counts every node holding a replica (tally).
-		w.m.Replicas[supervise.ReplicaKey(uint32(i), n.id)] = supervise.Replica{Partition: uint32(i), Node: n.id, State: supervise.ReplicaLive}
+		w.m.Replicas[supervise.ReplicaKey(uint32(i), n.id)] = supervise.Replica{Partition: uint32(i), Node: n.id, State: recovery.ReplicaLive}
 	}
 	faults := w.drawFaults()
 	healed := 0

@@ -425,7 +425,7 @@ func (w *world) failSource(sr *srcReplica, why string) {
 	}
 	for i := range w.coord.replicas {
 		if w.coord.replicas[i].Node == sr.id {
-			w.coord.replicas[i].State = supervise.ReplicaNeedsRejoin
+			w.coord.replicas[i].State = recovery.ReplicaNeedsRejoin
 		}
 	}
 	w.coord.write()
@@ -454,7 +454,7 @@ func (w *world) setInView(node string, in bool) {
 	live := false
 	for _, r := range w.coord.replicas {
 		if r.Node == node {
-			live = r.State == supervise.ReplicaLive
+			live = r.State == recovery.ReplicaLive
 		}
 	}
 	for i, rp := range w.view.Placement[partitionID] {
@@ -469,7 +469,7 @@ func (w *world) setInView(node string, in bool) {
 func (w *world) noteOthersLive(sr *srcReplica) {
 	l := sr.loss
 	for _, r := range w.coord.replicas {
-		if _, recorded := w.coord.nodes[r.Node]; r.Node != sr.id && recorded && r.State == supervise.ReplicaLive {
+		if _, recorded := w.coord.nodes[r.Node]; r.Node != sr.id && recorded && r.State == recovery.ReplicaLive {
 			if !slices.Contains(l.others, r.Node) {
 				l.others = append(l.others, r.Node)
 			}

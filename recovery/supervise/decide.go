@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -235,7 +236,7 @@ func keepReason(s Snapshot, t claim.TaskRecord, a Assignment, now time.Time, lim
 func hostsLive(s Snapshot, p uint32, node string) bool {
 	for _, r := range s.Replicas[p] {
 		if r.Node == node {
-			return r.State == ReplicaLive
+			return r.State == recovery.ReplicaLive
 		}
 	}
 	return false
@@ -249,7 +250,7 @@ func pickSource(s Snapshot, task claim.Task, prev string, declined []string, loa
 	for _, r := range s.Replicas[task.Partition] {
 		n, alive := s.Nodes[r.Node]
 		switch {
-		case r.State != ReplicaLive, !alive, n.Status == NodeNotResponding,
+		case r.State != recovery.ReplicaLive, !alive, n.Status == NodeNotResponding,
 			r.Node == task.Dest, slices.Contains(declined, r.Node),
 			load[r.Node] >= n.outgoingMax():
 			continue

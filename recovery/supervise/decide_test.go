@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -27,10 +28,10 @@ func cluster() Snapshot {
 		s.Nodes[id] = NodeRecord{ID: id, Status: NodeReady, LastActive: t0}
 	}
 	s.Replicas[1] = []Replica{
-		{Partition: 1, Node: "n1", State: ReplicaLive},
-		{Partition: 1, Node: "n2", State: ReplicaLive},
-		{Partition: 1, Node: "n3", State: ReplicaNeedsRejoin},
-		{Partition: 1, Node: "n4", State: ReplicaLive},
+		{Partition: 1, Node: "n1", State: recovery.ReplicaLive},
+		{Partition: 1, Node: "n2", State: recovery.ReplicaLive},
+		{Partition: 1, Node: "n3", State: recovery.ReplicaNeedsRejoin},
+		{Partition: 1, Node: "n4", State: recovery.ReplicaLive},
 	}
 	s.Tasks = []claim.TaskRecord{{Task: task13, Record: claim.Record{Status: claim.StatusPending, Opened: 100}}}
 	return s
@@ -113,7 +114,7 @@ func TestDecide(t *testing.T) {
 			n.Status = NodeNotResponding
 			s.Nodes["n1"] = n
 			delete(s.Nodes, "n2")
-			s.Replicas[1][2].State = ReplicaLive // the destination itself
+			s.Replicas[1][2].State = recovery.ReplicaLive // the destination itself
 		}, t0, "assign 1->n3 src=n4 seq=1 prev=0 revoke=0 declined=[] (unassigned)\n"},
 		{"done: assignment deleted", func(s *Snapshot) {
 			s.Assignments[task13] = assigned("n1", 1, t0)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/stream/faultnet"
 )
@@ -22,8 +23,8 @@ func TestSupervisorFailover(t *testing.T) {
 	const tasks = 24
 	var all []claim.Task
 	for p := range uint32(tasks) {
-		w.replica(p, "n1", ReplicaLive)
-		w.replica(p, "n2", ReplicaLive)
+		w.replica(p, "n1", recovery.ReplicaLive)
+		w.replica(p, "n2", recovery.ReplicaLive)
 		all = append(all, w.task(p, "n3"))
 	}
 	// Two assignments per pass, a pass per 250 ms: 3 s to assign all, so

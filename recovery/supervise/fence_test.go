@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 // TestFencesDue: a process is due for a fence when a majority of the
@@ -62,7 +64,7 @@ func TestFencesDue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &Membership{Nodes: tc.nodes, Reports: map[string]Report{}, Replicas: map[string]Replica{}}
 			for _, id := range tc.placed {
-				m.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: ReplicaLive}
+				m.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: recovery.ReplicaLive}
 			}
 			for _, r := range tc.reports {
 				i, ok := tc.inc[r]
@@ -100,7 +102,7 @@ func TestDueOnceReported(t *testing.T) {
 			mm.Nodes[id] = NodeRecord{ID: id, Started: at(int64(100 + i))}
 		}
 		for _, id := range placed {
-			mm.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: ReplicaLive}
+			mm.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: recovery.ReplicaLive}
 		}
 		for _, r := range reports {
 			mm.Reports[ReportKey(r[0], r[1])] = Report{Suspect: r[0], Reporter: r[1], Inc: mm.Nodes[r[0]].Started.UnixNano()}
@@ -150,7 +152,7 @@ func TestCutDue(t *testing.T) {
 	m := func(registered []string, reports ...[2]string) *Membership {
 		mm := &Membership{Nodes: map[string]NodeRecord{}, Reports: map[string]Report{}, Replicas: map[string]Replica{}}
 		for i, id := range all5 {
-			mm.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: ReplicaLive}
+			mm.Replicas[ReplicaKey(0, id)] = Replica{Partition: 0, Node: id, State: recovery.ReplicaLive}
 			if slices.Contains(registered, id) {
 				mm.Nodes[id] = NodeRecord{ID: id, Started: at(int64(100 + i))}
 			}

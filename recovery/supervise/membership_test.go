@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -22,7 +23,7 @@ func TestSnapshotReadsTaskPartitions(t *testing.T) {
 	const parts = 200
 	var rs []Replica
 	for p := range uint32(parts) {
-		rs = append(rs, Replica{Partition: p, Node: "n1", State: ReplicaLive}, Replica{Partition: p, Node: "n2", State: ReplicaNeedsRejoin})
+		rs = append(rs, Replica{Partition: p, Node: "n1", State: recovery.ReplicaLive}, Replica{Partition: p, Node: "n2", State: recovery.ReplicaNeedsRejoin})
 	}
 	if err := SetReplicas(ctx, cli, rs); err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func TestMembershipApply(t *testing.T) {
 	e := startEtcd(t)
 	cli := newClient(t, e)
 	ctx := testCtx(t, 30*time.Second)
-	if err := SetReplicas(ctx, cli, []Replica{{Partition: 1, Node: "n1", State: ReplicaLive}, {Partition: 1, Node: "n2", State: ReplicaLive}}); err != nil {
+	if err := SetReplicas(ctx, cli, []Replica{{Partition: 1, Node: "n1", State: recovery.ReplicaLive}, {Partition: 1, Node: "n2", State: recovery.ReplicaLive}}); err != nil {
 		t.Fatal(err)
 	}
 	n1, err := Register(ctx, cli, "n1", NodeOptions{Address: "a:1", Log: testLog(t)})
@@ -76,7 +77,7 @@ func TestMembershipApply(t *testing.T) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := WatchMembership(wctx, cli, m.Rev)
-	if err := SetReplica(ctx, cli, Replica{Partition: 1, Node: "n2", State: ReplicaNeedsRejoin}); err != nil {
+	if err := SetReplica(ctx, cli, Replica{Partition: 1, Node: "n2", State: recovery.ReplicaNeedsRejoin}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cli.Delete(ctx, ReplicaKey(1, "n1")); err != nil {
@@ -94,7 +95,7 @@ func TestMembershipApply(t *testing.T) {
 	}
 	var nodes, reps bool
 	timeout := time.After(10 * time.Second)
-	for len(m.Nodes) != 0 || len(m.Replicas) != 1 || m.Replicas[ReplicaKey(1, "n2")].State != ReplicaNeedsRejoin {
+	for len(m.Nodes) != 0 || len(m.Replicas) != 1 || m.Replicas[ReplicaKey(1, "n2")].State != recovery.ReplicaNeedsRejoin {
 		var resp clientv3.WatchResponse
 		select {
 		case resp = <-wch:
@@ -134,7 +135,7 @@ func TestMembershipApplyOneTxn(t *testing.T) {
 	checkLeaks(t)
 	cli := newClient(t, startEtcd(t))
 	ctx := testCtx(t, 30*time.Second)
-	live := []Replica{{Partition: 1, Node: "n3", State: ReplicaLive}, {Partition: 2, Node: "n3", State: ReplicaLive}}
+	live := []Replica{{Partition: 1, Node: "n3", State: recovery.ReplicaLive}, {Partition: 2, Node: "n3", State: recovery.ReplicaLive}}
 	if err := SetReplicas(ctx, cli, live); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestMembershipApplyOneTxn(t *testing.T) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := WatchMembership(wctx, cli, m.Rev)
-	needs := []Replica{{Partition: 1, Node: "n3", State: ReplicaNeedsRejoin}, {Partition: 2, Node: "n3", State: ReplicaNeedsRejoin}}
+	needs := []Replica{{Partition: 1, Node: "n3", State: recovery.ReplicaNeedsRejoin}, {Partition: 2, Node: "n3", State: recovery.ReplicaNeedsRejoin}}
 	if err := SetReplicas(ctx, cli, needs); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 // A membership move takes one partition's replica off one node (From)
@@ -261,7 +263,7 @@ func CheckFinish(reps []Replica, nodes map[string]NodeRecord, m Move) error {
 	toLive, after := false, 0
 	for _, r := range reps {
 		_, up := nodes[r.Node]
-		live := up && r.State == ReplicaLive
+		live := up && r.State == recovery.ReplicaLive
 		if r.Node == m.To {
 			toLive = live
 		}
@@ -282,7 +284,7 @@ func CheckFinish(reps []Replica, nodes map[string]NodeRecord, m Move) error {
 func LiveReplicas(reps []Replica, nodes map[string]NodeRecord) int {
 	n := 0
 	for _, r := range reps {
-		if _, up := nodes[r.Node]; up && r.State == ReplicaLive {
+		if _, up := nodes[r.Node]; up && r.State == recovery.ReplicaLive {
 			n++
 		}
 	}

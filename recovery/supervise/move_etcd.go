@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -132,7 +133,7 @@ func StartMove(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move, n
 	if err != nil {
 		return err
 	}
-	needs, err := encode(Replica{State: ReplicaNeedsRejoin})
+	needs, err := encode(Replica{State: recovery.ReplicaNeedsRejoin})
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func FinishMove(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move) 
 	for _, r := range reps {
 		key := ReplicaKey(r.Partition, r.Node)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", v.repRev[key]))
-		if n, up := v.Nodes[r.Node]; up && r.State == ReplicaLive {
+		if n, up := v.Nodes[r.Node]; up && r.State == recovery.ReplicaLive {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(NodeKey(r.Node)), "=", n.Created))
 		}
 	}
@@ -237,7 +238,7 @@ func UndoMove(ctx context.Context, cli *clientv3.Client, v *MoveView, p uint32) 
 	key := ReplicaKey(p, m.To)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(MoveKey(p)), "=", v.moveRev[p])}
 	for _, r := range v.Replicas[p] {
-		if r.Node == m.To && r.State == ReplicaLive {
+		if r.Node == m.To && r.State == recovery.ReplicaLive {
 			return m, fmt.Errorf("%w: undo %s: the replica on %s is live already; the move finishes (rejoin drain or rebalance), and a move back undoes it", ErrMove, m, m.To)
 		}
 	}
@@ -286,17 +287,17 @@ func moveWait(ctx context.Context, cli *clientv3.Client, v *MoveView, m Move, er
 		ev.Waiting = fmt.Sprintf("%s is not running; the move goes on when it is back (rejoin undo-move %d takes it back)", m.To, m.Partition)
 		return ev, nil
 	}
-	var state ReplicaState
+	var state recovery.ReplicaState
 	others := 0
 	for _, r := range v.Replicas[m.Partition] {
 		if r.Node == m.To {
 			state = r.State
 		}
-		if _, up := v.Nodes[r.Node]; up && r.State == ReplicaLive && r.Node != m.From {
+		if _, up := v.Nodes[r.Node]; up && r.State == recovery.ReplicaLive && r.Node != m.From {
 			others++
 		}
 	}
-	if state == ReplicaLive {
+	if state == recovery.ReplicaLive {
 		ev.Waiting = fmt.Sprintf("the replica on %s is live, but without %s's the partition would have %d live replicas, fewer than the %d before the move: waiting for the others to be live", m.To, m.From, others, m.LiveBefore)
 		return ev, nil
 	}

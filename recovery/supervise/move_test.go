@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -25,7 +26,7 @@ func moveState(nodes []string, placement ...string) MoveState {
 			panic(err)
 		}
 		for _, n := range splitComma(rest) {
-			s.Replicas[p] = append(s.Replicas[p], Replica{Partition: p, Node: n, State: ReplicaLive})
+			s.Replicas[p] = append(s.Replicas[p], Replica{Partition: p, Node: n, State: recovery.ReplicaLive})
 		}
 	}
 	return s
@@ -61,7 +62,7 @@ func TestPlanDrain(t *testing.T) {
 	}
 	// A move under way counts against the limit and is not planned again.
 	s.Moves[0] = Move{Partition: 0, From: "n3", To: "n4"}
-	s.Replicas[0] = append(s.Replicas[0], Replica{Partition: 0, Node: "n4", State: ReplicaNeedsRejoin})
+	s.Replicas[0] = append(s.Replicas[0], Replica{Partition: 0, Node: "n4", State: recovery.ReplicaNeedsRejoin})
 	if got, done, err := PlanDrain(s, "n3", oneAtATime); err != nil || done || len(got) != 0 {
 		t.Fatalf("with one under way: %v done %v err %v", got, done, err)
 	}
@@ -176,7 +177,7 @@ func TestPlanRebalanceConverges(t *testing.T) {
 func TestCheckFinish(t *testing.T) {
 	up := map[string]NodeRecord{"n1": {}, "n2": {}, "n3": {}, "n4": {}}
 	m := Move{Partition: 0, From: "n3", To: "n4", LiveBefore: 2}
-	reps := func(states ...ReplicaState) []Replica {
+	reps := func(states ...recovery.ReplicaState) []Replica {
 		var out []Replica
 		for i, st := range states {
 			out = append(out, Replica{Partition: 0, Node: fmt.Sprintf("n%d", []int{1, 3, 4}[i]), State: st})
@@ -184,27 +185,27 @@ func TestCheckFinish(t *testing.T) {
 		return out
 	}
 	// The new replica rebuilding: not yet.
-	if err := CheckFinish(reps(ReplicaLive, ReplicaLive, ReplicaNeedsRejoin), up, m); !errors.Is(err, ErrMoveNotReady) {
+	if err := CheckFinish(reps(recovery.ReplicaLive, recovery.ReplicaLive, recovery.ReplicaNeedsRejoin), up, m); !errors.Is(err, ErrMoveNotReady) {
 		t.Fatalf("new not live: %v", err)
 	}
 	// Live: n3's may go, the partition keeps two.
-	if err := CheckFinish(reps(ReplicaLive, ReplicaLive, ReplicaLive), up, m); err != nil {
+	if err := CheckFinish(reps(recovery.ReplicaLive, recovery.ReplicaLive, recovery.ReplicaLive), up, m); err != nil {
 		t.Fatalf("new live: %v", err)
 	}
 	// n1 failed meanwhile: without n3 only one would be live, fewer than
 	// the two before the move. The remove waits.
-	if err := CheckFinish(reps(ReplicaNeedsRejoin, ReplicaLive, ReplicaLive), up, m); !errors.Is(err, ErrMoveNotReady) {
+	if err := CheckFinish(reps(recovery.ReplicaNeedsRejoin, recovery.ReplicaLive, recovery.ReplicaLive), up, m); !errors.Is(err, ErrMoveNotReady) {
 		t.Fatalf("other failed: %v", err)
 	}
 	// n4's node died: its live record counts for nothing.
 	down := map[string]NodeRecord{"n1": {}, "n3": {}}
-	if err := CheckFinish(reps(ReplicaLive, ReplicaLive, ReplicaLive), down, m); !errors.Is(err, ErrMoveNotReady) {
+	if err := CheckFinish(reps(recovery.ReplicaLive, recovery.ReplicaLive, recovery.ReplicaLive), down, m); !errors.Is(err, ErrMoveNotReady) {
 		t.Fatalf("new node dead: %v", err)
 	}
 	// The old replica was not live (drained while rebuilding): its
 	// removal takes nothing live.
 	m.LiveBefore = 1
-	if err := CheckFinish(reps(ReplicaLive, ReplicaNeedsRejoin, ReplicaLive), up, m); err != nil {
+	if err := CheckFinish(reps(recovery.ReplicaLive, recovery.ReplicaNeedsRejoin, recovery.ReplicaLive), up, m); err != nil {
 		t.Fatalf("old not live: %v", err)
 	}
 }
@@ -219,7 +220,7 @@ func TestMovesInEtcd(t *testing.T) {
 	for _, id := range []string{"n1", "n2", "n3"} {
 		w.node(id, 0)
 	}
-	for _, r := range []Replica{{Partition: 0, Node: "n1", State: ReplicaLive}, {Partition: 0, Node: "n2", State: ReplicaLive}} {
+	for _, r := range []Replica{{Partition: 0, Node: "n1", State: recovery.ReplicaLive}, {Partition: 0, Node: "n2", State: recovery.ReplicaLive}} {
 		if err := SetReplica(ctx, cli, r); err != nil {
 			t.Fatal(err)
 		}
@@ -256,13 +257,13 @@ func TestMovesInEtcd(t *testing.T) {
 	if err := FinishMove(ctx, cli, v, m); !errors.Is(err, ErrMoveNotReady) {
 		t.Fatalf("finish while rebuilding: %v", err)
 	}
-	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: ReplicaLive}); err != nil {
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: recovery.ReplicaLive}); err != nil {
 		t.Fatal(err)
 	}
 	// A read from before n3 went live is refused by etcd, not only by
 	// CheckFinish: fake it live in the old read.
 	stale := *v
-	stale.Replicas = map[uint32][]Replica{0: {{Partition: 0, Node: "n1", State: ReplicaLive}, {Partition: 0, Node: "n2", State: ReplicaLive}, {Partition: 0, Node: "n3", State: ReplicaLive}}}
+	stale.Replicas = map[uint32][]Replica{0: {{Partition: 0, Node: "n1", State: recovery.ReplicaLive}, {Partition: 0, Node: "n2", State: recovery.ReplicaLive}, {Partition: 0, Node: "n3", State: recovery.ReplicaLive}}}
 	if err := FinishMove(ctx, cli, &stale, m); !errors.Is(err, ErrMoveNotReady) {
 		t.Fatalf("finish from a stale read: %v", err)
 	}
@@ -315,7 +316,7 @@ func TestMovesInEtcd(t *testing.T) {
 	if v, err = ReadMoves(ctx, cli); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n2", State: ReplicaNeedsRejoin}); err != nil {
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n2", State: recovery.ReplicaNeedsRejoin}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := UndoMove(ctx, cli, v, 0); !errors.Is(err, ErrMoveNotReady) {
@@ -340,7 +341,7 @@ func TestMovesInEtcd(t *testing.T) {
 	if err := StartMove(ctx, cli, v, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n2", State: ReplicaLive}); err != nil {
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n2", State: recovery.ReplicaLive}); err != nil {
 		t.Fatal(err)
 	}
 	if v, err = ReadMoves(ctx, cli); err != nil {
@@ -353,7 +354,7 @@ func TestMovesInEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A removed replica is not recreated by its old node's late publish.
-	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: ReplicaLive}); !errors.Is(err, ErrNotPlaced) {
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: recovery.ReplicaLive}); !errors.Is(err, ErrNotPlaced) {
 		t.Fatalf("late publish: %v", err)
 	}
 	// Nor does it land on a record placed on its node again since: that
@@ -364,10 +365,10 @@ func TestMovesInEtcd(t *testing.T) {
 			was = r.Created
 		}
 	}
-	if err := SetReplicas(ctx, cli, []Replica{{Partition: 0, Node: "n3", State: ReplicaNeedsRejoin}}); err != nil {
+	if err := SetReplicas(ctx, cli, []Replica{{Partition: 0, Node: "n3", State: recovery.ReplicaNeedsRejoin}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: ReplicaLive, Created: was}); was == 0 || !errors.Is(err, ErrNotPlaced) {
+	if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: recovery.ReplicaLive, Created: was}); was == 0 || !errors.Is(err, ErrNotPlaced) {
 		t.Fatalf("late publish of the record of %d onto the one placed again: %v", was, err)
 	}
 	reps, err := Replicas(ctx, cli)
@@ -376,10 +377,10 @@ func TestMovesInEtcd(t *testing.T) {
 	}
 	for _, r := range reps {
 		if r.Partition == 0 && r.Node == "n3" {
-			if r.State != ReplicaNeedsRejoin {
+			if r.State != recovery.ReplicaNeedsRejoin {
 				t.Fatalf("the record placed again says %s", r.State)
 			}
-			if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: ReplicaLive, Created: r.Created}); err != nil {
+			if err := UpdateReplica(ctx, cli, Replica{Partition: 0, Node: "n3", State: recovery.ReplicaLive, Created: r.Created}); err != nil {
 				t.Fatalf("publish onto the replica's own record: %v", err)
 			}
 		}

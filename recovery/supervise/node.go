@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -817,7 +818,7 @@ func ReplicasBetween(ctx context.Context, cli *clientv3.Client, after, upto int6
 			if err != nil {
 				return err
 			}
-			is = r.State == ReplicaLive
+			is = r.State == recovery.ReplicaLive
 		}
 		if says[node] == nil {
 			says[node] = map[uint32]bool{}

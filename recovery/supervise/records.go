@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -88,25 +89,16 @@ func (n NodeRecord) outgoingMax() int {
 	return n.OutgoingMax
 }
 
-// ReplicaState is the placement's view of one partition replica.
-type ReplicaState string
-
-const (
-	// ReplicaLive: the replica executes its partition's transactions and
-	// may be a rejoin source.
-	ReplicaLive ReplicaState = "live"
-	// ReplicaNeedsRejoin: the replica holds nothing usable and waits for
-	// its rejoin; it is never a source.
-	ReplicaNeedsRejoin ReplicaState = "needs-rejoin"
-)
-
 // Replica says that Node hosts a replica of Partition, in State. Stored as
 // JSON {"state": ...} under ReplicaKey, without a lease: placement outlives
 // the node's process.
 type Replica struct {
-	Partition uint32       `json:"-"`
-	Node      string       `json:"-"`
-	State     ReplicaState `json:"state"`
+	Partition uint32 `json:"-"`
+	Node      string `json:"-"`
+	// State is recovery.ReplicaLive or recovery.ReplicaNeedsRejoin: a
+	// replica being rebuilt is needs-rejoin here, since it may be no
+	// one's source until it is live. Stored by name ("live").
+	State recovery.ReplicaState `json:"state"`
 	// Created is the etcd revision that created the record (read, never
 	// written): when the placement gave Node the partition. A view from
 	// before it sends the partition's txns to the other holders alone.
@@ -191,7 +183,7 @@ func decodeReplica(kv *mvccpb.KeyValue) (Replica, error) {
 	if err != nil {
 		return Replica{}, err
 	}
-	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
+	if r.State != recovery.ReplicaLive && r.State != recovery.ReplicaNeedsRejoin {
 		return Replica{}, fmt.Errorf("%w: replica %q: state %q", ErrCorrupt, kv.Key, r.State)
 	}
 	r.Partition, r.Node, r.Created, r.ModRevision = p, node, kv.CreateRevision, kv.ModRevision

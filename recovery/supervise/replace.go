@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -115,14 +116,14 @@ func Replace(ctx context.Context, cli *clientv3.Client, dead, with string) ([]ui
 			return nil, fmt.Errorf("supervise: replace: mark the cluster bootstrapped: %w", err)
 		}
 	}
-	needs, err := encode(Replica{State: ReplicaNeedsRejoin})
+	needs, err := encode(Replica{State: recovery.ReplicaNeedsRejoin})
 	if err != nil {
 		return nil, err
 	}
 	if !booted {
 		// Not bootstrapped: no node took a write, every copy is empty and
 		// with's replicas start live with the others.
-		if needs, err = encode(Replica{State: ReplicaLive}); err != nil {
+		if needs, err = encode(Replica{State: recovery.ReplicaLive}); err != nil {
 			return nil, err
 		}
 	}

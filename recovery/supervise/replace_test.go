@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -22,7 +23,7 @@ func placeTest(t *testing.T, cli *clientv3.Client, nodes []string, parts uint32)
 	var rs []Replica
 	for p, ns := range place {
 		for _, n := range ns {
-			rs = append(rs, Replica{Partition: p, Node: n, State: ReplicaLive})
+			rs = append(rs, Replica{Partition: p, Node: n, State: recovery.ReplicaLive})
 		}
 	}
 	if err := SetReplicas(testCtx(t, 10*time.Second), cli, rs); err != nil {
@@ -32,16 +33,16 @@ func placeTest(t *testing.T, cli *clientv3.Client, nodes []string, parts uint32)
 }
 
 // placementOf reads the placement back: partition -> node -> state.
-func placementOf(t *testing.T, cli *clientv3.Client) map[uint32]map[string]ReplicaState {
+func placementOf(t *testing.T, cli *clientv3.Client) map[uint32]map[string]recovery.ReplicaState {
 	t.Helper()
 	reps, err := Replicas(testCtx(t, 10*time.Second), cli)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[uint32]map[string]ReplicaState{}
+	out := map[uint32]map[string]recovery.ReplicaState{}
 	for _, r := range reps {
 		if out[r.Partition] == nil {
-			out[r.Partition] = map[string]ReplicaState{}
+			out[r.Partition] = map[string]recovery.ReplicaState{}
 		}
 		out[r.Partition][r.Node] = r.State
 	}
@@ -128,7 +129,7 @@ func TestReplace(t *testing.T) {
 				if _, ok := after[p]["n2"]; ok {
 					t.Errorf("partition %d still placed on n2", p)
 				}
-				if after[p]["n4"] != ReplicaNeedsRejoin {
+				if after[p]["n4"] != recovery.ReplicaNeedsRejoin {
 					t.Errorf("partition %d on n4: %q, want needs-rejoin", p, after[p]["n4"])
 				}
 			case after[p][n] != st:
@@ -189,7 +190,7 @@ func TestReplaceBeforeBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	for p, at := range placementOf(t, cli) {
-		if st, ok := at["n4"]; ok && st != ReplicaLive {
+		if st, ok := at["n4"]; ok && st != recovery.ReplicaLive {
 			t.Errorf("partition %d on n4: %q, want live", p, st)
 		}
 	}
@@ -209,7 +210,7 @@ func TestReplaceBeforeBootstrap(t *testing.T) {
 	}
 }
 
-func equalPlacement(a, b map[uint32]map[string]ReplicaState) bool {
+func equalPlacement(a, b map[uint32]map[string]recovery.ReplicaState) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 // TestSetReplicas: thousands of replica records, far past etcd's 128
@@ -15,9 +17,9 @@ func TestSetReplicas(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	var rs []Replica
 	for p := range uint32(4096) {
-		rs = append(rs, Replica{Partition: p, Node: "n3", State: ReplicaNeedsRejoin})
+		rs = append(rs, Replica{Partition: p, Node: "n3", State: recovery.ReplicaNeedsRejoin})
 	}
-	rs[100].State = ReplicaLive
+	rs[100].State = recovery.ReplicaLive
 	if err := SetReplicas(ctx, cli, rs); err != nil {
 		t.Fatal(err)
 	}
@@ -31,8 +33,9 @@ func TestSetReplicas(t *testing.T) {
 		}
 	}
 	for name, bad := range map[string][]Replica{
-		"state": {{Partition: 5000, Node: "n1", State: ReplicaLive}, {Partition: 5001, Node: "n1", State: "odd"}},
-		"node":  {{Partition: 5000, Node: "n1", State: ReplicaLive}, {Partition: 5001, Node: "a/b", State: ReplicaLive}},
+		"state":    {{Partition: 5000, Node: "n1", State: recovery.ReplicaLive}, {Partition: 5001, Node: "n1", State: recovery.ReplicaRejoining}},
+		"no state": {{Partition: 5000, Node: "n1", State: recovery.ReplicaLive}, {Partition: 5001, Node: "n1", State: 9}},
+		"node":     {{Partition: 5000, Node: "n1", State: recovery.ReplicaLive}, {Partition: 5001, Node: "a/b", State: recovery.ReplicaLive}},
 	} {
 		if err := SetReplicas(ctx, cli, bad); err == nil {
 			t.Errorf("bad %s accepted", name)

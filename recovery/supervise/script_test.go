@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -68,7 +69,11 @@ func TestDecideScripts(t *testing.T) {
 				d.ScanArgs(t, "p", &p)
 				d.ScanArgs(t, "node", &node)
 				d.ScanArgs(t, "state", &state)
-				s.Replicas[uint32(p)] = append(s.Replicas[uint32(p)], Replica{Partition: uint32(p), Node: node, State: ReplicaState(state)})
+				var st recovery.ReplicaState
+				if err := st.UnmarshalText([]byte(state)); err != nil {
+					d.Fatalf(t, "%v", err)
+				}
+				s.Replicas[uint32(p)] = append(s.Replicas[uint32(p)], Replica{Partition: uint32(p), Node: node, State: st})
 			case "task":
 				task, _ := taskOf(d)
 				var opened uint64

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -51,7 +52,7 @@ func encodeReplica(r Replica) (key, val string, err error) {
 	if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
 		return "", "", err
 	}
-	if r.State != ReplicaLive && r.State != ReplicaNeedsRejoin {
+	if r.State != recovery.ReplicaLive && r.State != recovery.ReplicaNeedsRejoin {
 		return "", "", fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
 	}
 	if val, err = encode(r); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -146,7 +147,7 @@ func (w *world) node(id string, outgoingMax int) *Node {
 	return n
 }
 
-func (w *world) replica(p uint32, node string, st ReplicaState) {
+func (w *world) replica(p uint32, node string, st recovery.ReplicaState) {
 	if err := SetReplica(w.ctx, w.admin, Replica{Partition: p, Node: node, State: st}); err != nil {
 		w.t.Fatal(err)
 	}
@@ -235,9 +236,9 @@ func TestSourceDiesReassigned(t *testing.T) {
 	w.node("n1", 0)
 	w.node("n2", 0)
 	w.node("n3", 0)
-	w.replica(1, "n1", ReplicaLive)
-	w.replica(1, "n2", ReplicaLive)
-	w.replica(1, "n3", ReplicaNeedsRejoin)
+	w.replica(1, "n1", recovery.ReplicaLive)
+	w.replica(1, "n2", recovery.ReplicaLive)
+	w.replica(1, "n3", recovery.ReplicaNeedsRejoin)
 	task := w.task(1, "n3")
 	x1 := newExecutor("n1", w.clis["n1"])
 	x1.hold = true
@@ -291,8 +292,8 @@ func TestDeclinedGoesElsewhere(t *testing.T) {
 	w := newWorld(t)
 	w.node("n1", 0)
 	w.node("n2", 0)
-	w.replica(7, "n1", ReplicaLive)
-	w.replica(7, "n2", ReplicaLive)
+	w.replica(7, "n1", recovery.ReplicaLive)
+	w.replica(7, "n2", recovery.ReplicaLive)
 	task := w.task(7, "n3")
 	x1 := newExecutor("n1", w.clis["n1"])
 	x1.decline = true
@@ -369,8 +370,8 @@ func TestClaimLostReassigned(t *testing.T) {
 	w := newWorld(t)
 	w.node("n1", 0)
 	w.node("n2", 0)
-	w.replica(5, "n1", ReplicaLive)
-	w.replica(5, "n2", ReplicaLive)
+	w.replica(5, "n1", recovery.ReplicaLive)
+	w.replica(5, "n2", recovery.ReplicaLive)
 	task := w.task(5, "n3")
 	x1 := newExecutor("n1", w.clis["n1"])
 	x1.hold = true
@@ -405,7 +406,7 @@ func TestDeposedWritesNothing(t *testing.T) {
 	checkLeaks(t)
 	w := newWorld(t)
 	w.node("n1", 0)
-	w.replica(2, "n1", ReplicaLive)
+	w.replica(2, "n1", recovery.ReplicaLive)
 	task := w.task(2, "n3")
 	s, err := New(w.admin, Config{NodeID: "old", Log: testLog(t)})
 	if err != nil {
@@ -430,7 +431,7 @@ func TestDeadDestinationEndsAttempt(t *testing.T) {
 	checkLeaks(t)
 	w := newWorld(t)
 	w.node("n1", 0)
-	w.replica(6, "n1", ReplicaLive)
+	w.replica(6, "n1", recovery.ReplicaLive)
 	task := w.task(6, "n3")
 	x1 := newExecutor("n1", w.clis["n1"])
 	x1.hold = true

@@ -21,6 +21,7 @@ import (
 	"github.com/rejoin-db/rejoin/bench/load"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/node"
@@ -809,7 +810,7 @@ func (r *run) allLive(v clusterview.View) bool {
 		return false
 	}
 	for _, rp := range v.Replicas {
-		if rp.Placement != string(supervise.ReplicaLive) || !rp.Alive || !rp.Reported || rp.State != node.StateLive {
+		if rp.Placement != recovery.ReplicaLive || !rp.Alive || !rp.Reported || rp.State != recovery.ReplicaLive {
 			return false
 		}
 	}
@@ -827,7 +828,7 @@ func (r *run) livePartitions(ctx context.Context) (map[uint32]bool, error) {
 		live[p] = true
 	}
 	for _, rp := range v.Replicas {
-		if rp.Placement != string(supervise.ReplicaLive) || !rp.Alive || !rp.Reported || rp.State != node.StateLive {
+		if rp.Placement != recovery.ReplicaLive || !rp.Alive || !rp.Reported || rp.State != recovery.ReplicaLive {
 			live[rp.Partition] = false
 		}
 	}
@@ -846,7 +847,7 @@ func (r *run) notLive(ctx context.Context) string {
 	}
 	lost := map[uint32]int{}
 	for _, rp := range v.Replicas {
-		if rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive {
+		if rp.Placement == recovery.ReplicaLive && rp.Alive && rp.Reported && rp.State == recovery.ReplicaLive {
 			lost[rp.Partition] += 0
 			continue
 		}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/node"
-	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
 
 // nodeState is what the nemesis did to a node.
@@ -336,7 +336,7 @@ func (ns *nemesis) lastLiveSetLocked(v clusterview.View, targets map[string]bool
 		if _, err := fmt.Sscanf(rp.Node, "n%d", &id); err != nil || id < 1 || id > ns.n || ns.state[id] != nodeUp {
 			continue
 		}
-		live := rp.Placement == string(supervise.ReplicaLive) && rp.Alive && rp.Reported && rp.State == node.StateLive
+		live := rp.Placement == recovery.ReplicaLive && rp.Alive && rp.Reported && rp.State == recovery.ReplicaLive
 		switch {
 		case targets[rp.Node]:
 			// Settling or not, it may hold the partition's only copy;

@@ -9,16 +9,15 @@ import (
 
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
-	"github.com/rejoin-db/rejoin/recovery/node"
-	"github.com/rejoin-db/rejoin/recovery/supervise"
+	"github.com/rejoin-db/rejoin/recovery"
 )
 
 func TestLastLive(t *testing.T) {
 	live := func(p uint32, n string) clusterview.ReplicaRow {
-		return clusterview.ReplicaRow{Partition: p, Node: n, Placement: string(supervise.ReplicaLive), Alive: true, Reported: true, State: node.StateLive}
+		return clusterview.ReplicaRow{Partition: p, Node: n, Placement: recovery.ReplicaLive, Alive: true, Reported: true, State: recovery.ReplicaLive}
 	}
 	rejoining := func(p uint32, n string) clusterview.ReplicaRow {
-		return clusterview.ReplicaRow{Partition: p, Node: n, Placement: string(supervise.ReplicaNeedsRejoin), Alive: true, Reported: true, State: node.StateRejoining}
+		return clusterview.ReplicaRow{Partition: p, Node: n, Placement: recovery.ReplicaNeedsRejoin, Alive: true, Reported: true, State: recovery.ReplicaRejoining}
 	}
 	v := clusterview.View{Replicas: []clusterview.ReplicaRow{
 		live(0, "n1"), live(0, "n2"), rejoining(0, "n3"), // n1 and n2 both live
@@ -49,7 +48,7 @@ func TestLastLive(t *testing.T) {
 // partitions had no live replica left).
 func TestLastLiveSettling(t *testing.T) {
 	row := func(n string, settling bool) clusterview.ReplicaRow {
-		return clusterview.ReplicaRow{Partition: 3, Node: n, Placement: string(supervise.ReplicaLive), Alive: true, Reported: true, State: node.StateLive, Settling: settling}
+		return clusterview.ReplicaRow{Partition: 3, Node: n, Placement: recovery.ReplicaLive, Alive: true, Reported: true, State: recovery.ReplicaLive, Settling: settling}
 	}
 	ns := &nemesis{n: 2, state: []nodeState{0, nodeUp, nodeUp}}
 	v := clusterview.View{Replicas: []clusterview.ReplicaRow{row("n1", false), row("n2", true)}}
@@ -80,8 +79,8 @@ func TestLastLiveSettling(t *testing.T) {
 func TestLastLiveUnknown(t *testing.T) {
 	ns := &nemesis{n: 2, state: []nodeState{0, nodeUp, nodeUp}}
 	v := clusterview.View{Replicas: []clusterview.ReplicaRow{
-		{Partition: 0, Node: "n1", Placement: string(supervise.ReplicaLive)},
-		{Partition: 0, Node: "n2", Placement: string(supervise.ReplicaNeedsRejoin), Alive: true, Reported: true, State: node.StateNeedsRejoin},
+		{Partition: 0, Node: "n1", Placement: recovery.ReplicaLive},
+		{Partition: 0, Node: "n2", Placement: recovery.ReplicaNeedsRejoin, Alive: true, Reported: true, State: recovery.ReplicaNeedsRejoin},
 	}}
 	if p, ok := ns.lastLiveLocked(v, "n1"); ok || p != 0 {
 		t.Errorf("lastLiveLocked(n1), n1 unregistered and n2 not live = %d, %v; want 0, false", p, ok)
@@ -90,7 +89,7 @@ func TestLastLiveUnknown(t *testing.T) {
 	if p, ok := ns.lastLiveLocked(v, "n1"); ok || p != 0 {
 		t.Errorf("lastLiveLocked(n1), n1 not answering and n2 not live = %d, %v; want 0, false", p, ok)
 	}
-	v.Replicas[0].Reported, v.Replicas[0].State = true, node.StateNeedsRejoin
+	v.Replicas[0].Reported, v.Replicas[0].State = true, recovery.ReplicaNeedsRejoin
 	if _, ok := ns.lastLiveLocked(v, "n1"); !ok {
 		t.Error("lastLiveLocked(n1), n1 reporting needs-rejoin: refused")
 	}

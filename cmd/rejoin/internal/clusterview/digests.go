@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/txnid"
@@ -163,7 +164,7 @@ func LiveReplicas(ctx context.Context, cli *clientv3.Client) (map[uint32]int, er
 	}
 	live := map[uint32]int{}
 	for _, r := range reps {
-		if r.State == supervise.ReplicaLive && alive[r.Node] {
+		if r.State == recovery.ReplicaLive && alive[r.Node] {
 			live[r.Partition]++
 		}
 	}

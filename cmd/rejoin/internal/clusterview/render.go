@@ -40,7 +40,7 @@ func Render(w io.Writer, v View) error {
 		case !r.Alive:
 			state = "failed (node down)"
 		case r.Reported:
-			state, rows, digest = r.State, fmt.Sprint(r.Rows), fmt.Sprintf("%016x", r.Digest)
+			state, rows, digest = r.State.String(), fmt.Sprint(r.Rows), fmt.Sprintf("%016x", r.Digest)
 			if r.Settling {
 				state += " (settling)"
 			}

@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/node"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 )
@@ -66,13 +67,13 @@ type ReplicaRow struct {
 	Partition uint32 `json:"partition"`
 	Node      string `json:"node"`
 	// Placement is the state in etcd (live, needs-rejoin).
-	Placement string `json:"placement"`
+	Placement recovery.ReplicaState `json:"placement"`
 	// Alive: the node is registered.
 	Alive bool `json:"alive"`
 	// Reported: the node answered /status and hosts the replica; then
 	// State, Rows, Digest and LastExecuted are its own.
-	Reported bool   `json:"reported"`
-	State    string `json:"state,omitempty"`
+	Reported bool                  `json:"reported"`
+	State    recovery.ReplicaState `json:"state,omitempty"`
 	// Settling: the node is settling a lost registration; the replica may
 	// still fail (node.ReplicaStatus.Settling).
 	Settling     bool   `json:"settling,omitempty"`
@@ -149,7 +150,7 @@ func Read(ctx context.Context, cli *clientv3.Client, hc *http.Client, timeout ti
 		row := MoveRow{Partition: m.Partition, From: m.From, To: m.To, Started: m.Started, ToState: "?"}
 		for _, r := range v.Replicas {
 			if r.Partition == m.Partition && r.Node == m.To {
-				row.ToState = r.Placement
+				row.ToState = r.Placement.String()
 			}
 		}
 		v.Moves = append(v.Moves, row)
@@ -231,7 +232,7 @@ func Build(snap supervise.Snapshot, statuses map[string]node.Status, errs map[st
 
 	for p, reps := range snap.Replicas {
 		for _, r := range reps {
-			row := ReplicaRow{Partition: p, Node: r.Node, Placement: string(r.State)}
+			row := ReplicaRow{Partition: p, Node: r.Node, Placement: r.State}
 			_, row.Alive = snap.Nodes[r.Node]
 			if rs, ok := replicaOf(statuses, r.Node, p); ok && row.Alive {
 				row.Reported = true

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/node"
@@ -28,17 +29,17 @@ func canned() (supervise.Snapshot, map[string]node.Status, map[string]error) {
 	snap := supervise.Snapshot{
 		Nodes: nodes,
 		Replicas: map[uint32][]supervise.Replica{
-			0: {{Partition: 0, Node: "n1", State: "live"}, {Partition: 0, Node: "n4", State: "live"}},
-			1: {{Partition: 1, Node: "n3", State: "needs-rejoin"}, {Partition: 1, Node: "n2", State: "live"}},
+			0: {{Partition: 0, Node: "n1", State: recovery.ReplicaLive}, {Partition: 0, Node: "n4", State: recovery.ReplicaLive}},
+			1: {{Partition: 1, Node: "n3", State: recovery.ReplicaNeedsRejoin}, {Partition: 1, Node: "n2", State: recovery.ReplicaLive}},
 		},
 		Tasks:       []claim.TaskRecord{{Task: task, Record: claim.Record{Status: claim.StatusRunning, Attempts: 2, Epoch: 77}}},
 		Assignments: map[claim.Task]supervise.Assignment{task: {Task: task, Source: "n2", Seq: 2}},
 	}
 	statuses := map[string]node.Status{
-		"n1": {Node: "n1", Replicas: []node.ReplicaStatus{{Partition: 0, State: "live", Rows: 500, Digest: 0xabc, LastExecuted: 1 << 22}}},
-		"n2": {Node: "n2", Replicas: []node.ReplicaStatus{{Partition: 1, State: "live", Rows: 1000, Digest: 0xdef,
+		"n1": {Node: "n1", Replicas: []node.ReplicaStatus{{Partition: 0, State: recovery.ReplicaLive, Rows: 500, Digest: 0xabc, LastExecuted: 1 << 22}}},
+		"n2": {Node: "n2", Replicas: []node.ReplicaStatus{{Partition: 1, State: recovery.ReplicaLive, Rows: 1000, Digest: 0xdef,
 			Sources: []node.RejoinStatus{{Role: "source", Peer: "n3", Epoch: 77, Phase: "streaming", Rows: 400, Bytes: 48000, Held: true}}}}},
-		"n3": {Node: "n3", Replicas: []node.ReplicaStatus{{Partition: 1, State: "rejoining",
+		"n3": {Node: "n3", Replicas: []node.ReplicaStatus{{Partition: 1, State: recovery.ReplicaRejoining,
 			Rejoin: &node.RejoinStatus{Role: "destination", Peer: "n2", Epoch: 77, Phase: "snapshot", Rows: 250, Bytes: 30000_000}}}},
 	}
 	return snap, statuses, map[string]error{"n10": errors.New("connection refused")}
@@ -64,7 +65,7 @@ func TestBuild(t *testing.T) {
 	if len(v.Down) != 1 || v.Down[0] != (DownRow{ID: "n4", Replicas: 1}) {
 		t.Fatalf("down nodes %+v, want n4 with its one replica", v.Down)
 	}
-	if r := v.Replicas[0]; !r.Reported || r.Rows != 500 || r.State != "live" {
+	if r := v.Replicas[0]; !r.Reported || r.Rows != 500 || r.State != recovery.ReplicaLive {
 		t.Fatalf("n1's replica %+v", r)
 	}
 	if len(v.Tasks) != 1 {

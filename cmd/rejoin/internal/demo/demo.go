@@ -20,6 +20,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/bench/load"
 	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/clusterview"
+	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/client"
 	"github.com/rejoin-db/rejoin/recovery/layout"
@@ -1159,7 +1160,7 @@ func (r *run) allLive(v clusterview.View) bool {
 		return false
 	}
 	for _, rp := range v.Replicas {
-		if rp.Placement != string(supervise.ReplicaLive) || !rp.Alive || !rp.Reported || rp.State != node.StateLive {
+		if rp.Placement != recovery.ReplicaLive || !rp.Alive || !rp.Reported || rp.State != recovery.ReplicaLive {
 			return false
 		}
 	}
