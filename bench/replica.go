@@ -13,15 +13,12 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
-// The driver loop's bounds. Between two looks at its inputs a driver runs
-// at most stepBurst txns, and it handles at most inboundBurst inputs
-// before it executes again, so neither a flood of blocks nor a backlog of
-// txns starves the other side (the destination waiting for an ack, the
-// source's queue).
-const (
-	stepBurst    = 256
-	inboundBurst = 64
-)
+// The driver loop's bound. Between two looks at its inputs a driver runs
+// at most recovery.StepBurst txns, and it handles at most inboundBurst
+// inputs before it executes again, so neither a flood of blocks nor a
+// backlog of txns starves the other side (the destination waiting for an
+// ack, the source's queue).
+const inboundBurst = 64
 
 // errStopped: the run's context ended, the driver was told to stop. Not a
 // failure of the driver; run returns nil for it.
@@ -254,32 +251,19 @@ func (r *replica) flush(msgs []wire.Message) error {
 	return nil
 }
 
-// step runs up to stepBurst ready txns on the core and reports whether
-// any ran or the source has more to pump. With call set, one txn a call
-// through it (the source times its moves around each call); the core
-// pumps the source after every txn, or once when none is ready. A procedure error is a result both replicas
-// reach alike; the digests compare what they did.
+// step is the driver's turn at the txns (recovery.Replica.Run), with call
+// around each while the source attempt runs (the source times its moves
+// around each call; nil: none). It reports whether any ran or the source
+// has more to pump. A procedure error is a result both replicas reach
+// alike; the digests compare what they did.
 func (r *replica) step(call func(func()) error) (bool, error) {
-	if call == nil {
-		n := r.core.Step(stepBurst)
-		r.executed.Add(int64(n))
-		return n > 0 || r.core.SourcePending(), nil
+	var each func(step func() int) error
+	if call != nil {
+		each = func(step func() int) error { return call(func() { step() }) }
 	}
-	did := false
-	for range stepBurst {
-		n := 0
-		if err := call(func() { n = r.core.Step(1) }); err != nil {
-			return did, err
-		}
-		if n == 0 {
-			break
-		}
-		r.executed.Add(1)
-		did = true
-	}
-	// A pump that stopped at recovery.SourceConfig.PumpBlocksMax has more
-	// to cut now: the loop comes back without waiting for input.
-	return did || r.core.SourcePending(), nil
+	n, more, err := r.core.Run(each)
+	r.executed.Add(int64(n))
+	return more, err
 }
 
 // messages returns the messages the core has for the peer, in order. An

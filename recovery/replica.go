@@ -461,6 +461,35 @@ func (r *Replica) Step(n int) int {
 	return did
 }
 
+// StepBurst is the most txns a driver runs between two looks at its
+// inputs: a backlog of txns never starves the feed, an attempt's messages
+// or a stop for longer than that.
+const StepBurst = 256
+
+// Run is a driver's turn at the txns: up to StepBurst ready ones, as Step
+// runs them. While a source attempt runs it takes them one a call through
+// each, which the driver wraps around the call: the source's moves are
+// timed around each (the handoff's pause starts in the call where it
+// began, never a burst earlier). It stops at the first call that ran none
+// and at each's first error, which it returns. more says the driver steps
+// again before it waits for an event: a txn ran, or the source's last pump
+// stopped at its PumpBlocksMax with more to cut.
+func (r *Replica) Run(each func(step func() int) error) (ran int, more bool, err error) {
+	if r.src == nil || each == nil {
+		ran = r.Step(StepBurst)
+		return ran, ran > 0 || r.SourcePending(), nil
+	}
+	for ran < StepBurst {
+		n := 0
+		err = each(func() int { n = r.Step(1); return n })
+		ran += n // a txn that ran counts, whatever each said after it
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	return ran, ran > 0 || r.SourcePending(), err
+}
+
 // SourcePending reports whether the source attempt's last pump stopped
 // at its SourceConfig.PumpBlocksMax (Source.Pending): the driver steps
 // again, Step(0) if no txn is ready, before it waits for an event.

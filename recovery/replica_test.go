@@ -417,6 +417,60 @@ func TestReplicaRejoin(t *testing.T) {
 	}
 }
 
+// TestReplicaRun: a driver's turn runs at most StepBurst txns; with no
+// source attempt in one go, with one a txn a call through the driver's
+// wrapper, stopping at the first error it returns.
+func TestReplicaRun(t *testing.T) {
+	now := txnid.EpochUnixMillis + 5000
+	g := testGenerator(t, 1, &now)
+	r := newTestReplica(t, true, 0)
+	r.AddInitiator(1)
+	feed := func(n int) {
+		for i := range n {
+			now++
+			if !r.OnTxn(upsert(t, g.Next(), i%50)) {
+				t.Fatal("txn refused")
+			}
+		}
+		now++
+		r.OnHeartbeat(g.Next())
+	}
+	calls := 0
+	each := func(step func() int) error { calls++; step(); return nil }
+
+	feed(StepBurst + 10)
+	if ran, more, err := r.Run(each); ran != StepBurst || !more || err != nil || calls != 0 {
+		t.Fatalf("no source: ran %d, more %v, err %v, wrapper called %d times", ran, more, err, calls)
+	}
+	if ran, _, _ := r.Run(each); ran != 10 {
+		t.Fatalf("the rest: ran %d, want 10", ran)
+	}
+	if ran, more, _ := r.Run(each); ran != 0 || more {
+		t.Fatalf("nothing ready: ran %d, more %v", ran, more)
+	}
+
+	if err := r.StartSource("n2", sourceConfig(5)); err != nil {
+		t.Fatal(err)
+	}
+	feed(StepBurst + 10)
+	if ran, more, err := r.Run(each); ran != StepBurst || !more || err != nil || calls != StepBurst {
+		t.Fatalf("source: ran %d, more %v, err %v, wrapper called %d times", ran, more, err, calls)
+	}
+	stop := errors.New("link full")
+	calls = 0
+	failAt3 := func(step func() int) error {
+		calls++
+		step()
+		if calls == 3 {
+			return stop
+		}
+		return nil
+	}
+	if ran, _, err := r.Run(failAt3); ran != 3 || !errors.Is(err, stop) {
+		t.Fatalf("wrapper's error: ran %d, want 3 (the third txn ran, then its call failed), err %v", ran, err)
+	}
+}
+
 // TestReplicaFailEndsSource: a live replica serving a source fails: the
 // source attempt aborts and ends first, then the failure is reported.
 func TestReplicaFailEndsSource(t *testing.T) {

@@ -57,7 +57,7 @@ func newChaosFlags(fs *flag.FlagSet) *chaosFlags {
 	f := &chaosFlags{}
 	fs.DurationVar(&f.cfg.Duration, "duration", time.Minute, "how long the nemesis runs (then the heal and the checks)")
 	fs.Int64Var(&f.seed, "seed", 0, "seed of the schedule (0: one from the clock, printed)")
-	fs.StringVar(&f.faults, "faults", "all", "the nemesis's faults, comma-separated: all, none, or some of kill, stop, kill-rejoin-source, kill-rejoin-dest, pause-etcd, net-peers, net-etcd, net-isolate, net-halves, net-bridge (the net- ones only with network faults on)")
+	fs.StringVar(&f.faults, "faults", "all", "the nemesis's faults, comma-separated: all, none, or some of kill, stop, kill-source, kill-destination, pause-etcd, net-peers, net-etcd, net-isolate, net-halves, net-bridge (the net- ones only with network faults on)")
 	fs.StringVar(&f.cfg.NetFaults, "net-faults", "auto", "network faults (iptables rules on loopback; needs root, Linux and iptables): auto (when they can run, else a line says why not), on (an error if they cannot), off")
 	fs.BoolVar(&f.cfg.AvailabilityBounds, "availability-bounds", true, fmt.Sprintf("FAIL when a partition goes without a successful op during a network fault or a node's stop for longer than %s from the start of a fault that hit one of its replicas or %s in all (it hit none), an etcd pause and the second after it, and faults on more than (nodes-1)/2 nodes at once, aside (issue 23's goal; false reports the figures without a verdict on them)", chaos.GapBoundFaulted, chaos.GapBoundUnfaulted))
 	fs.IntVar(&f.cfg.Nodes, "nodes", 5, "node processes")

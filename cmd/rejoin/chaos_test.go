@@ -78,7 +78,7 @@ func TestChaosPass(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	cfg := chaosConfig(t)
 	cfg.Duration, cfg.Seed = 25*time.Second, 11
-	cfg.Faults = []chaos.Action{chaos.ActKill, chaos.ActStop, chaos.ActKillSource, chaos.ActKillDest}
+	cfg.Faults = []chaos.Action{chaos.ActKill, chaos.ActStop, chaos.ActKillSource, chaos.ActKillDestination}
 	var out bytes.Buffer
 	sum, err := chaos.Run(context.Background(), cfg, &out)
 	if err != nil || sum.Verdict != "PASS" {

@@ -14,11 +14,10 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
-// The replica loop's bounds: at most stepBurst txns run between two looks
-// at the inbox, and at most inboxBurst events are taken before txns run
-// again, so neither starves the other.
+// The replica loop's bounds: at most recovery.StepBurst txns run between
+// two looks at the inbox, and at most inboxBurst events are taken before
+// txns run again, so neither starves the other.
 const (
-	stepBurst  = 256
 	inboxBurst = 256
 	inboxMax   = 1 << 14
 	// tickEvery is the processors' tick: their timeouts are counted in it.
@@ -294,23 +293,18 @@ func (r *replica) stop() {
 // core pumps the source between txns. It reports whether it did anything
 // or the source has more to pump.
 func (r *replica) step() bool {
-	did := 0
-	if r.src == nil {
-		did = r.core.Step(stepBurst)
-	} else {
-		// One txn a call while a source attempt runs: the handoff's
-		// pause is measured from the start of the call in which it began
-		// (srcAttempt.lastCheck), never a burst earlier.
-		for did < stepBurst {
+	// The source's moves are timed from the start of each call
+	// (srcAttempt.lastCheck), so the driver's half sees each one.
+	var each func(step func() int) error
+	if r.src != nil {
+		each = func(step func() int) error {
 			r.beforeSource()
-			ran := r.core.Step(1)
+			step()
 			r.drain()
-			if ran == 0 {
-				break
-			}
-			did += ran
+			return nil
 		}
 	}
+	did, more, _ := r.core.Run(each)
 	r.executed += uint64(did)
 	r.n.metrics.txns.Add(float64(did))
 	r.noteWaiting(did > 0)
@@ -321,7 +315,7 @@ func (r *replica) step() bool {
 	// A source that cut its last pump's share of blocks has more to cut
 	// now (recovery.SourceConfig.PumpBlocksMax): the loop comes back
 	// after the inbox, not after the next event.
-	return did > 0 || r.core.SourcePending()
+	return more || r.core.SourcePending()
 }
 
 // noteWaiting records whether the replica holds txns it cannot run,

@@ -200,7 +200,7 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 	}
 	target, what := s.Node, ""
 	switch s.Action {
-	case ActKillSource, ActKillDest:
+	case ActKillSource, ActKillDestination:
 		// A rejoin of a small partition lasts a fraction of a second:
 		// look for one for a while.
 		rs := rejoinsOf(v)
@@ -235,7 +235,7 @@ func (ns *nemesis) do(ctx context.Context, s Step) string {
 		return fmt.Sprintf("n%d holds the last live replica of partition %d", target, p)
 	}
 	switch s.Action {
-	case ActKill, ActKillSource, ActKillDest:
+	case ActKill, ActKillSource, ActKillDestination:
 		if err := ns.nodes.Kill(target); err != nil {
 			return err.Error()
 		}

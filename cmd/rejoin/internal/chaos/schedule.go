@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rejoin-db/rejoin/cmd/rejoin/internal/demo"
 )
 
 // Action is one kind of fault of the nemesis.
@@ -18,13 +20,14 @@ const (
 	ActKill Action = "kill"
 	// ActStop SIGSTOPs a node past its TTL, SIGCONTs it after Step.For.
 	ActStop Action = "stop"
-	// ActKillSource and ActKillDest SIGKILL the source or the destination
-	// of a rejoin in progress (the Pick-th one seen, modulo their count)
-	// and restart it after Step.For.
-	ActKillSource Action = "kill-rejoin-source"
-	ActKillDest   Action = "kill-rejoin-dest"
+	// ActKillSource and ActKillDestination SIGKILL the source or the
+	// destination of a rejoin in progress (the Pick-th one seen, modulo
+	// their count) and restart it after Step.For. Named as the demo's
+	// faults of the same kind.
+	ActKillSource      = Action(demo.FaultKillSource)
+	ActKillDestination = Action(demo.FaultKillDestination)
 	// ActPauseEtcd SIGSTOPs etcd for Step.For (1 to 6 s).
-	ActPauseEtcd Action = "pause-etcd"
+	ActPauseEtcd = Action(demo.FaultPauseEtcd)
 
 	// The network faults (netfault.go): for Step.For, packets between
 	// node processes, or between a node and etcd, are dropped or reset
@@ -220,7 +223,7 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s kill n%d, restart after %.2fs", at, s.Node, s.For.Seconds())
 	case ActStop:
 		return fmt.Sprintf("%s stop n%d for %.2fs", at, s.Node, s.For.Seconds())
-	case ActKillSource, ActKillDest:
+	case ActKillSource, ActKillDestination:
 		return fmt.Sprintf("%s %s (pick %d), restart after %.2fs", at, s.Action, s.Pick, s.For.Seconds())
 	case ActPauseEtcd:
 		return fmt.Sprintf("%s pause etcd for %.2fs", at, s.For.Seconds())
@@ -235,12 +238,12 @@ func (s Step) String() string {
 }
 
 // Actions lists every action, in the order Plan weighs them.
-var Actions = []Action{ActKill, ActStop, ActKillSource, ActKillDest, ActPauseEtcd,
+var Actions = []Action{ActKill, ActStop, ActKillSource, ActKillDestination, ActPauseEtcd,
 	ActNetPeers, ActNetEtcd, ActNetIsolate, ActNetHalves, ActNetBridge}
 
 // weight is each action's share of the schedule: the process faults 100,
 // the network faults 60.
-var weight = map[Action]int{ActKill: 35, ActStop: 20, ActKillSource: 15, ActKillDest: 15, ActPauseEtcd: 15,
+var weight = map[Action]int{ActKill: 35, ActStop: 20, ActKillSource: 15, ActKillDestination: 15, ActPauseEtcd: 15,
 	ActNetPeers: 15, ActNetEtcd: 10, ActNetIsolate: 10, ActNetHalves: 15, ActNetBridge: 10}
 
 // WithoutNet is as minus its network faults.
@@ -291,7 +294,7 @@ func Plan(seed int64, d time.Duration, nodes int, ttl time.Duration, allowed []A
 			s.Node, s.For = 1+rng.IntN(nodes), between(0, KillDownMax)
 		case ActStop:
 			s.Node, s.For = 1+rng.IntN(nodes), ttl+between(500*time.Millisecond, stopPastTTL)
-		case ActKillSource, ActKillDest:
+		case ActKillSource, ActKillDestination:
 			s.Pick, s.For = rng.IntN(nodes*4), between(0, KillDownMax)
 		case ActPauseEtcd:
 			s.For = between(etcdPauseMin, etcdPauseMax)
@@ -329,6 +332,10 @@ func sortedIDs(idx []int) []int {
 	return out
 }
 
+// renamed takes the names the rejoin kills had before they were named as
+// the demo's, so a script written then runs the same faults.
+var renamed = map[Action]Action{"kill-rejoin-source": ActKillSource, "kill-rejoin-dest": ActKillDestination}
+
 // ParseActions parses a comma-separated list of actions; "all" is every
 // one, "none" or "" none.
 func ParseActions(s string) ([]Action, error) {
@@ -341,6 +348,9 @@ func ParseActions(s string) ([]Action, error) {
 	var out []Action
 	for _, f := range strings.Split(s, ",") {
 		a := Action(strings.TrimSpace(f))
+		if now, ok := renamed[a]; ok {
+			a = now
+		}
 		if !slices.Contains(Actions, a) {
 			return nil, fmt.Errorf("chaos: unknown fault %q (want all, none, or some of %v)", a, Actions)
 		}

@@ -26,7 +26,7 @@ func TestPlanIsAFunctionOfTheSeed(t *testing.T) {
 			t.Fatalf("step %v: node out of 1..5", s)
 		case s.Action == ActStop && (s.For <= ttl || s.For > ttl+stopPastTTL):
 			t.Fatalf("step %v: a stop must outlast the TTL %s by at most %s", s, ttl, stopPastTTL)
-		case (s.Action == ActKill || s.Action == ActKillSource || s.Action == ActKillDest) && (s.For < 0 || s.For > KillDownMax):
+		case (s.Action == ActKill || s.Action == ActKillSource || s.Action == ActKillDestination) && (s.For < 0 || s.For > KillDownMax):
 			t.Fatalf("step %v: downtime out of 0..%s", s, KillDownMax)
 		case s.Action == ActPauseEtcd && (s.For < etcdPauseMin || s.For > etcdPauseMax):
 			t.Fatalf("step %v: etcd pause out of %s..%s", s, etcdPauseMin, etcdPauseMax)
@@ -88,7 +88,7 @@ func TestPlanNet(t *testing.T) {
 	// Seed 42's process schedule of three minutes, as planned before the
 	// network faults: a replay of an old seed with --net-faults off.
 	old := Plan(42, 3*time.Minute, 5, 4*time.Second, proc)
-	if len(old) == 0 || old[0].String() != "+  2.80s kill-rejoin-source (pick 11), restart after 1.64s" || old[1].String() != "+  6.06s pause etcd for 2.00s" {
+	if len(old) == 0 || old[0].String() != "+  2.80s kill-source (pick 11), restart after 1.64s" || old[1].String() != "+  6.06s pause etcd for 2.00s" {
 		t.Errorf("seed 42's first process fault: %v", old[0])
 	}
 }
@@ -159,6 +159,8 @@ func TestParseActions(t *testing.T) {
 		{in: "kill, stop,kill", want: []Action{ActKill, ActStop}},
 		{in: "kill,explode", bad: true},
 		{in: "net-halves,kill", want: []Action{ActNetHalves, ActKill}},
+		{in: "kill-source,kill-destination", want: []Action{ActKillSource, ActKillDestination}},
+		{in: "kill-rejoin-dest,kill-destination,kill-rejoin-source", want: []Action{ActKillDestination, ActKillSource}},
 	}
 	for _, tt := range tests {
 		got, err := ParseActions(tt.in)
