@@ -29,7 +29,8 @@ ends, also on Ctrl-C and on failure.
 Faults: none; kill-source (SIGKILL the source of a rejoining partition,
 needs --replicas >= 3); kill-destination (SIGKILL the rejoining node
 again); cut-link (close the rejoin's TCP connection: it resumes);
-pause-executor (stop the executor past its claim's lease: the task moves);
+pause-holder (stop the source's claim holder past its claim's lease: the
+task moves; pause-executor, its old name, is taken too);
 pause-etcd (run etcd as a process of its own and SIGSTOP it for 3x the
 node TTL + 1s: every node loses its registration and keeps running, the
 rejoin starts again once etcd answers).

@@ -157,7 +157,7 @@ func TestDemoEndToEnd(t *testing.T) {
 				if sum.BlocksResent < 1 || sum.Attempts != sum.RejoinedTasks {
 					t.Errorf("cut-link: %d blocks resent, %d attempts for %d tasks; want a resume, no new attempt", sum.BlocksResent, sum.Attempts, sum.RejoinedTasks)
 				}
-			case demo.FaultKillSource, demo.FaultKillDestination, demo.FaultPauseExecutor, demo.FaultPauseEtcd:
+			case demo.FaultKillSource, demo.FaultKillDestination, demo.FaultPauseHolder, demo.FaultPauseEtcd:
 				if sum.Attempts <= sum.RejoinedTasks {
 					t.Errorf("%s: %d attempts for %d tasks; the fault ended none", fault, sum.Attempts, sum.RejoinedTasks)
 				}

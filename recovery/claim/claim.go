@@ -337,7 +337,7 @@ func (c *Claim) end(why error) {
 
 // StopKeepAlive stops refreshing the lease while the checks go on, as a
 // process stalled past its TTL would: fault injection, for tests and the
-// demo's pause-executor. The claim is lost once the lease expires.
+// demo's pause-holder. The claim is lost once the lease expires.
 func (c *Claim) StopKeepAlive() {
 	c.kaPaused.Store(true)
 	c.kaCancel()

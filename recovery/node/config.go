@@ -58,7 +58,7 @@ type Config struct {
 	// a dead node is noticed within about this long.
 	NodeTTL time.Duration
 	// ClaimTTL is a rejoin claim's lease TTL (default 5 s), ClaimWindow how
-	// often an executor re-checks it (default 2 s). The lease guard
+	// often a claim holder re-checks it (default 2 s). The lease guard
 	// (claim.Held) allows a keepalive to lag TTL/2 and a check a window:
 	// on a machine busy with the rejoin itself, tighter values stop
 	// healthy attempts.
@@ -157,7 +157,7 @@ type Config struct {
 	// node refuses to start, since the other process, superseded, would
 	// stop.
 	ReplaceRunning bool
-	// FaultPoints serves POST /fault/{hold,release,cut-link,pause-executor}
+	// FaultPoints serves POST /fault/{hold,release,cut-link,pause-holder}
 	// on the admin HTTP (the demo and the tests); Pprof serves
 	// /debug/pprof/. Neither is routed otherwise (404).
 	FaultPoints, Pprof bool
@@ -175,7 +175,7 @@ type Config struct {
 }
 
 // staleAfter is the health task's limit for a running task whose record
-// its executor has not refreshed: the source's stall window (an attempt
+// its claim holder has not refreshed: the source's stall window (an attempt
 // that makes no progress for it aborts by itself) plus two claim windows
 // (it refreshes the record on progress at most once a window), so a
 // rejoin that makes progress is never reset, however long it takes.

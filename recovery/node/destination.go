@@ -230,9 +230,9 @@ const holderReadTimeout = 2 * time.Second
 // of h.Partition, so the task's claim must stand, at that epoch, held by
 // that node (supervise.ExecutorID names it), and the task's assignment
 // must name that node its source. A process that took a dead node's
-// address, or an executor whose claim is gone, is refused before the
+// address, or a claim holder whose claim is gone, is refused before the
 // replica hears of it; so is a claim a node wrote for itself: every node
-// may write claims (it works the tasks assigned to it), and an executor
+// may write claims (it works the tasks assigned to it), and a claim holder
 // claims only what the supervisor assigned it, whose reassignments delete
 // the claim they replace.
 func (n *Node) checkHolder(h *wire.Hello) error {

@@ -103,7 +103,7 @@
 //
 // The driver is one file per owner: conns.go accepts connections and
 // serves clients; feed.go the feeds in and out; source.go a rejoin's
-// source side (the executor: assignments, claims, the attempt, its end in
+// source side (the claim holder: assignments, claims, the attempt, its end in
 // etcd); destination.go its destination side (the hello checked against
 // the claim, the attempt, the task opened and completed); repair.go the
 // tail repair; registration.go the registration's terms and settlements;
@@ -201,7 +201,7 @@
 // the supervisor (any node may win the election) assigns each a live
 // source.
 //
-// The source's executor loop polls its assignments, claims the task
+// The source's assignment loop polls its assignments, claims the task
 // (claim.Acquire: the claim's epoch is the attempt's fencing epoch),
 // marks it running, dials the destination and starts a recovery.Source
 // on the replica. Before any message of the attempt is sent the replica
@@ -357,7 +357,7 @@
 // The fault points are applied on the replica's goroutine:
 // POST /fault/hold?partition=P&rows=N (the source holds the destination's
 // acks once its snapshot has sent N rows), /fault/release, /fault/cut-link
-// (close the rejoin's TCP connection), /fault/pause-executor?for=D (the
+// (close the rejoin's TCP connection), /fault/pause-holder?for=D (the
 // source attempt's I/O stands still and its claim's keepalive stops, as
 // in a process stalled past its TTL).
 //

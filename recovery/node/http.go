@@ -99,7 +99,7 @@ func (n *Node) faultRoutes(mux *http.ServeMux) {
 		}
 		return nil
 	}))
-	mux.HandleFunc("POST /fault/pause-executor", n.fault(func(r *replica, q map[string]string) error {
+	mux.HandleFunc("POST /fault/pause-holder", n.fault(func(r *replica, q map[string]string) error {
 		d, err := time.ParseDuration(q["for"])
 		if err != nil || d <= 0 || d > time.Minute {
 			return fmt.Errorf("for=%q: want a duration up to 1m", q["for"])

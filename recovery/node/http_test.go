@@ -48,7 +48,7 @@ func TestAdminGating(t *testing.T) {
 		{"POST", "/fault/hold?partition=0&rows=1", true},
 		{"POST", "/fault/release?partition=0", true},
 		{"POST", "/fault/cut-link?partition=0", true},
-		{"POST", "/fault/pause-executor?partition=0&for=1s", true},
+		{"POST", "/fault/pause-holder?partition=0&for=1s", true},
 	} {
 		gotOff := get(tc.method, "http://"+off.HTTP+tc.path)
 		gotOn := get(tc.method, "http://"+on.HTTP+tc.path)

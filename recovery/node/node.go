@@ -90,7 +90,7 @@ type Node struct {
 	// end (Unix nanoseconds, 0: never): after it, it sequences nothing
 	// until registered again (initiator.fenced).
 	termLost atomic.Int64
-	// retry hands the executor loop the tasks whose attempt failed.
+	// retry hands the assignment loop the tasks whose attempt failed.
 	retry chan claim.Task
 	wg    sync.WaitGroup
 	// waiting are the calls sequenced on goroutines of their own while
@@ -310,7 +310,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addrs)) (err error) {
 	n.goRun(n.members.run)
 	n.goRun(n.init.run)
 	n.retry = make(chan claim.Task, 64)
-	n.goRun(n.executor)
+	n.goRun(n.holdAssignments)
 	n.goRun(n.registration)
 	n.goRun(n.fences)
 	n.goRun(n.watchStop)

@@ -15,7 +15,7 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
-// The source side of a rejoin: the executor takes the node's assignments,
+// The source side of a rejoin: the assignment loop takes the node's assignments,
 // claims each task, dials the destination and serves the attempt from the
 // replica's goroutine, then completes or requeues the task (docs/DESIGN.md
 // "The rejoin protocol", steps 1 and 9).
@@ -163,7 +163,7 @@ func (r *replica) sendSource(att *srcAttempt, o recovery.Output) {
 	msgs := o.Msgs
 	if !o.State.Final() && !att.claim.Held(time.Now()) {
 		// The lease guard: a claim that may have expired sends nothing
-		// more, whatever the executor believes. The abort comes next.
+		// more, whatever the claim holder believes. The abort comes next.
 		r.core.AbortSource(att.epoch, wire.AbortClaimLost, "claim not certainly held")
 		return
 	}
@@ -255,9 +255,9 @@ func (r *replica) endSource() {
 	close(att.end)
 }
 
-// executor polls the node's assignments and works them: one claim and one
+// holdAssignments polls the node's assignments and works them: one claim and one
 // attempt per assignment, Complete or Requeue at the end (docs/DESIGN.md steps 1 and 9).
-func (n *Node) executor() {
+func (n *Node) holdAssignments() {
 	taken := supervise.Taken{}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()

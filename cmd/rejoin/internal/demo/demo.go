@@ -38,7 +38,7 @@ const (
 	FaultKillSource      Fault = "kill-source"
 	FaultKillDestination Fault = "kill-destination"
 	FaultCutLink         Fault = "cut-link"
-	FaultPauseExecutor   Fault = "pause-executor"
+	FaultPauseHolder     Fault = "pause-holder"
 	// FaultPauseEtcd pauses etcd (SIGSTOP), run as a process of its own,
 	// for 3 x the node TTL plus a second: every node loses its
 	// registration, and its lease on resume, and must keep its process
@@ -46,8 +46,18 @@ const (
 	FaultPauseEtcd Fault = "pause-etcd"
 )
 
+// RenamedFault is f by its current name: pause-holder was pause-executor
+// until "executor" came to name the partition's executor alone
+// (docs/DESIGN.md "Vocabulary"), and a script written then still runs.
+func RenamedFault(f Fault) Fault {
+	if f == "pause-executor" {
+		return FaultPauseHolder
+	}
+	return f
+}
+
 // Faults lists them in --fault's order.
-var Faults = []Fault{FaultNone, FaultKillSource, FaultKillDestination, FaultCutLink, FaultPauseExecutor, FaultPauseEtcd}
+var Faults = []Fault{FaultNone, FaultKillSource, FaultKillDestination, FaultCutLink, FaultPauseHolder, FaultPauseEtcd}
 
 // Gateway is the node every write goes through; it is never a fault's
 // target, so the writer's acknowledgements come from a node that lives.
@@ -133,6 +143,7 @@ func (c *Config) Check() error {
 	if c.ValueBytes == 0 {
 		c.ValueBytes = 100
 	}
+	c.Fault = RenamedFault(c.Fault)
 	if c.Fault == "" {
 		c.Fault = FaultNone
 	}
@@ -1050,7 +1061,7 @@ func (r *run) inject(ctx context.Context, victimID int, hosted []uint32) error {
 		r.eventf("restarted %s: its partitions %v rejoin too", h.Source, srcHosted)
 		return nil
 
-	case FaultCutLink, FaultPauseExecutor:
+	case FaultCutLink, FaultPauseHolder:
 		held, err := r.waitHeld(ctx, victim, hosted, anyHeld)
 		if err != nil {
 			return err
@@ -1063,8 +1074,8 @@ func (r *run) inject(ctx context.Context, victimID int, hosted []uint32) error {
 		}
 		q := url.Values{"partition": {fmt.Sprint(h.Partition)}}
 		path := "/fault/cut-link"
-		if r.cfg.Fault == FaultPauseExecutor {
-			path = "/fault/pause-executor"
+		if r.cfg.Fault == FaultPauseHolder {
+			path = "/fault/pause-holder"
 			q.Set("for", (2 * r.cfg.ClaimTTL).String())
 		}
 		if err := r.post(ctx, n.HTTP, path, q); err != nil {
@@ -1073,7 +1084,7 @@ func (r *run) inject(ctx context.Context, victimID int, hosted []uint32) error {
 		if r.cfg.Fault == FaultCutLink {
 			r.eventf("fault cut-link: closed the rejoin connection of partition %d (%s -> %s) mid-snapshot", h.Partition, h.Source, victim)
 		} else {
-			r.eventf("fault pause-executor: the executor of partition %d on %s stops for %s (2x the claim TTL) mid-snapshot", h.Partition, h.Source, 2*r.cfg.ClaimTTL)
+			r.eventf("fault pause-holder: the claim holder of partition %d's rejoin on %s stops for %s (2x the claim TTL) mid-snapshot", h.Partition, h.Source, 2*r.cfg.ClaimTTL)
 		}
 		return r.release(ctx, hosted)
 

@@ -65,11 +65,17 @@ func TestConfigCheck(t *testing.T) {
 		{Config{Binary: "x", Replicas: 1}, "at least 2"},
 		{Config{Binary: "x", Fault: "nope"}, "unknown fault"},
 		{Config{Binary: "x"}, ""},
+		{Config{Binary: "x", Fault: "pause-holder"}, ""},
 	} {
 		err := tc.cfg.Check()
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("Check(%+v) = %v, want %q", tc.cfg, err, tc.want)
 		}
+	}
+	// The old name of pause-holder runs the same fault.
+	old := Config{Binary: "x", Fault: "pause-executor"}
+	if err := old.Check(); err != nil || old.Fault != FaultPauseHolder {
+		t.Errorf("pause-executor: %v, fault %q", err, old.Fault)
 	}
 }
 
