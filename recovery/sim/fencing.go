@@ -482,6 +482,15 @@ func (w *fencing) step(n *fenceNode) error {
 		}
 		rec := w.m.Nodes[try.Node]
 		delete(w.m.Nodes, try.Node)
+		// The fenced process's reports are on its lease, which it revokes
+		// once its record is gone (supervise's term end), or which
+		// expires: a report it filed before is not counted after it
+		// registers again and hears the suspect.
+		for key, r := range w.m.Reports {
+			if r.Reporter == try.Node {
+				delete(w.m.Reports, key)
+			}
+		}
 		w.rev++
 		w.m.Fences[try.Node] = supervise.Fence{Node: try.Node, Inc: rec.Started.UnixNano(), By: n.id, Rev: w.rev}
 		w.res.Fences++
@@ -496,12 +505,13 @@ func (w *fencing) step(n *fenceNode) error {
 		w.tracef("%s fences %s (%s, reported by %v)", n.id, try.Node, kind, try.Reporters)
 		f := w.nodes[w.index(try.Node)]
 		if rec.Started.UnixNano() == f.started {
-			// Twice: two fenced nodes that register at once each read
-			// the membership without the other, and a cut between them
-			// fences one again; a third time is a node going in and out.
+			// Twice was allowed while the model kept a fenced node's
+			// reports, which the product revokes with its lease: a
+			// report filed before the fence then counted once the node
+			// was back and heard the suspect (seed 341, 4 nodes).
 			f.fencedIn++
-			if f.fencedIn > 2 {
-				return fmt.Errorf("tick %d: %s fenced a third time with no fault begun or healed since", w.tick, try.Node)
+			if f.fencedIn > 1 {
+				return fmt.Errorf("tick %d: %s fenced again with no fault begun or healed since", w.tick, try.Node)
 			}
 		}
 		break

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rejoin-db/rejoin/recovery"
@@ -609,6 +610,16 @@ func (n *Node) reattach(ctx context.Context, prev *Term) (*Term, NodeRecord, err
 			t.rev.Store(resp.Header.Revision)
 			return t, rec, nil
 		}
+	}
+	// The record no longer stands on prev's lease (a fence or the health
+	// task removed it while etcd was out of reach, so the lease was kept
+	// for a resume that cannot be). What else the node wrote on it, its
+	// reports of silent nodes, goes now rather than at the lease's expiry:
+	// a report filed before the fence must not count once the node is back
+	// and hears the suspect. Not registering until it is gone keeps that
+	// true when the revoke fails.
+	if _, err := n.cli.Revoke(ctx, prev.Lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil, NodeRecord{}, fmt.Errorf("supervise: node %s: revoke the lease of its removed record: %w", n.id, err)
 	}
 	return n.register(ctx, true)
 }

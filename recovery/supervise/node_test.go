@@ -199,6 +199,66 @@ func TestNodeShortOutageResumesLease(t *testing.T) {
 	}
 }
 
+// TestNodeFencedWhileCutOffDropsItsLease: a node cut from etcd, its
+// record removed meanwhile (as a fence does), registers anew once etcd
+// answers; what it wrote on its old lease (its reports of silent nodes)
+// is gone when it is registered again, not a TTL later. Left standing, a
+// report filed before the fence counted toward a fence after the node
+// was back and heard the suspect again (the fencing model, seed 341).
+func TestNodeFencedWhileCutOffDropsItsLease(t *testing.T) {
+	checkLeaks(t)
+	e := startEtcd(t)
+	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	cli := newClientAt(t, px.Endpoint())
+	direct := newClient(t, e)
+	ctx := testCtx(t, 20*time.Second)
+	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: 6 * time.Second, Window: 500 * time.Millisecond, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = n.Close(cctx)
+	}()
+	first := n.Term()
+	if err := PutReport(ctx, cli, first.Lease, "n1", "n2", 7); err != nil {
+		t.Fatal(err)
+	}
+	px.Freeze()
+	select {
+	case <-first.Done():
+	case <-time.After(500*time.Millisecond + lossSlack):
+		t.Fatal("term did not end within its window")
+	}
+	if !errors.Is(first.Err(), ErrUnreachable) {
+		t.Fatalf("first term ended by %v, want ErrUnreachable", first.Err())
+	}
+	if _, err := direct.Delete(ctx, NodeKey("n1")); err != nil {
+		t.Fatal(err)
+	}
+	px.Thaw()
+	next, err := n.NextTerm(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Lease == first.Lease {
+		t.Fatalf("registered again on the old lease %x, whose record was removed", next.Lease)
+	}
+	resp, err := direct.Get(ctx, ReportKey("n2", "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		ttl, _ := direct.TimeToLive(ctx, first.Lease)
+		t.Fatalf("registered again with the report of its old lease standing (that lease's TTL left: %d s)", ttl.TTL)
+	}
+}
+
 // TestNodeLeaseSafeUntil: a term says a time before which etcd keeps its
 // lease, moved on by each renewal while etcd answers and left alone once
 // it does not. Cut from etcd, the node's lease is still there, read
