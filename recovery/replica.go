@@ -50,7 +50,7 @@ var replicaStateNames = [...]string{
 }
 
 func (s ReplicaState) String() string {
-	if int(s) < len(replicaStateNames) && replicaStateNames[s] != "" {
+	if s.Valid() {
 		return replicaStateNames[s]
 	}
 	return fmt.Sprintf("replica-state(%d)", uint8(s))

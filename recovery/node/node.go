@@ -512,9 +512,9 @@ func (n *Node) replicaRejoining(p uint32, epoch uint64) {
 // is another replica.
 func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
 	p, created := r.p, r.created
-	state, sstate := recovery.ReplicaNeedsRejoin, recovery.ReplicaNeedsRejoin
+	state := recovery.ReplicaNeedsRejoin
 	if live {
-		state, sstate = recovery.ReplicaLive, recovery.ReplicaLive
+		state = recovery.ReplicaLive
 	}
 	if err := n.store.SetReplica(nodestate.Replica{Partition: p, State: state, Epoch: epoch}); err != nil {
 		n.log.Error("record replica state", "partition", p, "err", err)
@@ -525,7 +525,7 @@ func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
 		// A later change publishes, and only it.
 		if r.pubSeq.Load() == seq {
 			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-			if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: created}); errors.Is(err, supervise.ErrNotPlaced) {
+			if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: state, Created: created}); errors.Is(err, supervise.ErrNotPlaced) {
 				n.log.Info("replica state not published: the placement no longer gives this node the partition", "partition", p)
 				n.unpublished(p, false)
 			} else if err != nil {

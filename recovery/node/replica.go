@@ -304,7 +304,7 @@ func (r *replica) step() bool {
 			return nil
 		}
 	}
-	did, more, _ := r.core.Run(each)
+	did, _, _ := r.core.Run(each)
 	r.executed += uint64(did)
 	r.n.metrics.txns.Add(float64(did))
 	r.noteWaiting(did > 0)
@@ -315,7 +315,7 @@ func (r *replica) step() bool {
 	// A source that cut its last pump's share of blocks has more to cut
 	// now (recovery.SourceConfig.PumpBlocksMax): the loop comes back
 	// after the inbox, not after the next event.
-	return more || r.core.SourcePending()
+	return did > 0 || r.core.SourcePending()
 }
 
 // noteWaiting records whether the replica holds txns it cannot run,

@@ -156,22 +156,8 @@ func TestNodeRecordRemoved(t *testing.T) {
 func TestNodeShortOutageResumesLease(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
-	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cli := newClientAt(t, px.Endpoint())
 	ctx := testCtx(t, 20*time.Second)
-	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: 4 * time.Second, Window: 500 * time.Millisecond, Log: testLog(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = n.Close(cctx)
-	}()
+	n, px, _ := registerBehindProxy(t, ctx, e, 4*time.Second, 500*time.Millisecond)
 	first := n.Term()
 	px.Freeze()
 	select {
@@ -208,23 +194,9 @@ func TestNodeShortOutageResumesLease(t *testing.T) {
 func TestNodeFencedWhileCutOffDropsItsLease(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
-	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cli := newClientAt(t, px.Endpoint())
 	direct := newClient(t, e)
 	ctx := testCtx(t, 20*time.Second)
-	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: 6 * time.Second, Window: 500 * time.Millisecond, Log: testLog(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = n.Close(cctx)
-	}()
+	n, px, cli := registerBehindProxy(t, ctx, e, 6*time.Second, 500*time.Millisecond)
 	first := n.Term()
 	if err := PutReport(ctx, cli, first.Lease, "n1", "n2", 7); err != nil {
 		t.Fatal(err)
@@ -266,24 +238,10 @@ func TestNodeFencedWhileCutOffDropsItsLease(t *testing.T) {
 func TestNodeLeaseSafeUntil(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
-	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cli := newClientAt(t, px.Endpoint())
 	direct := newClient(t, e)
 	ctx := testCtx(t, 30*time.Second)
 	const ttl = 3 * time.Second
-	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: ttl, Window: 500 * time.Millisecond, Log: testLog(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = n.Close(cctx)
-	}()
+	n, px, _ := registerBehindProxy(t, ctx, e, ttl, 500*time.Millisecond)
 	first := n.Term()
 	granted := first.LeaseSafeUntil()
 	if until := time.Until(granted); until <= 0 || until > ttl {
@@ -377,24 +335,10 @@ func nodeRecord(t *testing.T, ctx context.Context, cli *clientv3.Client, id stri
 func TestNodeOutageLapsedRegistersAgain(t *testing.T) {
 	checkLeaks(t)
 	e := startEtcd(t)
-	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cli := newClientAt(t, px.Endpoint())
 	watch := newClient(t, e)
 	ctx := testCtx(t, 30*time.Second)
 	const ttl, window = 2 * time.Second, 500 * time.Millisecond
-	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: ttl, Window: window, Log: testLog(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = n.Close(cctx)
-	}()
+	n, px, cli := registerBehindProxy(t, ctx, e, ttl, window)
 	before, ok := nodeRecord(t, ctx, watch, "n1")
 	if !ok {
 		t.Fatal("no record after Register")
@@ -617,4 +561,27 @@ func putRev(t *testing.T, ctx context.Context, cli *clientv3.Client) func(key, v
 		}
 		return resp.Header.Revision
 	}
+}
+
+// registerBehindProxy registers node n1 on a client whose traffic to e
+// goes through a proxy the test can freeze, and at the test's end closes
+// the node, then the proxy.
+func registerBehindProxy(t *testing.T, ctx context.Context, e *claim.Embedded, ttl, window time.Duration) (*Node, *faultnet.Proxy, *clientv3.Client) {
+	t.Helper()
+	px, err := faultnet.Start(e.Endpoints()[0][len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	cli := newClientAt(t, px.Endpoint())
+	n, err := Register(ctx, cli, "n1", NodeOptions{TTL: ttl, Window: window, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = n.Close(cctx)
+	})
+	return n, px, cli
 }
