@@ -453,7 +453,7 @@ func (s *Source) finishHandoff() {
 // destination needs it, and only while it can hear from the source: a
 // driver whose connection to the destination broke ends the attempt
 // rather than hold the partition's writes for as long as it tries to
-// resume (recovery/node's watchBroken).
+// resume (supervise.Holding's BrokenHoldMax).
 func (s *Source) HoldsPartition() bool {
 	switch s.state {
 	case StateAwaitingBoundary, StateStreaming, StateCatchingUp:

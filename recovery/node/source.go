@@ -15,10 +15,12 @@ import (
 	"github.com/rejoin-db/rejoin/wire"
 )
 
-// The source side of a rejoin: the assignment loop takes the node's assignments,
-// claims each task, dials the destination and serves the attempt from the
-// replica's goroutine, then completes or requeues the task (docs/DESIGN.md
-// "The rejoin protocol", steps 1 and 9).
+// The source side of a rejoin: the assignment loop takes the node's
+// assignments and claims each task; the attempt core (supervise.Holding)
+// decides the rest of the attempt's life, from starting the task to
+// completing or requeuing it, and holdAttempt does its I/O, serving the
+// attempt from the replica's goroutine (docs/DESIGN.md "The rejoin
+// protocol", steps 1 and 9, and "The attempt core").
 
 // resumeGrace is how long a source keeps a rejoin whose connection broke,
 // redialling, before it gives the attempt up.
@@ -28,10 +30,15 @@ const resumeGrace = 5 * time.Second
 // broke keeps holding its partition's txns for it (the destination's
 // hold, or the handoff's pause) before it gives the attempt up: the
 // writes of a partition with a live replica here must not wait out
-// resumeGrace for a destination that may be gone (watchBroken).
+// resumeGrace for a destination that may be gone. Before, a source held
+// on for resumeGrace: a destination killed in the handoff's pause (and
+// back at once, a new process with no attempt to resume) held a
+// partition whose other replicas were up for 3.95 s (rejoin chaos
+// --net-faults on --seed 20261208, +553.09 s; the bound is 3 s).
 const brokenHoldMax = time.Second
 
-// brokenCheckEvery is how often watchBroken looks.
+// brokenCheckEvery is the attempt core's tick: how often a broken
+// attempt's timers are looked at (its redials, its grace, its hold).
 const brokenCheckEvery = 100 * time.Millisecond
 
 // srcAttempt is one rejoin this node serves as source. proc and the
@@ -319,10 +326,9 @@ func (n *Node) takeAssignment(a supervise.Assignment) {
 		_ = c.Release(n.ctx)
 		return
 	}
-	if _, err := claim.StartTask(n.ctx, n.cli, c.Attempt(), time.Now()); err != nil {
-		n.log.Warn("start task", "task", a.Task, "err", err)
-		_ = c.Release(n.ctx)
-		return
+	h, err := supervise.NewHolding(holdingConfig, time.Now().UnixNano())
+	if err != nil {
+		panic(err) // holdingConfig is the package's own
 	}
 	att := &srcAttempt{task: a.Task, claim: c, epoch: c.Epoch(), started: time.Now(), link: newLink(n.cfg.Codec), end: make(chan struct{})}
 	n.outgoing.Add(1)
@@ -330,206 +336,234 @@ func (n *Node) takeAssignment(a supervise.Assignment) {
 	go func() {
 		defer n.wg.Done()
 		defer n.outgoing.Add(-1)
-		n.runSource(r, att)
+		n.holdAttempt(r, att, h)
 	}()
 }
 
-// runSource drives one source attempt's connections and its outcome.
-func (n *Node) runSource(r *replica, att *srcAttempt) {
+// holdingConfig is the attempt core's timing, in wall-clock nanoseconds.
+var holdingConfig = supervise.HoldingConfig{ResumeGrace: int64(resumeGrace), BrokenHoldMax: int64(brokenHoldMax),
+	RedialEvery: int64(redialEvery), RetryAfter: int64(retryAfter)}
+
+// redialEvery spaces a source's redials of a broken rejoin connection.
+const redialEvery = 200 * time.Millisecond
+
+// holdAttempt is the driver of one attempt's core (supervise.Holding),
+// which decides everything from the claim to its release; this does its
+// I/O: etcd's calls, the dials, the connection's reader, the replica
+// goroutine's calls, and time as ticks. Results come back to its loop
+// as events, so the core sees them one at a time, in the order they
+// happened here.
+func (n *Node) holdAttempt(r *replica, att *srcAttempt, h *supervise.Holding) {
 	log := n.log.With("task", att.task, "epoch", att.epoch)
-	started := false
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
-	// Counted in n.wg: its drain outlives runSource by up to 3 s, and Run
-	// returns only after every goroutine it started has ended.
-	n.goRun(func() {
+	done := make(chan struct{})
+	defer close(done)
+	// events carry what the dials and the reader found; post delivers one
+	// unless the loop is over (a connection it brings is then closed).
+	events := make(chan func(now int64), 4)
+	post := func(ev func(now int64), conn *stream.Conn) {
 		select {
-		case <-att.claim.Lost():
-			r.do(func(r *replica) {
-				if r.src == att {
-					r.core.AbortSource(att.epoch, wire.AbortClaimLost, "claim lost")
-					r.drain()
-				}
-			})
-		case <-att.end:
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case <-att.end:
-		case <-ctx.Done():
-			return
-		}
-		// The last messages go out; the half-close lets the destination
-		// read them all, and its close ends our reader.
-		att.link.drain(3 * time.Second)
-		att.link.closeWrite()
-		select {
-		case <-time.After(3 * time.Second):
-		case <-ctx.Done():
-		}
-		att.link.cut()
-	})
-	var lastErr error
-	var brokeAt time.Time
-	// unwatch stops the watch of the broken connection under way.
-	unwatch := func() {}
-	defer func() { unwatch() }()
-	for ctx.Err() == nil && !ended(att.end) {
-		conn, err := n.dialRejoin(ctx, att)
-		if err != nil {
-			lastErr = err
-			// A broken link is redialled for the grace period: the
-			// destination keeps its attempt as long.
-			if !started || time.Since(brokeAt) > resumeGrace {
-				break
+		case events <- ev:
+		case <-done:
+			if conn != nil {
+				conn.Close()
 			}
-			select {
-			case <-time.After(200 * time.Millisecond):
-			case <-att.end:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		unwatch()
-		att.link.attach(conn)
-		first := !started
-		err, ok := ask(r, func(r *replica) error {
-			if first {
-				return r.startSource(att)
-			}
-			if r.src != att {
-				return errors.New("attempt ended")
-			}
-			att.link.drop()
-			att.lastCheck = time.Now()
-			err := r.core.ResumeSource(att.epoch)
-			r.drain()
-			return err
-		})
-		if !ok {
-			conn.Close()
-			break
-		}
-		if err != nil {
-			lastErr = err
-			conn.Close()
-			if first {
-				att.err = err
-				close(att.end)
-			}
-			break
-		}
-		started = true
-		att.link.run(ctx, conn, att.pause)
-		n.readRejoin(ctx, conn, att.pause, func(m wire.Message) {
-			r.do(func(r *replica) { r.onSourceMessage(att, m) })
-		})
-		if !ended(att.end) {
-			brokeAt = time.Now()
-			log.Info("rejoin connection broke; resuming", "partition", att.task.Partition)
-			wctx, stop := context.WithCancel(ctx)
-			unwatch = stop
-			n.goRun(func() { n.watchBroken(wctx, r, att, brokeAt) })
 		}
 	}
-	if started && !ended(att.end) {
-		r.do(func(r *replica) {
-			if r.src == att {
-				r.core.AbortSource(att.epoch, wire.AbortConnLost, fmt.Sprintf("no connection to %s: %v", att.task.Dest, lastErr))
-				r.drain()
-			}
-		})
-		select {
-		case <-att.end:
-		case <-n.ctx.Done():
-		}
-	}
-	att.link.close()
-	n.finishAttempt(att, lastErr)
-}
-
-// watchBroken ends a source attempt whose connection broke at brokeAt,
-// while it tries to resume, once it has held its partition's txns for
-// the destination for brokenHoldMax (Source.HoldsPartition): the
-// destination's hold, or the handoff's pause, serves a destination that
-// hears the source, and the partition's writes wait for them. Before, a
-// source held on for resumeGrace: a destination killed in the handoff's
-// pause (and back at once, a new process with no attempt to resume) held
-// a partition whose other replicas were up for 3.95 s (rejoin chaos
-// --net-faults on --seed 20261208, +553.09 s; the bound is 3 s). It
-// stops with ctx, or once the attempt ends.
-func (n *Node) watchBroken(ctx context.Context, r *replica, att *srcAttempt, brokeAt time.Time) {
+	// pending is a dial's connection not yet given to the link; reading
+	// numbers the link's connections, so a reader's end is a break of
+	// the current one only; readDone closes when the current one's reader
+	// ends (the destination closed the connection, or it broke).
+	var pending *stream.Conn
+	var reading uint64
+	var readDone chan struct{}
+	lost, end, stop := att.claim.Lost(), (<-chan struct{})(att.end), ctx.Done()
+	sourceEnded := false
 	t := time.NewTicker(brokenCheckEvery)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-att.end:
-			return
-		case <-t.C:
-		}
-		held := time.Since(brokeAt)
-		if held < brokenHoldMax {
-			continue
-		}
-		if holds, _ := ask(r, func(r *replica) bool { return r.src == att && att.proc.HoldsPartition() }); !holds {
-			continue
-		}
-		why := fmt.Sprintf("the partition's txns held %s for %s with no connection to it", held.Round(time.Millisecond), att.task.Dest)
-		n.log.Info("rejoin attempt given up while its connection is broken", "task", att.task, "epoch", att.epoch, "why", why)
-		r.do(func(r *replica) {
-			if r.src == att {
-				r.core.AbortSource(att.epoch, wire.AbortConnLost, why)
-				r.drain()
+		h.Run(func(a supervise.HoldAction) {
+			now := time.Now().UnixNano()
+			switch a.Kind {
+			case supervise.HoldStartTask:
+				_, err := claim.StartTask(ctx, n.cli, att.claim.Attempt(), time.Now())
+				if err != nil {
+					log.Warn("start task", "err", err)
+				}
+				h.TaskStarted(now, err)
+			case supervise.HoldDial:
+				n.goRun(func() {
+					conn, err := n.dialRejoin(ctx, att)
+					post(func(now int64) {
+						if err == nil {
+							pending = conn
+						}
+						h.Connected(now, err)
+					}, conn)
+				})
+			case supervise.HoldStartSource, supervise.HoldResumeSource:
+				conn := pending
+				pending = nil
+				att.link.attach(conn)
+				first := a.Kind == supervise.HoldStartSource
+				err, ok := ask(r, func(r *replica) error {
+					if first {
+						return r.startSource(att)
+					}
+					if r.src != att {
+						return errors.New("attempt ended")
+					}
+					att.link.drop()
+					att.lastCheck = time.Now()
+					err := r.core.ResumeSource(att.epoch)
+					r.drain()
+					return err
+				})
+				if !ok {
+					err = errors.New("replica stopped")
+				}
+				if err == nil {
+					if !first {
+						log.Info("rejoin connection resumed", "partition", att.task.Partition)
+					}
+					// The link and its reader outlive the loop: an ended
+					// attempt's last frames go out after it (closeEnded).
+					att.link.run(n.ctx, conn, att.pause)
+					reading++
+					gen, rd := reading, make(chan struct{})
+					readDone = rd
+					n.goRun(func() {
+						defer close(rd)
+						n.readRejoin(n.ctx, conn, att.pause, func(m wire.Message) {
+							r.do(func(r *replica) { r.onSourceMessage(att, m) })
+						})
+						post(func(now int64) {
+							if gen == reading && !sourceEnded {
+								log.Info("rejoin connection broke; resuming", "partition", att.task.Partition)
+								h.Broke(now)
+							}
+						}, nil)
+					})
+				}
+				h.SourceStarted(time.Now().UnixNano(), err)
+			case supervise.HoldAbortSource:
+				reason, why := a.Reason, a.Why
+				if reason == wire.AbortConnLost {
+					log.Info("rejoin attempt given up", "why", why)
+				}
+				r.do(func(r *replica) {
+					if r.src == att {
+						r.core.AbortSource(att.epoch, reason, why)
+						r.drain()
+					}
+				})
+			case supervise.HoldClose:
+				if pending != nil {
+					pending.Close()
+					pending = nil
+				} else if !sourceEnded {
+					att.link.cut()
+				}
+			case supervise.HoldComplete:
+				fctx, fcancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+				_, _, err := supervise.Complete(fctx, n.cli, att.claim.Attempt(), time.Now(), n.log)
+				fcancel()
+				if err != nil {
+					log.Warn("complete", "err", err)
+				}
+				log.Info("rejoin served")
+				h.Finished(time.Now().UnixNano(), err)
+			case supervise.HoldRequeue:
+				fctx, fcancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+				_, err := claim.Requeue(fctx, n.cli, att.claim.Attempt(), a.Why, time.Now())
+				fcancel()
+				switch {
+				case errors.Is(err, claim.ErrTaskFinal):
+					// Typically the destination completed the task itself:
+					// it went live with our digest and only its HandoffAck
+					// was lost. Done is done; nothing to retry.
+					log.Info("rejoin attempt failed, but its task is final", "err", a.Why, "requeue", err)
+				case err != nil && n.ctx.Err() == nil:
+					log.Info("rejoin attempt failed; requeue failed", "err", a.Why, "requeue", err)
+				default:
+					log.Info("rejoin attempt failed; requeued", "err", a.Why)
+				}
+				h.Finished(time.Now().UnixNano(), err)
+			case supervise.HoldRelease:
+				fctx, fcancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+				_ = att.claim.Release(fctx)
+				fcancel()
+			case supervise.HoldRetry:
+				wait := time.Until(time.Unix(0, a.At))
+				n.goRun(func() {
+					select {
+					case <-time.After(wait):
+					case <-n.ctx.Done():
+						return
+					}
+					select {
+					case n.retry <- att.task:
+					case <-n.ctx.Done():
+					}
+				})
 			}
 		})
-		return
+		if h.Released() {
+			break
+		}
+		select {
+		case ev := <-events:
+			ev(time.Now().UnixNano())
+		case <-t.C:
+			if !h.Broken() {
+				continue
+			}
+			holds, _ := ask(r, func(r *replica) bool { return r.src == att && att.proc.HoldsPartition() })
+			h.Tick(time.Now().UnixNano(), holds)
+		case <-lost:
+			lost = nil
+			h.ClaimLost(time.Now().UnixNano(), fmt.Sprintf("claim lost: %v", att.claim.Err()))
+		case <-end:
+			end, sourceEnded = nil, true
+			rd := readDone
+			n.goRun(func() { n.closeEnded(att, rd) })
+			h.SourceEnded(time.Now().UnixNano(), att.err)
+		case <-stop:
+			stop = nil
+			h.Stop(time.Now().UnixNano())
+		}
+	}
+	if pending != nil {
+		pending.Close()
+	}
+	if !sourceEnded {
+		att.link.close()
+		if h.Started() {
+			// The source was aborted (a stop): its end comes from the
+			// replica goroutine, which must not outlive the node.
+			select {
+			case <-att.end:
+			case <-n.ctx.Done():
+			}
+		}
 	}
 }
 
-// finishAttempt reports the outcome in etcd and releases the claim.
-func (n *Node) finishAttempt(att *srcAttempt, lastErr error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
-	defer cancel()
-	defer func() { _ = att.claim.Release(ctx) }()
-	var err error
-	if ended(att.end) {
-		err = att.err
-	} else {
-		err = fmt.Errorf("node stopping: %v", lastErr)
+// closeEnded lets an ended attempt's last messages out (the handoff, an
+// abort), half-closes the connection so that the destination reads them
+// all, and closes it once the destination closed its side (its reader,
+// readDone, ended), or 3 s later. It outlives the attempt's loop, which
+// does not wait for it.
+func (n *Node) closeEnded(att *srcAttempt, readDone <-chan struct{}) {
+	att.link.drain(3 * time.Second)
+	att.link.closeWrite()
+	select {
+	case <-readDone:
+	case <-time.After(3 * time.Second):
+	case <-n.ctx.Done():
 	}
-	if err == nil {
-		if _, _, cerr := supervise.Complete(ctx, n.cli, att.claim.Attempt(), time.Now(), n.log); cerr != nil {
-			n.log.Warn("complete", "task", att.task, "err", cerr)
-		}
-		n.log.Info("rejoin served", "task", att.task, "epoch", att.epoch)
-		return
-	}
-	_, rerr := claim.Requeue(ctx, n.cli, att.claim.Attempt(), wire.ErrText(err), time.Now())
-	if errors.Is(rerr, claim.ErrTaskFinal) {
-		// Typically the destination completed the task itself: it went
-		// live with our digest and only its HandoffAck was lost. Done is
-		// done; nothing to retry.
-		n.log.Info("rejoin attempt failed, but its task is final", "task", att.task, "epoch", att.epoch, "err", err, "requeue", rerr)
-		return
-	}
-	n.log.Info("rejoin attempt failed; requeued", "task", att.task, "epoch", att.epoch, "err", err)
-	if rerr != nil && n.ctx.Err() == nil {
-		n.log.Info("requeue", "task", att.task, "err", rerr)
-	}
-	n.goRun(func() {
-		select {
-		case <-time.After(retryAfter):
-		case <-n.ctx.Done():
-			return
-		}
-		select {
-		case n.retry <- att.task:
-		case <-n.ctx.Done():
-		}
-	})
+	att.link.close()
 }
 
 // dialRejoin connects to the destination and says which attempt this is.

@@ -338,31 +338,33 @@ func (w *world) onHello(a *attempt, h *wire.Hello) {
 	w.afterCall(a)
 }
 
-// onHelloAnswer is the source node reading the destination's answer: it
-// starts its source processor, or, refused, ends the attempt before it.
+// onHelloAnswer is the source node reading the destination's answer: its
+// attempt core starts the source processor, or, refused, ends the attempt
+// before it.
 func (w *world) onHelloAnswer(a *attempt, m wire.Message) {
-	if a.helloErr != nil || (a.x != nil && !a.x.holds) {
-		if a.helloErr == nil {
-			a.helloErr = errors.New("holder stopped before the answer")
-		}
-		return // the source side is over: the connection is closed
+	if a.closed {
+		return // the connection was closed before the answer
 	}
+	x := a.x
 	switch m := m.(type) {
 	case *wire.Hello:
-		w.startSource(a)
+		x.h.Connected(int64(w.tick), nil)
 	case *wire.Reply:
 		a.helloErr = fmt.Errorf("hello refused: %s", m.Err)
 		w.tracef("attempt %d: %v", a.epoch, a.helloErr)
+		x.h.Connected(int64(w.tick), a.helloErr)
 	default:
 		w.violate("c", "attempt %d: %s before the hello's answer", a.epoch, m.Type())
+		return
 	}
+	w.holdDo(x)
 }
 
-// startSource starts the source side of a on the source node's executor.
-// One source processor runs there at a time: an older one still running
-// (frozen, or it has not learned that its attempt is over) is superseded
-// first, and must then have released the executor.
-func (w *world) startSource(a *attempt) {
+// startSource starts the source side of a on the source node's executor,
+// or says why not. One source processor runs there at a time: an older
+// one still running (frozen, or it has not learned that its attempt is
+// over) is superseded first, and must then have released the executor.
+func (w *world) startSource(a *attempt) error {
 	if prev := w.srcAttemptOn(a.sn); prev != nil && !prev.src.State().Final() {
 		prev.superseded = true
 		w.tracef("%s node: attempt %d superseded by %d", a.sn.id, prev.epoch, a.epoch)
@@ -373,18 +375,23 @@ func (w *world) startSource(a *attempt) {
 	if err := a.sn.core.StartSource(dstNode, w.k.sourceConfig(a.hdr)); err != nil {
 		if a.sn.failed && errors.Is(err, recovery.ErrReplica) {
 			// Its replica failed between the hello and its answer
-			// (registration.go): the node ends the attempt, as
-			// recovery/node's source side does when startSource refuses.
-			w.closeBeforeSource(a, err)
+			// (registration.go): the node ends the attempt, its core
+			// asking the close (a script's attempt without a holder
+			// closes at once).
 			w.tracef("attempt %d: source refused: %v", a.epoch, err)
-			return
+			if a.x == nil {
+				w.closeBeforeSource(a, err)
+			}
+			return err
 		}
 		w.violate("config", "source: %v", err)
+		return err
 	}
 	s := a.sn.core.Source()
 	a.src, a.srcState = s, s.State()
 	w.tracef("attempt %d: source up (%s)", a.epoch, s.State())
 	w.afterCall(a)
+	return nil
 }
 
 // afterCall follows every call into a's processors: it sends what they
@@ -675,8 +682,12 @@ func (w *world) learnCuts() {
 		}
 		if a.srcLearnAt != 0 && w.tick >= a.srcLearnAt && !w.pausedNow(a) {
 			a.srcLearnAt = 0
-			if a.src == nil && a.helloErr == nil {
+			if a.src == nil && a.helloErr == nil && !a.closed {
 				a.helloErr = errors.New("connection lost before the hello's answer")
+				if a.x != nil {
+					a.x.h.Connected(int64(w.tick), a.helloErr)
+					w.holdDo(a.x)
+				}
 			}
 			if a.src != nil && !a.src.State().Final() && w.scripted {
 				// A script's cut ends the attempt where each side learns
@@ -685,13 +696,14 @@ func (w *world) learnCuts() {
 				w.tracef("src e%d learns the connection is cut", a.epoch)
 				a.sn.core.AbortSource(a.epoch, wire.AbortConnLost, "connection lost")
 				w.afterCall(a)
-			} else if a.src != nil && !a.src.State().Final() {
-				// recovery/node's runSource: a broken connection is
-				// redialled for the grace period, and the attempt resumed
-				// if the destination still runs it.
+			} else if a.src != nil && !a.src.State().Final() && a.x != nil {
+				// The attempt core redials a broken connection for the
+				// grace, and resumes the attempt if the destination
+				// still runs it (redials).
 				w.tracef("src e%d learns the connection is cut; it redials", a.epoch)
 				a.redialFrom = w.tick
-				w.redialLater(a)
+				a.x.h.Broke(int64(w.tick))
+				w.holdDo(a.x)
 			}
 		}
 		if a.dstLearnAt != 0 && w.tick >= a.dstLearnAt {
@@ -725,49 +737,56 @@ func (w *world) closeBeforeSource(a *attempt, err error) {
 	w.cut(a, 1, 1+w.k.ConnDelayMax, false)
 }
 
-// redials runs the source's redials due: within the grace, a dial that
-// finds the destination running the same attempt resumes it on a new
-// connection (CheckDestination, then both processors' Resume: the
-// destination drops what it has, the source sends again what may have
-// been lost); one that finds it gone or ended fails and is tried again
-// later; past the grace the source aborts, as recovery/node's runSource
-// does, and sooner, past BrokenHoldTicks, if it holds its partition for
-// the destination meanwhile, as its watchBroken does.
+// redials moves the attempt core of every source whose connection broke
+// on by a tick (its grace, its hold: recovery.Source.HoldsPartition), and
+// answers the redials due: within the grace, a dial that finds the
+// destination running the same attempt resumes it on a new connection
+// (CheckDestination, then both processors' Resume: the destination drops
+// what it has, the source sends again what may have been lost); one that
+// finds it gone or ended fails, and the core asks another.
 func (w *world) redials() {
 	for _, a := range w.atts {
-		if a.redialAt != 0 && a.src != nil && !a.src.State().Final() && !a.sn.dead && a.src.HoldsPartition() &&
-			w.tick-a.redialFrom >= uint64(w.k.BrokenHoldTicks) {
-			a.redialAt = 0
-			w.stats.HoldsGivenUp++
-			w.tracef("src e%d: held its partition %d ticks with no connection", a.epoch, w.tick-a.redialFrom)
-			a.sn.core.AbortSource(a.epoch, wire.AbortConnLost, "held the partition with no connection to the destination")
-			w.afterCall(a)
+		x := a.x
+		if x == nil || x.dead || a.sn.dead {
 			continue
+		}
+		if x.h.Broken() {
+			holds := a.src != nil && !a.src.State().Final() && a.src.HoldsPartition()
+			x.h.Tick(int64(w.tick), holds)
+			if !x.h.Broken() {
+				if holds && w.tick-a.redialFrom >= uint64(w.k.BrokenHoldTicks) {
+					w.stats.HoldsGivenUp++
+					w.tracef("src e%d: held its partition %d ticks with no connection", a.epoch, w.tick-a.redialFrom)
+				} else {
+					w.stats.GraceExpired++
+					w.tracef("src e%d: no connection within the grace of %d ticks", a.epoch, w.k.ResumeGraceTicks)
+				}
+				a.redialAt = 0
+			}
+			w.holdDo(x)
 		}
 		if a.redialAt == 0 || w.tick < a.redialAt || w.pausedNow(a) {
 			continue
 		}
-		if a.src == nil || a.src.State().Final() || a.sn.dead || (a.x != nil && !a.x.holds) {
-			a.redialAt = 0
-			continue
-		}
-		if w.tick-a.redialFrom > uint64(w.k.ResumeGraceTicks) {
-			a.redialAt = 0
-			w.stats.GraceExpired++
-			w.tracef("src e%d: no connection within the grace of %d ticks", a.epoch, w.k.ResumeGraceTicks)
-			a.sn.core.AbortSource(a.epoch, wire.AbortConnLost, "connection lost: redials failed for the grace")
-			w.afterCall(a)
-			continue
-		}
-		if !a.dstUp() || w.dst.Destination() != a.dst || a.dst.State().Final() {
-			w.redialLater(a)
-			continue
-		}
-		if resume, err := w.dst.CheckDestination(a.sn.id, a.epoch); err != nil || !resume {
-			w.redialLater(a)
-			continue
-		}
 		a.redialAt = 0
+		var refused error
+		if !x.h.Broken() || !a.dstUp() || w.dst.Destination() != a.dst || a.dst.State().Final() {
+			refused = errors.New("the destination runs no such attempt")
+		} else if resume, err := w.dst.CheckDestination(a.sn.id, a.epoch); err != nil {
+			refused = err
+		} else if !resume {
+			refused = errors.New("the destination would start the attempt anew")
+		}
+		if refused != nil {
+			broken := x.h.Broken()
+			x.h.Connected(int64(w.tick), refused)
+			if broken && !x.h.Broken() {
+				w.stats.GraceExpired++
+				w.tracef("src e%d: no connection within the grace of %d ticks", a.epoch, w.k.ResumeGraceTicks)
+			}
+			w.holdDo(x)
+			continue
+		}
 		a.resumed++
 		w.stats.Resumed++
 		a.cut, a.srcLearnAt, a.dstLearnAt = false, 0, 0
@@ -777,10 +796,8 @@ func (w *world) redials() {
 		if err := w.dst.ResumeDestination(a.epoch); err != nil {
 			w.violate("c", "attempt %d: destination refused a resume it accepted at the hello: %v", a.epoch, err)
 		}
-		if err := a.sn.core.ResumeSource(a.epoch); err != nil {
-			w.violate("c", "attempt %d: source refused to resume: %v", a.epoch, err)
-		}
-		w.afterCall(a)
+		x.h.Connected(int64(w.tick), nil)
+		w.holdDo(x)
 	}
 }
 

@@ -99,11 +99,16 @@
 //     finds it gone or after a window without an answered one; with
 //     Knobs.LeaseGuard it also stops as soon as the guard no longer holds
 //     the claim certainly, before it does anything else and before its
-//     source sends anything. Stopping, it aborts its source processor,
-//     which writes nothing more. When the source side ends it completes
-//     the task (done by the HandoffAck) or requeues it, and releases the
-//     claim; a live destination completes the task too, and tries again
-//     until the coordinator takes it.
+//     source sends anything. What the attempt does from the claim to its
+//     release is decided by the node's own attempt core
+//     (supervise.Holding, driven by holdDo as recovery/node's holdAttempt
+//     drives it): start the task, say hello, start the source on the
+//     answer, redial a broken connection for the grace and give up
+//     sooner when the source holds its partition, abort the source when
+//     the claim is lost, complete the task when the source is done (by
+//     the HandoffAck) or requeue it, release the claim, and take the
+//     assignment again after a failure. A live destination completes the
+//     task too, and tries again until the coordinator takes it.
 //   - The supervisor (supervisor.go) is supervise.Decide: every few ticks
 //     it builds a supervise.Snapshot from the coordinator and applies the
 //     actions Decide returns (Limits in ticks mapped to durations, a

@@ -14,21 +14,20 @@ import (
 
 // holder is the holder of an attempt's claim: the rejoin's driver on the
 // source node, where the product holds it (recovery/node/source.go). The
-// source node's executor takes an assignment (sourceNode), acquires the
-// claim (its epoch is the attempt's), starts the task, says hello to the
-// destination, and starts its source processor once the destination has
-// checked the claim and answered. From then on the claim's guard
-// (claim.Guard, the node's own) decides: it keeps the lease alive, checks
-// the claim ChecksPerWindow times a window, touches the task record when
-// the attempt made progress (at most once a window), and at the first
-// check that finds the claim gone, or after a window without an answered
-// check, counts it lost; with Knobs.LeaseGuard the holder also stops as
-// soon as the guard no longer holds the claim certainly, before it does
-// anything else, and before its processor sends anything. Stopping, it
-// aborts its source processor, which writes nothing more. When the
-// attempt ends it completes the task (its source is done: the HandoffAck
-// came back) or requeues it, and releases the claim, as finishAttempt
-// does.
+// source node's executor takes an assignment (sourceNode) and acquires
+// the claim (its epoch is the attempt's); from then on the attempt core,
+// the node's own (supervise.Holding), decides: it starts the task, says
+// hello to the destination, starts its source processor on the answer,
+// and at the end completes or requeues the task and releases the claim.
+// The claim's guard (claim.Guard, the node's own too) keeps the lease
+// alive, checks the claim ChecksPerWindow times a window, touches the
+// task record when the attempt made progress (at most once a window),
+// and at the first check that finds the claim gone, or after a window
+// without an answered check, counts it lost; with Knobs.LeaseGuard the
+// holder also stops as soon as the guard no longer holds the claim
+// certainly, before it does anything else, and before its processor
+// sends anything. Stopping, it tells its core the claim is lost, which
+// aborts its source processor: it writes nothing more.
 //
 // A pause (faultPause) freezes the holder with its source processor and
 // its connection, both ways: no keepalive, no check, no tick, nothing in
@@ -40,16 +39,23 @@ import (
 type holder struct {
 	id    int
 	node  string // the source node it runs on
+	sn    *srcReplica
 	exec  string // executor id: "src/x<id>", as supervise.ExecutorID names the node
 	epoch uint64
 	guard *claim.Guard
+	// h is the attempt core, the node's own (supervise.Holding): it
+	// decides the attempt's life from the claim to its release, and
+	// holdDo does what it asks on the model. a is its attempt, once its
+	// first dial (the hello) went out.
+	h *supervise.Holding
+	a *attempt
 	// holds: it believes it holds the claim. False once it learned it lost
 	// it, released it, or died with its node.
 	holds bool
 	// dead: its node restarted; it released nothing.
 	dead bool
-	// finished: the attempt's outcome went to the record and the claim
-	// was released (finishAttempt).
+	// finished: the attempt's outcome went to the record (its core asked
+	// the completion or the requeue) or its task never started.
 	finished bool
 	// pausedUntil: frozen while tick < pausedUntil (0: not paused); its
 	// guard's first look after it wakes comes at dueFrom.
@@ -200,12 +206,12 @@ func (w *world) stepSourceNodes() {
 }
 
 // takeAssignment is source node sr's executor taking its assignment: it
-// acquires the claim, starts the task as its holder, and starts the
-// attempt (which says hello to the destination). A claim not taken or a
+// acquires the claim and hands the attempt to its core, which starts the
+// task and says hello to the destination (holdDo). A claim not taken or a
 // task that will not start leaves nothing behind.
 func (w *world) takeAssignment(sr *srcReplica) *attempt {
 	id := w.coord.claims + 1
-	x := &holder{id: id, node: sr.id, exec: fmt.Sprintf("%s/x%d", sr.id, id)}
+	x := &holder{id: id, node: sr.id, sn: sr, exec: fmt.Sprintf("%s/x%d", sr.id, id)}
 	ttl := uint64(w.k.ClaimTTLTicks)
 	e, err := w.coord.acquire(w.tick, ttl, x.exec, sr.id)
 	if err != nil {
@@ -217,15 +223,97 @@ func (w *world) takeAssignment(sr *srcReplica) *attempt {
 	if err != nil {
 		w.violate("knobs", "claim guard: %v", err)
 	}
+	if x.h, err = supervise.NewHolding(w.k.holdingConfig(), int64(w.tick)); err != nil {
+		w.violate("knobs", "attempt core: %v", err)
+	}
 	w.stats.Claims++
 	w.tracef("holder x%d claims the task: epoch %d, lease %d ticks", id, e, ttl)
-	if _, err := w.coord.startTask(w.tick, x.attempt()); err != nil {
-		w.stats.StartsRefused++
-		w.tracef("holder x%d: task not started: %v", id, err)
+	w.holdDo(x)
+	return x.a
+}
+
+// holdDo does what x's attempt core asked, feeding each result back,
+// until it asks nothing more: recovery/node's holdAttempt on the model.
+func (w *world) holdDo(x *holder) {
+	x.h.Run(func(act supervise.HoldAction) { w.holdAction(x, act) })
+}
+
+// holdAction does one thing x's core asked.
+func (w *world) holdAction(x *holder, act supervise.HoldAction) {
+	now := int64(w.tick)
+	a := x.a
+	switch act.Kind {
+	case supervise.HoldStartTask:
+		// Asked at once after the claim, at the tick its node reached the
+		// coordinator.
+		_, err := w.coord.startTask(w.tick, x.attempt())
+		if err != nil {
+			x.finished = true
+			w.stats.StartsRefused++
+			w.tracef("holder x%d: task not started: %v", x.id, err)
+		}
+		x.h.TaskStarted(now, err)
+	case supervise.HoldDial:
+		if a == nil {
+			x.a = w.startAttempt(x.sn, x, 0)
+			return
+		}
+		// A redial: its answer comes a few ticks later (redials).
+		w.redialLater(a)
+	case supervise.HoldStartSource:
+		x.h.SourceStarted(now, w.startSource(a))
+	case supervise.HoldResumeSource:
+		err := a.sn.core.ResumeSource(a.epoch)
+		if err != nil {
+			w.violate("c", "attempt %d: source refused to resume: %v", a.epoch, err)
+		}
+		x.h.SourceStarted(now, err)
+		w.afterCall(a)
+	case supervise.HoldAbortSource:
+		if a.src != nil && !a.src.State().Final() {
+			a.sn.core.AbortSource(a.epoch, act.Reason, act.Why)
+			w.afterCall(a)
+		}
+	case supervise.HoldClose:
+		if a != nil && a.src == nil && !a.closed {
+			w.closeBeforeSource(a, errors.New(act.Why))
+		}
+	case supervise.HoldComplete:
+		x.finished = true
+		x.h.Finished(now, w.completeTask(a, x.attempt(), "source"))
+	case supervise.HoldRequeue:
+		x.finished = true
+		if a != nil && a.src == nil && a.helloErr == nil {
+			a.helloErr = errors.New(act.Why)
+		}
+		err := w.reach(x)
+		if err == nil {
+			_, err = w.coord.requeue(w.tick, x.attempt(), act.Why)
+		}
+		switch {
+		case errors.Is(err, claim.ErrTaskFinal):
+			w.tracef("holder x%d: attempt failed, but the task is final", x.id)
+		case err != nil:
+			w.tracef("holder x%d: requeue: %v", x.id, err)
+		default:
+			w.stats.Requeues++
+			w.tracef("holder x%d requeues the task: %s", x.id, act.Why)
+		}
+		x.h.Finished(now, err)
+	case supervise.HoldRelease:
 		w.releaseHolder(x)
-		return nil
+		if a != nil && a.src == nil && !a.closed {
+			// The attempt is over before its source started: the dial
+			// still out is cancelled, its connection closed.
+			w.closeBeforeSource(a, errors.New("attempt over before its source started"))
+		}
+	case supervise.HoldRetry:
+		// The node takes the assignment again at its next poll after the
+		// core's delay.
+		retry := uint64(act.At) - w.tick + uint64(w.net.IntN(30))
+		x.sn.retryAt = w.tick + retry
+		w.tracef("holder x%d: retry in %d ticks", x.id, retry)
 	}
-	return w.startAttempt(sr, x, 0)
 }
 
 // stepHolders is one tick of every holder that believes it holds its
@@ -255,8 +343,15 @@ func (w *world) stepHolders() {
 		if x.holds && x.lostAt != 0 && w.tick >= max(x.lostAt, x.wokeAt)+window {
 			w.violate("e", "holder x%d still believes it holds epoch %d, lost at tick %d (woke at %d), window %d", x.id, x.epoch, x.lostAt, x.wokeAt, window)
 		}
-		if !x.finished && w.sourceOver(a) {
-			w.finishAttempt(a)
+		if a.src != nil && a.src.State().Final() {
+			var err error
+			if a.src.State() != recovery.StateDone {
+				if err = a.src.Err(); err == nil {
+					err = errors.New("ended")
+				}
+			}
+			x.h.SourceEnded(int64(w.tick), err)
+			w.holdDo(x)
 		}
 	}
 }
@@ -328,16 +423,9 @@ func (w *world) guardDue(a *attempt, blind bool) {
 	}
 }
 
-// sourceOver reports whether a's source side is over: its processor
-// ended, or it never started (the hello refused, the connection lost
-// first), or its node restarted.
-func (w *world) sourceOver(a *attempt) bool {
-	return (a.src != nil && a.src.State().Final()) || a.helloErr != nil
-}
-
 // stopHolder stops a's holder: it no longer believes it holds the claim,
-// and aborts its source processor, which writes nothing more. The attempt
-// is finished (requeue, release) once its source has ended.
+// and its core aborts its source processor, which writes nothing more, or
+// ends the attempt before its source started.
 func (w *world) stopHolder(a *attempt, reason wire.AbortReason, why string) {
 	x := a.x
 	x.holds = false
@@ -346,49 +434,8 @@ func (w *world) stopHolder(a *attempt, reason wire.AbortReason, why string) {
 		a.claimLost = true
 		w.stats.ClaimLostStops++
 	}
-	if a.src != nil && !a.src.State().Final() {
-		a.sn.core.AbortSource(a.epoch, reason, why)
-		w.afterCall(a)
-	} else if a.src == nil && a.helloErr == nil {
-		// Its source processor never started: the node closes the
-		// attempt's connection when its executor stops.
-		w.closeBeforeSource(a, errors.New(why))
-	}
-}
-
-// finishAttempt is the node's finishAttempt: the task is completed if the
-// source is done (the HandoffAck came back), requeued otherwise (a task
-// already final needs no retry: the destination completed it), and the
-// claim is released; a failed attempt is taken again retryAt later.
-func (w *world) finishAttempt(a *attempt) {
-	x := a.x
-	x.finished = true
-	if a.src != nil && a.src.State() == recovery.StateDone {
-		w.completeTask(a, x.attempt(), "source")
-	} else {
-		why := a.helloErr
-		if why == nil {
-			why = a.src.Err()
-		}
-		err := w.reach(x)
-		if err == nil {
-			_, err = w.coord.requeue(w.tick, x.attempt(), wire.ErrText(why))
-		}
-		switch {
-		case errors.Is(err, claim.ErrTaskFinal):
-			w.tracef("holder x%d: attempt failed, but the task is final", x.id)
-		default:
-			retry := 1 + uint64(w.net.IntN(30))
-			a.sn.retryAt = w.tick + retry
-			if err != nil {
-				w.tracef("holder x%d: requeue: %v; retry in %d ticks", x.id, err, retry)
-			} else {
-				w.stats.Requeues++
-				w.tracef("holder x%d requeues the task: %s; retry in %d ticks", x.id, wire.ErrText(why), retry)
-			}
-		}
-	}
-	w.releaseHolder(x)
+	x.h.ClaimLost(int64(w.tick), why)
+	w.holdDo(x)
 }
 
 // releaseHolder gives x's claim back, if it is still its (Claim.Release);
@@ -414,12 +461,13 @@ func (w *world) releaseHolder(x *holder) {
 const completeRetryTicks = 10
 
 // completeTask is supervise.Complete on the model, by the source (done by
-// the HandoffAck) or by the destination (gone live). Both complete the
+// the HandoffAck) or by the destination (gone live); it returns the
+// coordinator's answer. Both complete the
 // task; whichever comes second is a duplicate, ignored. The destination
 // tries again until the coordinator takes it: if both failed in an
 // outage, the task would stay open and send new attempts to a replica
 // that refuses them as live.
-func (w *world) completeTask(a *attempt, att claim.Attempt, by string) {
+func (w *world) completeTask(a *attempt, att claim.Attempt, by string) error {
 	var err error
 	if by == "source" {
 		err = w.reach(a.x)
@@ -442,6 +490,7 @@ func (w *world) completeTask(a *attempt, att claim.Attempt, by string) {
 		w.tracef("%s e%d completes the task (rev %d)", sideName(by == "source"), a.epoch, w.coord.rev)
 	}
 	w.noteClaims()
+	return err
 }
 
 // reach says whether x's requests reach the coordinator now: nil, or

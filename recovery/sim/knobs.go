@@ -6,6 +6,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/cow"
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -61,10 +62,10 @@ type Knobs struct {
 	StallTicksMax, ProcHeartbeatTicks int
 	// ResumeGraceTicks: how long a source whose connection broke redials
 	// the destination to resume the attempt before it aborts it
-	// (recovery/node's resumeGrace); below or above the stall window.
-	// BrokenHoldTicks: how long of that it may hold its partition for
-	// the destination (recovery.Source.HoldsPartition) before it aborts
-	// (recovery/node's brokenHoldMax).
+	// (supervise.HoldingConfig.ResumeGrace); below or above the stall
+	// window. BrokenHoldTicks: how long of that it may hold its partition
+	// for the destination (recovery.Source.HoldsPartition) before it
+	// aborts (HoldingConfig.BrokenHoldMax).
 	ResumeGraceTicks, BrokenHoldTicks int
 	// BeatAsks: an initiator that sequences a txn asks every other one for
 	// a heartbeat above it, as recovery/node's initiator does (BeatAsk on
@@ -266,6 +267,14 @@ func (k Knobs) validate() error {
 		return fmt.Errorf("sim: stale %d, claim within %d: want >= 1", k.StaleTicks, k.ClaimWithinTicks)
 	}
 	return nil
+}
+
+// holdingConfig is the attempt core's timing (supervise.Holding), in
+// ticks. A redial is asked a tick after a failed one and answered a few
+// ticks later (redialLater); a retry is taken a tick after the requeue
+// and up to 29 more (the node's next poll: holdAction).
+func (k Knobs) holdingConfig() supervise.HoldingConfig {
+	return supervise.HoldingConfig{ResumeGrace: int64(k.ResumeGraceTicks), BrokenHoldMax: int64(k.BrokenHoldTicks), RedialEvery: 1, RetryAfter: 1}
 }
 
 func (k Knobs) sourceConfig(h wire.MsgHeader) recovery.SourceConfig {

@@ -11,7 +11,7 @@ import (
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
-// TestDecideScripts runs the scenario scripts of testdata/decide*.txt
+// TestDecideScripts runs the scenario scripts of testdata/decide/*.txt
 // against Decide, without etcd: each command changes the snapshot as a
 // node, an executor or etcd would, and decide prints the actions of a
 // pass. Commands:
@@ -28,7 +28,7 @@ import (
 //	decide now=<dur> [max=<n>]           one pass at t0+now
 //	apply                                write the last pass's actions
 func TestDecideScripts(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
 		s := Snapshot{Nodes: map[string]NodeRecord{}, Replicas: map[uint32][]Replica{},
 			Claims: map[claim.Task]uint64{}, Assignments: map[claim.Task]Assignment{}}
 		var last []Action
