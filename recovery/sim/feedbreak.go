@@ -105,6 +105,25 @@ const untilRedial = math.MaxUint64 / 2
 // lost, the core logs what it sequences for the node from now on, and
 // the node is out of reach for gap ticks.
 func (w *world) breakFeed(in *initiator, sr *srcReplica, gap uint64) {
+	w.breakLink(in, sr, gap, true)
+}
+
+// closedBySender is in's core closing its open feed to node in an input
+// other than a resume (its log full, the node taken for dead: Submit):
+// the core knows the feed lost; what is in flight is lost, and the node
+// is in reach for the redial the core makes once its view has the node.
+func (w *world) closedBySender(in *initiator, node string) {
+	sr := w.srcNamed(node)
+	if sr == nil {
+		w.violate("c", "i%d's core closed its feed to %s, which never breaks", in.id, node)
+		return
+	}
+	w.tracef("i%d: closes its feed to %s (its log full, the node out of its view)", in.id, node)
+	w.breakLink(in, sr, 0, false)
+}
+
+// breakLink is breakFeed, telling the core of it if lost says so.
+func (w *world) breakLink(in *initiator, sr *srcReplica, gap uint64, lost bool) {
 	l := in.linkTo(sr)
 	items, txns := len(l.q), 0
 	for _, it := range l.q {
@@ -113,7 +132,9 @@ func (w *world) breakFeed(in *initiator, sr *srcReplica, gap uint64) {
 		}
 	}
 	l.q, l.acks = nil, nil
-	in.core.FeedLost(sr.id)
+	if lost {
+		in.core.FeedLost(sr.id)
+	}
 	sr.broke[in.idx] = true
 	sr.redialAt[in.idx] = w.tick + gap
 	sr.gapTxns[in.idx] += txns
@@ -212,7 +233,9 @@ func (w *world) resumeFeed(in *initiator, sr *srcReplica, why string) {
 	}
 	sr.gapTxns[in.idx] = 0
 	w.tracef("i%d: feed to %s resumes at %v", in.id, sr.id, at)
+	in.feeds.closes, in.feeds.resuming = nil, sr.id
 	in.core.FeedResumed(sr.id, at)
+	in.feeds.resuming = ""
 	if slices.Contains(in.feeds.closes, sr.id) {
 		// A txn was missed there (its log full) while the dial was out:
 		// the core closes the feed, and its next hello names the

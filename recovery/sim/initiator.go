@@ -58,8 +58,12 @@ type initiatorFeeds struct {
 	dials []string
 	// asks is what each dial's hello says (wire.Hello).
 	asks map[string]recovery.DialAsk
-	// closes are the feeds the core asked to close in its last input.
-	closes []string
+	// closes are the feeds the core asked to close in the FeedResumed of
+	// resuming (resumeFeed); a close asked in any other input breaks the
+	// feed at once (closedBySender).
+	closes   []string
+	resuming string
+	w        *world
 }
 
 // Send queues m for node. The core sends one message to several nodes
@@ -83,17 +87,26 @@ func (f *initiatorFeeds) Dial(node string, d recovery.DialAsk) {
 	f.asks[node] = d
 }
 
-// Close is never asked: no node of the world changes its process.
 // Close is asked of a feed just resumed whose log dropped txns above
 // where the node stopped (recovery.Initiator.FeedResumed): the world
-// breaks it once the input returns (resumeFeed). No node of the world
+// breaks it once the input returns (resumeFeed). It is also asked by a
+// Submit of an open feed whose log is full to a node taken for dead: the
+// feed is then lost at once (closedBySender). Before, that close was left
+// in closes, and the next resume of the feed took it for its own: the
+// world broke the resumed feed while the core had resent its log on it,
+// and the node read that resend and the next resume's again (seed
+// 1490228980: a txn executed twice at a source). No node of the world
 // changes its process, so nothing else asks.
 func (f *initiatorFeeds) Close(node string) {
+	if node != f.resuming {
+		f.w.closedBySender(f.in, node)
+		return
+	}
 	f.closes = append(f.closes, node)
 }
 
 func (w *world) newInitiatorCore(in *initiator) {
-	in.feeds = &initiatorFeeds{in: in}
+	in.feeds = &initiatorFeeds{in: in, w: w}
 	core, err := recovery.NewInitiator(recovery.InitiatorConfig{
 		Node: fmt.Sprintf("i%d", in.id), ID: in.id, Partitions: partitionID + 1, BeatTicks: max(1, w.k.HeartbeatTicks),
 		Clock:          func() int64 { return baseMillis + int64(w.tick) + in.skew },

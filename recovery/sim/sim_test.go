@@ -536,6 +536,14 @@ var regressionSeeds = []struct {
 	// (CI start 2136613441, on the full log's change). The node fails what
 	// the hello names as it resumes, and the core redials at once.
 	{2136638235, "a resume closed at once: the hello's Missed not heard, the redial taken for a break"},
+	// An initiator's core closed its open feed to a source node taken for
+	// dead, its log full (Submit); the world ignored that close and left
+	// it pending, and the feed's next resume took it for its own: it broke
+	// the resumed feed after the core had resent its log on it, and the
+	// source read the resend and the next resume's (found on 1c2cd99 by
+	// rejoin sim --seeds 20000 --start 1490223841; a latent bug of the
+	// simulator: the node closes the connection when the core asks).
+	{1490228980, "a feed closed by its sender outside a resume, taken for the next resume's close"},
 }
 
 // TestRegressionSeeds replays every seed that once failed.
