@@ -326,17 +326,13 @@ func (n *Node) takeAssignment(a supervise.Assignment) {
 		_ = c.Release(n.ctx)
 		return
 	}
-	h, err := supervise.NewHolding(holdingConfig, time.Now().UnixNano())
-	if err != nil {
-		panic(err) // holdingConfig is the package's own
-	}
 	att := &srcAttempt{task: a.Task, claim: c, epoch: c.Epoch(), started: time.Now(), link: newLink(n.cfg.Codec), end: make(chan struct{})}
 	n.outgoing.Add(1)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		defer n.outgoing.Add(-1)
-		n.holdAttempt(r, att, h)
+		n.holdAttempt(r, att)
 	}()
 }
 
@@ -353,7 +349,13 @@ const redialEvery = 200 * time.Millisecond
 // goroutine's calls, and time as ticks. Results come back to its loop
 // as events, so the core sees them one at a time, in the order they
 // happened here.
-func (n *Node) holdAttempt(r *replica, att *srcAttempt, h *supervise.Holding) {
+func (n *Node) holdAttempt(r *replica, att *srcAttempt) {
+	// The core's ticks are wall-clock nanoseconds, read here alone.
+	tick := func() int64 { return time.Now().UnixNano() }
+	h, err := supervise.NewHolding(holdingConfig, tick())
+	if err != nil {
+		panic(err) // holdingConfig is the package's own (TestHoldingConfigValid)
+	}
 	log := n.log.With("task", att.task, "epoch", att.epoch)
 	ctx, cancel := context.WithCancel(n.ctx)
 	defer cancel()
@@ -384,14 +386,13 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt, h *supervise.Holding) {
 	defer t.Stop()
 	for {
 		h.Run(func(a supervise.HoldAction) {
-			now := time.Now().UnixNano()
 			switch a.Kind {
 			case supervise.HoldStartTask:
 				_, err := claim.StartTask(ctx, n.cli, att.claim.Attempt(), time.Now())
 				if err != nil {
 					log.Warn("start task", "err", err)
 				}
-				h.TaskStarted(now, err)
+				h.TaskStarted(tick(), err)
 			case supervise.HoldDial:
 				n.goRun(func() {
 					conn, err := n.dialRejoin(ctx, att)
@@ -446,7 +447,7 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt, h *supervise.Holding) {
 						}, nil)
 					})
 				}
-				h.SourceStarted(time.Now().UnixNano(), err)
+				h.SourceStarted(tick(), err)
 			case supervise.HoldAbortSource:
 				reason, why := a.Reason, a.Why
 				if reason == wire.AbortConnLost {
@@ -473,7 +474,7 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt, h *supervise.Holding) {
 					log.Warn("complete", "err", err)
 				}
 				log.Info("rejoin served")
-				h.Finished(time.Now().UnixNano(), err)
+				h.Finished(tick(), err)
 			case supervise.HoldRequeue:
 				fctx, fcancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
 				_, err := claim.Requeue(fctx, n.cli, att.claim.Attempt(), a.Why, time.Now())
@@ -489,7 +490,7 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt, h *supervise.Holding) {
 				default:
 					log.Info("rejoin attempt failed; requeued", "err", a.Why)
 				}
-				h.Finished(time.Now().UnixNano(), err)
+				h.Finished(tick(), err)
 			case supervise.HoldRelease:
 				fctx, fcancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
 				_ = att.claim.Release(fctx)
@@ -514,24 +515,24 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt, h *supervise.Holding) {
 		}
 		select {
 		case ev := <-events:
-			ev(time.Now().UnixNano())
+			ev(tick())
 		case <-t.C:
 			if !h.Broken() {
 				continue
 			}
 			holds, _ := ask(r, func(r *replica) bool { return r.src == att && att.proc.HoldsPartition() })
-			h.Tick(time.Now().UnixNano(), holds)
+			h.Tick(tick(), holds)
 		case <-lost:
 			lost = nil
-			h.ClaimLost(time.Now().UnixNano(), fmt.Sprintf("claim lost: %v", att.claim.Err()))
+			h.ClaimLost(tick(), fmt.Sprintf("claim lost: %v", att.claim.Err()))
 		case <-end:
 			end, sourceEnded = nil, true
 			rd := readDone
 			n.goRun(func() { n.closeEnded(att, rd) })
-			h.SourceEnded(time.Now().UnixNano(), att.err)
+			h.SourceEnded(tick(), att.err)
 		case <-stop:
 			stop = nil
-			h.Stop(time.Now().UnixNano())
+			h.Stop(tick())
 		}
 	}
 	if pending != nil {
