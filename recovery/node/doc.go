@@ -201,7 +201,7 @@
 // the supervisor (any node may win the election) assigns each a live
 // source.
 //
-// The source's assignment loop polls its assignments, claims the task
+// The source's assignment loop watches its assignments, claims the task
 // (claim.Acquire: the claim's epoch is the attempt's fencing epoch),
 // marks it running, dials the destination and starts a recovery.Source
 // on the replica. Before any message of the attempt is sent the replica

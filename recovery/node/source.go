@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
@@ -262,10 +264,19 @@ func (r *replica) endSource() {
 	close(att.end)
 }
 
-// holdAssignments polls the node's assignments and works them: one claim and one
-// attempt per assignment, Complete or Requeue at the end (docs/DESIGN.md steps 1 and 9).
+// holdAssignments works the node's assignments: one claim and one
+// attempt per assignment, Complete or Requeue at the end (docs/DESIGN.md
+// steps 1 and 9). It keeps a copy of the assignments naming this node
+// (supervise.Assignments), listed once and then moved on by a watch, and
+// takes a new one as its event arrives; it read them all from etcd every
+// 100 ms before. The ticker only looks at the copy again, for the gate
+// below, and lists anew once a watch failed.
 func (n *Node) holdAssignments() {
 	taken := supervise.Taken{}
+	var as *supervise.Assignments
+	var wch clientv3.WatchChan
+	stopWatch := func() {}
+	defer func() { stopWatch() }()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -276,8 +287,40 @@ func (n *Node) holdAssignments() {
 			// A failed attempt was requeued: the assignment stands, so
 			// take it again (as a new claim, with a higher epoch).
 			taken.Retry(task)
-			continue
+		case wr, ok := <-wch:
+			err := wr.Err()
+			for _, ev := range wr.Events {
+				if err == nil {
+					err = as.Apply(ev)
+				}
+			}
+			if !ok && err == nil {
+				err = errors.New("watch ended")
+			}
+			if err != nil {
+				// Compacted past the copy, etcd's leader lost, a record
+				// that does not decode: list again.
+				if n.ctx.Err() == nil {
+					n.limited.Log(slog.LevelWarn, "watch-assignments", "watching assignments", "err", err)
+				}
+				stopWatch()
+				as, wch = nil, nil
+				continue
+			}
 		case <-t.C:
+		}
+		if as == nil {
+			lctx, cancel := context.WithTimeout(n.ctx, n.cfg.EtcdTimeout)
+			list, err := supervise.ListAssignments(lctx, n.cli, n.id)
+			cancel()
+			if err != nil {
+				if n.ctx.Err() == nil {
+					n.limited.Log(slog.LevelWarn, "read-assignments", "reading assignments", "err", err)
+				}
+				continue
+			}
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(n.ctx))
+			as, wch, stopWatch = list, supervise.WatchAssignments(wctx, n.cli, list.Rev), cancel
 		}
 		if !n.reg.Registered() || int64(n.reg.Term().Seq) != n.settledTerm.Load() {
 			// No new claim without a registration, nor before a lapse is
@@ -286,14 +329,7 @@ func (n *Node) holdAssignments() {
 			// live with it (registration.go).
 			continue
 		}
-		mine, err := supervise.AssignedTo(n.ctx, n.cli, n.id)
-		if err != nil {
-			if n.ctx.Err() == nil {
-				n.limited.Log(slog.LevelWarn, "read-assignments", "reading assignments", "err", err)
-			}
-			continue
-		}
-		for _, a := range mine {
+		for _, a := range as.Mine() {
 			if taken.Take(a) {
 				n.takeAssignment(a)
 			}

@@ -318,8 +318,9 @@ func (c *coordinator) holderOf(tick uint64) (supervise.Holder, bool, error) {
 	return supervise.Holder{Task: simTask, Node: c.claim.node, Epoch: c.claim.epoch, Executor: c.claim.holder}, true, nil
 }
 
-// assignment is the source node's read of its assignments
-// (supervise.AssignedTo).
+// assignment is the source node's look at its assignments (its copy,
+// supervise.Assignments, kept by a watch: the model reads the record, at
+// the node's next poll of its copy).
 func (c *coordinator) assignment(tick uint64, node string) (supervise.Assignment, bool, error) {
 	if c.down(tick) {
 		return supervise.Assignment{}, false, errCoordDown

@@ -148,28 +148,6 @@ func GetAssignment(ctx context.Context, cli *clientv3.Client, task claim.Task) (
 	return a, err == nil, err
 }
 
-// AssignedTo lists the assignments whose source is node, in task order:
-// what the node's executor polls (or re-reads after a watch event) to find
-// its work. An executor claims each task (claim.Acquire) before doing
-// anything, so a stale entry costs at most a refused claim.
-func AssignedTo(ctx context.Context, cli *clientv3.Client, node string) ([]Assignment, error) {
-	kvs, err := rangeAll(ctx, cli, assignPrefix)
-	if err != nil {
-		return nil, err
-	}
-	var out []Assignment
-	for _, kv := range kvs {
-		a, err := decodeAssignment(kv)
-		if err != nil {
-			return nil, err
-		}
-		if a.Source == node {
-			out = append(out, a)
-		}
-	}
-	return out, nil
-}
-
 // Decline is a source refusing the task it was assigned as attempt seq
 // (DESIGN.md step 9: too busy when assigned). The supervisor assigns the task
 // elsewhere at its next pass and not to node again in this generation. It

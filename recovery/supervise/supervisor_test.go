@@ -53,17 +53,17 @@ func (x *executor) run(ctx context.Context, t *testing.T) {
 }
 
 func (x *executor) step(ctx context.Context) error {
-	mine, err := AssignedTo(ctx, x.cli, x.node)
+	list, err := ListAssignments(ctx, x.cli, x.node)
 	if err != nil {
 		return err
 	}
-	for _, a := range mine {
+	for _, a := range list.Mine() {
 		task := a.Task
 		x.mu.Lock()
 		seen := x.handled[task] >= a.Seq
 		x.mu.Unlock()
 		if a.Source != x.node {
-			return fmt.Errorf("AssignedTo(%s) returned %+v", x.node, a)
+			return fmt.Errorf("ListAssignments(%s) returned %+v", x.node, a)
 		}
 		if seen {
 			continue
