@@ -26,7 +26,8 @@ import (
 //   - A touch is due only when the attempt's progress moved since the last
 //     touch and a window has passed since it: at most one record write per
 //     window, and the record's age stays within a window of the time since
-//     the attempt last moved (DESIGN.md, "Liveness by progress").
+//     the attempt last moved (docs/DESIGN.md, "Liveness by progress,
+//     acknowledged handoff").
 type Guard struct {
 	cfg       GuardConfig
 	lastOK    int64 // send time of the latest check that found the claim ours
@@ -188,7 +189,8 @@ func (g *Guard) LeaseDeadline() int64 { return g.lastKA + g.cfg.TTL }
 // has passed since it, while the claim is held. A rejoin that moves on
 // thus refreshes its record once a window and is never stale however long
 // it runs; one that stalls stops refreshing it and the health task
-// (StaleReason) resets it (DESIGN.md, "Liveness by progress").
+// (StaleReason) resets it (docs/DESIGN.md, "Liveness by progress,
+// acknowledged handoff").
 func (g *Guard) MaybeTouch(now int64, progress uint64) bool {
 	if g.err != nil || progress == g.touched || now-g.touchedAt < g.cfg.Window {
 		return false
