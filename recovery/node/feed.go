@@ -670,9 +670,7 @@ const joinTailPoll = 10 * time.Millisecond
 // from the peers (feedLost). The feed's other partitions go on
 // meanwhile. It gives up when the feed ends.
 func (n *Node) joinAfterTail(fi *feedIn, p uint32, r *replica) {
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.goRun(func() {
 		t := time.NewTicker(joinTailPoll)
 		defer t.Stop()
 		for {
@@ -698,7 +696,7 @@ func (n *Node) joinAfterTail(fi *feedIn, p uint32, r *replica) {
 			}
 			return
 		}
-	}()
+	})
 }
 
 // serveForward sequences a call that fi's node forwarded here, as it

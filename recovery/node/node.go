@@ -350,13 +350,12 @@ func isLoopback(a net.Addr) bool {
 // then refuses the new process's txns as out of order, and rejoins).
 func (n *Node) incarnation() uint64 { return uint64(n.started.UnixNano()) }
 
-func (n *Node) goRun(f func()) {
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		f()
-	}()
-}
+// goRun runs f on a goroutine of the node's one group: Run returns only
+// once every goroutine it started has ended. The group is a
+// sync.WaitGroup, not an errgroup: none of them has an error to gather
+// (each logs its own, or hands it to a core), and none's failure is to
+// stop the others, which the node's context does.
+func (n *Node) goRun(f func()) { n.wg.Go(f) }
 
 // startStep runs one step of the node's start that waits on etcd, under
 // its own deadline of cfg.EtcdTimeout, and names the step and the bound

@@ -364,12 +364,10 @@ func (n *Node) takeAssignment(a supervise.Assignment) {
 	}
 	att := &srcAttempt{task: a.Task, claim: c, epoch: c.Epoch(), started: time.Now(), link: newLink(n.cfg.Codec), end: make(chan struct{})}
 	n.outgoing.Add(1)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.goRun(func() {
 		defer n.outgoing.Add(-1)
 		n.holdAttempt(r, att)
-	}()
+	})
 }
 
 // holdingConfig is the attempt core's timing, in wall-clock nanoseconds.
