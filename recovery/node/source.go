@@ -416,8 +416,21 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt) {
 	var readDone chan struct{}
 	lost, end, stop := att.claim.Lost(), (<-chan struct{})(att.end), ctx.Done()
 	sourceEnded := false
-	t := time.NewTicker(brokenCheckEvery)
-	defer t.Stop()
+	// The core's ticks matter only while the connection is broken (its
+	// redials, its grace, its hold): the ticker runs then alone, and an
+	// attempt that streams is not woken ten times a second for nothing.
+	var t *time.Ticker
+	var ticks <-chan time.Time
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	// etcdAfter bounds an etcd call that ends the attempt, which must be
+	// made also when the node stops (the requeue that says so).
+	etcdAfter := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+	}
 	for {
 		h.Run(func(a supervise.HoldAction) {
 			switch a.Kind {
@@ -501,7 +514,7 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt) {
 					att.link.cut()
 				}
 			case supervise.HoldComplete:
-				fctx, fcancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+				fctx, fcancel := etcdAfter()
 				_, _, err := supervise.Complete(fctx, n.cli, att.claim.Attempt(), time.Now(), n.log)
 				fcancel()
 				if err != nil {
@@ -510,7 +523,7 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt) {
 				log.Info("rejoin served")
 				h.Finished(tick(), err)
 			case supervise.HoldRequeue:
-				fctx, fcancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+				fctx, fcancel := etcdAfter()
 				_, err := claim.Requeue(fctx, n.cli, att.claim.Attempt(), a.Why, time.Now())
 				fcancel()
 				switch {
@@ -526,7 +539,7 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt) {
 				}
 				h.Finished(tick(), err)
 			case supervise.HoldRelease:
-				fctx, fcancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+				fctx, fcancel := etcdAfter()
 				_ = att.claim.Release(fctx)
 				fcancel()
 			case supervise.HoldRetry:
@@ -547,13 +560,18 @@ func (n *Node) holdAttempt(r *replica, att *srcAttempt) {
 		if h.Released() {
 			break
 		}
+		switch {
+		case h.Broken() && t == nil:
+			t = time.NewTicker(brokenCheckEvery)
+			ticks = t.C
+		case !h.Broken() && t != nil:
+			t.Stop()
+			t, ticks = nil, nil
+		}
 		select {
 		case ev := <-events:
 			ev(tick())
-		case <-t.C:
-			if !h.Broken() {
-				continue
-			}
+		case <-ticks:
 			holds, _ := ask(r, func(r *replica) bool { return r.src == att && att.proc.HoldsPartition() })
 			h.Tick(tick(), holds)
 		case <-lost:

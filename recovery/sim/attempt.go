@@ -42,10 +42,9 @@ type attempt struct {
 	// closed: its holder stopped before its source processor started, and
 	// closed the connection (stopHolder).
 	closed bool
-	// redialFrom and redialAt: the source learned that its connection
-	// broke at redialFrom and dials the destination again at redialAt to
-	// resume (0: not redialling).
-	redialFrom, redialAt uint64
+	// redialAt: the source's redial of its broken connection, asked by
+	// its core, is answered then (0: none out).
+	redialAt uint64
 	// resumed counts the connections resumed.
 	resumed int
 	feed    []*feedLink // one per initiator, to exec
@@ -701,7 +700,6 @@ func (w *world) learnCuts() {
 				// grace, and resumes the attempt if the destination
 				// still runs it (redials).
 				w.tracef("src e%d learns the connection is cut; it redials", a.epoch)
-				a.redialFrom = w.tick
 				a.x.h.Broke(int64(w.tick))
 				w.holdDo(a.x)
 			}
@@ -754,13 +752,6 @@ func (w *world) redials() {
 			holds := a.src != nil && !a.src.State().Final() && a.src.HoldsPartition()
 			x.h.Tick(int64(w.tick), holds)
 			if !x.h.Broken() {
-				if holds && w.tick-a.redialFrom >= uint64(w.k.BrokenHoldTicks) {
-					w.stats.HoldsGivenUp++
-					w.tracef("src e%d: held its partition %d ticks with no connection", a.epoch, w.tick-a.redialFrom)
-				} else {
-					w.stats.GraceExpired++
-					w.tracef("src e%d: no connection within the grace of %d ticks", a.epoch, w.k.ResumeGraceTicks)
-				}
 				a.redialAt = 0
 			}
 			w.holdDo(x)
@@ -778,12 +769,7 @@ func (w *world) redials() {
 			refused = errors.New("the destination would start the attempt anew")
 		}
 		if refused != nil {
-			broken := x.h.Broken()
 			x.h.Connected(int64(w.tick), refused)
-			if broken && !x.h.Broken() {
-				w.stats.GraceExpired++
-				w.tracef("src e%d: no connection within the grace of %d ticks", a.epoch, w.k.ResumeGraceTicks)
-			}
 			w.holdDo(x)
 			continue
 		}

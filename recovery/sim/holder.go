@@ -270,6 +270,14 @@ func (w *world) holdAction(x *holder, act supervise.HoldAction) {
 		x.h.SourceStarted(now, err)
 		w.afterCall(a)
 	case supervise.HoldAbortSource:
+		switch act.GaveUp {
+		case supervise.GaveUpHeld:
+			w.stats.HoldsGivenUp++
+			w.tracef("src e%d: %s", a.epoch, act.Why)
+		case supervise.GaveUpGrace:
+			w.stats.GraceExpired++
+			w.tracef("src e%d: %s", a.epoch, act.Why)
+		}
 		if a.src != nil && !a.src.State().Final() {
 			a.sn.core.AbortSource(a.epoch, act.Reason, act.Why)
 			w.afterCall(a)
@@ -343,7 +351,7 @@ func (w *world) stepHolders() {
 		if x.holds && x.lostAt != 0 && w.tick >= max(x.lostAt, x.wokeAt)+window {
 			w.violate("e", "holder x%d still believes it holds epoch %d, lost at tick %d (woke at %d), window %d", x.id, x.epoch, x.lostAt, x.wokeAt, window)
 		}
-		if a.src != nil && a.src.State().Final() {
+		if !x.finished && a.src != nil && a.src.State().Final() {
 			var err error
 			if a.src.State() != recovery.StateDone {
 				if err = a.src.Err(); err == nil {

@@ -60,7 +60,7 @@ type Holding struct {
 	// if it comes, is closed unless the attempt still wants it.
 	brokeAt, dialAt int64
 	dialing         bool
-	// lastErr is the last dial's or resume's failure, for the abort's text.
+	// lastErr is the last redial's failure, for the abort's text.
 	lastErr error
 	// why is what the attempt's end is requeued with.
 	why error
@@ -164,7 +164,24 @@ type HoldAction struct {
 	Why    string
 	// At: HoldRetry's tick.
 	At int64
+	// GaveUp: the rule by which a HoldAbortSource gives a broken
+	// connection up, if one did (drivers count them).
+	GaveUp HoldGiveUp
 }
+
+// HoldGiveUp is the rule by which an attempt whose connection broke was
+// given up.
+type HoldGiveUp int
+
+const (
+	// GaveUpNone: not given up for a broken connection.
+	GaveUpNone HoldGiveUp = iota
+	// GaveUpGrace: no redial connected within ResumeGrace.
+	GaveUpGrace
+	// GaveUpHeld: the source held its partition for BrokenHoldMax with no
+	// connection.
+	GaveUpHeld
+)
 
 func (a HoldAction) String() string {
 	switch a.Kind {
@@ -284,7 +301,7 @@ func (h *Holding) Connected(now int64, err error) {
 		if err != nil {
 			h.lastErr = err
 			if now-h.brokeAt > h.cfg.ResumeGrace {
-				h.abort(wire.AbortConnLost, fmt.Sprintf("no connection to the destination within the grace: %v", err))
+				h.giveUp(GaveUpGrace, fmt.Sprintf("no connection to the destination within the grace: %v", err))
 				return
 			}
 			h.dialAt = now + h.cfg.RedialEvery
@@ -317,7 +334,6 @@ func (h *Holding) SourceStarted(now int64, err error) {
 			// The replica no longer runs the attempt, or refuses it: the
 			// source's own end follows the abort.
 			h.ask(HoldAction{Kind: HoldClose})
-			h.lastErr = err
 			h.abort(wire.AbortConnLost, fmt.Sprintf("resume refused: %v", err))
 			return
 		}
@@ -350,14 +366,14 @@ func (h *Holding) Tick(now int64, holds bool) {
 		return
 	}
 	if holds && now-h.brokeAt >= h.cfg.BrokenHoldMax {
-		h.abort(wire.AbortConnLost, fmt.Sprintf("the partition's txns held %d ticks with no connection to the destination", now-h.brokeAt))
+		h.giveUp(GaveUpHeld, fmt.Sprintf("the partition's txns held %d ticks with no connection to the destination", now-h.brokeAt))
 		return
 	}
 	if h.dialing || now < h.dialAt {
 		return
 	}
 	if now-h.brokeAt > h.cfg.ResumeGrace {
-		h.abort(wire.AbortConnLost, fmt.Sprintf("no connection to the destination within the grace: %v", h.lastErr))
+		h.giveUp(GaveUpGrace, fmt.Sprintf("no connection to the destination within the grace: %v", h.lastErr))
 		return
 	}
 	h.dialing = true
@@ -444,6 +460,13 @@ func (h *Holding) abort(reason wire.AbortReason, why string) {
 	h.state = holdAborting
 	h.why = errors.New(why)
 	h.ask(HoldAction{Kind: HoldAbortSource, Reason: reason, Why: why})
+}
+
+// giveUp aborts a source whose broken connection was not resumed, saying
+// which rule gave it up.
+func (h *Holding) giveUp(rule HoldGiveUp, why string) {
+	h.abort(wire.AbortConnLost, why)
+	h.out[len(h.out)-1].GaveUp = rule
 }
 
 // finish asks the requeue of a failed attempt.
