@@ -17,13 +17,18 @@ import (
 //
 //	              start-destination              destination live
 //	needs-rejoin ───────────────────► rejoining ──────────────────► live
-//	      ▲                               │                           │
-//	      └───────────────────────────────┴───────────────────────────┘
-//	             attempt ended, superseded, or the replica failed
+//	   ▲  ▲                               │                       │  ▲
+//	   │  └───────────────────────────────┴───────────────────────┘  │
+//	   │         attempt ended, superseded, or the replica failed    │
+//	   │                                              lost alone │  │ loss
+//	   └────────────── failed, or a rejoin starts ─────── held ◄──┘  │ accepted
+//	                                                          └──────┘
 //
 // A replica starts live (it holds its partition) or needs-rejoin. A source
 // attempt is served only while live and does not change the state; the
-// replica failing ends it.
+// replica failing ends it. A live replica that may lack txns of its
+// partition, with no other replica live to rebuild it from, is held
+// rather than failed (Lose; docs/DESIGN.md "Holding a partition").
 //
 // It is the one lifecycle every layer speaks: the node's durable record
 // stores its number (package nodestate), the placement in etcd and the
@@ -41,12 +46,21 @@ const (
 	ReplicaRejoining ReplicaState = 2
 	// ReplicaLive: the replica executes its feed.
 	ReplicaLive ReplicaState = 3
+	// ReplicaHeld: the replica may lack txns of its partition and no
+	// other replica was live to rebuild it from: it keeps its content
+	// and executor, takes in and runs nothing, and answers nothing. It
+	// ends failed (a live replica to rebuild it from came back, and a
+	// rejoin starts) or live again (an admin accepted the loss). Never
+	// in etcd's records, where it is needs-rejoin with a reason
+	// (supervise.Replica.Held).
+	ReplicaHeld ReplicaState = 4
 )
 
 var replicaStateNames = [...]string{
 	ReplicaNeedsRejoin: "needs-rejoin",
 	ReplicaRejoining:   "rejoining",
 	ReplicaLive:        "live",
+	ReplicaHeld:        "held",
 }
 
 func (s ReplicaState) String() string {
@@ -56,16 +70,17 @@ func (s ReplicaState) String() string {
 	return fmt.Sprintf("replica-state(%d)", uint8(s))
 }
 
-// Valid reports whether s is one of the three states.
+// Valid reports whether s is one of the states.
 func (s ReplicaState) Valid() bool {
 	return int(s) < len(replicaStateNames) && replicaStateNames[s] != ""
 }
 
-// ErrReplicaState: a replica state's name or number is none of the three.
+// ErrReplicaState: a replica state's name or number is none of the states.
 var ErrReplicaState = errors.New("recovery: unknown replica state")
 
 // MarshalText writes the state's name ("live", "rejoining",
-// "needs-rejoin"), as etcd's placement records and /status carry it.
+// "needs-rejoin", "held"), as etcd's placement records and /status carry
+// it.
 func (s ReplicaState) MarshalText() ([]byte, error) {
 	if !s.Valid() {
 		return nil, fmt.Errorf("%w: %d", ErrReplicaState, uint8(s))
@@ -91,7 +106,8 @@ func (s *ReplicaState) UnmarshalText(text []byte) error {
 var replicaMoves = map[ReplicaState][]ReplicaState{
 	ReplicaNeedsRejoin: {ReplicaRejoining},
 	ReplicaRejoining:   {ReplicaLive, ReplicaNeedsRejoin},
-	ReplicaLive:        {ReplicaNeedsRejoin},
+	ReplicaLive:        {ReplicaNeedsRejoin, ReplicaHeld},
+	ReplicaHeld:        {ReplicaNeedsRejoin, ReplicaLive},
 }
 
 // ErrReplica classifies a start or an input the replica refuses (not
@@ -141,6 +157,11 @@ const (
 	// OutFailed: the replica dropped its content and needs a rejoin; Why
 	// says why.
 	OutFailed
+	// OutHeld: the replica is held (Lose); Why says why.
+	OutHeld
+	// OutLossAccepted: the held replica is live again at its last txn
+	// (AcceptLoss).
+	OutLossAccepted
 )
 
 // Output is one thing the driver must do, in order: send, report, record.
@@ -171,7 +192,7 @@ type Output struct {
 // endings and state changes (Outbox). Every decision about the replica is
 // here; the driver owns the connections, the timers and the records.
 //
-// Invariants: exec is nil unless the state is live (it is the
+// Invariants: exec is nil unless the state is live or held (it is the
 // destination's executor once that went live); dst is set while
 // rejoining, and may stay, live, as the router of the feed after the
 // handoff; a source attempt runs only on a live replica; fence only grows,
@@ -202,6 +223,8 @@ type Replica struct {
 
 	out     []Output
 	results []*wire.Done
+	// heldWhy says why the replica is held; empty unless it is.
+	heldWhy string
 }
 
 // NewReplica builds a replica core.
@@ -267,7 +290,12 @@ func (r *Replica) Initiators() []txnid.Initiator {
 
 // Executing reports whether the replica takes in its feed: live, or
 // buffering for a destination attempt.
-func (r *Replica) Executing() bool { return r.exec != nil || r.dst != nil }
+func (r *Replica) Executing() bool {
+	return r.state != ReplicaHeld && (r.exec != nil || r.dst != nil)
+}
+
+// Held returns why the replica is held, empty unless it is.
+func (r *Replica) Held() string { return r.heldWhy }
 
 // JoinFloor is the floor of a feed that opens now: the highest txn ID the
 // replica executed, handed off, or read as safe (partition.Executor's
@@ -304,6 +332,10 @@ func (r *Replica) Results() []*wire.Done {
 // false when the replica drops its feed (needs a rejoin) or refused it.
 func (r *Replica) OnTxn(inv partition.Invocation) bool {
 	switch {
+	case r.state == ReplicaHeld:
+		// Dropped, not refused: a held replica's content stays as it
+		// was when it was held, whatever its feed still sends.
+		return false
 	case r.dst != nil:
 		if err := r.dst.OnTxn(inv); err != nil {
 			// A txn of the feed that is not taken in leaves a hole: a
@@ -330,6 +362,8 @@ func (r *Replica) OnTxn(inv partition.Invocation) bool {
 // taken in, as OnTxn.
 func (r *Replica) OnHeartbeat(id txnid.ID) bool {
 	switch {
+	case r.state == ReplicaHeld:
+		return false
 	case r.dst != nil:
 		if err := r.dst.OnHeartbeat(id); err != nil {
 			r.refused(fmt.Sprintf("heartbeat %v refused: %v", id, err))
@@ -430,8 +464,55 @@ func (r *Replica) Fail(why string) {
 	if r.state != ReplicaNeedsRejoin {
 		r.move(ReplicaNeedsRejoin)
 	}
-	r.dst, r.dstExec, r.dstLive, r.exec = nil, nil, false, nil
+	r.dst, r.dstExec, r.dstLive, r.exec, r.heldWhy = nil, nil, false, nil, ""
 	r.out = append(r.out, Output{Kind: OutFailed, Why: why})
+}
+
+// Lose: the replica may lack txns of its partition that were
+// acknowledged elsewhere (a feed's hello names the partition missed, a
+// lapse's settlement cannot say what it missed). othersLive says whether
+// another replica of the partition is live now, in the driver's view.
+// With one, the replica fails and is rebuilt from it. With none, failing
+// would drop every row of the partition to keep out txns that no live
+// replica holds either: a live replica is held instead (docs/DESIGN.md
+// "Holding a partition"), and a held one stays held.
+func (r *Replica) Lose(why string, othersLive bool) {
+	switch {
+	case othersLive:
+		r.Fail(why)
+	case r.state == ReplicaHeld:
+	case r.state == ReplicaLive:
+		if r.src != nil {
+			r.src.Abort(wire.AbortShutdown, "source replica held: "+why)
+			r.collectSource()
+		}
+		r.move(ReplicaHeld)
+		r.heldWhy = why
+		r.out = append(r.out, Output{Kind: OutHeld, Why: why})
+	default:
+		r.Fail(why)
+	}
+}
+
+// AcceptLoss makes a held replica live again at its last txn: an admin
+// accepted that the partition lacks what it missed (rejoin accept-loss).
+// It executes its feed from there on, as it did before it was held.
+func (r *Replica) AcceptLoss() error {
+	if r.state != ReplicaHeld {
+		return fmt.Errorf("%w: replica %d is %s, not held", ErrReplica, r.p, r.state)
+	}
+	r.move(ReplicaLive)
+	r.heldWhy = ""
+	r.out = append(r.out, Output{Kind: OutLossAccepted})
+	return nil
+}
+
+// dropHeld drops a held replica's content for a rejoin from peer that
+// rebuilds it: as a failure, so that the driver records it.
+func (r *Replica) dropHeld(peer string) {
+	r.move(ReplicaNeedsRejoin)
+	r.dst, r.dstExec, r.dstLive, r.exec, r.heldWhy = nil, nil, false, nil, ""
+	r.out = append(r.out, Output{Kind: OutFailed, Why: "held replica dropped: a rejoin from " + peer + " rebuilds it"})
 }
 
 // Step runs up to n ready txns, keeps each one's Done for Results, and
@@ -440,7 +521,7 @@ func (r *Replica) Fail(why string) {
 // driver that measures the source's moves in wall time (the handoff's
 // pause) calls it with n = 1 while a source attempt runs.
 func (r *Replica) Step(n int) int {
-	if r.exec == nil {
+	if r.exec == nil || r.state == ReplicaHeld {
 		return 0
 	}
 	did := 0
@@ -663,6 +744,11 @@ func (r *Replica) StartDestination(peer string, cfg DestinationConfig) error {
 		return fmt.Errorf("%w: the attempt of epoch %d runs: resume it", ErrReplica, epoch)
 	}
 	r.fence = epoch
+	if r.state == ReplicaHeld {
+		// A live replica to rebuild it from is back: the rejoin brings
+		// what the held one missed.
+		r.dropHeld(peer)
+	}
 	if r.dst != nil {
 		r.dst.Abort(wire.AbortStaleEpoch, fmt.Sprintf("superseded by epoch %d", epoch))
 		r.collectDest()

@@ -30,6 +30,8 @@ import (
 //	resume-source|resume-destination <name> epoch=<e>
 //	abort-source|abort-destination <name> epoch=<e> why=<text>
 //	fail <name> why=<text>
+//	lose <name> why=<text> [others]     Lose; others: another replica live
+//	accept-loss <name>
 //	stop <name>
 //	link <src> <dst> epoch=<e> [rounds=<n>] [feed]
 //	                                    carries each side's messages to
@@ -72,7 +74,7 @@ func (s *replicaScript) replica(d *datadriven.TestData, name string) *Replica {
 func (s *replicaScript) named(d *datadriven.TestData) []string {
 	var names []string
 	for _, a := range d.CmdArgs {
-		if len(a.Vals) == 0 && a.Key != "live" && a.Key != "remove" && a.Key != "feed" {
+		if len(a.Vals) == 0 && a.Key != "live" && a.Key != "remove" && a.Key != "feed" && a.Key != "others" {
 			s.replica(d, a.Key)
 			names = append(names, a.Key)
 		}
@@ -202,6 +204,14 @@ func (s *replicaScript) run(t *testing.T, d *datadriven.TestData) string {
 	case "fail":
 		s.replica(d, s.named(d)[0]).Fail(s.text(d, "why"))
 		s.outputs(&out)
+	case "lose":
+		s.replica(d, s.named(d)[0]).Lose(s.text(d, "why"), d.HasArg("others"))
+		s.outputs(&out)
+	case "accept-loss":
+		if err := s.replica(d, s.named(d)[0]).AcceptLoss(); err != nil {
+			fmt.Fprintf(&out, "error: %v\n", err)
+		}
+		s.outputs(&out)
 	case "stop":
 		s.replica(d, s.named(d)[0]).Stop("stopping")
 		s.outputs(&out)
@@ -323,6 +333,8 @@ var outputKindNames = map[OutputKind]string{
 	OutDestinationEnded:    "destination ended",
 	OutLive:                "live",
 	OutFailed:              "failed",
+	OutHeld:                "held",
+	OutLossAccepted:        "loss accepted",
 }
 
 func outputText(o Output) string {
@@ -355,10 +367,15 @@ func (s *replicaScript) state(out *strings.Builder) {
 		if dst := r.Destination(); dst != nil {
 			fmt.Fprintf(out, ", destination %v", dst.State())
 		}
+		if why := r.Held(); why != "" {
+			fmt.Fprintf(out, ", held: %s", why)
+		}
 		if exec := r.Executor(); exec != nil {
 			p := exec.Partition()
 			fmt.Fprintf(out, ", %d rows, %d queued", p.TableByName("kv").Len(), exec.Queued())
-			if live++; live == 1 {
+			if r.State() != ReplicaLive {
+				// A held replica's content is not a copy to compare.
+			} else if live++; live == 1 {
 				digest = p.Digest()
 			} else if p.Digest() != digest {
 				agree = false

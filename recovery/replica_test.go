@@ -118,6 +118,7 @@ func TestReplicaStateText(t *testing.T) {
 		ReplicaNeedsRejoin: {1, `{"state":"needs-rejoin"}`},
 		ReplicaRejoining:   {2, `{"state":"rejoining"}`},
 		ReplicaLive:        {3, `{"state":"live"}`},
+		ReplicaHeld:        {4, `{"state":"held"}`},
 	} {
 		type record struct {
 			State ReplicaState `json:"state"`
@@ -140,7 +141,7 @@ func TestReplicaStateText(t *testing.T) {
 			t.Errorf("%q: %v, state %v", bad, err, s)
 		}
 	}
-	for _, bad := range []ReplicaState{0, 4, 255} {
+	for _, bad := range []ReplicaState{0, 5, 255} {
 		if b, err := bad.MarshalText(); !errors.Is(err, ErrReplicaState) || bad.Valid() {
 			t.Errorf("%d: %q, %v, valid %v", uint8(bad), b, err, bad.Valid())
 		}

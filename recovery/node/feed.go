@@ -471,7 +471,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 			}
 			if !resumed && !fenced && !afresh {
 				for _, r := range n.hosted() {
-					r.do(func(r *replica) { r.fail(why) })
+					r.do(func(r *replica) { r.lose(why) })
 				}
 			}
 		}
@@ -502,7 +502,7 @@ func (n *Node) serveFeed(conn *stream.Conn, h *wire.Hello) {
 		for _, p := range h.Missed {
 			if r := n.hosted()[p]; r != nil {
 				why := fmt.Sprintf("initiator %d (%s) sequenced txns of partition %d while this node was out of its view", in, h.Node, p)
-				r.do(func(r *replica) { r.fail(why) })
+				r.do(func(r *replica) { r.lose(why) })
 			}
 		}
 		// A replica created while the feed was broken (trackFeeds saw no
@@ -1474,7 +1474,7 @@ func (in *initiator) submitCall(req *wire.Call, reply func(*wire.Reply), forward
 			send(&wire.Reply{Req: req.Req, Err: err.Error(), Refused: refused.Refused})
 			return true
 		case !errors.As(err, &unfed):
-			send(&wire.Reply{Req: req.Req, Err: err.Error()})
+			send(&wire.Reply{Req: req.Req, Err: heldText(v, req.Partition, err)})
 			return true
 		case over:
 			send(&wire.Reply{Req: req.Req, Err: fmt.Sprintf("%v (after %v)", unfed, feedWait), Refused: wire.RefusedNotReady})
@@ -1562,6 +1562,22 @@ func (in *initiator) forward(hs []string, req *wire.Call, send func(*wire.Reply)
 		delete(in.fwd, call.Req)
 	}
 	return false
+}
+
+// heldText is the text of err, a call's refusal, which says so if the
+// partition has no live replica because one is held (docs/DESIGN.md
+// "Holding a partition"): a client can tell a partition that waits for
+// an admin from one that waits for a rejoin.
+func heldText(v *view, p uint32, err error) string {
+	if !errors.Is(err, recovery.ErrNoLiveReplica) {
+		return err.Error()
+	}
+	for _, pl := range v.placement[p] {
+		if pl.held != "" {
+			return fmt.Sprintf("%v: partition %d is held on %s, whose replica may lack txns (%s); it answers again once a replica that holds them comes back, or an admin accepts the loss (rejoin accept-loss --partition %d)", err, p, pl.node, pl.held, p)
+		}
+	}
+	return err.Error()
 }
 
 // forwarded passes on the answer to a call forwarded to node.
@@ -1782,7 +1798,7 @@ func (in *initiator) fenced(node string, ps []uint32) {
 					kept++
 					return false
 				}
-				r.fail(why)
+				r.lose(why)
 				return true
 			}); ok {
 				failed++

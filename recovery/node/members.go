@@ -91,6 +91,11 @@ type replicaPlace struct {
 	created int64
 	// rev is the record's last write (supervise.Replica.ModRevision).
 	rev int64
+	// held says why the replica is held (supervise.Replica.Held), and
+	// lossAccepted that an admin accepted its loss
+	// (supervise.Replica.LossAccepted): its node makes it live.
+	held         string
+	lossAccepted bool
 }
 
 func (m *members) view() *view {
@@ -340,7 +345,7 @@ func placementOf(reps map[string]supervise.Replica, alive map[string]supervise.N
 	for _, k := range keys {
 		r := reps[k]
 		_, ok := alive[r.Node]
-		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == recovery.ReplicaLive, created: r.Created, rev: r.ModRevision})
+		out[r.Partition] = append(out[r.Partition], replicaPlace{node: r.Node, live: ok && r.State == recovery.ReplicaLive, created: r.Created, rev: r.ModRevision, held: r.Held, lossAccepted: !r.LossAccepted.IsZero()})
 	}
 	return out
 }

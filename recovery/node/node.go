@@ -506,11 +506,14 @@ func (n *Node) replicaRejoining(p uint32, epoch uint64) {
 
 // replicaChanged records a replica going live, or needing a rejoin, in
 // the node's record and in etcd (where initiators and the supervisor read
-// it). It does not block the replica's goroutine. It is written into
-// r's own record only (r.created): the partition placed here again since
-// is another replica.
+// it). It does not block the replica's goroutine, whose it is called on.
+// It is written into r's own record only (r.created): the partition placed
+// here again since is another replica. A held replica is needs-rejoin
+// with its reason in etcd, and needs-rejoin in the node's record: a
+// restart keeps none of its rows. Epoch is the destination attempt that
+// made the replica live, 0 for a held one made live again.
 func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
-	p, created := r.p, r.created
+	p, created, held := r.p, r.created, r.core.Held()
 	state := recovery.ReplicaNeedsRejoin
 	if live {
 		state = recovery.ReplicaLive
@@ -524,7 +527,7 @@ func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
 		// A later change publishes, and only it.
 		if r.pubSeq.Load() == seq {
 			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-			if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: state, Created: created}); errors.Is(err, supervise.ErrNotPlaced) {
+			if err := supervise.UpdateReplica(ctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: state, Held: held, Created: created}); errors.Is(err, supervise.ErrNotPlaced) {
 				n.log.Info("replica state not published: the placement no longer gives this node the partition", "partition", p)
 				n.unpublished(p, false)
 			} else if err != nil {
@@ -536,7 +539,7 @@ func (n *Node) replicaChanged(r *replica, live bool, epoch uint64) {
 			cancel()
 		}
 		r.pubMu.Unlock()
-		if live {
+		if live && epoch != 0 {
 			// The destination completes the task too (DESIGN.md step 9: any
 			// attempt's completion stands). It went live only with the
 			// source's digest at E, which is what done means, so its word

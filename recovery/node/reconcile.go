@@ -48,6 +48,9 @@ func (n *Node) reconcile(v *view) {
 		for _, rp := range rps {
 			if rp.node == n.id {
 				want[p] = rp.created
+				if r := cur[p]; rp.lossAccepted && r != nil && r.created == rp.created {
+					r.do(func(r *replica) { r.acceptLoss() })
+				}
 			}
 		}
 	}

@@ -240,7 +240,7 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 		// Synchronous, so that nothing the replica answers after the
 		// release below comes from before its failure.
 		if !failed[p] {
-			ask(hosted[p], func(r *replica) bool { r.fail(why); return true })
+			ask(hosted[p], func(r *replica) bool { r.lose(why); return true })
 		}
 	}
 	// A replica failed meanwhile (fenced: settleFeedsOut) sends nothing
@@ -248,7 +248,7 @@ func (n *Node) settle(ctx context.Context, out *outage, t *supervise.Term) bool 
 	// replica elsewhere will.
 	stands := map[uint32]bool{}
 	for p, r := range hosted {
-		if ok, _ := ask(r, func(r *replica) bool { return r.core.State() != recovery.ReplicaNeedsRejoin }); ok {
+		if ok, _ := ask(r, func(r *replica) bool { return r.core.Executing() }); ok {
 			stands[p] = true
 		}
 	}
@@ -289,7 +289,7 @@ func (n *Node) settleFeedsOut(ctx context.Context, o recovery.SettleOutcome, hos
 				for _, pl := range v.placement[p] {
 					if pl.live && slices.Contains(unfed, pl.node) {
 						why := fmt.Sprintf("registration lapsed and no feed to %s opened within %v: it may have taken this process for dead and run on without its last txns", pl.node, missedWait)
-						ask(r, func(r *replica) bool { r.fail(why); return true })
+						ask(r, func(r *replica) bool { r.lose(why); return true })
 						failed++
 						break
 					}
@@ -326,7 +326,7 @@ func (n *Node) freeSettled(o recovery.SettleOutcome, hosted map[uint32]*replica,
 	for p, why := range o.Fail {
 		if r := hosted[p]; r != nil && !failed[p] {
 			failed[p] = true
-			ask(r, func(r *replica) bool { r.fail(why); return true })
+			ask(r, func(r *replica) bool { r.lose(why); return true })
 		}
 	}
 	v := n.members.view()
@@ -339,7 +339,7 @@ func (n *Node) freeSettled(o recovery.SettleOutcome, hosted map[uint32]*replica,
 		if slices.ContainsFunc(v.placement[p], func(pl replicaPlace) bool { return pl.live && slices.Contains(unfed, pl.node) }) {
 			continue
 		}
-		if ok, _ := ask(r, func(r *replica) bool { return r.core.State() != recovery.ReplicaNeedsRejoin }); ok {
+		if ok, _ := ask(r, func(r *replica) bool { return r.core.Executing() }); ok {
 			ps = append(ps, p)
 		}
 	}
@@ -513,11 +513,16 @@ func (n *Node) republish(ctx context.Context, failedOnly bool) {
 		// Under pubMu, read and written as one: a change published
 		// meanwhile is not overwritten by the state read before it.
 		r.pubMu.Lock()
-		state, ok := ask(r, func(r *replica) recovery.ReplicaState { return r.core.State() })
+		type stateHeld struct {
+			state recovery.ReplicaState
+			held  string
+		}
+		sh, ok := ask(r, func(r *replica) stateHeld { return stateHeld{r.core.State(), r.core.Held()} })
 		if !ok {
 			r.pubMu.Unlock()
 			return
 		}
+		state := sh.state
 		sstate := recovery.ReplicaNeedsRejoin
 		if state == recovery.ReplicaLive {
 			if failedOnly {
@@ -527,7 +532,7 @@ func (n *Node) republish(ctx context.Context, failedOnly bool) {
 			sstate = recovery.ReplicaLive
 		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := supervise.UpdateReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Created: r.created})
+		err := supervise.UpdateReplica(wctx, n.cli, supervise.Replica{Partition: p, Node: n.id, State: sstate, Held: sh.held, Created: r.created})
 		cancel()
 		r.pubMu.Unlock()
 		if errors.Is(err, supervise.ErrNotPlaced) {

@@ -395,7 +395,7 @@ func (n *Node) resolveAll(run *tailRun, in txnid.Initiator, deadNode string, inc
 				r.removeInitiator(in)
 			}
 			if v.fail {
-				r.fail(v.why)
+				r.lose(v.why)
 			}
 		})
 	}

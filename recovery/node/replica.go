@@ -450,6 +450,39 @@ func (r *replica) fail(why string) {
 	r.drain()
 }
 
+// lose: the replica may lack txns its partition acknowledged elsewhere.
+// It fails if another replica of the partition is live in the node's
+// view to rebuild it from, and is held otherwise (recovery.Replica.Lose):
+// a network fault alone never takes a partition's last live replica.
+func (r *replica) lose(why string) {
+	r.core.Lose(why, r.n.liveElsewhere(r.p))
+	r.drain()
+}
+
+// acceptLoss: an admin accepted the loss of what the held replica
+// missed (its record's supervise.Replica.LossAccepted): it goes live at
+// its last txn. A replica no longer held (rebuilt, or failed, since)
+// writes its record as it stands, which clears the acceptance.
+func (r *replica) acceptLoss() {
+	if state := r.core.State(); state != recovery.ReplicaHeld {
+		if state != recovery.ReplicaLive {
+			r.n.log.Info("a loss accepted for a replica no longer held: its record is written as it stands", "partition", r.p, "state", state)
+		}
+		r.n.replicaChanged(r, state == recovery.ReplicaLive, 0)
+		return
+	}
+	if err := r.core.AcceptLoss(); err != nil {
+		r.n.log.Error("accept a loss", "partition", r.p, "err", err)
+	}
+	r.drain()
+}
+
+// liveElsewhere reports whether the view has a replica of p live on another
+// node.
+func (n *Node) liveElsewhere(p uint32) bool {
+	return slices.ContainsFunc(n.members.view().placement[p], func(pl replicaPlace) bool { return pl.live && pl.node != n.id })
+}
+
 // beforeSource notes the time before a call into the core that may move
 // the source attempt (see srcAttempt.lastCheck).
 func (r *replica) beforeSource() {
@@ -545,6 +578,17 @@ func (r *replica) output(o recovery.Output) {
 		r.dst = nil
 		r.n.replicaChanged(r, false, 0)
 		r.publish()
+	case recovery.OutHeld:
+		// Nothing it ran and did not answer yet goes out: it may lack
+		// txns those answers would hide.
+		r.n.log.Error("replica held: it may lack txns of its partition and no other replica is live; it answers nothing until a live replica comes back to rebuild it from or an admin accepts the loss (rejoin accept-loss)", "partition", r.p, "why", o.Why)
+		r.n.feeds.forget(r.p)
+		r.n.replicaChanged(r, false, 0)
+		r.publish()
+	case recovery.OutLossAccepted:
+		r.n.log.Warn("held replica live again at its last txn: the loss of what it missed was accepted", "partition", r.p)
+		r.n.replicaChanged(r, true, 0)
+		r.publish()
 	}
 }
 
@@ -562,8 +606,8 @@ func (r *replica) rows() int64 {
 
 // publish refreshes the status others read.
 func (r *replica) publish() {
-	st := &ReplicaStatus{Partition: r.p, State: r.core.State(), TxnsExecuted: r.executed}
-	if exec := r.core.Executor(); exec != nil && r.core.State() == recovery.ReplicaLive {
+	st := &ReplicaStatus{Partition: r.p, State: r.core.State(), TxnsExecuted: r.executed, Held: r.core.Held()}
+	if exec := r.core.Executor(); exec != nil && (r.core.State() == recovery.ReplicaLive || r.core.State() == recovery.ReplicaHeld) {
 		st.Rows = r.rows()
 		st.Digest = exec.Partition().Digest()
 		st.LastExecuted = uint64(exec.LastExecuted())

@@ -27,12 +27,16 @@ type Status struct {
 // in, as destination (Rejoin) or source (Sources).
 type ReplicaStatus struct {
 	Partition uint32 `json:"partition"`
-	// State is reported by name ("live", "rejoining", "needs-rejoin").
-	State        recovery.ReplicaState `json:"state"`
-	Rows         int64                 `json:"rows"`
-	Digest       uint64                `json:"digest"`
-	LastExecuted uint64                `json:"last_executed"`
-	TxnsExecuted uint64                `json:"txns_executed"`
+	// State is reported by name ("live", "rejoining", "needs-rejoin",
+	// "held").
+	State recovery.ReplicaState `json:"state"`
+	// Held says why a held replica is held (docs/DESIGN.md "Holding a
+	// partition").
+	Held         string `json:"held,omitempty"`
+	Rows         int64  `json:"rows"`
+	Digest       uint64 `json:"digest"`
+	LastExecuted uint64 `json:"last_executed"`
+	TxnsExecuted uint64 `json:"txns_executed"`
 	// Settling: the node lost its registration and has not yet settled
 	// what its replicas may have missed meanwhile (registration.go). The
 	// replica's answers are held, and it may still fail: it is not a copy

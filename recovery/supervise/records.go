@@ -99,6 +99,16 @@ type Replica struct {
 	// replica being rebuilt is needs-rejoin here, since it may be no
 	// one's source until it is live. Stored by name ("live").
 	State recovery.ReplicaState `json:"state"`
+	// Held says why the replica is held (recovery.ReplicaHeld: it may
+	// lack txns of its partition and no other replica was live to rebuild
+	// it from), with State needs-rejoin: no one takes it for a source or
+	// sends it txns, and it keeps its rows until a live replica comes
+	// back or an admin accepts the loss. Empty unless held.
+	Held string `json:"held,omitempty"`
+	// LossAccepted, on a held replica's record, is when an admin accepted
+	// the loss (AcceptLoss): the node makes the replica live again at its
+	// last txn and writes the record anew without either field.
+	LossAccepted time.Time `json:"loss_accepted,omitzero"`
 	// Created is the etcd revision that created the record (read, never
 	// written): when the placement gave Node the partition. A view from
 	// before it sends the partition's txns to the other holders alone.
@@ -183,11 +193,27 @@ func decodeReplica(kv *mvccpb.KeyValue) (Replica, error) {
 	if err != nil {
 		return Replica{}, err
 	}
-	if r.State != recovery.ReplicaLive && r.State != recovery.ReplicaNeedsRejoin {
-		return Replica{}, fmt.Errorf("%w: replica %q: state %q", ErrCorrupt, kv.Key, r.State)
+	if err := r.check(); err != nil {
+		return Replica{}, fmt.Errorf("%w: replica %q: %w", ErrCorrupt, kv.Key, err)
 	}
+	r.LossAccepted = normalize(r.LossAccepted)
 	r.Partition, r.Node, r.Created, r.ModRevision = p, node, kv.CreateRevision, kv.ModRevision
 	return r, nil
+}
+
+// check refuses a record no writer stores: a state other than live or
+// needs-rejoin, a hold on a live replica, a loss accepted for a replica
+// not held.
+func (r Replica) check() error {
+	switch {
+	case r.State != recovery.ReplicaLive && r.State != recovery.ReplicaNeedsRejoin:
+		return fmt.Errorf("state %q", r.State)
+	case r.Held != "" && r.State != recovery.ReplicaNeedsRejoin:
+		return fmt.Errorf("held, and %s", r.State)
+	case !r.LossAccepted.IsZero() && r.Held == "":
+		return errors.New("a loss accepted, and not held")
+	}
+	return nil
 }
 
 func decodeAssignment(kv *mvccpb.KeyValue) (Assignment, error) {

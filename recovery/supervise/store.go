@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/rejoin-db/rejoin/recovery"
 	"github.com/rejoin-db/rejoin/recovery/claim"
 )
 
@@ -52,8 +51,8 @@ func encodeReplica(r Replica) (key, val string, err error) {
 	if err := checkID("node id", r.Node, nodeIDBytesMax); err != nil {
 		return "", "", err
 	}
-	if r.State != recovery.ReplicaLive && r.State != recovery.ReplicaNeedsRejoin {
-		return "", "", fmt.Errorf("%w: replica state %q", ErrConfig, r.State)
+	if err := r.check(); err != nil {
+		return "", "", fmt.Errorf("%w: replica %d on %s: %w", ErrConfig, r.Partition, r.Node, err)
 	}
 	if val, err = encode(r); err != nil {
 		return "", "", err
