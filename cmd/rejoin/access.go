@@ -19,7 +19,7 @@ client certificates (etcd takes a certificate's CommonName as its user):
                  what a rejoin and the supervisor need; reads the cluster
   --reader NAME  client NAME: reads the cluster, writes nothing
   --admin NAME   client NAME: etcd's root role, for init, replace, drain,
-                 rebalance, undo-move and this command
+                 rebalance, undo-move, accept-loss and this command
 A node whose certificate has no user cannot register: give a new node its
 user before its first start ('rejoin init' does for the nodes of its
 --nodes, 'rejoin replace' for --with). Run as the admin (client root, the

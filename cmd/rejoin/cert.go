@@ -25,7 +25,7 @@ Writes a cluster's certificates (ECDSA P-256, for TLS 1.3):
   create-client NAME  DIR/client.<NAME>.crt and .key: a client, which may
                       only call procedures; 'root' is the cluster's admin
                       under etcd's authentication (init, replace, drain,
-                      rebalance, undo-move, access)
+                      rebalance, undo-move, accept-loss, access)
   create-etcd         DIR/etcd.crt and .key: the server certificate of
                       'rejoin etcd --certs-dir DIR' (for --host), which
                       then requires a node's or client's certificate of
@@ -151,7 +151,7 @@ type clientCertsFlags struct {
 // data (put, get, load, status, verify): a reader in etcd, which init
 // gives its user. The admin's (supervise.AdminClient, root) is the
 // default of the commands that change the cluster (init, replace, drain,
-// rebalance, undo-move, access) only: a client command run as the admin
+// rebalance, undo-move, accept-loss, access) only: a client command run as the admin
 // could do anything the admin may in etcd, so by default every user of
 // the CLI was the admin.
 const appClient = "app"

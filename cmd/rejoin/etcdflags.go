@@ -204,7 +204,7 @@ func (f *etcdFlags) explain(err error) error {
 		if f.certsDir != nil && *f.certsDir != "" && f.cert == "" && f.user == "" {
 			who = "etcd user " + f.id().String() + " (this command's certificate)"
 		}
-		return fmt.Errorf("%w: etcd's authentication does not let %s do this: init, replace, drain, rebalance, undo-move and access are the admin's (--client root), status and verify need a reader at least (rejoin access --reader NAME)", err, who)
+		return fmt.Errorf("%w: etcd's authentication does not let %s do this: init, replace, drain, rebalance, undo-move, accept-loss and access are the admin's (--client root), status and verify need a reader at least (rejoin access --reader NAME)", err, who)
 	}
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		return err

@@ -27,6 +27,7 @@ var commands = []command{
 	{"rebalance", "move replicas onto the running nodes that hold fewest, e.g. one just added", runRebalance},
 	{"access", "give node and client certificates their etcd users (etcd's authentication)", runAccess},
 	{"undo-move", "take back a move of drain or rebalance whose new replica is still being rebuilt", runUndoMove},
+	{"accept-loss", "make a held replica live again, accepting the loss of what it missed", runAcceptLoss},
 	{"put", "write a value under a key", runPut},
 	{"get", "print the value under a key", runGet},
 	{"del", "delete a key", runDel},

@@ -137,3 +137,21 @@ func Losses(ctx context.Context, cli *clientv3.Client) ([]Loss, error) {
 	}
 	return out, nil
 }
+
+// ReplicaLive reports whether node's replica of p is live: its record
+// says so and the node is registered.
+func ReplicaLive(ctx context.Context, cli *clientv3.Client, p uint32, node string) (bool, error) {
+	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(ReplicaKey(p, node)), clientv3.OpGet(NodeKey(node))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("supervise: read partition %d's replica on %s: %w", p, node, err)
+	}
+	rep, reg := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(rep) == 0 || len(reg) == 0 {
+		return false, nil
+	}
+	r, err := decodeReplica(rep[0])
+	if err != nil {
+		return false, err
+	}
+	return r.State == recovery.ReplicaLive, nil
+}

@@ -845,7 +845,7 @@ func (r *run) notLive(ctx context.Context) string {
 	if len(v.Nodes) != r.cfg.Nodes {
 		out = append(out, fmt.Sprintf("%d of %d nodes registered", len(v.Nodes), r.cfg.Nodes))
 	}
-	lost := map[uint32]int{}
+	lost, held := map[uint32]int{}, map[uint32][]string{}
 	for _, rp := range v.Replicas {
 		if rp.Placement == recovery.ReplicaLive && rp.Alive && rp.Reported && rp.State == recovery.ReplicaLive {
 			lost[rp.Partition] += 0
@@ -853,9 +853,18 @@ func (r *run) notLive(ctx context.Context) string {
 		}
 		lost[rp.Partition]++
 		out = append(out, fmt.Sprintf("partition %d on %s: placement %s, node state %q", rp.Partition, rp.Node, rp.Placement, rp.State))
+		if rp.Held != "" {
+			held[rp.Partition] = append(held[rp.Partition], fmt.Sprintf("held on %s (%s)", rp.Node, rp.Held))
+		}
 	}
 	for p := range r.cfg.Partitions {
 		if n, ok := lost[p]; ok && n == r.cfg.Replicas {
+			if h := held[p]; len(h) > 0 {
+				// Its rows are kept: what it lacks went with the
+				// replicas that had it (rejoin accept-loss).
+				out = append(out, fmt.Sprintf("partition %d has no live replica left: %s", p, strings.Join(h, ", ")))
+				continue
+			}
 			out = append(out, fmt.Sprintf("partition %d has no live replica left", p))
 		}
 	}

@@ -54,6 +54,29 @@ func Render(w io.Writer, v View) error {
 	}
 	fmt.Fprintln(tw)
 
+	var held []ReplicaRow
+	for _, r := range v.Replicas {
+		if r.Held != "" {
+			held = append(held, r)
+		}
+	}
+	if len(held) > 0 {
+		fmt.Fprintf(tw, "HELD (%d: no other replica live; each answers again once one that holds what it missed comes back, or after rejoin accept-loss PARTITION)\n", len(held))
+		fmt.Fprintln(tw, "PARTITION\tNODE\tWHY")
+		for _, r := range held {
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", r.Partition, r.Node, r.Held)
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(v.Losses) > 0 {
+		fmt.Fprintf(tw, "LOSSES (%d accepted: each partition lacks what its held replica missed)\n", len(v.Losses))
+		fmt.Fprintln(tw, "PARTITION\tNODE\tACCEPTED\tWHAT IT MISSED")
+		for _, l := range v.Losses {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", l.Partition, l.Node, stamp(l.At), l.Held)
+		}
+		fmt.Fprintln(tw)
+	}
+
 	if len(v.Moves) > 0 {
 		fmt.Fprintf(tw, "MOVES (%d under way: each new replica rebuilds, then the old one goes)\n", len(v.Moves))
 		fmt.Fprintln(tw, "PARTITION\tFROM\tTO\tNEW REPLICA\tSTARTED")

@@ -37,6 +37,9 @@ type View struct {
 	Tasks    []TaskRow    `json:"tasks"`
 	// Moves are the membership moves under way (rejoin drain, rebalance).
 	Moves []MoveRow `json:"moves,omitempty"`
+	// Losses are the losses an admin accepted (rejoin accept-loss): each
+	// partition named lacks what its held replica had missed.
+	Losses []supervise.Loss `json:"losses,omitempty"`
 	// Status holds each live node's answer, by node id; a node that did
 	// not answer has its error in NodeRow.StatusErr instead.
 	Status map[string]node.Status `json:"status,omitempty"`
@@ -76,7 +79,11 @@ type ReplicaRow struct {
 	State    recovery.ReplicaState `json:"state,omitempty"`
 	// Settling: the node is settling a lost registration; the replica may
 	// still fail (node.ReplicaStatus.Settling).
-	Settling     bool   `json:"settling,omitempty"`
+	Settling bool `json:"settling,omitempty"`
+	// Held says why the replica is held, as its record in etcd has it
+	// (supervise.Replica.Held): it keeps its rows and answers nothing
+	// until a live replica comes back or rejoin accept-loss.
+	Held         string `json:"held,omitempty"`
 	Rows         int64  `json:"rows"`
 	Digest       uint64 `json:"digest"`
 	LastExecuted uint64 `json:"last_executed"`
@@ -144,8 +151,13 @@ func Read(ctx context.Context, cli *clientv3.Client, hc *http.Client, timeout ti
 	if err != nil {
 		return View{}, err
 	}
+	losses, err := supervise.Losses(ctx, cli)
+	if err != nil {
+		return View{}, err
+	}
 	statuses, errs := FetchAll(ctx, hc, nodes, timeout)
 	v := Build(snap, statuses, errs, time.Now())
+	v.Losses = losses
 	for _, m := range moves {
 		row := MoveRow{Partition: m.Partition, From: m.From, To: m.To, Started: m.Started, ToState: "?"}
 		for _, r := range v.Replicas {
@@ -232,7 +244,7 @@ func Build(snap supervise.Snapshot, statuses map[string]node.Status, errs map[st
 
 	for p, reps := range snap.Replicas {
 		for _, r := range reps {
-			row := ReplicaRow{Partition: p, Node: r.Node, Placement: r.State}
+			row := ReplicaRow{Partition: p, Node: r.Node, Placement: r.State, Held: r.Held}
 			_, row.Alive = snap.Nodes[r.Node]
 			if rs, ok := replicaOf(statuses, r.Node, p); ok && row.Alive {
 				row.Reported = true

@@ -137,6 +137,41 @@ func TestRenderMoves(t *testing.T) {
 	}
 }
 
+// TestRenderHeld: a held replica shows in its row and in a HELD table
+// with its reason and the way out, an accepted loss in a LOSSES table;
+// with neither there are no such tables.
+func TestRenderHeld(t *testing.T) {
+	snap, st, errs := canned()
+	var b bytes.Buffer
+	if err := Render(&b, Build(snap, st, errs, t0.Add(10*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "HELD") || strings.Contains(b.String(), "LOSSES") {
+		t.Fatalf("a HELD or LOSSES table with none:\n%s", b.String())
+	}
+	const why = "registration lapsed, and [n3] sequenced txns of partition 0 without a feed here meanwhile"
+	snap.Replicas[0][0].State, snap.Replicas[0][0].Held = recovery.ReplicaNeedsRejoin, why
+	st["n1"].Replicas[0].State = recovery.ReplicaHeld
+	v := Build(snap, st, errs, t0.Add(10*time.Second))
+	v.Losses = []supervise.Loss{{Partition: 1, Node: "n2", Held: "the feeds of [n5] did not stay open", At: t0}}
+	b.Reset()
+	if err := Render(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"0          n1    needs-rejoin  held",
+		"HELD (1: no other replica live",
+		"rejoin accept-loss PARTITION",
+		"0          n1    " + why,
+		"LOSSES (1 accepted",
+		"1          n2    2026-11-22T13:00:00Z  the feeds of [n5] did not stay open",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("render lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 func digestOut(d uint64, rows int64) []wire.Value {
 	return []wire.Value{wire.Int64(int64(d)), wire.Int64(rows)}
 }
