@@ -300,7 +300,11 @@ func (n *Node) openTasks(ctx context.Context) {
 		}
 		var need []uint32
 		for p, r := range n.hosted() {
-			if st := r.status.Load(); st != nil && st.State != recovery.ReplicaLive && n.placedSeen(r) {
+			// A held replica waits for a live replica of its partition to
+			// be rebuilt from; with none, a task would wait for a source
+			// that cannot be, and outlive an accepted loss.
+			if st := r.status.Load(); st != nil && st.State != recovery.ReplicaLive && n.placedSeen(r) &&
+				(st.State != recovery.ReplicaHeld || n.liveElsewhere(p)) {
 				need = append(need, p)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/recovery/layout"
 	"github.com/rejoin-db/rejoin/recovery/supervise"
 	"github.com/rejoin-db/rejoin/wire"
@@ -87,13 +88,30 @@ func TestLapseHoldsTheLastReplica(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	reps, err := supervise.Replicas(ctx, c.admin)
+	// Published after the state changed, off the replica's loop.
+	waitUntil(t, 5*time.Second, "n2's records needs-rejoin with the reason they are held", func() bool {
+		reps, err := supervise.Replicas(ctx, c.admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range reps {
+			if r.Node == "n2" && (r.State != recovery.ReplicaNeedsRejoin || r.Held == "") {
+				return false
+			}
+		}
+		return true
+	})
+	// No rejoin task waits for a source that cannot be: one opened
+	// while held would send a source to the replica once live again.
+	// The node opens its tasks every 250 ms.
+	time.Sleep(time.Second)
+	tasks, err := claim.Tasks(ctx, c.admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range reps {
-		if r.Node == "n2" && (r.State != recovery.ReplicaNeedsRejoin || r.Held == "") {
-			t.Errorf("n2's record of partition %d: %v, held %q; want needs-rejoin with its reason", r.Partition, r.State, r.Held)
+	for _, tr := range tasks {
+		if tr.Task.Dest == "n2" {
+			t.Errorf("a rejoin task for n2's held replica: %v %v", tr.Task, tr.Record.Status)
 		}
 	}
 	waitUntil(t, 10*time.Second, "a call of a held partition refused, saying so", func() bool {

@@ -49,7 +49,8 @@ func (n *Node) reconcile(v *view) {
 			if rp.node == n.id {
 				want[p] = rp.created
 				if r := cur[p]; rp.lossAccepted && r != nil && r.created == rp.created {
-					r.do(func(r *replica) { r.acceptLoss() })
+					rev := rp.rev
+					r.do(func(r *replica) { r.acceptLoss(rev) })
 				}
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rejoin-db/rejoin/partition"
 	"github.com/rejoin-db/rejoin/recovery"
+	"github.com/rejoin-db/rejoin/recovery/claim"
 	"github.com/rejoin-db/rejoin/txnid"
 	"github.com/rejoin-db/rejoin/wire"
 )
@@ -463,7 +464,12 @@ func (r *replica) lose(why string) {
 // missed (its record's supervise.Replica.LossAccepted): it goes live at
 // its last txn. A replica no longer held (rebuilt, or failed, since)
 // writes its record as it stands, which clears the acceptance.
-func (r *replica) acceptLoss() {
+//
+// rev is the revision of the record that says so: a rejoin task opened
+// for the held replica (a live replica seemed to be back) is completed at
+// it, as a destination completes its task at its epoch, so that no source
+// is sent to a replica live again.
+func (r *replica) acceptLoss(rev int64) {
 	if state := r.core.State(); state != recovery.ReplicaHeld {
 		if state != recovery.ReplicaLive {
 			r.n.log.Info("a loss accepted for a replica no longer held: its record is written as it stands", "partition", r.p, "state", state)
@@ -475,6 +481,14 @@ func (r *replica) acceptLoss() {
 		r.n.log.Error("accept a loss", "partition", r.p, "err", err)
 	}
 	r.drain()
+	r.n.openMu.Lock()
+	opened := r.n.opened[r.p]
+	delete(r.n.opened, r.p)
+	r.n.openMu.Unlock()
+	if opened {
+		a := claim.Attempt{Task: claim.Task{Partition: r.p, Dest: r.n.id}, Executor: r.n.id + ":accept-loss", Epoch: uint64(rev)}
+		r.n.goRun(func() { r.n.completeLive(a) })
+	}
 }
 
 // liveElsewhere reports whether the view has a replica of p live on another
