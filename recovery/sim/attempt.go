@@ -75,7 +75,8 @@ type attempt struct {
 	// pause fault froze it. claimLost: it stopped for that reason.
 	x                 *holder
 	paused, claimLost bool
-	// replicaFailed: its source node's replica failed (registration.go).
+	// replicaFailed: its source node's replica failed or was held
+	// (registration.go, holds.go).
 	// startTick: when it started.
 	replicaFailed bool
 	startTick     uint64
@@ -372,9 +373,9 @@ func (w *world) startSource(a *attempt) error {
 	}
 	w.checkReleased(a.sn, fmt.Sprintf("before attempt %d's source starts", a.epoch))
 	if err := a.sn.core.StartSource(dstNode, w.k.sourceConfig(a.hdr)); err != nil {
-		if a.sn.failed && errors.Is(err, recovery.ErrReplica) {
-			// Its replica failed between the hello and its answer
-			// (registration.go): the node ends the attempt, its core
+		if (a.sn.failed || a.sn.held) && errors.Is(err, recovery.ErrReplica) {
+			// Its replica failed or was held between the hello and its
+			// answer (registration.go): the node ends the attempt, its core
 			// asking the close (a script's attempt without a holder
 			// closes at once).
 			w.tracef("attempt %d: source refused: %v", a.epoch, err)
@@ -418,8 +419,13 @@ func (w *world) drain(core *recovery.Replica, node string) {
 			return
 		}
 		for _, o := range outs {
-			if o.Kind == recovery.OutFailed {
-				continue // a source node's replica failed (failSource)
+			switch o.Kind {
+			case recovery.OutFailed, recovery.OutHeld:
+				continue // a source node's replica failed or held (failSource, loseSource)
+			case recovery.OutLossAccepted:
+				// Only an admin's accept-loss makes a held replica live,
+				// and the run has none.
+				w.violate("f", "%s node's replica accepted a loss no one accepted", node)
 			}
 			a := w.attemptOf(o.Epoch)
 			src := o.Kind == recovery.OutSourceMessages || o.Kind == recovery.OutSourceEnded
@@ -871,7 +877,8 @@ func (w *world) checkAbort(a *attempt, side string, err error) {
 		ok = a.fault != nil && a.fault.reason == ae.Reason && a.fault.kind != faultPause && a.fault.kind != faultOutage
 		// A holder stops when its guard counts its claim lost.
 		ok = ok || (ae.Reason == wire.AbortClaimLost && a.claimLost)
-		// A source node's replica failed (registration.go).
+		// A source node's replica failed or was held (registration.go,
+		// holds.go).
 		ok = ok || (ae.Reason == wire.AbortShutdown && a.replicaFailed)
 	case wire.AbortUncovered:
 		// A new initiator process joined after E was chosen

@@ -17,11 +17,12 @@ import (
 //	    message says), and the two stay equal at every common txn after it;
 //	    the source stays equal to the oracle, which never took part;
 //	(b) a source's change log never exceeded its bound;
-//	(c) the run ends live within Faults+1 attempts, every abort has a
-//	    fault (or the supervisor) to explain it, after every ended source
-//	    the source executor has no gate or stream left and runs everything
-//	    its safe point allows, and every aborted destination replica is
-//	    empty and runs nothing;
+//	(c) the run ends live within Faults+1 attempts (or held: f), every
+//	    abort has a fault (or the supervisor) to explain it, after every
+//	    ended source the source executor has no gate or stream left and
+//	    runs everything its safe point allows (a held one: no gate or
+//	    stream), and every aborted destination replica is empty and runs
+//	    nothing;
 //	(d) no running processor accepts a message of a superseded epoch;
 //	(e) with claims: at each node, writes (messages other than Abort
 //	    accepted by a running processor while their sender ran) are
@@ -33,7 +34,10 @@ import (
 //	    source writes nothing after it stops; a claim is created only when
 //	    none stands (the coordinator's own invariant); a destination goes
 //	    live at most once; at the end no claim is left and the task is
-//	    done by the live attempt.
+//	    done by the live attempt (not done, if the partition ended held);
+//	(f) a replica lost for txns it may lack is held exactly when no other
+//	    replica of its partition is live in the view, and once held runs
+//	    and takes in nothing (holds.go).
 
 // recompute sums partition.RowHash over every row, from scratch: the
 // digest as the simulator sees it, independent of the running digest the
@@ -78,7 +82,7 @@ func hasObserver(p *partition.Partition) bool { return p.Observer() != nil }
 // gate, no observer (so no table stream), and every txn the safe point
 // allows runs.
 func (w *world) checkReleased(sr *srcReplica, when string) {
-	if sr.out() {
+	if sr.dead || sr.failed {
 		return // its node and its processors are gone, or its replica failed
 	}
 	src := sr.exec
@@ -88,8 +92,8 @@ func (w *world) checkReleased(sr *srcReplica, when string) {
 	if hasObserver(src.Partition()) {
 		w.violate("c", "%s: the %s partition still has an observer (a table stream)", when, sr.id)
 	}
-	if w.scripted {
-		return // a script runs the source itself, and shows what runs
+	if w.scripted || sr.held {
+		return // a script runs the source itself, and shows what runs; a held replica runs nothing
 	}
 	for sr.core.Step(1<<16) > 0 {
 	}
@@ -204,6 +208,12 @@ func (w *world) compare() {
 
 // finalCheck runs once every replica has executed the whole feed.
 func (w *world) finalCheck() {
+	w.checkHolds("at the end")
+	w.countHolds()
+	if w.live == nil {
+		w.finalHeld()
+		return
+	}
 	dst, ref := w.live.exec, w.ref
 	for _, src := range w.liveSources() {
 		if src.LastExecuted() != dst.LastExecuted() || src.LastExecuted() != ref.LastExecuted() {
@@ -235,4 +245,33 @@ func (w *world) finalCheck() {
 		}
 	}
 	w.tracef("end: %d attempts, all replicas at %v: %s", len(w.atts), src.LastExecuted(), w.describeReplica(src))
+}
+
+// finalHeld is the final check of a run that ended with its partition
+// held and no replica live (stranded): no attempt can have completed the
+// task, and none may still believe it holds its claim, or hold it.
+func (w *world) finalHeld() {
+	if !w.stranded() {
+		w.violate("c", "at the end, no destination live and the partition not held: %s", w.where())
+	}
+	for _, sr := range w.srcs {
+		w.checkReleased(sr, "at the end")
+	}
+	if w.claims {
+		if c := &w.coord; c.claim != nil || c.task.Status == claim.StatusDone {
+			w.violate("e", "at the end, the partition held, the coordinator holds %s; want no claim and the task not done", c)
+		}
+		for _, a := range w.atts {
+			if a.x != nil && a.x.holds {
+				w.violate("e", "at the end, holder x%d still believes it holds epoch %d", a.x.id, a.epoch)
+			}
+		}
+	}
+	for _, a := range w.atts {
+		if a.src != nil {
+			w.checkLogBound(a)
+		}
+	}
+	w.stats.HeldEnds++
+	w.tracef("end: %d attempts, no replica live, the partition held on %v; the oracle at %v: %s", len(w.atts), w.heldSummary(), w.ref.LastExecuted(), w.describeReplica(w.ref))
 }

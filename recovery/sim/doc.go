@@ -160,8 +160,8 @@
 //     late. Back, it registers again and settles by recovery.Settle, the
 //     node's own rule, waiting boundedly for the feeds it asks for, and
 //     takes no claim before (the node's settledTerm gate). A replica
-//     kept is compared with the oracle again; one failed is out of the
-//     run (its rejoin is not modelled). Half of them wait for the
+//     kept is compared with the oracle again; one failed (or held, below)
+//     is out of the run (its rejoin is not modelled). Half of them wait for the
 //     destination to be live. In half the lapsing runs where a source
 //     node dies, the loss waits for that
 //     death and hits the survivor while no destination is live: the
@@ -182,7 +182,8 @@
 //     the core logging txns meanwhile; its redial asks to resume and is
 //     answered by serveFeed's rule (takeUp): resumed at the last ID the
 //     node read, the log above it resent, or refused and the replica
-//     failed, when a small log (Knobs.FeedLogBytesMax) overflowed.
+//     failed (or held, below), when a small log (Knobs.FeedLogBytesMax)
+//     overflowed.
 //   - The throttle: a quarter of the runs get a change log small enough
 //     that the source holds and paces its execution; and wherever writes
 //     outpace shipping during catch-up (one-row blocks, a window of one
@@ -195,6 +196,21 @@
 //     from its live peers by the product's rules (recovery.TailRepair,
 //     recovery.Tails) before it stops waiting for it; the oracle shows a
 //     survivor left short.
+//   - A replica held rather than failed (holds.go; docs/DESIGN.md
+//     "Holding a partition"): wherever a source node's replica may lack
+//     txns its partition acknowledged elsewhere (its lapse's settlement
+//     fails it, a resumed feed's hello names the partition missed, a feed
+//     is re-opened without resuming, its tail of a fenced initiator is
+//     not repaired), the simulator calls recovery.Replica.Lose, as
+//     recovery/node's lose does, telling it whether a replica on another
+//     node is live in the view (its record live, its node's registration
+//     standing, from the coordinator). With one it fails; with none it is
+//     held: out of the run as a failed one is, its record needs-rejoin
+//     and held, its rows kept. A run whose partition is left held with no
+//     replica live ends there, and the oracle counts the txns the held
+//     replica lacks that another replica ran (Stats.HeldLacking). The
+//     fault plan keeps a source live wherever one may fail, so no seed
+//     has held one yet: scenario hold.txt and lapse-settle.txt do.
 //   - The fence's decision, apart (fencing.go, RunFencing,
 //     TestFencingSeeds): three to seven nodes under isolations, links cut
 //     one way or both, splits, bridges, pauses and kills report one
@@ -210,7 +226,10 @@
 // (wire.Fenced), initiators that join in a seeded run but the one that
 // registers while a source node is away (a script's late initiator
 // does too: setup late=N, open-feed; its dials fail until then), the
-// rejoin of a replica a settlement failed,
+// rejoin of a replica a settlement failed, the end of a hold (a rejoin
+// from a replica that comes back, an admin's accept-loss), a node's view
+// gone stale while it is cut off from the coordinator (a replica is
+// failed or held by the coordinator's records as they stand),
 // an initiator waiting for replicas' results, several tasks, lost responses alone (a
 // write applied whose answer is lost; a node cut off loses both ways),
 // clock rate differences between nodes and the coordinator (a tick is a
@@ -235,7 +254,8 @@
 //	    equal to the oracle throughout;
 //	(b) every source's change log peak stays within ChangeLogBytesMax (the
 //	    workload never exceeds the per-txn reserve, so the bound is hard);
-//	(c) the run ends live within Faults+1 attempts; every abort is
+//	(c) the run ends live within Faults+1 attempts (or with its
+//	    partition held and no replica live: invariant f); every abort is
 //	    explained by a fault or by the supervisor (a digest mismatch, a
 //	    protocol or decode error or a stall with no fault is a bug); after
 //	    every source attempt ends, the source executor has no gate and its
@@ -263,6 +283,13 @@
 //	    protects the replicas there. A claim the supervisor deleted under
 //	    a live holder (a reset, a revoke) is learnt within a window; its
 //	    writes meanwhile are counted too, not failed.
+//	(f) a replica lost for txns it may lack is held exactly when no
+//	    other replica of the partition is live in the view (another
+//	    source node's core live with its registration standing, or the
+//	    destination live with its completion recorded), and fails
+//	    otherwise; once held it takes in and runs nothing, serves no
+//	    source, and stands at the end as it stood at its hold; no held
+//	    replica is made live (the run has no admin to accept a loss).
 //
 // A panic in the code under test is a failure of the seed too.
 package sim

@@ -248,10 +248,16 @@ func (w *world) resumeFeed(in *initiator, sr *srcReplica, why string) {
 		w.tracef("i%d: feed to %s closed at once: a txn was missed there while the dial was out", in.id, sr.id)
 		if why != "" {
 			w.stats.FailedOnResumeMissed++
-			w.failSource(sr, why)
+			w.loseSource(sr, why)
 		}
 		w.breakFeed(in, sr, 1)
 		return
+	}
+	if why != "" {
+		// Before it reads anything of the feed, as serveFeed does: a
+		// held replica takes in none of the resend.
+		w.stats.FailedOnResumeMissed++
+		w.loseSource(sr, why)
 	}
 	resent := 0
 	for _, o := range in.out {
@@ -264,10 +270,6 @@ func (w *world) resumeFeed(in *initiator, sr *srcReplica, why string) {
 		w.tracef("i%d: resends %d txns to %s", in.id, resent, sr.id)
 	}
 	w.routeFeed(in)
-	if why != "" {
-		w.stats.FailedOnResumeMissed++
-		w.failSource(sr, why)
-	}
 }
 
 // refusedJoining reports whether err is in's core refusing a txn of the

@@ -97,6 +97,15 @@ type srcReplica struct {
 	// failed its replica, which is then out of the run.
 	loss   *regLoss
 	failed bool
+	// held: its replica may lack txns and no other was live to rebuild
+	// it from (recovery.Replica.Lose): out of the run as a failed one is,
+	// but it keeps its content, which hold recorded as it stood then
+	// (the oracle's look at it: holds.go).
+	held bool
+	hold *holdRecord
+	// took lists the txns its core took in, in order, for the oracle's
+	// count of what a held replica lacks.
+	took []txnid.ID
 	// gated: the last assignment it left, unsettled.
 	gated uint32
 	// Per initiator (by index): conns numbers its feed's connection here

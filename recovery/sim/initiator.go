@@ -216,7 +216,7 @@ func (w *world) openFeed(in *initiator, node string, d recovery.DialAsk) {
 						return
 					}
 					w.stats.FailedOnRedial++
-					w.failSource(sr, why)
+					w.loseSource(sr, why)
 				}
 			}
 			// A new feed: the node has read nothing of it yet. With joins

@@ -293,6 +293,7 @@ func (w *world) feedSource(l *feedLink, inv partition.Invocation) {
 		w.violate("feed", "source refused %v: %s", inv.ID, why)
 	}
 	sr.keepTail(inv)
+	w.noteTook(sr.id, inv)
 }
 
 // offer gives an executor a txn, or with proc "" a heartbeat.
@@ -323,6 +324,7 @@ func (w *world) feedDestination(a *attempt, inv partition.Invocation) {
 		w.violate("feed", "destination e%d (%s) refused %v: %s", a.epoch, a.dst.State(), inv.ID, why)
 	}
 	keepTail(&w.dstTails, inv)
+	w.noteTook(dstNode, inv)
 	w.afterCall(a)
 }
 

@@ -386,6 +386,12 @@ func (w *world) settle(sr *srcReplica) {
 			w.tracef("%s node: settled: nothing more missed (lapsed %v, gaps %v); its replica had failed already", sr.id, l.lapsed, o.Gaps)
 			break
 		}
+		if sr.held {
+			// Kept, a held replica stays held: only a rejoin from a
+			// live replica or an admin's accept-loss ends a hold.
+			w.tracef("%s node: settled: nothing more missed (lapsed %v, gaps %v); its replica stays held", sr.id, l.lapsed, o.Gaps)
+			break
+		}
 		w.stats.SettledKept++
 		w.tracef("%s node: settled: its replica stays live (lapsed %v, gaps %v)", sr.id, l.lapsed, o.Gaps)
 	case recovery.SettleFail:
@@ -397,12 +403,13 @@ func (w *world) settle(sr *srcReplica) {
 		if len(o.Unknown) > 0 {
 			w.stats.SettleUnknown++
 		}
-		w.failSource(sr, o.Fail[partitionID])
+		w.loseSource(sr, o.Fail[partitionID])
 	}
 	sr.loss = nil
 }
 
-// failSource fails sr's replica (recovery.Replica.Fail): it needs a
+// failSource fails sr's replica (recovery.Replica.Fail) for something
+// other than txns it may lack (its core refused a txn): it needs a
 // rejoin, which the run does not model, so it is out of the run: no
 // source of a rejoin, compared with nothing, fed nothing. The placement
 // says so, and the initiators stop waiting for it.
@@ -410,22 +417,49 @@ func (w *world) failSource(sr *srcReplica, why string) {
 	if sr.failed {
 		return
 	}
+	w.callOut(sr, func() { sr.core.Fail(why) })
+	w.outSource(sr, why, false)
+}
+
+// callOut makes call, which may end sr's replica, with every attempt
+// on its node told why its source may abort, and drains what the core
+// produced, as the node does after any call. The replica is out of the
+// run before the drain, so that the check at its aborted source's end
+// (checkReleased) does not step a replica that runs no more (seed
+// 811000412, on a first cut that marked it after).
+func (w *world) callOut(sr *srcReplica, call func()) {
 	a := w.srcAttemptOn(sr)
 	for _, b := range w.atts {
 		if b.sn == sr {
 			b.replicaFailed = true
 		}
 	}
-	sr.core.Fail(why)
-	sr.failed = true
+	call()
+	switch sr.core.State() {
+	case recovery.ReplicaHeld:
+		sr.held = true
+	case recovery.ReplicaNeedsRejoin:
+		sr.failed, sr.held = true, false
+	}
 	if a != nil {
 		w.afterCall(a)
 	} else {
 		w.drain(sr.core, sr.id)
 	}
+}
+
+// outSource is sr's replica out of the run, failed or held: its record
+// says needs-rejoin (with why, if held), and the initiators' view has it
+// live no more from the next tick (this may run within a dial).
+func (w *world) outSource(sr *srcReplica, why string, held bool) {
+	heldWhy := ""
+	if held {
+		heldWhy = why
+	}
 	for i := range w.coord.replicas {
 		if w.coord.replicas[i].Node == sr.id {
 			w.coord.replicas[i].State = recovery.ReplicaNeedsRejoin
+			w.coord.replicas[i].Held = heldWhy
 		}
 	}
 	w.coord.write()
@@ -434,9 +468,11 @@ func (w *world) failSource(sr *srcReplica, why string) {
 			w.view.Placement[partitionID][i].Live = false
 		}
 	}
-	// The initiators take the new view at the next tick: this may run
-	// within a dial.
 	w.viewDirty = true
+	if held {
+		w.tracef("%s node: replica held: %s", sr.id, why)
+		return
+	}
 	w.tracef("%s node: replica failed: %s", sr.id, why)
 }
 
@@ -486,8 +522,8 @@ func (w *world) noteOthersLive(sr *srcReplica) {
 func (sr *srcReplica) unsettled() bool { return sr.loss != nil }
 
 // out reports whether sr's replica is out of the run: its node dead, or
-// the replica failed.
-func (sr *srcReplica) out() bool { return sr.dead || sr.failed }
+// the replica failed or held.
+func (sr *srcReplica) out() bool { return sr.dead || sr.failed || sr.held }
 
 // registration is one node record's creation in the coordinator's
 // history: a process's registration, first or again.

@@ -68,6 +68,8 @@ var scriptCommands = map[string]func(s *script, t *testing.T, d *datadriven.Test
 	"check":             (*script).check,
 	"lose-registration": (*script).loseRegistration,
 	"sources":           (*script).sources,
+	"held":              (*script).held,
+	"end":               (*script).end,
 	"break-feed":        (*script).breakFeed,
 	"redial":            (*script).redial,
 	"silence":           (*script).silence,
@@ -945,6 +947,9 @@ func (s *script) sources(t *testing.T, d *datadriven.TestData) string {
 			fmt.Fprintf(&b, "%s: node dead\n", sr.id)
 		case sr.failed:
 			fmt.Fprintf(&b, "%s: replica failed\n", sr.id)
+		case sr.held:
+			fmt.Fprintf(&b, "%s: replica held at %v since tick %d; digest and rows as then: %v\n", sr.id, sr.exec.LastExecuted(), sr.hold.tick,
+				sr.exec.Partition().Digest() == sr.hold.digest && slices.Equal(rowCounts(sr.exec.Partition()), sr.hold.rows))
 		case sr.unsettled():
 			fmt.Fprintf(&b, "%s: not settled\n", sr.id)
 		default:
@@ -956,6 +961,49 @@ func (s *script) sources(t *testing.T, d *datadriven.TestData) string {
 		}
 	}
 	return b.String()
+}
+
+// held says, of each held source replica, what it lacks of the txns
+// the other replicas ran (the oracle's count, Stats.HeldLacking), after
+// invariant (f)'s check that it ran and took nothing since its hold.
+func (s *script) held(t *testing.T, d *datadriven.TestData) string {
+	w := s.w
+	w.checkHolds("held")
+	var b strings.Builder
+	for _, sr := range w.srcs {
+		if sr.held {
+			fmt.Fprintf(&b, "%s: held at %v since tick %d, unchanged; lacks %d txns another replica ran\n", sr.id, sr.hold.last, sr.hold.tick, w.lacking(sr))
+		}
+	}
+	if b.Len() == 0 {
+		return "no replica held\n"
+	}
+	return b.String()
+}
+
+// end ends the run as a seed's ends (maybeFinish): with the destination
+// live, or the partition held and no replica live (stranded), the
+// workload stops, and once every replica ran the feed and every attempt
+// ended, the final checks run: end [max=N] ticks at most.
+func (s *script) end(t *testing.T, d *datadriven.TestData) string {
+	w := s.w
+	if w.live == nil && !w.stranded() {
+		return fmt.Sprintf("the run would not end: no destination live, and the partition not held (%s)\n", w.where())
+	}
+	limit := 5000
+	d.MaybeScanArgs(t, "max", &limit)
+	if !w.quiescing {
+		w.quiescing, w.quietTick = true, w.tick
+	}
+	start := w.tick
+	for !w.done {
+		if w.tick-start >= uint64(limit) {
+			return fmt.Sprintf("not ended after %d ticks: %s\n", limit, w.where())
+		}
+		w.step()
+		w.maybeFinish()
+	}
+	return fmt.Sprintf("ended after %d ticks\n", w.tick-start)
 }
 
 // silence stops an initiator's process with its feeds open (silent.go):

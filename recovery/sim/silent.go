@@ -190,9 +190,7 @@ func (w *world) fenceInitiator(in *initiator) {
 			continue
 		}
 		if why, fail := w.repairTail(in, recovery.NewTailRepair(in.id, nodes, sr.id, self), sr.id, sr.core, &sr.tails); fail {
-			sr.core.Fail(why)
-			sr.failed = true
-			w.tracef("%s node: replica failed: %s", sr.id, why)
+			w.loseSource(sr, why)
 			continue
 		}
 		sr.core.RemoveInitiator(in.id)
@@ -231,6 +229,7 @@ func (w *world) repairTail(in *initiator, rep *recovery.TailRepair, node string,
 				w.violate("feed", "%s refused %v of i%d's repaired tail: %s", node, inv.ID, in.id, why)
 			}
 			keepTail(t, inv)
+			w.noteTook(node, inv)
 			took++
 			*stat++
 		}

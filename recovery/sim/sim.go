@@ -52,6 +52,11 @@ const (
 	// that cannot say it sent them, stays live: invariant (a) must fail
 	// where one did.
 	SabotageSettleAlone
+	// SabotageHoldAlways tells every replica lost for txns it may lack
+	// (recovery.Replica.Lose) that no other replica is live, so it is
+	// held where it should fail and be rebuilt: invariant (f) must fail
+	// where another was live.
+	SabotageHoldAlways
 )
 
 // Result is what one seed did.
@@ -164,7 +169,8 @@ type Stats struct {
 	// registered meanwhile, and JoinerRefused their txns refused for a
 	// feed not open yet. The settlements (recovery.Settle): SettleWaits
 	// counts waits for a node's feed, SettledKept the replicas kept live,
-	// SettledFailed those failed, SettleUnknown of them for a node that
+	// SettledFailed those failed (or held: Held counts the holds, of
+	// these and of the two below), SettleUnknown of them for a node that
 	// could not say what it sent; FailedOnRedial replicas failed on a feed
 	// re-opened by the same process that could not resume (takeUp).
 	RegLosses, RegLapses, FeedsBroken, Joiners, JoinerRefused int
@@ -208,6 +214,12 @@ type Stats struct {
 	// GateHeld counts the polls at which a source node found a new
 	// assignment and left it, its lost registration not settled yet.
 	GateHeld int
+	// Held counts the source replicas held rather than failed for txns
+	// they may lack, no other replica live (holds.go); HeldFailed those
+	// lost again once another was live, and failed; HeldLacking the txns
+	// that another replica ran and a replica held at the end lacks.
+	// HeldEnds: the run ended with no live replica, the partition held.
+	Held, HeldFailed, HeldLacking, HeldEnds int
 }
 
 // Violation is a broken invariant: the check that failed and why.
@@ -269,6 +281,10 @@ type world struct {
 	// initiator's txns, for its repair of a fenced one's tail; anew with
 	// each replica core (newDstReplica).
 	dstTails recovery.Tails
+	// dstTook lists the txns the destination node's replica took in, in
+	// order, for the count of what a held replica lacks (holds.go); anew
+	// with each replica core.
+	dstTook []txnid.ID
 	// joinAnswers are the answers to joins (Knobs.Joins) on their way
 	// back from the oracle and the destination node, in the order sent.
 	joinAnswers []joinAnswer
@@ -534,7 +550,7 @@ func (w *world) newSrcReplica(id string) *srcReplica {
 func (w *world) newDstReplica(fence uint64) *recovery.Replica {
 	// A fenced initiator's process is gone: the replica never hears it.
 	fed := func(in *initiator) bool { return in.core.Fed(dstNode) && !in.fenced }
-	w.dstTails = recovery.Tails{}
+	w.dstTails, w.dstTook = recovery.Tails{}, nil
 	core, err := recovery.NewReplica(recovery.ReplicaConfig{Partition: partitionID, Fence: fence, DropResults: true,
 		NewExecutor: func() (*partition.Executor, error) {
 			// Empty of initiators: the core adds those it tracks, as
@@ -600,7 +616,10 @@ func (w *world) step() {
 // progress (only on whether txns still flow), so the same seed sends the
 // same txns at the same ticks whatever the knobs.
 func (w *world) sendWorkload() {
-	sending := !w.quiescing && (w.tick < uint64(w.k.WorkloadTicks) || w.live == nil || w.tick < w.liveTick+uint64(w.k.LiveTicks))
+	// A partition held with no replica live will not be live in the
+	// run: its workload ends, as a live one's does (every txn is refused
+	// meanwhile anyway: no replica live in the view).
+	sending := !w.quiescing && !w.stranded() && (w.tick < uint64(w.k.WorkloadTicks) || w.live == nil || w.tick < w.liveTick+uint64(w.k.LiveTicks))
 	final := false
 	if !sending && !w.quiescing {
 		// The feed ends with one more txn from each initiator, so every
@@ -874,7 +893,11 @@ func (w *world) quiet() bool {
 	// A replica that executed the last txn sent has executed every txn:
 	// it ran it only once nothing below it could still arrive. Heartbeats
 	// keep flowing, so the feed links never empty.
-	for _, e := range append(w.liveSources(), w.ref, w.live.exec) {
+	execs := append(w.liveSources(), w.ref)
+	if w.live != nil {
+		execs = append(execs, w.live.exec)
+	}
+	for _, e := range execs {
 		if e.LastExecuted() != w.lastTxn || e.Queued() > 0 {
 			return false
 		}
