@@ -271,7 +271,7 @@ func (n *Node) completeLive(a claim.Attempt) {
 			_, _, err = supervise.Complete(ctx, n.cli, a, time.Now(), n.log)
 			cancel()
 		}
-		if err == nil || errors.Is(err, claim.ErrStaleEpoch) || errors.Is(err, claim.ErrNoTask) || n.ctx.Err() != nil {
+		if !supervise.CompleteAgain(err) || n.ctx.Err() != nil {
 			return
 		}
 		n.limited.Log(slog.LevelWarn, "complete/"+a.Task.String(), "complete rejoin task; retrying", "task", a.Task, "err", err)

@@ -494,7 +494,7 @@ func (w *world) completeTask(a *attempt, att claim.Attempt, by string) error {
 	}
 	if by == "destination" {
 		w.dstComplete = nil
-		if errors.Is(err, errCoordDown) {
+		if supervise.CompleteAgain(err) {
 			w.dstComplete, w.dstCompleteAt = a, w.tick+completeRetryTicks
 		}
 	}

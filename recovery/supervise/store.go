@@ -198,6 +198,17 @@ func Complete(ctx context.Context, cli *clientv3.Client, a claim.Attempt, now ti
 	return rec, false, err
 }
 
+// CompleteAgain reports whether a destination gone live tries again to
+// complete its task after err, Complete's answer (recovery/node's
+// completeLive and the simulator's destination, one rule for both): a
+// task left open sends new attempts to a replica that refuses them as
+// live, so every error but a final one is tried again. Final: taken
+// (nil, or a duplicate of the source's completion), of a generation that
+// ended (claim.ErrStaleEpoch), or of a task gone (claim.ErrNoTask).
+func CompleteAgain(err error) bool {
+	return err != nil && !errors.Is(err, claim.ErrStaleEpoch) && !errors.Is(err, claim.ErrNoTask) && !errors.Is(err, claim.ErrDuplicate)
+}
+
 // snapshotPartitionsMax bounds the partitions whose replica records a
 // snapshot reads one range each; past it, it reads the whole placement.
 const snapshotPartitionsMax = 64
